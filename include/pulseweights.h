@@ -1,0 +1,9 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Umbrella header of libpulseweights: include this, link with `pkg-config --libs pulseweights`. */
+#ifndef PULSEWEIGHTS_H
+#define PULSEWEIGHTS_H
+
+#include "pulseweights/error.h"
+#include "pulseweights/checkpoint.h"
+
+#endif

@@ -1,0 +1,2 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Store front end: placeholder until the store helper lands it. */

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Shared conventions of the CLI verbs: one-line errors, --help detection, number parsing. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pulseweights/error.h"
+#include "tools/cli.h"
+
+int cli_fail(const char *verb, int err, const char *what)
+{
+    const char *detail = pulse_last_error();
+    fprintf(stderr, "pulse %s: %s: %s%s%s\n", verb, what, pulse_strerror(err),
+            detail[0] ? ": " : "", detail);
+    return 1;
+}
+
+int cli_usage_error(const char *verb, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "pulse %s: ", verb);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\ntry 'pulse %s --help'\n", verb);
+    return 2;
+}
+
+int cli_wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return 1;
+    }
+    return 0;
+}
+
+int cli_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10, end++;
+    else if (*end == 'M' || *end == 'm') shift = 20, end++;
+    else if (*end == 'G' || *end == 'g') shift = 30, end++;
+    if (*end)
+        return -1;
+    if (shift && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+int cli_finish_stdout(const char *verb)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "pulse %s: could not write to standard output: %s\n", verb, strerror(errno));
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Shared conventions of the CLI verbs: one-line errors, --help detection, number parsing. */
+#ifndef PULSE_TOOLS_CLI_H
+#define PULSE_TOOLS_CLI_H
+
+#include <stdint.h>
+
+/* Prints "pulse VERB: WHAT: <strerror(err)>[: <detail>]" on stderr and returns the exit
+ * status for err (1 for every library error; 2 is kept for usage errors). */
+int cli_fail(const char *verb, int err, const char *what);
+
+/* Prints "pulse VERB: MESSAGE" (printf format) and "try 'pulse VERB --help'" on stderr;
+ * returns 2. */
+int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* True when argv holds -h or --help. */
+int cli_wants_help(int argc, char **argv);
+
+/* Parses a non-negative integer with an optional K/M/G suffix (powers of 1024);
+ * returns 0, or -1 when the text is not one. */
+int cli_parse_u64(const char *s, uint64_t *out);
+
+/* Flushes and checks stdout; returns 0 or prints an error and returns 1 (git's rule:
+ * a verb that could not write its output failed). */
+int cli_finish_stdout(const char *verb);
+
+#endif
