@@ -23,6 +23,7 @@ static const struct verb verbs[] = {
     { "synth",   cmd_synth,   "write a synthetic RL trajectory of BF16 checkpoints" },
     { "bench",   cmd_bench,   "measure the codec against zstd, xdelta3 and memory bandwidth" },
     { "demo",    cmd_demo,    "run the demo: synthetic trajectory, diff and apply, what moved" },
+    { "keygen",  cmd_keygen,  "make an Ed25519 key pair: NAME.key (secret) and NAME.pub" },
 };
 
 static void usage(FILE *f)

@@ -15,5 +15,6 @@ int cmd_store(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 
 #endif
