@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The README's second command (and CI's): set up, build, start a real Ceph RGW on 127.0.0.1,
+# run every suite on the release build, rerun the offline suites with SIMD masked off and under
+# ASan+UBSan, stop the server, and end with one line "N passed, N failed[, N skipped]".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+PULSE_SETUP_TESTS=1 bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+
+logs=()
+infra_failed=0
+
+# 1. The real S3 server. Stopped on every exit path.
+rgw_dir=$(mktemp -d /tmp/pulse-rgw.XXXXXX)
+stop_rgw() { bash tests/s3/rgw.sh stop "$rgw_dir" >/dev/null 2>&1 || true; rm -rf "$rgw_dir"; }
+trap stop_rgw EXIT
+if bash tests/s3/rgw.sh start "$rgw_dir"; then
+  export PULSE_RGW_ENV="$rgw_dir/env"
+else
+  echo "test: could not start the Ceph RGW; the e2e suite will fail" >&2
+  infra_failed=1
+fi
+
+# 2. Everything on the release build.
+meson test -C build --print-errorlogs --num-processes 2 --no-suite slow
+logs+=("build/meson-logs/testlog.json")
+
+# 3. The offline suites again with every SIMD kernel masked off (scalar reference only).
+PULSE_CPU_MASK=ffffffff meson test -C build --print-errorlogs --num-processes 2 \
+  --suite unit --suite kernels --suite cli --logbase nosimd
+logs+=("build/meson-logs/nosimd.json")
+
+# 4. ASan + UBSan build of the offline suites.
+if [ ! -f build-asan/build.ninja ]; then
+  meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined \
+    -Db_lundef=false -Dcuda=disabled >/dev/null
+fi
+if ninja -C build-asan >/dev/null; then
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+    meson test -C build-asan --print-errorlogs --num-processes 2 \
+    --suite unit --suite kernels --suite fuzz-replay
+  logs+=("build-asan/meson-logs/testlog.json")
+else
+  echo "test: the ASan+UBSan build failed" >&2
+  infra_failed=1
+fi
+
+python3 scripts/test-summary.py --infra-failures "$infra_failed" "${logs[@]}"
