@@ -1,2 +1,209 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* SHA-256: placeholder until the checkpoint helper lands the real implementation. */
+/* SHA-256 (FIPS 180-4): the portable compression function, padding, and the runtime choice of SHA-NI. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crypto/sha256.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+static const uint32_t K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+static const uint32_t H0[8] = {
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+};
+
+static inline uint32_t ror(uint32_t x, unsigned n) { return (x >> n) | (x << (32 - n)); }
+
+static inline uint32_t load_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+void pulse_sha256_blocks_c(uint32_t h[8], const uint8_t *p, size_t nblocks)
+{
+    for (; nblocks; nblocks--, p += 64) {
+        uint32_t w[64];
+        for (int i = 0; i < 16; i++)
+            w[i] = load_be32(p + 4 * i);
+        for (int i = 16; i < 64; i++) {
+            uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
+            uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+        }
+        uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
+        for (int i = 0; i < 64; i++) {
+            uint32_t t1 = k + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+            uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+            k = g; g = f; f = e; e = d + t1;
+            d = c; c = b; b = a; a = t1 + t2;
+        }
+        h[0] += a; h[1] += b; h[2] += c; h[3] += d;
+        h[4] += e; h[5] += f; h[6] += g; h[7] += k;
+    }
+}
+
+typedef void (*blocks_fn)(uint32_t h[8], const uint8_t *p, size_t nblocks);
+
+/* True when the CPU has the SHA extensions and the SSE4.1/SSSE3 shuffles the NI path uses. */
+static int cpu_has_sha_ni(void)
+{
+#if defined(PULSE_HAVE_SHA_NI) && (defined(__x86_64__) || defined(__i386__))
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    int ssse3 = (c >> 9) & 1, sse41 = (c >> 19) & 1;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return ssse3 && sse41 && ((b >> 29) & 1);
+#else
+    return 0;
+#endif
+}
+
+/* PULSE_CPU_SHA in node/kernels/kernels.h; repeated here because crypto/ sits below node/. */
+#define CPU_MASK_SHA 0x8u
+
+static blocks_fn best_blocks = pulse_sha256_blocks_c;
+static const char *best_name = "portable";
+static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+static void choose(void)
+{
+    unsigned long mask = 0;
+    const char *env = getenv("PULSE_CPU_MASK");
+    if (env && *env) {
+        char *end;
+        unsigned long m = strtoul(env, &end, 16);
+        if (*end == '\0')   /* same rule as the kernels: an unparsable mask is ignored */
+            mask = m;
+    }
+    if (cpu_has_sha_ni() && !(mask & CPU_MASK_SHA)) {
+        best_blocks = pulse_sha256_blocks_ni;
+        best_name = "sha-ni";
+    }
+}
+
+static blocks_fn get_blocks(void)
+{
+    pthread_once(&best_once, choose);
+    return best_blocks;
+}
+
+const char *pulse_sha256_impl(void)
+{
+    pthread_once(&best_once, choose);
+    return best_name;
+}
+
+#ifndef PULSE_HAVE_SHA_NI
+void pulse_sha256_blocks_ni(uint32_t h[8], const uint8_t *p, size_t nblocks)
+{
+    pulse_sha256_blocks_c(h, p, nblocks);   /* never chosen: cpu_has_sha_ni() is 0 */
+}
+#endif
+
+void pulse_sha256_init(pulse_sha256_ctx *c)
+{
+    memcpy(c->h, H0, sizeof H0);
+    c->total = 0;
+    c->fill = 0;
+}
+
+static void update_with(pulse_sha256_ctx *c, const void *data, size_t len, blocks_fn blocks)
+{
+    const uint8_t *p = data;
+    c->total += len;
+    if (c->fill) {
+        size_t take = 64 - c->fill;
+        if (take > len)
+            take = len;
+        memcpy(c->buf + c->fill, p, take);
+        c->fill += take;
+        p += take;
+        len -= take;
+        if (c->fill < 64)
+            return;
+        blocks(c->h, c->buf, 1);
+        c->fill = 0;
+    }
+    if (len >= 64) {
+        blocks(c->h, p, len / 64);
+        p += len & ~(size_t)63;
+        len &= 63;
+    }
+    if (len) {
+        memcpy(c->buf, p, len);
+        c->fill = len;
+    }
+}
+
+static void final_with(pulse_sha256_ctx *c, uint8_t out[32], blocks_fn blocks)
+{
+    uint64_t bits = c->total * 8;
+    size_t n = c->fill;
+    c->buf[n++] = 0x80;
+    if (n > 56) {
+        memset(c->buf + n, 0, 64 - n);
+        blocks(c->h, c->buf, 1);
+        n = 0;
+    }
+    memset(c->buf + n, 0, 56 - n);
+    for (int i = 0; i < 8; i++)
+        c->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    blocks(c->h, c->buf, 1);
+    for (int i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(c->h[i] >> 24);
+        out[4 * i + 1] = (uint8_t)(c->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(c->h[i] >> 8);
+        out[4 * i + 3] = (uint8_t)c->h[i];
+    }
+    memset(c, 0, sizeof *c);
+}
+
+void pulse_sha256_update(pulse_sha256_ctx *c, const void *data, size_t len)
+{
+    update_with(c, data, len, get_blocks());
+}
+
+void pulse_sha256_final(pulse_sha256_ctx *c, uint8_t out[32])
+{
+    final_with(c, out, get_blocks());
+}
+
+void pulse_sha256(const void *data, size_t len, uint8_t out[32])
+{
+    pulse_sha256_ctx c;
+    pulse_sha256_init(&c);
+    pulse_sha256_update(&c, data, len);
+    pulse_sha256_final(&c, out);
+}
+
+int pulse_sha256_with(const char *impl, const void *data, size_t len, uint8_t out[32])
+{
+    blocks_fn blocks;
+    if (!strcmp(impl, "portable"))
+        blocks = pulse_sha256_blocks_c;
+    else if (!strcmp(impl, "sha-ni") && cpu_has_sha_ni())
+        blocks = pulse_sha256_blocks_ni;
+    else
+        return -1;
+    pulse_sha256_ctx c;
+    pulse_sha256_init(&c);
+    update_with(&c, data, len, blocks);
+    final_with(&c, out, blocks);
+    return 0;
+}

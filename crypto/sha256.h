@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Incremental state. Opaque contents; large enough for libsodium's and our SHA-NI state. */
+/* Incremental state: the chaining value, the byte count and a partial block. */
 typedef struct pulse_sha256_ctx {
     uint32_t h[8];
     uint64_t total;
@@ -19,7 +19,17 @@ void pulse_sha256_update(pulse_sha256_ctx *c, const void *data, size_t len);
 void pulse_sha256_final(pulse_sha256_ctx *c, uint8_t out[32]);
 void pulse_sha256(const void *data, size_t len, uint8_t out[32]);
 
-/* Which implementation runs: "sha-ni" or "portable". Honours PULSE_CPU_MASK like the kernels. */
+/* Which implementation runs: "sha-ni" or "portable". Honours PULSE_CPU_MASK like the kernels
+ * (bit 0x8 masks SHA-NI; crypto/ reads the variable itself so it does not depend on node/). */
 const char *pulse_sha256_impl(void);
+
+/* For tests and benchmarks: one-shot SHA-256 on a named implementation ("portable" or
+ * "sha-ni"). Returns 0, or -1 when that implementation is not built or the CPU lacks it
+ * (PULSE_CPU_MASK is not consulted here, so tests can compare both on one run). */
+int pulse_sha256_with(const char *impl, const void *data, size_t len, uint8_t out[32]);
+
+/* Compression of whole 64-byte blocks into h; one per implementation. */
+void pulse_sha256_blocks_c(uint32_t h[8], const uint8_t *p, size_t nblocks);
+void pulse_sha256_blocks_ni(uint32_t h[8], const uint8_t *p, size_t nblocks);
 
 #endif

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal: the layout of an open checkpoint, shared by the reader, the writer and the state id. */
+#ifndef PULSE_NODE_CHECKPOINT_INTERNAL_H
+#define PULSE_NODE_CHECKPOINT_INTERNAL_H
+
+#include "node/checkpoint/json.h"
+#include "pulseweights/checkpoint.h"
+
+/* One mapped safetensors file. */
+typedef struct ckpt_file {
+    char *path;          /* where it is now (a temporary name until commit) */
+    char *name;          /* base name: the shard name of an index */
+    int fd;              /* -1 for an in-memory image */
+    uint8_t *map;
+    size_t size;
+    int mapped;          /* map is ours to munmap */
+    json_doc doc;        /* its parsed header: tensor names point into doc.strs */
+} ckpt_file;
+
+struct pulse_ckpt {
+    int flags;
+    unsigned nfiles;
+    ckpt_file *files;
+    size_t n;
+    pulse_tensor *t;     /* sorted by name */
+    char *metadata;      /* compact JSON object text */
+
+    /* Sharded form only. */
+    char *index_path;    /* NULL for a single file */
+    char *index_name;
+    uint8_t *index_bytes;
+    size_t index_len;
+
+    /* Created and not yet committed: the temporaries to publish or remove. */
+    int uncommitted;
+    char *final_path;    /* the single file's, or the directory's final name */
+    char *tmp_dir;       /* sharded: the temporary directory holding files and index */
+};
+
+/* Dtype facts: element-typed or opaque, and the width in bits. */
+typedef struct dtype_info {
+    const char *name;
+    pulse_dtype dtype;
+    unsigned bits;
+} dtype_info;
+
+const dtype_info *ckpt_dtype_lookup(const char *name);
+
+/* Internal entry for the fuzz target: parses a single-file image held in memory (the
+ * caller keeps buf alive until close). Same validation as pulse_ckpt_open. */
+int pulse_ckpt_open_memory(pulse_ckpt **out, const uint8_t *buf, size_t size);
+
+/* Builds "<dir>/<name>" (malloc), or NULL. */
+char *ckpt_join(const char *dir, const char *name);
+
+#endif

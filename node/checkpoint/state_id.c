@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* State ids: a two-level SHA-256 tree over a checkpoint's tensors, chunks hashed on all cores. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fail.h"
+#include "crypto/sha256.h"
+#include "node/checkpoint/ckpt_internal.h"
+#include "node/parallel.h"
+
+/* The exact byte strings hashed are written down in docs/checkpoints.md; any change
+ * here is a new version tag. */
+static const char TENSOR_TAG[] = "pulse-tensor-v1";
+static const char STATE_TAG[] = "pulse-state-v1";
+
+static void put_u64(pulse_sha256_ctx *h, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    pulse_sha256_update(h, b, 8);
+}
+
+static void put_str(pulse_sha256_ctx *h, const char *s)
+{
+    size_t n = strlen(s);
+    put_u64(h, n);
+    pulse_sha256_update(h, s, n);
+}
+
+static uint64_t chunks_of(const pulse_tensor *t)
+{
+    return (t->nbytes + PULSE_STATE_CHUNK - 1) / PULSE_STATE_CHUNK;
+}
+
+static void chunk_hash(const pulse_tensor *t, uint64_t k, uint8_t out[32])
+{
+    uint64_t off = k * PULSE_STATE_CHUNK;
+    uint64_t len = t->nbytes - off < PULSE_STATE_CHUNK ? t->nbytes - off : PULSE_STATE_CHUNK;
+    pulse_sha256(t->data + off, (size_t)len, out);
+}
+
+/* The tensor hash from its chunk hashes (nchunks * 32 bytes). */
+static void tensor_hash_from(const pulse_tensor *t, const uint8_t *chunk_hashes, uint8_t out[32])
+{
+    pulse_sha256_ctx h;
+    pulse_sha256_init(&h);
+    pulse_sha256_update(&h, TENSOR_TAG, sizeof TENSOR_TAG - 1);
+    put_str(&h, t->name);
+    put_str(&h, t->dtype_name);
+    put_u64(&h, (uint64_t)t->ndim);
+    for (int i = 0; i < t->ndim; i++)
+        put_u64(&h, t->shape[i]);
+    put_u64(&h, t->nbytes);
+    put_u64(&h, chunks_of(t));
+    pulse_sha256_update(&h, chunk_hashes, (size_t)chunks_of(t) * 32);
+    pulse_sha256_final(&h, out);
+}
+
+int pulse_tensor_hash(const pulse_tensor *t, uint8_t out[32])
+{
+    if (!t || !out)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_tensor_hash: bad arguments");
+    uint64_t n = chunks_of(t);
+    if (n > SIZE_MAX / 32)
+        return pulse_fail(PULSE_ERR_LIMIT, "tensor %s: too many chunks", t->name);
+    uint8_t *ch = malloc(n ? (size_t)n * 32 : 1);
+    if (!ch)
+        return pulse_fail(PULSE_ERR_NOMEM, "tensor %s: chunk hashes", t->name);
+    for (uint64_t k = 0; k < n; k++)
+        chunk_hash(t, k, ch + k * 32);
+    tensor_hash_from(t, ch, out);
+    free(ch);
+    return 0;
+}
+
+typedef struct job {
+    const pulse_ckpt *c;
+    const uint64_t *first;   /* first[i]: global index of tensor i's first chunk; first[n] total */
+    uint8_t *hashes;         /* total * 32 */
+} job;
+
+static int hash_one_chunk(void *ctx, size_t g)
+{
+    job *j = ctx;
+    /* The tensor holding global chunk g: the last i with first[i] <= g. */
+    size_t lo = 0, hi = j->c->n;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (j->first[mid] <= g)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    /* Empty tensors share their first index with the next one; skip forward to the
+     * tensor that really owns chunk g. */
+    while (j->first[lo + 1] <= g)
+        lo++;
+    chunk_hash(&j->c->t[lo], g - j->first[lo], j->hashes + (size_t)g * 32);
+    return 0;
+}
+
+int pulse_ckpt_state_id(const pulse_ckpt *c, int threads, uint8_t out[PULSE_STATE_ID_BYTES])
+{
+    if (!c || !out || threads < 0)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_ckpt_state_id: bad arguments");
+    uint64_t *first = malloc((c->n + 1) * sizeof *first);
+    if (!first)
+        return pulse_fail(PULSE_ERR_NOMEM, "chunk table");
+    uint64_t total = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        first[i] = total;
+        total += chunks_of(&c->t[i]);
+    }
+    first[c->n] = total;
+    if (total > SIZE_MAX / 32) {
+        free(first);
+        return pulse_fail(PULSE_ERR_LIMIT, "too many chunks");
+    }
+    uint8_t *hashes = malloc(total ? (size_t)total * 32 : 1);
+    if (!hashes) {
+        free(first);
+        return pulse_fail(PULSE_ERR_NOMEM, "chunk hashes");
+    }
+    job j = { c, first, hashes };
+    int r = total ? pulse_parallel_for((size_t)total, threads, hash_one_chunk, &j) : 0;
+    if (!r) {
+        pulse_sha256_ctx h;
+        pulse_sha256_init(&h);
+        pulse_sha256_update(&h, STATE_TAG, sizeof STATE_TAG - 1);
+        put_u64(&h, c->n);
+        for (size_t i = 0; i < c->n; i++) {
+            uint8_t th[32];
+            tensor_hash_from(&c->t[i], hashes + first[i] * 32, th);
+            pulse_sha256_update(&h, th, 32);
+        }
+        pulse_sha256_final(&h, out);
+    }
+    free(hashes);
+    free(first);
+    return r;
+}
+
+char *pulse_id_hex(const uint8_t id[32], char buf[65])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        buf[2 * i] = hex[id[i] >> 4];
+        buf[2 * i + 1] = hex[id[i] & 15];
+    }
+    buf[64] = '\0';
+    return buf;
+}
+
+static int hexdigit(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int pulse_id_parse(const char *hex, uint8_t id[32])
+{
+    if (!hex || !id)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_id_parse: bad arguments");
+    uint8_t tmp[32];
+    for (int i = 0; i < 32; i++) {
+        int a = hexdigit(hex[2 * i]), b = a < 0 ? -1 : hexdigit(hex[2 * i + 1]);
+        if (a < 0 || b < 0)
+            return pulse_fail(PULSE_ERR_FORMAT, "id \"%.70s\" is not 64 hex digits", hex);
+        tmp[i] = (uint8_t)(a << 4 | b);
+    }
+    if (hex[64] != '\0')
+        return pulse_fail(PULSE_ERR_FORMAT, "id \"%.70s\" is not 64 hex digits", hex);
+    memcpy(id, tmp, 32);
+    return 0;
+}
