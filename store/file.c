@@ -1,0 +1,573 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* file:// backend: a local directory with S3's semantics (atomic create-if-absent, durable puts, sorted lists). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "base/fail.h"
+#include "store/backend.h"
+#include "store/buf.h"
+
+#define TEMP_MARK ".pulse-tmp-"
+/* "SIZE HEX": the SHA-256 stored at put time so head/list need not reread the object. The
+ * size guards against a file changed behind our back (we only ever replace whole files). */
+#define ETAG_XATTR "user.pulse.sha256"
+#define CHUNK (1u << 20)
+
+struct file_store {
+    char *root; /* absolute, no trailing '/' ("" for the file system root) */
+};
+
+static struct file_store *fs_of(pulse_store *st)
+{
+    return st->impl;
+}
+
+static char *join(const struct file_store *f, const char *key)
+{
+    struct buf b = { 0 };
+    buf_adds(&b, f->root);
+    buf_addc(&b, '/');
+    buf_adds(&b, key);
+    return buf_take(&b);
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int pwrite_all(int fd, const void *p, size_t n, uint64_t off)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = pwrite(fd, c, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Returns bytes read (short only at end of file) or -1. */
+static ssize_t pread_full(int fd, void *p, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)p + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+static void hex32(const unsigned char *h, char *out)
+{
+    static const char d[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = d[h[i] >> 4];
+        out[2 * i + 1] = d[h[i] & 15];
+    }
+    out[64] = 0;
+}
+
+static int fsync_dir(const char *path)
+{
+    char *d = strdup(path);
+    if (!d)
+        return -1;
+    char *slash = strrchr(d, '/');
+    if (slash == d)
+        slash[1] = 0;
+    else if (slash)
+        *slash = 0;
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(d);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Creates every directory above path (the root included), like mkdir -p. */
+static int make_parents(const char *key, char *path)
+{
+    for (char *p = path + 1; (p = strchr(p, '/')); p++) {
+        *p = 0;
+        int r = mkdir(path, 0777);
+        int e = errno;
+        *p = '/';
+        if (r && e != EEXIST) {
+            errno = e;
+            return pulse_fail_errno(PULSE_ERR_IO, "put %s: create directory", key);
+        }
+    }
+    return 0;
+}
+
+static int file_put(pulse_store *st, const char *key, const struct store_src *src, unsigned flags)
+{
+    struct file_store *f = fs_of(st);
+    char *path = join(f, key);
+    if (!path)
+        return pulse_fail(PULSE_ERR_NOMEM, "put %s: out of memory", key);
+    int rc = make_parents(key, path);
+    char *tmp = NULL;
+    int fd = -1;
+    if (rc)
+        goto out;
+    struct buf tb = { 0 };
+    buf_add(&tb, path, (size_t)(strrchr(path, '/') - path) + 1);
+    buf_adds(&tb, TEMP_MARK "XXXXXX");
+    tmp = buf_take(&tb);
+    if (!tmp) {
+        rc = pulse_fail(PULSE_ERR_NOMEM, "put %s: out of memory", key);
+        goto out;
+    }
+    fd = mkstemp(tmp);
+    if (fd < 0) {
+        rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: create temporary file", key);
+        free(tmp);
+        tmp = NULL;
+        goto out;
+    }
+    crypto_hash_sha256_state hs;
+    crypto_hash_sha256_init(&hs);
+    if (src->fd < 0) {
+        crypto_hash_sha256_update(&hs, src->data, src->len);
+        if (write_all(fd, src->data, src->len)) {
+            rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: write", key);
+            goto out;
+        }
+    } else {
+        char *chunk = malloc(CHUNK);
+        if (!chunk) {
+            rc = pulse_fail(PULSE_ERR_NOMEM, "put %s: out of memory", key);
+            goto out;
+        }
+        for (uint64_t off = 0; off < src->len;) {
+            size_t want = src->len - off < CHUNK ? (size_t)(src->len - off) : CHUNK;
+            ssize_t r = pread_full(src->fd, chunk, want, off);
+            if (r != (ssize_t)want) {
+                rc = r < 0 ? pulse_fail_errno(PULSE_ERR_IO, "put %s: read source", key)
+                           : pulse_fail(PULSE_ERR_IO, "put %s: source file shrank while reading",
+                                        key);
+                break;
+            }
+            crypto_hash_sha256_update(&hs, (unsigned char *)chunk, want);
+            if (write_all(fd, chunk, want)) {
+                rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: write", key);
+                break;
+            }
+            off += want;
+        }
+        free(chunk);
+        if (rc)
+            goto out;
+    }
+    unsigned char h[32];
+    crypto_hash_sha256_final(&hs, h);
+    char xv[96];
+    int xl = snprintf(xv, sizeof xv, "%llu ", (unsigned long long)src->len);
+    hex32(h, xv + xl);
+    /* Best effort: without xattrs head/list recompute the digest. */
+    (void)fsetxattr(fd, ETAG_XATTR, xv, strlen(xv), 0);
+    mode_t um = umask(0);
+    umask(um);
+    if (fchmod(fd, 0666 & ~um) || fsync(fd)) {
+        rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: fsync", key);
+        goto out;
+    }
+    if (close(fd)) {
+        fd = -1;
+        rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: close", key);
+        goto out;
+    }
+    fd = -1;
+    if (flags & PULSE_PUT_IF_ABSENT) {
+        /* link(2) never replaces: exactly one of several racing writers wins. */
+        if (link(tmp, path)) {
+            rc = errno == EEXIST ? pulse_fail(PULSE_ERR_EXISTS, "put %s: key already exists", key)
+                                 : pulse_fail_errno(PULSE_ERR_IO, "put %s: link", key);
+            goto out;
+        }
+        unlink(tmp);
+    } else if (rename(tmp, path)) {
+        rc = errno == EISDIR ? pulse_fail(PULSE_ERR_EXISTS, "put %s: a prefix of other keys", key)
+                             : pulse_fail_errno(PULSE_ERR_IO, "put %s: rename", key);
+        goto out;
+    }
+    free(tmp);
+    tmp = NULL;
+    if (fsync_dir(path))
+        rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: fsync directory", key);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (tmp) {
+        unlink(tmp);
+        free(tmp);
+    }
+    free(path);
+    return rc;
+}
+
+/* Fills info from an open object; the ETag comes from the xattr or is recomputed. */
+static int info_of(int fd, const char *op, const char *key, pulse_object_info *info)
+{
+    struct stat sb;
+    if (fstat(fd, &sb))
+        return pulse_fail_errno(PULSE_ERR_IO, "%s %s: stat", op, key);
+    if (!S_ISREG(sb.st_mode))
+        return pulse_fail(PULSE_ERR_NOTFOUND, "%s %s: no such key", op, key);
+    info->size = (uint64_t)sb.st_size;
+    info->mtime = (int64_t)sb.st_mtime;
+    char xv[100];
+    ssize_t xl = fgetxattr(fd, ETAG_XATTR, xv, sizeof xv - 1);
+    if (xl > 0) {
+        xv[xl] = 0;
+        char *sp = strchr(xv, ' ');
+        if (sp && strtoull(xv, NULL, 10) == info->size && strlen(sp + 1) == 64) {
+            memcpy(info->etag, sp + 1, 65);
+            return 0;
+        }
+    }
+    crypto_hash_sha256_state hs;
+    crypto_hash_sha256_init(&hs);
+    char *chunk = malloc(CHUNK);
+    if (!chunk)
+        return pulse_fail(PULSE_ERR_NOMEM, "%s %s: out of memory", op, key);
+    for (uint64_t off = 0; off < info->size;) {
+        ssize_t r = pread_full(fd, chunk, CHUNK, off);
+        if (r <= 0) {
+            free(chunk);
+            return pulse_fail_errno(PULSE_ERR_IO, "%s %s: read", op, key);
+        }
+        crypto_hash_sha256_update(&hs, (unsigned char *)chunk, (size_t)r);
+        off += (uint64_t)r;
+    }
+    free(chunk);
+    unsigned char h[32];
+    crypto_hash_sha256_final(&hs, h);
+    hex32(h, info->etag);
+    return 0;
+}
+
+static int open_object(pulse_store *st, const char *op, const char *key, int *fd_out)
+{
+    char *path = join(fs_of(st), key);
+    if (!path)
+        return pulse_fail(PULSE_ERR_NOMEM, "%s %s: out of memory", op, key);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int e = errno;
+    free(path);
+    if (fd < 0) {
+        errno = e;
+        if (e == ENOENT || e == ENOTDIR)
+            return pulse_fail(PULSE_ERR_NOTFOUND, "%s %s: no such key", op, key);
+        return pulse_fail_errno(PULSE_ERR_IO, "%s %s: open", op, key);
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+static int file_get(pulse_store *st, const char *key, uint64_t offset, uint64_t length,
+                    const char *if_none_match, const struct store_dst *dst,
+                    pulse_object_info *info)
+{
+    int fd, rc = open_object(st, "get", key, &fd);
+    if (rc)
+        return rc;
+    /* One descriptor for metadata and bytes: objects are replaced, never rewritten, so
+     * the ETag and the content we read belong together. */
+    rc = info_of(fd, "get", key, info);
+    if (rc)
+        goto out;
+    if (if_none_match && !strcmp(if_none_match, info->etag)) {
+        rc = pulse_fail(PULSE_ERR_NOT_MODIFIED, "get %s: not modified (ETag %s)", key,
+                        info->etag);
+        goto out;
+    }
+    if (offset > info->size || (offset == info->size && offset > 0)) {
+        rc = pulse_fail(PULSE_ERR_INVALID, "get %s: range starts at %llu, object has %llu bytes",
+                        key, (unsigned long long)offset, (unsigned long long)info->size);
+        goto out;
+    }
+    uint64_t n = info->size - offset;
+    if (length < n)
+        n = length;
+    if (dst->fd < 0) {
+        if (n > dst->max) {
+            rc = pulse_fail(PULSE_ERR_LIMIT, "get %s: %llu bytes exceed the limit of %zu", key,
+                            (unsigned long long)n, dst->max);
+            goto out;
+        }
+        char *mem = malloc(n ? (size_t)n : 1);
+        if (!mem) {
+            rc = pulse_fail(PULSE_ERR_NOMEM, "get %s: out of memory", key);
+            goto out;
+        }
+        if (pread_full(fd, mem, (size_t)n, offset) != (ssize_t)n) {
+            free(mem);
+            rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: read", key);
+            goto out;
+        }
+        *dst->data = mem;
+        *dst->len = (size_t)n;
+    } else {
+        char *chunk = malloc(CHUNK);
+        if (!chunk) {
+            rc = pulse_fail(PULSE_ERR_NOMEM, "get %s: out of memory", key);
+            goto out;
+        }
+        for (uint64_t done = 0; done < n;) {
+            size_t want = n - done < CHUNK ? (size_t)(n - done) : CHUNK;
+            if (pread_full(fd, chunk, want, offset + done) != (ssize_t)want) {
+                rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: read", key);
+                break;
+            }
+            if (pwrite_all(dst->fd, chunk, want, done)) {
+                rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: write output", key);
+                break;
+            }
+            done += want;
+        }
+        free(chunk);
+    }
+out:
+    close(fd);
+    return rc;
+}
+
+static int file_head(pulse_store *st, const char *key, pulse_object_info *info)
+{
+    int fd, rc = open_object(st, "head", key, &fd);
+    if (rc)
+        return rc;
+    rc = info_of(fd, "head", key, info);
+    close(fd);
+    return rc;
+}
+
+static int file_del(pulse_store *st, const char *key)
+{
+    struct file_store *f = fs_of(st);
+    char *path = join(f, key);
+    if (!path)
+        return pulse_fail(PULSE_ERR_NOMEM, "delete %s: out of memory", key);
+    int rc = 0;
+    struct stat sb;
+    if (lstat(path, &sb) || !S_ISREG(sb.st_mode)) {
+        rc = pulse_fail(PULSE_ERR_NOTFOUND, "delete %s: no such key", key);
+    } else if (unlink(path)) {
+        rc = pulse_fail_errno(PULSE_ERR_IO, "delete %s", key);
+    } else {
+        fsync_dir(path);
+        /* S3 has no directories: drop the ones this key alone kept alive. */
+        size_t rootlen = strlen(f->root);
+        char *s;
+        while ((s = strrchr(path, '/')) && (size_t)(s - path) > rootlen) {
+            *s = 0;
+            if (rmdir(path))
+                break;
+        }
+    }
+    free(path);
+    return rc;
+}
+
+struct key_list {
+    char **keys;
+    size_t n, cap;
+};
+
+static int key_push(struct key_list *l, char *k)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        char **p = realloc(l->keys, cap * sizeof *p);
+        if (!p)
+            return -1;
+        l->keys = p;
+        l->cap = cap;
+    }
+    l->keys[l->n++] = k;
+    return 0;
+}
+
+/* Collects keys under dir (whose key form is kp, "" or ending in '/') that can match prefix. */
+static int walk(const char *dir, const char *kp, const char *prefix, struct key_list *out)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return (errno == ENOENT || errno == ENOTDIR) ? 0
+               : pulse_fail_errno(PULSE_ERR_IO, "list: open directory for '%s'", kp);
+    int rc = 0;
+    struct dirent *e;
+    size_t plen = strlen(prefix);
+    while (!rc && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            !strncmp(e->d_name, TEMP_MARK, strlen(TEMP_MARK)))
+            continue;
+        struct buf kb = { 0 }, pb = { 0 };
+        buf_adds(&kb, kp);
+        buf_adds(&kb, e->d_name);
+        buf_adds(&pb, dir);
+        buf_addc(&pb, '/');
+        buf_adds(&pb, e->d_name);
+        if (kb.oom || pb.oom) {
+            buf_free(&kb);
+            buf_free(&pb);
+            rc = pulse_fail(PULSE_ERR_NOMEM, "list: out of memory");
+            break;
+        }
+        struct stat sb;
+        if (lstat(pb.data, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            buf_addc(&kb, '/');
+            size_t m = kb.len < plen ? kb.len : plen;
+            if (!kb.oom && !strncmp(kb.data, prefix, m))
+                rc = walk(pb.data, kb.data, prefix, out);
+            buf_free(&kb);
+        } else if (S_ISREG(sb.st_mode) && !strncmp(kb.data, prefix, plen)) {
+            char *k = buf_take(&kb);
+            if (!k || key_push(out, k)) {
+                free(k);
+                rc = pulse_fail(PULSE_ERR_NOMEM, "list: out of memory");
+            }
+        } else {
+            buf_free(&kb);
+        }
+        buf_free(&pb);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmp_keys(const void *a, const void *b)
+{
+    /* strcmp compares as unsigned char: S3's bytewise UTF-8 order. */
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int file_list(pulse_store *st, const char *prefix, const char *start_after,
+                     pulse_store_list_fn fn, void *ctx)
+{
+    struct file_store *f = fs_of(st);
+    /* Start at the deepest directory the prefix names, so "a/b/c" does not walk the root. */
+    const char *slash = strrchr(prefix, '/');
+    size_t dlen = slash ? (size_t)(slash - prefix) + 1 : 0;
+    struct buf db = { 0 }, kp = { 0 };
+    buf_adds(&db, f->root);
+    if (dlen) {
+        buf_addc(&db, '/');
+        buf_add(&db, prefix, dlen - 1);
+    } else if (!*f->root) {
+        buf_addc(&db, '/');
+    }
+    buf_add(&kp, prefix, dlen);
+    struct key_list l = { 0 };
+    int rc = (db.oom || kp.oom) ? pulse_fail(PULSE_ERR_NOMEM, "list: out of memory")
+                                : walk(db.data, kp.data ? kp.data : "", prefix, &l);
+    buf_free(&db);
+    buf_free(&kp);
+    if (!rc)
+        qsort(l.keys, l.n, sizeof *l.keys, cmp_keys);
+    for (size_t i = 0; i < l.n && !rc; i++) {
+        if (start_after && strcmp(l.keys[i], start_after) <= 0)
+            continue;
+        int fd;
+        pulse_object_info info;
+        memset(&info, 0, sizeof info);
+        int r = open_object(st, "list", l.keys[i], &fd);
+        if (r == PULSE_ERR_NOTFOUND)
+            continue; /* deleted while listing */
+        if (r) {
+            rc = r;
+            break;
+        }
+        r = info_of(fd, "list", l.keys[i], &info);
+        close(fd);
+        if (r == PULSE_ERR_NOTFOUND)
+            continue;
+        if (r) {
+            rc = r;
+            break;
+        }
+        rc = fn(ctx, l.keys[i], &info);
+    }
+    for (size_t i = 0; i < l.n; i++)
+        free(l.keys[i]);
+    free(l.keys);
+    return rc;
+}
+
+static int file_presign(pulse_store *st, const char *key, unsigned long expires, char **url)
+{
+    (void)st;
+    (void)expires;
+    (void)url;
+    return pulse_fail(PULSE_ERR_UNSUPPORTED, "presign %s: file:// stores have no URLs to sign", key);
+}
+
+static void file_close(pulse_store *st)
+{
+    struct file_store *f = fs_of(st);
+    if (f)
+        free(f->root);
+    free(f);
+    st->impl = NULL;
+}
+
+static const struct store_ops file_ops = {
+    .put = file_put, .get = file_get, .head = file_head, .del = file_del, .list = file_list,
+    .presign = file_presign, .batch = NULL, .close = file_close,
+};
+
+int store_file_open(pulse_store *st, const char *rest)
+{
+    if (rest[0] != '/')
+        return pulse_fail(PULSE_ERR_FORMAT, "file URL: needs an absolute path (file:///dir)");
+    if (strstr(rest, "/../") || strstr(rest, "/./") ||
+        (strlen(rest) >= 3 && !strcmp(rest + strlen(rest) - 3, "/..")))
+        return pulse_fail(PULSE_ERR_FORMAT, "file URL: '.' and '..' segments are not allowed");
+    if (sodium_init() < 0)
+        return pulse_fail(PULSE_ERR_INVALID, "file store: libsodium failed to initialise");
+    struct file_store *f = calloc(1, sizeof *f);
+    if (!f || !(f->root = strdup(rest))) {
+        free(f);
+        return pulse_fail(PULSE_ERR_NOMEM, "file store: out of memory");
+    }
+    size_t n = strlen(f->root);
+    while (n > 0 && f->root[n - 1] == '/')
+        f->root[--n] = 0;
+    st->impl = f;
+    st->ops = &file_ops;
+    return 0;
+}
