@@ -5,5 +5,6 @@
 
 #include "pulseweights/error.h"
 #include "pulseweights/checkpoint.h"
+#include "pulseweights/store.h"
 
 #endif
