@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Sparse lossless patches between checkpoints: diff, open/verify, apply, squash, inspect. */
+#ifndef PULSEWEIGHTS_PATCH_H
+#define PULSEWEIGHTS_PATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pulseweights/error.h"
+#include "pulseweights/checkpoint.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The byte layout is described in docs/patch-format.md. */
+#define PULSE_PATCH_VERSION 1
+#define PULSE_PATCH_DEFAULT_CHUNK (1u << 20)   /* elements per chunk */
+#define PULSE_PATCH_MAX_CHUNK (1u << 26)
+#define PULSE_PATCH_MAX_BYTES (1ull << 40)     /* largest patch file opened */
+
+/* How changed values travel. */
+typedef enum pulse_value_code {
+    PULSE_VALUES_ABS = 0,   /* the new bit pattern: idempotent */
+    PULSE_VALUES_ULP = 1,   /* zigzag of (new - old) bit patterns modulo 2^width: ~half the bytes */
+} pulse_value_code;
+
+/* Options of pulse_patch_diff. Fill with pulse_diff_opts_default, then change fields;
+ * `size` lets the struct grow without breaking callers. */
+typedef struct pulse_diff_opts {
+    size_t size;                /* sizeof(pulse_diff_opts), set by pulse_diff_opts_default */
+    pulse_value_code values;    /* default PULSE_VALUES_ULP */
+    int threads;                /* 0 = all cores */
+    int zstd_level;             /* default 3 */
+    uint32_t chunk_elems;       /* elements per chunk, 1..PULSE_PATCH_MAX_CHUNK; default 2^20 */
+} pulse_diff_opts;
+
+PULSE_API void pulse_diff_opts_default(pulse_diff_opts *o);
+
+/* Writes the patch turning OLD into NEW to out_path (through a temporary file renamed into
+ * place; nothing is left at out_path or beside it on failure). Both state ids are computed.
+ * opts may be NULL (defaults). The two checkpoints must have the same tensors (names, dtypes,
+ * shapes): PULSE_ERR_MISMATCH naming the first that differs otherwise. */
+PULSE_API int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
+                               const pulse_diff_opts *opts, const char *out_path);
+
+/* An open patch (header and tables parsed and bounds-checked; chunk data not yet decoded). */
+typedef struct pulse_patch pulse_patch;
+
+/* Reads the file at path into memory and checks magic, version, the header digest and every
+ * count, offset and length against the limits and the file size before allocating from them.
+ * Returns PULSE_ERR_FORMAT (malformed), PULSE_ERR_CORRUPT (digest), PULSE_ERR_LIMIT,
+ * PULSE_ERR_UNSUPPORTED (other version), PULSE_ERR_IO, PULSE_ERR_NOMEM. */
+PULSE_API int pulse_patch_open(pulse_patch **out, const char *path);
+/* Same over len bytes at buf (copied: buf may be freed after the call). */
+PULSE_API int pulse_patch_open_mem(pulse_patch **out, const void *buf, size_t len);
+/* NULL-safe; sets *p to NULL. */
+PULSE_API void pulse_patch_close(pulse_patch **p);
+
+/* Header fields. */
+PULSE_API pulse_value_code pulse_patch_values(const pulse_patch *p);
+PULSE_API const uint8_t *pulse_patch_base_id(const pulse_patch *p);     /* 32 bytes */
+PULSE_API const uint8_t *pulse_patch_result_id(const pulse_patch *p);   /* 32 bytes */
+PULSE_API uint32_t pulse_patch_chunk_elems(const pulse_patch *p);
+PULSE_API size_t pulse_patch_tensor_count(const pulse_patch *p);
+
+/* Checks without writing anything: the tensor layout against base (names, dtypes, shapes:
+ * PULSE_ERR_MISMATCH), every chunk digest (PULSE_ERR_CORRUPT), and decodes every chunk
+ * (positions inside the chunk, counts as declared: PULSE_ERR_FORMAT). base may be NULL to
+ * skip the layout check. Does not compute the base's state id (pulse_patch_apply does). */
+PULSE_API int pulse_patch_verify(const pulse_patch *p, const pulse_ckpt *base, int threads);
+
+/* Applies p to target (opened PULSE_CKPT_WRITE, or made by pulse_ckpt_create_like).
+ * Refuses (target untouched) unless the target's layout matches and its state id is the
+ * patch's base id (PULSE_ERR_MISMATCH) and every chunk verifies; then writes all chunks on
+ * `threads` threads (0 = all cores) and recomputes the state id: PULSE_ERR_CORRUPT if it is
+ * not the patch's result id (the target has then been written). Memory per thread is
+ * bounded by the chunk size. Does not sync: call pulse_ckpt_sync / pulse_ckpt_commit. */
+PULSE_API int pulse_patch_apply(const pulse_patch *p, pulse_ckpt *target, int threads);
+
+/* Composes consecutive patches p[0] -> ... -> p[n-1] (p[i] result id == p[i+1] base id,
+ * same layout and chunk size, else PULSE_ERR_MISMATCH) into one absolute patch from p[0]'s
+ * base to p[n-1]'s result, written atomically to out_path. When any input is ulp-coded,
+ * base (the checkpoint in p[0]'s base state, checked) is required (PULSE_ERR_INVALID
+ * without it); with base the output holds exactly the positions where the result differs
+ * from base. zstd_level <= 0 means the default. */
+PULSE_API int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base,
+                                 int threads, int zstd_level, const char *out_path);
+
+/* What a patch holds, for `pulse inspect`. Sizes in bytes. */
+typedef struct pulse_patch_tensor_info {
+    const char *name;           /* owned by the patch */
+    const char *dtype_name;
+    pulse_dtype dtype;
+    int ndim;
+    uint64_t shape[PULSE_MAX_DIMS];
+    uint64_t nelems;
+    uint64_t changes;           /* changed elements (bytes for OPAQUE) */
+    uint64_t chunks;            /* chunks in the tensor */
+    uint64_t coded_chunks;      /* chunks carrying data */
+    uint64_t pos_bytes;         /* compressed position streams */
+    uint64_t val_bytes;         /* compressed value streams */
+    uint64_t table_bytes;       /* this tensor's bytes in the table */
+    double entropy_bits;        /* order-0 bound (gaps + value symbols) of the decoded
+                                   symbols of this tensor; 0 for OPAQUE */
+} pulse_patch_tensor_info;
+
+/* Fills info for tensor i (< pulse_patch_tensor_count). With decode != 0 the chunks are
+ * decoded (digests checked) to compute entropy_bits; otherwise entropy_bits is 0. */
+PULSE_API int pulse_patch_tensor_info_get(const pulse_patch *p, size_t i, int decode,
+                                          pulse_patch_tensor_info *info);
+
+/* Totals over the whole patch. entropy_bits uses the symbol frequencies of the whole patch. */
+typedef struct pulse_patch_stats {
+    uint64_t file_bytes;
+    uint64_t header_bytes;      /* fixed header + table + digest */
+    uint64_t nelems;            /* all elements of all tensors */
+    uint64_t dense_bytes;       /* bytes of tensor data (what a full copy would send) */
+    uint64_t changes;           /* changed elements of element-wise tensors */
+    uint64_t opaque_changes;    /* changed bytes of OPAQUE tensors */
+    uint64_t pos_bytes;         /* of element-wise tensors */
+    uint64_t val_bytes;         /* of element-wise tensors */
+    uint64_t opaque_bytes;      /* compressed whole-chunk replacements of OPAQUE tensors */
+    double entropy_bits;        /* order-0 bound over element-wise changes (gap + value) */
+} pulse_patch_stats;
+PULSE_API int pulse_patch_info(const pulse_patch *p, int decode, pulse_patch_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

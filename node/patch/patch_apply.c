@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Verifying and applying a patch: everything is checked in a first pass, the target is written only in the second. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/fail.h"
+#include "node/parallel.h"
+#include "node/patch/patch_internal.h"
+
+int patch_check_layout(const pulse_patch *p, const pulse_ckpt *c)
+{
+    size_t n = pulse_ckpt_count(c);
+    for (size_t i = 0; i < p->ntensors || i < n; i++) {
+        const patch_tensor *pt = i < p->ntensors ? &p->tensors[i] : NULL;
+        const pulse_tensor *ct = i < n ? pulse_ckpt_tensor(c, i) : NULL;
+        if (!pt)
+            return pulse_fail(PULSE_ERR_MISMATCH, "layout changed: tensor %s is not in the patch", ct->name);
+        if (!ct)
+            return pulse_fail(PULSE_ERR_MISMATCH, "layout changed: tensor %s is not in the checkpoint", pt->name);
+        if (strcmp(pt->name, ct->name) != 0)
+            return pulse_fail(PULSE_ERR_MISMATCH, "layout changed: tensor %s is not in the %s",
+                              strcmp(pt->name, ct->name) < 0 ? pt->name : ct->name,
+                              strcmp(pt->name, ct->name) < 0 ? "checkpoint" : "patch");
+        unsigned unit = patch_dtype_unit(ct->dtype);
+        if (strcmp(pt->dtype_name, ct->dtype_name) != 0 || pt->elem_size != ct->elem_size
+            || pt->dtype != (unit ? ct->dtype : PULSE_DT_OPAQUE))
+            return pulse_fail(PULSE_ERR_MISMATCH, "layout changed: tensor %s dtype %s in the patch, %s in the checkpoint",
+                              pt->name, pt->dtype_name, ct->dtype_name);
+        if (pt->ndim != ct->ndim || memcmp(pt->shape, ct->shape, sizeof pt->shape[0] * (size_t)pt->ndim) != 0
+            || pt->units * pt->unit != ct->nbytes)
+            return pulse_fail(PULSE_ERR_MISMATCH, "layout changed: tensor %s shape differs", pt->name);
+    }
+    return 0;
+}
+
+typedef struct apply_job {
+    const pulse_patch *p;
+    pulse_ckpt *target;
+    int write;
+    patch_pool pool;
+} apply_job;
+
+static void scatter(const pulse_patch *p, const patch_chunk *c, const patch_scratch *s, uint8_t *dst)
+{
+    const pulse_kernels *k = pulse_kernels_get();
+    const patch_tensor *t = &p->tensors[c->tensor];
+    if (t->dtype == PULSE_DT_OPAQUE) {
+        memcpy(dst, s->vals, c->len);
+        return;
+    }
+    int ulp = p->values == PULSE_VALUES_ULP;
+    switch (t->unit) {
+    case 1:
+        if (ulp) k->ulp_apply8(dst, s->idx, c->count, s->vals);
+        else k->scatter8(dst, s->idx, c->count, s->vals);
+        break;
+    case 2:
+        if (ulp) k->ulp_apply16((uint16_t *)dst, s->idx, c->count, (const uint16_t *)s->vals);
+        else k->scatter16((uint16_t *)dst, s->idx, c->count, (const uint16_t *)s->vals);
+        break;
+    default:
+        if (ulp) k->ulp_apply32((uint32_t *)dst, s->idx, c->count, (const uint32_t *)s->vals);
+        else k->scatter32((uint32_t *)dst, s->idx, c->count, (const uint32_t *)s->vals);
+        break;
+    }
+}
+
+static int apply_chunk(void *ctx, size_t i)
+{
+    apply_job *a = ctx;
+    const patch_chunk *c = &a->p->chunks[i];
+    int err = 0;
+    patch_scratch *s = patch_pool_take(&a->pool, &err);
+    if (!s)
+        return err;
+    err = patch_decode_chunk(a->p, c, s);
+    if (!err && a->write) {
+        const pulse_tensor *t = pulse_ckpt_tensor(a->target, c->tensor);
+        scatter(a->p, c, s, t->data + c->first * a->p->tensors[c->tensor].unit);
+    }
+    patch_pool_give(&a->pool, s);
+    return err;
+}
+
+static int run_chunks(const pulse_patch *p, pulse_ckpt *target, int write, int threads)
+{
+    apply_job a = { .p = p, .target = target, .write = write };
+    int err = patch_pool_init(&a.pool, threads, p->chunk_elems, 0);
+    if (err)
+        return err;
+    err = pulse_parallel_for(p->nchunks, threads, apply_chunk, &a);
+    patch_pool_free(&a.pool);
+    return err;
+}
+
+int pulse_patch_verify(const pulse_patch *p, const pulse_ckpt *base, int threads)
+{
+    if (!p)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_verify: NULL patch");
+    int err = base ? patch_check_layout(p, base) : 0;
+    if (err)
+        return err;
+    return run_chunks(p, NULL, 0, threads);
+}
+
+int pulse_patch_apply(const pulse_patch *p, pulse_ckpt *target, int threads)
+{
+    if (!p || !target)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_apply: NULL argument");
+    int err = patch_check_layout(p, target);
+    if (err)
+        return err;
+    uint8_t id[32];
+    char h1[65], h2[65];
+    if ((err = pulse_ckpt_state_id(target, threads, id)) != 0)
+        return err;
+    if (memcmp(id, p->base_id, 32) != 0)
+        return pulse_fail(PULSE_ERR_MISMATCH, "patch is for base %.16s.., the checkpoint is %.16s..",
+                          pulse_id_hex(p->base_id, h1), pulse_id_hex(id, h2));
+    /* Pass 1 decodes and checks every chunk; nothing is written unless all pass. */
+    if ((err = run_chunks(p, NULL, 0, threads)) != 0)
+        return err;
+    for (size_t i = 0; i < p->ntensors; i++)
+        if (p->tensors[i].ncoded && !(pulse_ckpt_tensor(target, i)->data))
+            return pulse_fail(PULSE_ERR_INVALID, "tensor %s: checkpoint not writable", p->tensors[i].name);
+    /* Pass 2 decodes again (memory stays bounded by the chunk size) and writes. */
+    if ((err = run_chunks(p, target, 1, threads)) != 0)
+        return err;
+    if ((err = pulse_ckpt_state_id(target, threads, id)) != 0)
+        return err;
+    if (memcmp(id, p->result_id, 32) != 0)
+        return pulse_fail(PULSE_ERR_CORRUPT, "result state %.16s.. is not the patch's result %.16s.. (target was written)",
+                          pulse_id_hex(id, h1), pulse_id_hex(p->result_id, h2));
+    return 0;
+}

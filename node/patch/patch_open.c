@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Opening a patch: every header field, count, offset and length is checked before anything is allocated from it. */
+#include <errno.h>
+#include <stdio.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/fail.h"
+#include "crypto/sha256.h"
+#include "node/patch/patch_internal.h"
+
+/* A bounds-checked little-endian reader over the table. */
+typedef struct rd {
+    const uint8_t *p;
+    size_t left;
+    int bad;
+} rd;
+
+static const uint8_t *rd_take(rd *r, size_t n)
+{
+    if (r->bad || n > r->left) {
+        r->bad = 1;
+        return NULL;
+    }
+    const uint8_t *q = r->p;
+    r->p += n;
+    r->left -= n;
+    return q;
+}
+
+static uint64_t rd_le(rd *r, unsigned n)
+{
+    const uint8_t *q = rd_take(r, n);
+    uint64_t v = 0;
+    for (unsigned i = 0; q && i < n; i++)
+        v |= (uint64_t)q[i] << (8 * i);
+    return v;
+}
+
+static uint64_t le(const uint8_t *q, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v |= (uint64_t)q[i] << (8 * i);
+    return v;
+}
+
+static int dtype_from_code(unsigned code, pulse_dtype *dt)
+{
+    if (code > PULSE_DT_F8_E5M2)
+        return -1;
+    *dt = (pulse_dtype)code;
+    return 0;
+}
+
+/* One pass over the table. With p->tensors == NULL it only validates and counts tensors'
+ * coded chunks into *ncoded; otherwise it fills tensors and chunks. */
+static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, size_t ntensors,
+                       size_t *ncoded)
+{
+    rd r = { table, table_len, 0 };
+    size_t coded = 0;
+    uint64_t expect_off = 0;
+    const int fill = p->tensors != NULL;
+    char prev_name[PATCH_MAX_NAME + 1] = "";
+    for (size_t i = 0; i < ntensors; i++) {
+        size_t start_left = r.left;
+        unsigned name_len = (unsigned)rd_le(&r, 2);
+        const uint8_t *name = rd_take(&r, name_len);
+        unsigned dcode = (unsigned)rd_le(&r, 1);
+        unsigned elem_size = (unsigned)rd_le(&r, 1);
+        unsigned dn_len = (unsigned)rd_le(&r, 1);
+        const uint8_t *dname = rd_take(&r, dn_len);
+        unsigned ndim = (unsigned)rd_le(&r, 1);
+        if (r.bad)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor table truncated at tensor %zu", i);
+        if (name_len == 0 || name_len > PATCH_MAX_NAME || memchr(name, 0, name_len))
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %zu: bad name length %u", i, name_len);
+        char nm[PATCH_MAX_NAME + 1];
+        memcpy(nm, name, name_len);
+        nm[name_len] = 0;
+        /* Canonical order (bytewise, strictly ascending) makes names unique. */
+        if (i > 0 && strcmp(prev_name, nm) >= 0)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: names not in ascending order", nm);
+        memcpy(prev_name, nm, name_len + 1);
+        pulse_dtype dt;
+        if (dtype_from_code(dcode, &dt) != 0)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: unknown dtype code %u", nm, dcode);
+        if (dn_len == 0 || dn_len > PATCH_MAX_DTYPE_NAME || memchr(dname, 0, dn_len))
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: bad dtype name", nm);
+        unsigned unit = patch_dtype_unit(dt);
+        if (unit ? elem_size != unit : (elem_size < 1 || elem_size > 8))
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: element size %u does not fit its dtype",
+                              nm, elem_size);
+        if (ndim > PULSE_MAX_DIMS)
+            return pulse_fail(PULSE_ERR_LIMIT, "tensor %s: %u dimensions", nm, ndim);
+        uint64_t shape[PULSE_MAX_DIMS] = { 0 };
+        uint64_t nelems = 1;
+        for (unsigned d = 0; d < ndim; d++) {
+            shape[d] = rd_le(&r, 8);
+            if (shape[d] && nelems > (UINT64_MAX >> 8) / shape[d])
+                return pulse_fail(PULSE_ERR_LIMIT, "tensor %s: shape too large", nm);
+            nelems *= shape[d];
+        }
+        uint64_t changes = rd_le(&r, 8);
+        if (r.bad)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: table truncated", nm);
+        if (nelems > (UINT64_MAX >> 8) / elem_size)
+            return pulse_fail(PULSE_ERR_LIMIT, "tensor %s: size too large", nm);
+        uint64_t units = unit ? nelems : nelems * elem_size;
+        if (changes > units)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: %llu changes in %llu elements", nm,
+                              (unsigned long long)changes, (unsigned long long)units);
+        uint64_t nchunks = (units + p->chunk_elems - 1) / p->chunk_elems;
+        size_t first = coded;
+        uint64_t sum = 0;
+        if (changes > 0) {
+            /* Every chunk has at least a 4-byte entry: bound the count by the table. */
+            if (nchunks > r.left / 4)
+                return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: chunk table truncated", nm);
+            for (uint64_t c = 0; c < nchunks; c++) {
+                uint32_t count = (uint32_t)rd_le(&r, 4);
+                if (r.bad)
+                    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: chunk table truncated", nm);
+                if (count == 0)
+                    continue;
+                uint64_t first_unit = c * p->chunk_elems;
+                uint32_t len = (uint32_t)(units - first_unit < p->chunk_elems
+                                          ? units - first_unit : p->chunk_elems);
+                uint64_t off = rd_le(&r, 8);
+                uint32_t pos_len = (uint32_t)rd_le(&r, 4);
+                uint32_t val_len = (uint32_t)rd_le(&r, 4);
+                const uint8_t *dg = rd_take(&r, 32);
+                if (r.bad)
+                    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: table truncated", nm,
+                                      (unsigned long long)c);
+                if (count > len)
+                    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %u changes in %u elements",
+                                      nm, (unsigned long long)c, count, len);
+                /* Chunks are laid out back to back in table order: no overlap, no holes. */
+                if (off != expect_off)
+                    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: offset %llu, expected %llu",
+                                      nm, (unsigned long long)c, (unsigned long long)off,
+                                      (unsigned long long)expect_off);
+                uint64_t clen = (uint64_t)pos_len + val_len;
+                if (clen == 0 || clen > p->data_len - expect_off)
+                    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %llu bytes past the data end",
+                                      nm, (unsigned long long)c, (unsigned long long)clen);
+                expect_off += clen;
+                sum += count;
+                if (fill) {
+                    patch_chunk *pc = &p->chunks[coded];
+                    pc->tensor = i;
+                    pc->index = c;
+                    pc->first = first_unit;
+                    pc->len = len;
+                    pc->count = count;
+                    pc->offset = off;
+                    pc->pos_len = pos_len;
+                    pc->val_len = val_len;
+                    pc->digest = dg;
+                }
+                coded++;
+            }
+            if (sum != changes)
+                return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: chunks hold %llu changes, header says %llu",
+                                  nm, (unsigned long long)sum, (unsigned long long)changes);
+        }
+        if (fill) {
+            patch_tensor *t = &p->tensors[i];
+            t->name = malloc(name_len + 1);
+            if (!t->name)
+                return pulse_fail(PULSE_ERR_NOMEM, "tensor name");
+            memcpy(t->name, nm, name_len + 1);
+            memcpy(t->dtype_name, dname, dn_len);
+            t->dtype_name[dn_len] = 0;
+            t->dtype = dt;
+            t->elem_size = elem_size;
+            t->ndim = (int)ndim;
+            memcpy(t->shape, shape, sizeof shape);
+            t->nelems = nelems;
+            t->unit = unit ? unit : 1;
+            t->units = units;
+            t->nchunks = nchunks;
+            t->changes = changes;
+            t->first_coded = first;
+            t->ncoded = coded - first;
+            t->table_bytes = start_left - r.left;
+        }
+    }
+    if (r.left != 0)
+        return pulse_fail(PULSE_ERR_FORMAT, "%zu stray bytes after the tensor table", r.left);
+    if (expect_off != p->data_len)
+        return pulse_fail(PULSE_ERR_FORMAT, "%llu data bytes not referenced by any chunk",
+                          (unsigned long long)(p->data_len - expect_off));
+    *ncoded = coded;
+    return 0;
+}
+
+/* Takes ownership of buf (malloc'd, len bytes). */
+static int open_owned(pulse_patch **out, uint8_t *buf, size_t len)
+{
+    *out = NULL;
+    pulse_patch *p = calloc(1, sizeof *p);
+    if (!p) {
+        free(buf);
+        return pulse_fail(PULSE_ERR_NOMEM, "patch");
+    }
+    p->buf = buf;
+    p->len = len;
+    int err;
+    if (len < 8 || memcmp(buf, PATCH_MAGIC, 8) != 0) {
+        err = pulse_fail(PULSE_ERR_FORMAT, "not a pulse patch (bad magic)");
+        goto fail;
+    }
+    if (len < PATCH_HEADER_BYTES) {
+        err = pulse_fail(PULSE_ERR_FORMAT, "header truncated (%zu bytes)", len);
+        goto fail;
+    }
+    uint32_t version = (uint32_t)le(buf + 8, 4);
+    if (version != PULSE_PATCH_VERSION) {
+        err = pulse_fail(PULSE_ERR_UNSUPPORTED, "patch format version %u (this build reads %u)",
+                         version, PULSE_PATCH_VERSION);
+        goto fail;
+    }
+    unsigned code = buf[12];
+    uint32_t chunk = (uint32_t)le(buf + 16, 4);
+    uint32_t ntensors = (uint32_t)le(buf + 20, 4);
+    uint64_t table_len = le(buf + 88, 8);
+    uint64_t data_len = le(buf + 96, 8);
+    if (buf[13] || buf[14] || buf[15]) {
+        err = pulse_fail(PULSE_ERR_FORMAT, "reserved header bytes are not zero");
+        goto fail;
+    }
+    if (code > PULSE_VALUES_ULP) {
+        err = pulse_fail(PULSE_ERR_FORMAT, "unknown value code %u", code);
+        goto fail;
+    }
+    if (chunk == 0 || chunk > PULSE_PATCH_MAX_CHUNK) {
+        err = pulse_fail(PULSE_ERR_LIMIT, "chunk size %u elements", chunk);
+        goto fail;
+    }
+    if (ntensors > PULSE_ST_MAX_TENSORS) {
+        err = pulse_fail(PULSE_ERR_LIMIT, "%u tensors", ntensors);
+        goto fail;
+    }
+    if (table_len > PATCH_MAX_TABLE || data_len > PULSE_PATCH_MAX_BYTES
+        || PATCH_HEADER_BYTES + table_len + PATCH_DIGEST_BYTES + data_len != len) {
+        err = pulse_fail(PULSE_ERR_FORMAT, "declared sizes (table %llu, data %llu) do not match the %zu-byte patch",
+                         (unsigned long long)table_len, (unsigned long long)data_len, len);
+        goto fail;
+    }
+    uint8_t dg[32];
+    pulse_sha256(buf, PATCH_HEADER_BYTES + table_len, dg);
+    if (memcmp(dg, buf + PATCH_HEADER_BYTES + table_len, 32) != 0) {
+        err = pulse_fail(PULSE_ERR_CORRUPT, "header digest mismatch");
+        goto fail;
+    }
+    /* Smallest tensor entry: name length 2 + name 1 + dtype 1 + size 1 + name length 1
+     * + dtype name 1 + ndim 1 + changes 8. */
+    if (ntensors > table_len / 16) {
+        err = pulse_fail(PULSE_ERR_FORMAT, "%u tensors cannot fit a %llu-byte table", ntensors,
+                         (unsigned long long)table_len);
+        goto fail;
+    }
+    p->values = (pulse_value_code)code;
+    p->chunk_elems = chunk;
+    memcpy(p->base_id, buf + 24, 32);
+    memcpy(p->result_id, buf + 56, 32);
+    p->data = buf + PATCH_HEADER_BYTES + table_len + PATCH_DIGEST_BYTES;
+    p->data_len = data_len;
+    p->header_bytes = PATCH_HEADER_BYTES + table_len + PATCH_DIGEST_BYTES;
+    size_t ncoded = 0;
+    const uint8_t *table = buf + PATCH_HEADER_BYTES;
+    if ((err = parse_table(p, table, (size_t)table_len, ntensors, &ncoded)) != 0)
+        goto fail;
+    p->tensors = calloc(ntensors ? ntensors : 1, sizeof *p->tensors);
+    p->chunks = calloc(ncoded ? ncoded : 1, sizeof *p->chunks);
+    if (!p->tensors || !p->chunks) {
+        err = pulse_fail(PULSE_ERR_NOMEM, "patch tables");
+        goto fail;
+    }
+    p->ntensors = ntensors;
+    p->nchunks = ncoded;
+    if ((err = parse_table(p, table, (size_t)table_len, ntensors, &ncoded)) != 0)
+        goto fail;
+    *out = p;
+    return 0;
+fail:
+    pulse_patch_close(&p);
+    return err;
+}
+
+int pulse_patch_open_mem(pulse_patch **out, const void *buf, size_t len)
+{
+    if (!out || (!buf && len))
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_open_mem: NULL argument");
+    *out = NULL;
+    if (len > PULSE_PATCH_MAX_BYTES)
+        return pulse_fail(PULSE_ERR_LIMIT, "patch of %zu bytes", len);
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy)
+        return pulse_fail(PULSE_ERR_NOMEM, "patch of %zu bytes", len);
+    if (len)
+        memcpy(copy, buf, len);
+    return open_owned(out, copy, len);
+}
+
+int pulse_patch_open(pulse_patch **out, const char *path)
+{
+    if (!out || !path)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_open: NULL argument");
+    *out = NULL;
+    /* Read into private memory: later passes see exactly the bytes that were verified,
+     * whatever happens to the file meanwhile. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return pulse_fail_errno(errno == ENOENT ? PULSE_ERR_NOTFOUND : PULSE_ERR_IO, "%s", path);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = pulse_fail_errno(PULSE_ERR_IO, "%s", path);
+        close(fd);
+        return e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return pulse_fail(PULSE_ERR_INVALID, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > PULSE_PATCH_MAX_BYTES) {
+        close(fd);
+        return pulse_fail(PULSE_ERR_LIMIT, "%s: %lld bytes", path, (long long)st.st_size);
+    }
+    size_t len = (size_t)st.st_size;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        close(fd);
+        return pulse_fail(PULSE_ERR_NOMEM, "%s: %zu bytes", path, len);
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int e = r < 0 ? pulse_fail_errno(PULSE_ERR_IO, "%s", path)
+                          : pulse_fail(PULSE_ERR_IO, "%s: file shrank while reading", path);
+            free(buf);
+            close(fd);
+            return e;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    int err = open_owned(out, buf, len);
+    if (err) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", pulse_last_error());
+        return pulse_fail(err, "%s: %s", path, detail);
+    }
+    return 0;
+}
+
+void pulse_patch_close(pulse_patch **pp)
+{
+    if (!pp || !*pp)
+        return;
+    pulse_patch *p = *pp;
+    if (p->tensors)
+        for (size_t i = 0; i < p->ntensors; i++)
+            free(p->tensors[i].name);
+    free(p->tensors);
+    free(p->chunks);
+    free(p->buf);
+    free(p);
+    *pp = NULL;
+}
+
+pulse_value_code pulse_patch_values(const pulse_patch *p) { return p->values; }
+const uint8_t *pulse_patch_base_id(const pulse_patch *p) { return p->base_id; }
+const uint8_t *pulse_patch_result_id(const pulse_patch *p) { return p->result_id; }
+uint32_t pulse_patch_chunk_elems(const pulse_patch *p) { return p->chunk_elems; }
+size_t pulse_patch_tensor_count(const pulse_patch *p) { return p->ntensors; }
