@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* What `pulse bench` measures with: wall clock, external tools, memory baselines, peak anonymous memory. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tools/synth/measure.h"
+
+extern char **environ;
+
+double measure_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int measure_spawn(char *const argv[], char *out, size_t size, double *seconds)
+{
+    int pipefd[2] = { -1, -1 };
+    if (out && pipe2(pipefd, O_CLOEXEC) != 0)
+        return -2;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (out)
+        posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+    else
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    double t0 = measure_now();
+    int r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (out)
+        close(pipefd[1]);
+    if (r != 0) {
+        if (out)
+            close(pipefd[0]);
+        return r == ENOENT ? -1 : -2;
+    }
+    if (out) {
+        size_t used = 0;
+        for (;;) {
+            char tmp[4096];
+            ssize_t n = read(pipefd[0], tmp, sizeof tmp);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            size_t take = (size_t)n < size - 1 - used ? (size_t)n : size - 1 - used;
+            memcpy(out + used, tmp, take);
+            used += take;
+        }
+        out[used] = '\0';
+        close(pipefd[0]);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -2;
+    *seconds = measure_now() - t0;
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    /* posix_spawnp reports a missing program as exit 127 of the child on some libcs. */
+    return WEXITSTATUS(status);
+}
+
+double measure_memcpy(void *dst, const void *src, size_t n, int repeat)
+{
+    double best = 1e30;
+    for (int i = 0; i < repeat; i++) {
+        double t0 = measure_now();
+        memcpy(dst, src, n);
+        double dt = measure_now() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    return best;
+}
+
+static uint64_t sum_words(const uint8_t *p, size_t n)
+{
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint64_t w[4];
+        memcpy(w, p + i, sizeof w);
+        s0 += w[0];
+        s1 += w[1];
+        s2 += w[2];
+        s3 += w[3];
+    }
+    for (; i < n; i++)
+        s0 += p[i];
+    return s0 + s1 + s2 + s3;
+}
+
+double measure_stream_read(const uint8_t *a, size_t na, const uint8_t *b, size_t nb, int repeat,
+                           uint64_t *sink)
+{
+    double best = 1e30;
+    for (int i = 0; i < repeat; i++) {
+        double t0 = measure_now();
+        uint64_t s = sum_words(a, na) + sum_words(b, nb);
+        double dt = measure_now() - t0;
+        *sink += s;
+        if (dt < best)
+            best = dt;
+    }
+    return best;
+}
+
+uint64_t measure_rss_anon_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f)
+        return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "RssAnon:", 8)) {
+            kb = strtoull(line + 8, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb;
+}
+
+struct measure_sampler {
+    pthread_t thread;
+    atomic_int stop;
+    unsigned period_us;
+    uint64_t peak_kb;
+};
+
+static void *sampler_main(void *arg)
+{
+    measure_sampler *s = arg;
+    while (!atomic_load(&s->stop)) {
+        uint64_t kb = measure_rss_anon_kb();
+        if (kb > s->peak_kb)
+            s->peak_kb = kb;
+        usleep(s->period_us);
+    }
+    return NULL;
+}
+
+int measure_sampler_start(measure_sampler **out, unsigned period_us)
+{
+    measure_sampler *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    s->period_us = period_us;
+    s->peak_kb = measure_rss_anon_kb();
+    if (pthread_create(&s->thread, NULL, sampler_main, s) != 0) {
+        free(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+uint64_t measure_sampler_stop(measure_sampler **sp)
+{
+    measure_sampler *s = *sp;
+    if (!s)
+        return 0;
+    atomic_store(&s->stop, 1);
+    pthread_join(s->thread, NULL);
+    uint64_t kb = measure_rss_anon_kb();
+    uint64_t peak = s->peak_kb > kb ? s->peak_kb : kb;
+    free(s);
+    *sp = NULL;
+    return peak;
+}

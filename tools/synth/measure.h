@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* What `pulse bench` measures with: wall clock, external tools, memory baselines, peak anonymous memory. */
+#ifndef PULSE_TOOLS_SYNTH_MEASURE_H
+#define PULSE_TOOLS_SYNTH_MEASURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Monotonic wall clock in seconds. */
+double measure_now(void);
+
+/* Runs argv (argv[0] searched in PATH) with stdin from /dev/null and stderr discarded;
+ * stdout goes into out (NUL-terminated, truncated to size) or is discarded when out is NULL.
+ * Returns the exit status (128+signal when killed), -1 when the program is not installed,
+ * -2 when it could not be started otherwise. *seconds gets the wall time of the run. */
+int measure_spawn(char *const argv[], char *out, size_t size, double *seconds);
+
+/* Best wall time of `repeat` memcpy(dst, src, n) calls. */
+double measure_memcpy(void *dst, const void *src, size_t n, int repeat);
+
+/* Best wall time of `repeat` streaming reads summing a and b (8-byte words, one thread);
+ * the sum goes to *sink so that the reads cannot be optimised away. */
+double measure_stream_read(const uint8_t *a, size_t na, const uint8_t *b, size_t nb, int repeat,
+                           uint64_t *sink);
+
+/* RssAnon of this process in KiB (/proc/self/status), 0 when unknown. */
+uint64_t measure_rss_anon_kb(void);
+
+/* Samples RssAnon every period_us on a thread of its own and keeps the peak: the kernel
+ * tracks a high-water mark only for the whole RSS (VmHWM), which counts the mapped
+ * checkpoint pages as well and so grows with the model by construction. */
+typedef struct measure_sampler measure_sampler;
+int measure_sampler_start(measure_sampler **s, unsigned period_us);
+/* Stops the thread and returns the peak in KiB (NULL-safe: 0). */
+uint64_t measure_sampler_stop(measure_sampler **s);
+
+#endif

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The one place where the synthetic trainer turns FP32 master weights into their low-precision view. */
+#ifndef PULSE_TOOLS_SYNTH_ROUND_H
+#define PULSE_TOOLS_SYNTH_ROUND_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* BF16 = the top 16 bits of the FP32 pattern, rounded to nearest, ties to even (what
+ * PyTorch's .to(torch.bfloat16) does). Adding 0x7fff plus the lowest kept bit rounds the
+ * dropped half correctly and carries into the exponent when the mantissa overflows, which
+ * is also right for values that round up to infinity. A NaN must not be rounded (the carry
+ * could turn it into an infinity), so it keeps its sign and top payload bits and gets the
+ * quiet bit set. FP16/FP8 views belong next to this function when they are added. */
+static inline uint16_t synth_bf16_rne(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+#endif
