@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* AVX2 kernels (x86-64, with BMI1/BMI2/POPCNT): change finding, contiguous-run scatter/gather, gaps. */
+#include <immintrin.h>
+#include <pthread.h>
+
+#include "node/kernels/kernels.h"
+
+/* positions_of[m] lists the set bits of the byte m, ascending, padded with zeros: one
+ * 8-byte load + widen + add turns 8 mask bits into up to 8 positions, so a dense mask
+ * costs one store per 8 elements instead of one branch per element. */
+static uint8_t positions_of[256][8];
+static pthread_once_t positions_once = PTHREAD_ONCE_INIT;
+
+static void init_positions(void)
+{
+    for (unsigned m = 0; m < 256; m++) {
+        unsigned n = 0;
+        for (unsigned bit = 0; bit < 8; bit++)
+            if (m & (1u << bit))
+                positions_of[m][n++] = (uint8_t)bit;
+    }
+}
+
+/* Appends base + bit for every set bit of mask at idx[k..]; returns the new k. Writes up to
+ * 7 entries past the returned k (inside the 64-entry slack the contract grants). Only the
+ * nonzero bytes of the mask cost anything, so sparse masks stay cheap. */
+static inline size_t emit_mask(uint64_t mask, uint32_t base, uint32_t *idx, size_t k)
+{
+    while (mask) {
+        unsigned shift = (unsigned)_tzcnt_u64(mask) & ~7u;
+        unsigned byte = (unsigned)(mask >> shift) & 0xff;
+        __m128i packed = _mm_loadl_epi64((const __m128i *)positions_of[byte]);
+        __m256i pos = _mm256_add_epi32(_mm256_cvtepu8_epi32(packed),
+                                       _mm256_set1_epi32((int)(base + shift)));
+        _mm256_storeu_si256((__m256i *)(idx + k), pos);
+        k += (size_t)_mm_popcnt_u32(byte);
+        mask &= ~(0xffull << shift);
+    }
+    return k;
+}
+
+static inline uint32_t ne_mask8(const uint8_t *a, const uint8_t *b)
+{
+    __m256i eq = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)a),
+                                   _mm256_loadu_si256((const __m256i *)b));
+    return ~(uint32_t)_mm256_movemask_epi8(eq);
+}
+
+static size_t diff8_avx2(const uint8_t *a, const uint8_t *b, size_t n, uint32_t *idx)
+{
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint64_t m = ne_mask8(a + i, b + i) | (uint64_t)ne_mask8(a + i + 32, b + i + 32) << 32;
+        if (m)
+            k = emit_mask(m, (uint32_t)i, idx, k);
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i])
+            idx[k++] = (uint32_t)i;
+    return k;
+}
+
+/* 32 bits for 32 uint16 elements: the two compare results are packed to bytes (packs works
+ * per 128-bit lane, so the quadwords are put back in order before movemask). */
+static inline uint32_t ne_mask16(const uint16_t *a, const uint16_t *b)
+{
+    __m256i e0 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)a),
+                                    _mm256_loadu_si256((const __m256i *)b));
+    __m256i e1 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(a + 16)),
+                                    _mm256_loadu_si256((const __m256i *)(b + 16)));
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(e0, e1), 0xd8);
+    return ~(uint32_t)_mm256_movemask_epi8(packed);
+}
+
+static size_t diff16_avx2(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx)
+{
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint64_t m = ne_mask16(a + i, b + i) | (uint64_t)ne_mask16(a + i + 32, b + i + 32) << 32;
+        if (m)
+            k = emit_mask(m, (uint32_t)i, idx, k);
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i])
+            idx[k++] = (uint32_t)i;
+    return k;
+}
+
+static inline uint32_t ne_mask32(const uint32_t *a, const uint32_t *b)
+{
+    __m256i eq = _mm256_cmpeq_epi32(_mm256_loadu_si256((const __m256i *)a),
+                                    _mm256_loadu_si256((const __m256i *)b));
+    return ~(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(eq)) & 0xff;
+}
+
+static size_t diff32_avx2(const uint32_t *a, const uint32_t *b, size_t n, uint32_t *idx)
+{
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint64_t m = 0;
+        for (unsigned v = 0; v < 8; v++)
+            m |= (uint64_t)ne_mask32(a + i + 8 * v, b + i + 8 * v) << (8 * v);
+        if (m)
+            k = emit_mask(m, (uint32_t)i, idx, k);
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i])
+            idx[k++] = (uint32_t)i;
+    return k;
+}
+
+/* The 16 positions idx[j..j+15] are idx[j], idx[j]+1, ..., idx[j]+15. Dense chunks (every
+ * element changed) are then one vector load/store instead of 16 scalar ones; the full
+ * compare (not just first and last) keeps duplicates or unsorted input on the exact path. */
+static inline int run16(const uint32_t *idx)
+{
+    __m256i first = _mm256_set1_epi32((int)idx[0]);
+    __m256i want0 = _mm256_add_epi32(first, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i want1 = _mm256_add_epi32(first, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
+    __m256i eq = _mm256_and_si256(
+        _mm256_cmpeq_epi32(want0, _mm256_loadu_si256((const __m256i *)idx)),
+        _mm256_cmpeq_epi32(want1, _mm256_loadu_si256((const __m256i *)(idx + 8))));
+    /* idx[0] + 15 must not wrap either, or the "run" would straddle 2^32. */
+    return _mm256_movemask_epi8(eq) == -1 && idx[0] <= UINT32_MAX - 15;
+}
+
+static inline __m256i unzigzag16(__m256i z)
+{
+    __m256i sign = _mm256_sub_epi16(_mm256_setzero_si256(),
+                                    _mm256_and_si256(z, _mm256_set1_epi16(1)));
+    return _mm256_xor_si256(_mm256_srli_epi16(z, 1), sign);
+}
+
+static inline __m256i zigzag16(__m256i d)
+{
+    return _mm256_xor_si256(_mm256_slli_epi16(d, 1), _mm256_srai_epi16(d, 15));
+}
+
+static void gather16_avx2(const uint16_t *src, const uint32_t *idx, size_t k, uint16_t *out)
+{
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        if (run16(idx + j)) {
+            _mm256_storeu_si256((__m256i *)(out + j),
+                                _mm256_loadu_si256((const __m256i *)(src + idx[j])));
+        } else {
+            for (unsigned e = 0; e < 16; e++)
+                out[j + e] = src[idx[j + e]];
+        }
+    }
+    for (; j < k; j++)
+        out[j] = src[idx[j]];
+}
+
+static void scatter16_avx2(uint16_t *dst, const uint32_t *idx, size_t k, const uint16_t *v)
+{
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        if (run16(idx + j)) {
+            _mm256_storeu_si256((__m256i *)(dst + idx[j]),
+                                _mm256_loadu_si256((const __m256i *)(v + j)));
+        } else {
+            for (unsigned e = 0; e < 16; e++)
+                dst[idx[j + e]] = v[j + e];
+        }
+    }
+    for (; j < k; j++)
+        dst[idx[j]] = v[j];
+}
+
+static void ulp_encode16_avx2(const uint16_t *a, const uint16_t *b, const uint32_t *idx, size_t k,
+                              uint16_t *out)
+{
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        if (run16(idx + j)) {
+            __m256i d = _mm256_sub_epi16(_mm256_loadu_si256((const __m256i *)(b + idx[j])),
+                                         _mm256_loadu_si256((const __m256i *)(a + idx[j])));
+            _mm256_storeu_si256((__m256i *)(out + j), zigzag16(d));
+        } else {
+            for (unsigned e = 0; e < 16; e++) {
+                uint16_t d = (uint16_t)(b[idx[j + e]] - a[idx[j + e]]);
+                out[j + e] = (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)((int16_t)d >> 15));
+            }
+        }
+    }
+    for (; j < k; j++) {
+        uint16_t d = (uint16_t)(b[idx[j]] - a[idx[j]]);
+        out[j] = (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)((int16_t)d >> 15));
+    }
+}
+
+static void ulp_apply16_avx2(uint16_t *dst, const uint32_t *idx, size_t k, const uint16_t *z)
+{
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m256i delta = unzigzag16(_mm256_loadu_si256((const __m256i *)(z + j)));
+        if (run16(idx + j)) {
+            __m256i *p = (__m256i *)(dst + idx[j]);
+            _mm256_storeu_si256(p, _mm256_add_epi16(_mm256_loadu_si256(p), delta));
+        } else {
+            uint16_t d[16];
+            _mm256_storeu_si256((__m256i *)d, delta);
+            for (unsigned e = 0; e < 16; e++)
+                dst[idx[j + e]] = (uint16_t)(dst[idx[j + e]] + d[e]);
+        }
+    }
+    for (; j < k; j++)
+        dst[idx[j]] = (uint16_t)(dst[idx[j]] + ((z[j] >> 1) ^ (uint16_t)(0u - (z[j] & 1u))));
+}
+
+static void ulp_to_abs16_avx2(const uint16_t *base, const uint32_t *idx, size_t k,
+                              const uint16_t *z, uint16_t *v)
+{
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m256i delta = unzigzag16(_mm256_loadu_si256((const __m256i *)(z + j)));
+        if (run16(idx + j)) {
+            __m256i b = _mm256_loadu_si256((const __m256i *)(base + idx[j]));
+            _mm256_storeu_si256((__m256i *)(v + j), _mm256_add_epi16(b, delta));
+        } else {
+            uint16_t d[16];
+            _mm256_storeu_si256((__m256i *)d, delta);
+            for (unsigned e = 0; e < 16; e++)
+                v[j + e] = (uint16_t)(base[idx[j + e]] + d[e]);
+        }
+    }
+    for (; j < k; j++)
+        v[j] = (uint16_t)(base[idx[j]] + ((z[j] >> 1) ^ (uint16_t)(0u - (z[j] & 1u))));
+}
+
+/* 32-bit elements: hardware gather reads exactly 4 bytes per index, so it never touches
+ * memory the scalar loop would not. */
+static void gather32_avx2(const uint32_t *src, const uint32_t *idx, size_t k, uint32_t *out)
+{
+    size_t j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256i vi = _mm256_loadu_si256((const __m256i *)(idx + j));
+        _mm256_storeu_si256((__m256i *)(out + j), _mm256_i32gather_epi32((const int *)src, vi, 4));
+    }
+    for (; j < k; j++)
+        out[j] = src[idx[j]];
+}
+
+static void gaps_encode_avx2(const uint32_t *idx, size_t k, uint32_t *gaps)
+{
+    if (k == 0)
+        return;
+    gaps[0] = idx[0];
+    size_t j = 1;
+    __m256i one = _mm256_set1_epi32(1);
+    for (; j + 8 <= k; j += 8) {
+        __m256i cur = _mm256_loadu_si256((const __m256i *)(idx + j));
+        __m256i prev = _mm256_loadu_si256((const __m256i *)(idx + j - 1));
+        _mm256_storeu_si256((__m256i *)(gaps + j),
+                            _mm256_sub_epi32(_mm256_sub_epi32(cur, prev), one));
+    }
+    for (; j < k; j++)
+        gaps[j] = idx[j] - idx[j - 1] - 1;
+}
+
+/* Prefix sum of 8 lanes: in-lane shifts, then the low lane's total carried to the high lane. */
+static inline __m256i prefix8(__m256i x)
+{
+    x = _mm256_add_epi32(x, _mm256_slli_si256(x, 4));
+    x = _mm256_add_epi32(x, _mm256_slli_si256(x, 8));
+    __m256i low_total = _mm256_shuffle_epi32(x, 0xff);
+    return _mm256_add_epi32(x, _mm256_permute2x128_si256(low_total, low_total, 0x08));
+}
+
+/* Works on next = position + 1 (0 before the first) in 32 bits, so valid values lie in
+ * [1, limit]. Each step adds gap + 1 <= 2^32, so the first step whose exact sum passes 2^32
+ * leaves next(32 bit) <= the previous next: "next > limit or next not increasing" in any
+ * lane is exactly "some position reaches limit or wraps" (later lanes after a bad one
+ * may be garbage, but the answer is already -1). */
+static int gaps_decode_avx2(const uint32_t *gaps, size_t k, uint32_t limit, uint32_t *idx)
+{
+    uint64_t next = 0;
+    size_t j = 0;
+    __m256i one = _mm256_set1_epi32(1);
+    __m256i vlimit = _mm256_set1_epi32((int)limit);
+    __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    __m256i bad = _mm256_setzero_si256();
+    for (; j + 8 <= k; j += 8) {
+        __m256i g = _mm256_loadu_si256((const __m256i *)(gaps + j));
+        __m256i vnext = _mm256_add_epi32(prefix8(_mm256_add_epi32(g, one)),
+                                         _mm256_set1_epi32((int)(uint32_t)next));
+        __m256i vprev = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(vnext, rotate),
+                                           _mm256_set1_epi32((int)(uint32_t)next), 0x01);
+        /* unsigned a > b  <=>  max(a, b) != b; here: next > limit, or next <= prev */
+        __m256i over = _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_max_epu32(vnext, vlimit), vlimit),
+                                        _mm256_set1_epi32(-1));
+        __m256i not_up = _mm256_cmpeq_epi32(_mm256_max_epu32(vnext, vprev), vprev);
+        bad = _mm256_or_si256(bad, _mm256_or_si256(over, not_up));
+        _mm256_storeu_si256((__m256i *)(idx + j), _mm256_sub_epi32(vnext, one));
+        next = (uint32_t)_mm256_extract_epi32(vnext, 7);
+        /* a bad block may leave a wrong `next`; checking once per 64 keeps the loop short
+         * and the caller discards idx on error anyway */
+        if ((j & 63) == 56 && !_mm256_testz_si256(bad, bad))
+            return -1;
+    }
+    if (!_mm256_testz_si256(bad, bad))
+        return -1;
+    for (; j < k; j++) {
+        uint64_t pos = next + gaps[j];
+        if (pos >= limit)
+            return -1;
+        idx[j] = (uint32_t)pos;
+        next = pos + 1;
+    }
+    return 0;
+}
+
+int pulse_kernels_init_avx2(pulse_kernels *k)
+{
+    if (!(pulse_cpu_flags() & PULSE_CPU_AVX2))
+        return -1;
+    pthread_once(&positions_once, init_positions);
+    k->name = "avx2";
+    k->diff8 = diff8_avx2;
+    k->diff16 = diff16_avx2;
+    k->diff32 = diff32_avx2;
+    k->gather16 = gather16_avx2;
+    k->gather32 = gather32_avx2;
+    k->scatter16 = scatter16_avx2;
+    k->ulp_encode16 = ulp_encode16_avx2;
+    k->ulp_apply16 = ulp_apply16_avx2;
+    k->ulp_to_abs16 = ulp_to_abs16_avx2;
+    k->gaps_encode = gaps_encode_avx2;
+    k->gaps_decode = gaps_decode_avx2;
+    return 0;
+}

@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* AVX-512 (F/BW/VL/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps. */
+#include <immintrin.h>
+
+#include "node/kernels/kernels.h"
+
+/* Appends base + bit for each set bit of a 16-bit mask. vpcompressd into a register and a
+ * full 16-lane store: compress-to-memory is microcoded and slow on AMD Zen 4, and the
+ * contract grants 64 entries of slack past the count for the extra lanes. */
+static inline size_t emit16(__mmask16 m, __m512i pos, uint32_t *idx, size_t k)
+{
+    _mm512_storeu_si512(idx + k, _mm512_maskz_compress_epi32(m, pos));
+    return k + (size_t)_mm_popcnt_u32(m);
+}
+
+static const int32_t iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+/* Appends the positions of a 64-bit mask whose bit b stands for element base + b; only the
+ * nonzero 16-bit quarters are compressed, so sparse masks cost one or two compresses. */
+static inline size_t emit64(uint64_t m, uint32_t base, uint32_t *idx, size_t k)
+{
+    __m512i iota = _mm512_loadu_si512(iota16);
+    while (m) {
+        unsigned shift = (unsigned)_tzcnt_u64(m) & ~15u;
+        __m512i pos = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(base + shift)));
+        k = emit16((__mmask16)(m >> shift), pos, idx, k);
+        m &= ~(0xffffull << shift);
+    }
+    return k;
+}
+
+/* Elements left in the tail as a load mask: masked-off lanes are never read (no fault,
+ * no access past n). */
+static inline uint64_t tail_mask(size_t left)
+{
+    return left >= 64 ? ~0ull : (1ull << left) - 1;
+}
+
+static size_t diff8_avx512(const uint8_t *a, const uint8_t *b, size_t n, uint32_t *idx)
+{
+    size_t i = 0, k = 0;
+    /* 256 bytes per array per round: the few-changes case is one kortest per round */
+    for (; i + 256 <= n; i += 256) {
+        __mmask64 m0 = _mm512_cmpneq_epi8_mask(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i));
+        __mmask64 m1 = _mm512_cmpneq_epi8_mask(_mm512_loadu_si512(a + i + 64), _mm512_loadu_si512(b + i + 64));
+        __mmask64 m2 = _mm512_cmpneq_epi8_mask(_mm512_loadu_si512(a + i + 128), _mm512_loadu_si512(b + i + 128));
+        __mmask64 m3 = _mm512_cmpneq_epi8_mask(_mm512_loadu_si512(a + i + 192), _mm512_loadu_si512(b + i + 192));
+        if (!(m0 | m1 | m2 | m3))
+            continue;
+        k = emit64(m0, (uint32_t)i, idx, k);
+        k = emit64(m1, (uint32_t)i + 64, idx, k);
+        k = emit64(m2, (uint32_t)i + 128, idx, k);
+        k = emit64(m3, (uint32_t)i + 192, idx, k);
+    }
+    for (; i < n; i += 64) {
+        __mmask64 lm = tail_mask(n - i);
+        __mmask64 m = _mm512_mask_cmpneq_epi8_mask(lm, _mm512_maskz_loadu_epi8(lm, a + i),
+                                                   _mm512_maskz_loadu_epi8(lm, b + i));
+        k = emit64(m, (uint32_t)i, idx, k);
+    }
+    return k;
+}
+
+static size_t diff16_avx512(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx)
+{
+    size_t i = 0, k = 0;
+    for (; i + 128 <= n; i += 128) {
+        __mmask32 m0 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i));
+        __mmask32 m1 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 32), _mm512_loadu_si512(b + i + 32));
+        __mmask32 m2 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 64), _mm512_loadu_si512(b + i + 64));
+        __mmask32 m3 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 96), _mm512_loadu_si512(b + i + 96));
+        uint64_t lo = m0 | (uint64_t)m1 << 32, hi = m2 | (uint64_t)m3 << 32;
+        if (!(lo | hi))
+            continue;
+        k = emit64(lo, (uint32_t)i, idx, k);
+        k = emit64(hi, (uint32_t)i + 64, idx, k);
+    }
+    for (; i < n; i += 32) {
+        __mmask32 lm = (__mmask32)tail_mask(n - i < 32 ? n - i : 32);
+        __mmask32 m = _mm512_mask_cmpneq_epi16_mask(lm, _mm512_maskz_loadu_epi16(lm, a + i),
+                                                    _mm512_maskz_loadu_epi16(lm, b + i));
+        k = emit64(m, (uint32_t)i, idx, k);
+    }
+    return k;
+}
+
+static size_t diff32_avx512(const uint32_t *a, const uint32_t *b, size_t n, uint32_t *idx)
+{
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64) {
+        __mmask16 m0 = _mm512_cmpneq_epi32_mask(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i));
+        __mmask16 m1 = _mm512_cmpneq_epi32_mask(_mm512_loadu_si512(a + i + 16), _mm512_loadu_si512(b + i + 16));
+        __mmask16 m2 = _mm512_cmpneq_epi32_mask(_mm512_loadu_si512(a + i + 32), _mm512_loadu_si512(b + i + 32));
+        __mmask16 m3 = _mm512_cmpneq_epi32_mask(_mm512_loadu_si512(a + i + 48), _mm512_loadu_si512(b + i + 48));
+        uint64_t m = m0 | (uint64_t)m1 << 16 | (uint64_t)m2 << 32 | (uint64_t)m3 << 48;
+        if (m)
+            k = emit64(m, (uint32_t)i, idx, k);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 lm = (__mmask16)tail_mask(n - i < 16 ? n - i : 16);
+        __mmask16 m = _mm512_mask_cmpneq_epi32_mask(lm, _mm512_maskz_loadu_epi32(lm, a + i),
+                                                    _mm512_maskz_loadu_epi32(lm, b + i));
+        k = emit64(m, (uint32_t)i, idx, k);
+    }
+    return k;
+}
+
+/* 32-bit elements: vpgatherdd / vpscatterdd touch exactly the 4 bytes of each index, like the
+ * scalar loop; vpscatterdd writes overlapping lanes in order, so duplicates keep last-wins. */
+static void gather32_avx512(const uint32_t *src, const uint32_t *idx, size_t k, uint32_t *out)
+{
+    for (size_t j = 0; j < k; j += 16) {
+        __mmask16 lm = (__mmask16)tail_mask(k - j < 16 ? k - j : 16);
+        __m512i vi = _mm512_maskz_loadu_epi32(lm, idx + j);
+        __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lm, vi, src, 4);
+        _mm512_mask_storeu_epi32(out + j, lm, v);
+    }
+}
+
+static void scatter32_avx512(uint32_t *dst, const uint32_t *idx, size_t k, const uint32_t *v)
+{
+    for (size_t j = 0; j < k; j += 16) {
+        __mmask16 lm = (__mmask16)tail_mask(k - j < 16 ? k - j : 16);
+        __m512i vi = _mm512_maskz_loadu_epi32(lm, idx + j);
+        _mm512_mask_i32scatter_epi32(dst, lm, vi, _mm512_maskz_loadu_epi32(lm, v + j), 4);
+    }
+}
+
+static void ulp_encode32_avx512(const uint32_t *a, const uint32_t *b, const uint32_t *idx, size_t k,
+                                uint32_t *out)
+{
+    for (size_t j = 0; j < k; j += 16) {
+        __mmask16 lm = (__mmask16)tail_mask(k - j < 16 ? k - j : 16);
+        __m512i vi = _mm512_maskz_loadu_epi32(lm, idx + j);
+        __m512i va = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lm, vi, a, 4);
+        __m512i vb = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lm, vi, b, 4);
+        __m512i d = _mm512_sub_epi32(vb, va);
+        __m512i z = _mm512_xor_si512(_mm512_slli_epi32(d, 1), _mm512_srai_epi32(d, 31));
+        _mm512_mask_storeu_epi32(out + j, lm, z);
+    }
+}
+
+/* ulp apply on 32-bit: gather, add, scatter. Duplicate positions inside one group of 16
+ * would lose an add, so groups that are not strictly ascending (never produced by diff,
+ * but allowed by the contract) take the scalar path. */
+static void ulp_apply32_avx512(uint32_t *dst, const uint32_t *idx, size_t k, const uint32_t *z)
+{
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m512i vi = _mm512_loadu_si512(idx + j);
+        __m512i vz = _mm512_loadu_si512(z + j);
+        __m512i delta = _mm512_xor_si512(_mm512_srli_epi32(vz, 1),
+            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_and_si512(vz, _mm512_set1_epi32(1))));
+        __mmask16 up = _mm512_cmpgt_epu32_mask(vi, _mm512_alignr_epi32(vi, vi, 15));
+        if ((up & 0xfffe) != 0xfffe) {
+            uint32_t d[16];
+            _mm512_storeu_si512(d, delta);
+            for (unsigned e = 0; e < 16; e++)
+                dst[idx[j + e]] += d[e];
+            continue;
+        }
+        __m512i cur = _mm512_i32gather_epi32(vi, dst, 4);
+        _mm512_i32scatter_epi32(dst, vi, _mm512_add_epi32(cur, delta), 4);
+    }
+    for (; j < k; j++)
+        dst[idx[j]] += (z[j] >> 1) ^ (0u - (z[j] & 1u));
+}
+
+/* 16-bit elements have no gather/scatter instruction (and a 32-bit one would touch 2 bytes
+ * past the last element). Dense runs of 32 consecutive positions are one vector op; other
+ * groups are scalar. See run16 in kernels_avx2.c for why every lane is compared. */
+static inline int run_of(const uint32_t *idx)
+{
+    __m512i first = _mm512_set1_epi32((int)idx[0]);
+    __m512i iota = _mm512_loadu_si512(iota16);
+    __m512i want0 = _mm512_add_epi32(first, iota);
+    __m512i want1 = _mm512_add_epi32(want0, _mm512_set1_epi32(16));
+    __mmask16 e0 = _mm512_cmpeq_epi32_mask(want0, _mm512_loadu_si512(idx));
+    __mmask16 e1 = _mm512_cmpeq_epi32_mask(want1, _mm512_loadu_si512(idx + 16));
+    return (e0 & e1) == 0xffff && idx[0] <= UINT32_MAX - 31;
+}
+
+static inline __m512i unzigzag16(__m512i z)
+{
+    __m512i sign = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_and_si512(z, _mm512_set1_epi16(1)));
+    return _mm512_xor_si512(_mm512_srli_epi16(z, 1), sign);
+}
+
+static void scatter16_avx512(uint16_t *dst, const uint32_t *idx, size_t k, const uint16_t *v)
+{
+    size_t j = 0;
+    for (; j + 32 <= k; j += 32) {
+        if (run_of(idx + j)) {
+            _mm512_storeu_si512(dst + idx[j], _mm512_loadu_si512(v + j));
+        } else {
+            for (unsigned e = 0; e < 32; e++)
+                dst[idx[j + e]] = v[j + e];
+        }
+    }
+    for (; j < k; j++)
+        dst[idx[j]] = v[j];
+}
+
+static void ulp_apply16_avx512(uint16_t *dst, const uint32_t *idx, size_t k, const uint16_t *z)
+{
+    size_t j = 0;
+    for (; j + 32 <= k; j += 32) {
+        __m512i delta = unzigzag16(_mm512_loadu_si512(z + j));
+        if (run_of(idx + j)) {
+            uint16_t *p = dst + idx[j];
+            _mm512_storeu_si512(p, _mm512_add_epi16(_mm512_loadu_si512(p), delta));
+        } else {
+            uint16_t d[32];
+            _mm512_storeu_si512(d, delta);
+            for (unsigned e = 0; e < 32; e++)
+                dst[idx[j + e]] = (uint16_t)(dst[idx[j + e]] + d[e]);
+        }
+    }
+    for (; j < k; j++)
+        dst[idx[j]] = (uint16_t)(dst[idx[j]] + ((z[j] >> 1) ^ (uint16_t)(0u - (z[j] & 1u))));
+}
+
+/* Prefix sum of 16 lanes by log-steps of whole-register lane shifts (valignd with zero). */
+static inline __m512i prefix16(__m512i x)
+{
+    __m512i zero = _mm512_setzero_si512();
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 15));
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 14));
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 12));
+    return _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 8));
+}
+
+/* Same scheme as gaps_decode_avx2: next = position + 1 in 32 bits; see there why checking
+ * "next > limit or next not increasing" per lane is exact. */
+static int gaps_decode_avx512(const uint32_t *gaps, size_t k, uint32_t limit, uint32_t *idx)
+{
+    uint64_t next = 0;
+    size_t j = 0;
+    __m512i one = _mm512_set1_epi32(1);
+    __m512i vlimit = _mm512_set1_epi32((int)limit);
+    __mmask16 bad = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m512i g = _mm512_loadu_si512(gaps + j);
+        __m512i vin = _mm512_set1_epi32((int)(uint32_t)next);
+        __m512i vnext = _mm512_add_epi32(prefix16(_mm512_add_epi32(g, one)), vin);
+        __m512i vprev = _mm512_alignr_epi32(vnext, vin, 15);
+        bad |= _mm512_cmpgt_epu32_mask(vnext, vlimit) | _mm512_cmple_epu32_mask(vnext, vprev);
+        _mm512_storeu_si512(idx + j, _mm512_sub_epi32(vnext, one));
+        next = idx[j + 15] + 1ull;
+        if ((j & 127) == 112 && bad)
+            return -1;
+    }
+    if (bad)
+        return -1;
+    for (; j < k; j++) {
+        uint64_t pos = next + gaps[j];
+        if (pos >= limit)
+            return -1;
+        idx[j] = (uint32_t)pos;
+        next = pos + 1;
+    }
+    return 0;
+}
+
+int pulse_kernels_init_avx512(pulse_kernels *k)
+{
+    if (!(pulse_cpu_flags() & PULSE_CPU_AVX512))
+        return -1;
+    k->name = "avx512";
+    k->diff8 = diff8_avx512;
+    k->diff16 = diff16_avx512;
+    k->diff32 = diff32_avx512;
+    k->gather32 = gather32_avx512;
+    k->scatter16 = scatter16_avx512;
+    k->scatter32 = scatter32_avx512;
+    k->ulp_encode32 = ulp_encode32_avx512;
+    k->ulp_apply16 = ulp_apply16_avx512;
+    k->ulp_apply32 = ulp_apply32_avx512;
+    k->gaps_decode = gaps_decode_avx512;
+    return 0;
+}

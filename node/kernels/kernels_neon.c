@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* AArch64 Advanced SIMD (NEON) kernels: change finding and gaps; the rest stays on the reference. */
+#include <arm_neon.h>
+
+#include "node/kernels/kernels.h"
+
+/* NEON has no movemask: a compare result is narrowed into a 64-bit word holding a fixed
+ * number of bits per element (4 for bytes, 8 for halfwords, 16 for words); one bit per
+ * element is kept and its index recovered with ctz / bits-per-element. */
+static inline size_t emit_bits(uint64_t bits, unsigned shift, uint32_t base, uint32_t *idx, size_t k)
+{
+    while (bits) {
+        idx[k++] = base + (uint32_t)(__builtin_ctzll(bits) >> shift);
+        bits &= bits - 1;
+    }
+    return k;
+}
+
+static size_t diff8_neon(const uint8_t *a, const uint8_t *b, size_t n, uint32_t *idx)
+{
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint8x16_t ne[4];
+        for (unsigned v = 0; v < 4; v++)
+            ne[v] = vmvnq_u8(vceqq_u8(vld1q_u8(a + i + 16 * v), vld1q_u8(b + i + 16 * v)));
+        uint8x16_t any = vorrq_u8(vorrq_u8(ne[0], ne[1]), vorrq_u8(ne[2], ne[3]));
+        if (!vmaxvq_u8(any))
+            continue; /* the common case when few elements changed: one reduction per 64 */
+        for (unsigned v = 0; v < 4; v++) {
+            uint64_t m = vget_lane_u64(vreinterpret_u64_u8(vshrn_n_u16(vreinterpretq_u16_u8(ne[v]), 4)), 0);
+            k = emit_bits(m & 0x1111111111111111ull, 2, (uint32_t)(i + 16 * v), idx, k);
+        }
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i])
+            idx[k++] = (uint32_t)i;
+    return k;
+}
+
+static size_t diff16_neon(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx)
+{
+    size_t i = 0, k = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint16x8_t ne[4];
+        for (unsigned v = 0; v < 4; v++)
+            ne[v] = vmvnq_u16(vceqq_u16(vld1q_u16(a + i + 8 * v), vld1q_u16(b + i + 8 * v)));
+        uint16x8_t any = vorrq_u16(vorrq_u16(ne[0], ne[1]), vorrq_u16(ne[2], ne[3]));
+        if (!vmaxvq_u16(any))
+            continue;
+        for (unsigned v = 0; v < 4; v++) {
+            uint64_t m = vget_lane_u64(vreinterpret_u64_u8(vmovn_u16(ne[v])), 0);
+            k = emit_bits(m & 0x0101010101010101ull, 3, (uint32_t)(i + 8 * v), idx, k);
+        }
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i])
+            idx[k++] = (uint32_t)i;
+    return k;
+}
+
+static size_t diff32_neon(const uint32_t *a, const uint32_t *b, size_t n, uint32_t *idx)
+{
+    size_t i = 0, k = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint32x4_t ne[4];
+        for (unsigned v = 0; v < 4; v++)
+            ne[v] = vmvnq_u32(vceqq_u32(vld1q_u32(a + i + 4 * v), vld1q_u32(b + i + 4 * v)));
+        uint32x4_t any = vorrq_u32(vorrq_u32(ne[0], ne[1]), vorrq_u32(ne[2], ne[3]));
+        if (!vmaxvq_u32(any))
+            continue;
+        for (unsigned v = 0; v < 4; v++) {
+            uint64_t m = vget_lane_u64(vreinterpret_u64_u16(vmovn_u32(ne[v])), 0);
+            k = emit_bits(m & 0x0001000100010001ull, 4, (uint32_t)(i + 4 * v), idx, k);
+        }
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i])
+            idx[k++] = (uint32_t)i;
+    return k;
+}
+
+static void gaps_encode_neon(const uint32_t *idx, size_t k, uint32_t *gaps)
+{
+    if (k == 0)
+        return;
+    gaps[0] = idx[0];
+    size_t j = 1;
+    uint32x4_t one = vdupq_n_u32(1);
+    for (; j + 4 <= k; j += 4)
+        vst1q_u32(gaps + j, vsubq_u32(vsubq_u32(vld1q_u32(idx + j), vld1q_u32(idx + j - 1)), one));
+    for (; j < k; j++)
+        gaps[j] = idx[j] - idx[j - 1] - 1;
+}
+
+/* next = position + 1 in 32 bits; see gaps_decode_avx2 for why "next > limit or next not
+ * increasing" in any lane is exactly "a position reaches limit or wraps". */
+static int gaps_decode_neon(const uint32_t *gaps, size_t k, uint32_t limit, uint32_t *idx)
+{
+    uint64_t next = 0;
+    size_t j = 0;
+    uint32x4_t zero = vdupq_n_u32(0), one = vdupq_n_u32(1), vlimit = vdupq_n_u32(limit);
+    uint32x4_t bad = zero;
+    for (; j + 4 <= k; j += 4) {
+        uint32x4_t x = vaddq_u32(vld1q_u32(gaps + j), one);
+        x = vaddq_u32(x, vextq_u32(zero, x, 3));
+        x = vaddq_u32(x, vextq_u32(zero, x, 2));
+        uint32x4_t vin = vdupq_n_u32((uint32_t)next);
+        uint32x4_t vnext = vaddq_u32(x, vin);
+        uint32x4_t vprev = vextq_u32(vin, vnext, 3);
+        bad = vorrq_u32(bad, vorrq_u32(vcgtq_u32(vnext, vlimit), vcleq_u32(vnext, vprev)));
+        vst1q_u32(idx + j, vsubq_u32(vnext, one));
+        next = vgetq_lane_u32(vnext, 3);
+    }
+    if (vmaxvq_u32(bad))
+        return -1;
+    for (; j < k; j++) {
+        uint64_t pos = next + gaps[j];
+        if (pos >= limit)
+            return -1;
+        idx[j] = (uint32_t)pos;
+        next = pos + 1;
+    }
+    return 0;
+}
+
+int pulse_kernels_init_neon(pulse_kernels *k)
+{
+    if (!(pulse_cpu_flags() & PULSE_CPU_NEON))
+        return -1;
+    k->name = "neon";
+    k->diff8 = diff8_neon;
+    k->diff16 = diff16_neon;
+    k->diff32 = diff32_neon;
+    k->gaps_encode = gaps_encode_neon;
+    k->gaps_decode = gaps_decode_neon;
+    return 0;
+}

@@ -1,0 +1,514 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* checkasm-style kernel test: every ISA table against the _c reference on random and edge inputs; --bench times them. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "node/kernels/kernels.h"
+
+/* ---------- inputs ---------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Bit patterns that float-aware code gets wrong: +-0, +-Inf, quiet/signalling NaNs with
+ * payloads, smallest subnormal, all-ones. A kernel must compare and add bits, not floats. */
+static const uint32_t special32[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
+    0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fffffffu, 0x00000001u, 0xffffffffu};
+static const uint16_t special16[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81,
+    0x7fff, 0x0001, 0xffff, 0x7c00, 0xfe00};
+static const uint8_t special8[] = {0x00, 0x80, 0x7f, 0xff, 0x78, 0xf8, 0x7c, 0x01};
+
+enum pattern { P_NONE, P_ALL, P_SPARSE1, P_SPARSE5, P_HALF, P_BURSTS, P_ZERO_SIGN, P_COUNT };
+static const char *const pattern_name[P_COUNT] = {"none", "all", "1%", "5%", "50%", "bursts", "+0/-0"};
+
+/* Whether element i of a change pattern differs (bursts: runs of 1..300 changed elements). */
+static int changed(enum pattern p, size_t i, int *burst_left)
+{
+    switch (p) {
+    case P_NONE: return 0;
+    case P_ALL: case P_ZERO_SIGN: return 1;
+    case P_SPARSE1: return rnd() % 100 == 0;
+    case P_SPARSE5: return rnd() % 20 == 0;
+    case P_HALF: return rnd() & 1;
+    case P_BURSTS:
+        if (*burst_left > 0) { (*burst_left)--; return 1; }
+        if (rnd() % 200 == 0) { *burst_left = (int)(rnd() % 300); return 1; }
+        return 0;
+    default: (void)i; return 0;
+    }
+}
+
+/* ---------- memory with traps ---------- */
+
+/* An input array ending exactly where a PROT_NONE page begins: any read past n faults. */
+typedef struct { void *map; size_t map_size; } guarded;
+
+static void *guard_alloc(guarded *g, size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t data_pages = (bytes + page - 1) / page;
+    g->map_size = (data_pages + 1) * page;
+    g->map = mmap(NULL, g->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g->map == MAP_FAILED) { perror("mmap"); exit(2); }
+    uint8_t *guard = (uint8_t *)g->map + data_pages * page;
+    if (mprotect(guard, page, PROT_NONE)) { perror("mprotect"); exit(2); }
+    return guard - bytes;
+}
+
+static void guard_free(guarded *g) { munmap(g->map, g->map_size); }
+
+/* An output array with canary bytes before and after: any write outside [0, bytes) shows. */
+enum { CANARY = 64 };
+static const uint8_t canary_byte = 0xa5;
+
+static void *canary_alloc(size_t bytes)
+{
+    uint8_t *p = malloc(bytes + 2 * CANARY);
+    if (!p) { perror("malloc"); exit(2); }
+    memset(p, canary_byte, bytes + 2 * CANARY);
+    return p + CANARY;
+}
+
+static int canary_intact(const void *data, size_t bytes)
+{
+    const uint8_t *p = (const uint8_t *)data;
+    for (size_t i = 0; i < CANARY; i++)
+        if (p[-1 - (ptrdiff_t)i] != canary_byte || p[bytes + i] != canary_byte)
+            return 0;
+    return 1;
+}
+
+static void canary_free(void *data) { free((uint8_t *)data - CANARY); }
+
+/* ---------- one test case per width ---------- */
+
+static const char *cur_isa;
+static size_t cur_n;
+static const char *cur_pattern;
+static int cur_placement;
+
+#define FAILED_AT(what) fprintf(stderr, "  %s %s: n=%zu pattern=%s placement=%d\n", cur_isa, what, \
+    cur_n, cur_pattern, cur_placement)
+
+#define CHECK_SAME(cond, what) do { int ok_ = (cond); CHECK(ok_); if (!ok_) FAILED_AT(what); } while (0)
+
+enum { SLACK = 64 }; /* idx slack granted by the diff contract */
+
+/* Runs every kernel of width W from table t and from the reference r over arrays a, b of n
+ * elements (a and b already placed: guarded or offset) and compares all outputs bitwise. */
+#define DEFINE_CASE(W, T, special) \
+static void fill##W(T *a, T *b, size_t n, enum pattern p) \
+{ \
+    int burst = 0; \
+    for (size_t i = 0; i < n; i++) { \
+        uint64_t r = rnd(); \
+        a[i] = (r & 7) == 0 ? special[(r >> 8) % (sizeof special / sizeof special[0])] : (T)(r >> 16); \
+        b[i] = a[i]; \
+        if (changed(p, i, &burst)) { \
+            if (p == P_ZERO_SIGN) { a[i] = 0; b[i] = (T)((T)1 << (W - 1)); } \
+            else do { b[i] = (rnd() & 3) == 0 ? special[rnd() % (sizeof special / sizeof special[0])] \
+                                               : (T)rnd(); } while (b[i] == a[i]); \
+        } \
+    } \
+} \
+static void run_case##W(const pulse_kernels *t, const pulse_kernels *r, const T *a, const T *b, size_t n) \
+{ \
+    uint32_t *idx_r = canary_alloc((n + SLACK) * 4), *idx_t = canary_alloc((n + SLACK) * 4); \
+    size_t k_r = r->diff##W(a, b, n, idx_r), k_t = t->diff##W(a, b, n, idx_t); \
+    CHECK_SAME(k_r == k_t && !memcmp(idx_r, idx_t, k_r * 4), "diff" #W); \
+    CHECK_SAME(canary_intact(idx_t, (n + SLACK) * 4), "diff" #W " overrun"); \
+    size_t k = k_r; \
+    /* gather / ulp_encode over the diff positions */ \
+    size_t cap = k < 300 ? 300 : k; /* the random-position cases below reuse o_r, o_t */ \
+    T *o_r = canary_alloc(cap * sizeof(T)), *o_t = canary_alloc(cap * sizeof(T)); \
+    r->gather##W(b, idx_r, k, o_r); t->gather##W(b, idx_r, k, o_t); \
+    CHECK_SAME(!memcmp(o_r, o_t, k * sizeof(T)) && canary_intact(o_t, k * sizeof(T)), "gather" #W); \
+    r->ulp_encode##W(a, b, idx_r, k, o_r); t->ulp_encode##W(a, b, idx_r, k, o_t); \
+    CHECK_SAME(!memcmp(o_r, o_t, k * sizeof(T)) && canary_intact(o_t, k * sizeof(T)), "ulp_encode" #W); \
+    /* ulp_apply of the encoded differences turns a into b exactly */ \
+    T *d_r = canary_alloc(n * sizeof(T)), *d_t = canary_alloc(n * sizeof(T)); \
+    memcpy(d_r, a, n * sizeof(T)); memcpy(d_t, a, n * sizeof(T)); \
+    r->ulp_apply##W(d_r, idx_r, k, o_r); t->ulp_apply##W(d_t, idx_r, k, o_r); \
+    CHECK_SAME(!memcmp(d_r, d_t, n * sizeof(T)) && canary_intact(d_t, n * sizeof(T)), "ulp_apply" #W); \
+    CHECK_SAME(!memcmp(d_t, b, n * sizeof(T)), "ulp_apply" #W " round trip"); \
+    /* scatter of the gathered values turns a into b */ \
+    r->gather##W(b, idx_r, k, o_r); \
+    memcpy(d_t, a, n * sizeof(T)); \
+    t->scatter##W(d_t, idx_r, k, o_r); \
+    CHECK_SAME(!memcmp(d_t, b, n * sizeof(T)) && canary_intact(d_t, n * sizeof(T)), "scatter" #W); \
+    /* random positions with repeats, random values: exercises the non-run paths */ \
+    if (n) { \
+        size_t m = n < 300 ? n : 300; \
+        uint32_t *ri = canary_alloc(m * 4); \
+        T *rv = canary_alloc(m * sizeof(T)); \
+        for (size_t j = 0; j < m; j++) { ri[j] = (uint32_t)(rnd() % n); rv[j] = (T)rnd(); } \
+        memcpy(d_r, a, n * sizeof(T)); memcpy(d_t, a, n * sizeof(T)); \
+        r->scatter##W(d_r, ri, m, rv); t->scatter##W(d_t, ri, m, rv); \
+        CHECK_SAME(!memcmp(d_r, d_t, n * sizeof(T)), "scatter" #W " random"); \
+        r->ulp_apply##W(d_r, ri, m, rv); t->ulp_apply##W(d_t, ri, m, rv); \
+        CHECK_SAME(!memcmp(d_r, d_t, n * sizeof(T)), "ulp_apply" #W " random"); \
+        r->gather##W(a, ri, m, o_r); t->gather##W(a, ri, m, o_t); \
+        CHECK_SAME(!memcmp(o_r, o_t, m * sizeof(T)), "gather" #W " random"); \
+        r->ulp_encode##W(a, b, ri, m, o_r); t->ulp_encode##W(a, b, ri, m, o_t); \
+        CHECK_SAME(!memcmp(o_r, o_t, m * sizeof(T)), "ulp_encode" #W " random"); \
+        canary_free(ri); canary_free(rv); \
+    } \
+    EXTRA##W \
+    canary_free(o_r); canary_free(o_t); canary_free(d_r); canary_free(d_t); \
+    canary_free(idx_r); canary_free(idx_t); \
+}
+
+/* Width-specific extras: ulp_to_abs16 and the gaps kernels (run on the 16-bit positions). */
+#define EXTRA8
+#define EXTRA32
+#define EXTRA16 extra16(t, r, a, b, n, idx_r, k);
+
+static void check_gaps(const pulse_kernels *t, const pulse_kernels *r, const uint32_t *idx, size_t k,
+                       uint32_t limit);
+
+static void extra16(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a, const uint16_t *b,
+                    size_t n, const uint32_t *idx, size_t k)
+{
+    uint16_t *z = canary_alloc(k * 2), *v_r = canary_alloc(k * 2), *v_t = canary_alloc(k * 2);
+    r->ulp_encode16(a, b, idx, k, z);
+    r->ulp_to_abs16(a, idx, k, z, v_r);
+    t->ulp_to_abs16(a, idx, k, z, v_t);
+    CHECK_SAME(!memcmp(v_r, v_t, k * 2) && canary_intact(v_t, k * 2), "ulp_to_abs16");
+    for (size_t j = 0; j < k; j++)
+        z[j] = (uint16_t)rnd();
+    r->ulp_to_abs16(a, idx, k, z, v_r);
+    t->ulp_to_abs16(a, idx, k, z, v_t);
+    CHECK_SAME(!memcmp(v_r, v_t, k * 2), "ulp_to_abs16 random");
+    canary_free(z); canary_free(v_r); canary_free(v_t);
+    check_gaps(t, r, idx, k, (uint32_t)n);
+}
+
+DEFINE_CASE(8, uint8_t, special8)
+DEFINE_CASE(16, uint16_t, special16)
+DEFINE_CASE(32, uint32_t, special32)
+
+/* gaps_encode on valid positions, then gaps_decode with limit n (fits), the last position
+ * (reaches the limit: refused) and limit 0. */
+static void check_gaps(const pulse_kernels *t, const pulse_kernels *r, const uint32_t *idx, size_t k,
+                       uint32_t limit)
+{
+    uint32_t *g_r = canary_alloc(k * 4), *g_t = canary_alloc(k * 4);
+    uint32_t *i_r = canary_alloc(k * 4), *i_t = canary_alloc(k * 4);
+    r->gaps_encode(idx, k, g_r);
+    t->gaps_encode(idx, k, g_t);
+    CHECK_SAME(!memcmp(g_r, g_t, k * 4) && canary_intact(g_t, k * 4), "gaps_encode");
+    int rc_r = r->gaps_decode(g_r, k, limit, i_r), rc_t = t->gaps_decode(g_r, k, limit, i_t);
+    CHECK_SAME(rc_r == 0 && rc_t == 0 && !memcmp(i_t, idx, k * 4) && canary_intact(i_t, k * 4),
+               "gaps_decode");
+    if (k) {
+        uint32_t tight = idx[k - 1]; /* the last position == limit: must be refused */
+        CHECK_SAME(r->gaps_decode(g_r, k, tight, i_r) == -1 && t->gaps_decode(g_r, k, tight, i_t) == -1,
+                   "gaps_decode limit reached");
+        CHECK_SAME(t->gaps_decode(g_r, k, tight + 1, i_t) == 0, "gaps_decode limit just fits");
+        CHECK_SAME(t->gaps_decode(g_r, k, 0, i_t) == -1, "gaps_decode limit 0");
+        CHECK_SAME(canary_intact(i_t, k * 4), "gaps_decode overrun");
+    }
+    canary_free(g_r); canary_free(g_t); canary_free(i_r); canary_free(i_t);
+}
+
+/* Hand-made gap sequences that wrap 2^32 or reach the limit at every lane position. */
+static void check_gaps_errors(const pulse_kernels *t, const pulse_kernels *r)
+{
+    cur_pattern = "gaps errors";
+    enum { MAXK = 80 };
+    uint32_t *g = canary_alloc(MAXK * 4), *i_r = canary_alloc(MAXK * 4), *i_t = canary_alloc(MAXK * 4);
+    static const uint32_t big[] = {0xffffffffu, 0xfffffffeu, 0x80000000u, 0x7fffffffu, 0x10000000u};
+    for (size_t k = 1; k <= MAXK; k++) {
+        cur_n = k;
+        for (size_t at = 0; at < k; at++) {
+            for (size_t b = 0; b < sizeof big / sizeof big[0]; b++) {
+                for (size_t j = 0; j < k; j++)
+                    g[j] = (uint32_t)(rnd() % 5);
+                g[at] = big[b];
+                if (b == 4 && k > 1) /* several large gaps: the sum passes 2^32 slowly */
+                    for (size_t j = at; j < k; j++)
+                        g[j] = 0x40000000u;
+                static const uint32_t limits[] = {0xffffffffu, 0xfffffff0u, 1000, 0x80000000u};
+                for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
+                    int rc_r = r->gaps_decode(g, k, limits[l], i_r);
+                    int rc_t = t->gaps_decode(g, k, limits[l], i_t);
+                    CHECK_SAME(rc_r == rc_t && (rc_r != 0 || !memcmp(i_r, i_t, k * 4)), "gaps_decode errors");
+                    CHECK_SAME(canary_intact(i_t, MAXK * 4), "gaps_decode errors overrun");
+                }
+            }
+        }
+        /* exact boundary: positions 0..k-1 with limit k fits, limit k-1 is refused */
+        for (size_t j = 0; j < k; j++)
+            g[j] = 0;
+        CHECK_SAME(t->gaps_decode(g, k, (uint32_t)k, i_t) == 0, "gaps_decode dense fits");
+        CHECK_SAME(t->gaps_decode(g, k, (uint32_t)k - 1, i_t) == -1, "gaps_decode dense over");
+        /* positions 2^32-3, 2^32-2, then 2^32-1 == limit: refused from k = 3 on */
+        g[0] = 0xfffffffdu;
+        int rc_r = r->gaps_decode(g, k, 0xffffffffu, i_r), rc_t = t->gaps_decode(g, k, 0xffffffffu, i_t);
+        CHECK_SAME(rc_r == rc_t && (rc_r != 0 || !memcmp(i_r, i_t, k * 4)), "gaps_decode near 2^32");
+    }
+    canary_free(g); canary_free(i_r); canary_free(i_t);
+}
+
+static const size_t lengths[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 96,
+    127, 128, 129, 191, 255, 256, 257, 511, 1000, 4097, 65537, 300001};
+
+/* Every length and pattern twice: once with the arrays ending at a guard page (reads past n
+ * fault), once starting 1..7 elements after a 64-byte boundary (misaligned for every vector). */
+#define DEFINE_ALL(W, T) \
+static void check_width##W(const pulse_kernels *t, const pulse_kernels *r) \
+{ \
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) { \
+        size_t n = lengths[li]; \
+        for (int p = 0; p < P_COUNT; p++) { \
+            for (int placement = 0; placement < 2; placement++) { \
+                cur_n = n; cur_pattern = pattern_name[p]; cur_placement = placement; \
+                guarded ga, gb; \
+                T *a, *b; \
+                size_t off = 1 + (size_t)(li + (size_t)p) % 7; \
+                if (placement == 0) { \
+                    a = guard_alloc(&ga, n * sizeof(T)); \
+                    b = guard_alloc(&gb, n * sizeof(T)); \
+                } else { \
+                    a = (T *)guard_alloc(&ga, (n + 64) * sizeof(T) + 64) ; \
+                    a = (T *)(((uintptr_t)a + 63) & ~(uintptr_t)63) + off; \
+                    b = (T *)guard_alloc(&gb, (n + 64) * sizeof(T) + 64); \
+                    b = (T *)(((uintptr_t)b + 63) & ~(uintptr_t)63) + (7 - off + 1); \
+                } \
+                fill##W(a, b, n, (enum pattern)p); \
+                run_case##W(t, r, a, b, n); \
+                guard_free(&ga); guard_free(&gb); \
+            } \
+        } \
+    } \
+}
+
+DEFINE_ALL(8, uint8_t)
+DEFINE_ALL(16, uint16_t)
+DEFINE_ALL(32, uint32_t)
+
+typedef int (*isa_init)(pulse_kernels *);
+static const struct { const char *name; isa_init init; unsigned flag; } isas[] = {
+    {"avx2", pulse_kernels_init_avx2, PULSE_CPU_AVX2},
+    {"avx512", pulse_kernels_init_avx512, PULSE_CPU_AVX512},
+    {"neon", pulse_kernels_init_neon, PULSE_CPU_NEON},
+};
+
+/* What the CPU has before PULSE_CPU_MASK, asked independently of cpu.c, so that a detection
+ * bug cannot silently skip a table. */
+static unsigned cpu_has_raw(unsigned flag)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (flag == PULSE_CPU_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
+    if (flag == PULSE_CPU_AVX512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2");
+    return 0;
+#elif defined(__aarch64__)
+    return flag == PULSE_CPU_NEON;
+#else
+    (void)flag;
+    return 0;
+#endif
+}
+
+static unsigned env_mask(void)
+{
+    const char *m = getenv("PULSE_CPU_MASK");
+    return m && *m ? (unsigned)strtoul(m, NULL, 16) : 0;
+}
+
+/* ---------- --bench ---------- */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n)
+{
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_add_epi64(s0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        s1 = _mm256_add_epi64(s1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
+        s2 = _mm256_add_epi64(s2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
+        s3 = _mm256_add_epi64(s3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
+    }
+    uint64_t out[4];
+    _mm256_storeu_si256((__m256i *)out, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    return out[0] + out[1] + out[2] + out[3]; /* n is a multiple of 16 here */
+}
+#endif
+
+static volatile uint64_t bench_sink;
+
+static void bench_machine(void)
+{
+    size_t bytes = 256u << 20;
+    uint64_t *src = malloc(bytes), *dst = malloc(bytes);
+    if (!src || !dst) { perror("malloc"); exit(2); }
+    memset(src, 1, bytes);
+    memset(dst, 0, bytes);
+    double best = 1e9;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx2")) {
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now();
+            bench_sink += sum_avx2(src, bytes / 8);
+            double t = now() - t0;
+            best = t < best ? t : best;
+        }
+        printf("%-8s %-22s %8.2f GB/s\n", "machine", "read (sum, avx2)", bytes / best / 1e9);
+    }
+#endif
+    best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        memcpy(dst, src, bytes);
+        double t = now() - t0;
+        best = t < best ? t : best;
+    }
+    bench_sink += dst[rnd() % (bytes / 8)];
+    printf("%-8s %-22s %8.2f GB/s (bytes copied / s)\n", "machine", "memcpy 256 MiB", bytes / best / 1e9);
+    free(src);
+    free(dst);
+}
+
+/* diff16 over two 64 MiB arrays: GB/s of input read (both arrays); scatter16 and
+ * ulp_apply16 of those changes into a 64 MiB array: GB/s relative to the array size. */
+static void bench_table(const pulse_kernels *t)
+{
+    size_t n = (64u << 20) / 2;
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2), *v = malloc(n * 2);
+    uint32_t *idx = malloc((n + SLACK) * 4);
+    if (!a || !b || !v || !idx) { perror("malloc"); exit(2); }
+    static const int percent[] = {0, 4, 100};
+    for (size_t pi = 0; pi < 3; pi++) {
+        for (size_t i = 0; i < n; i++) {
+            a[i] = (uint16_t)rnd();
+            b[i] = (rnd() % 100) < (uint64_t)percent[pi] ? (uint16_t)(a[i] ^ 1) : a[i];
+        }
+        double best = 1e9;
+        size_t k = 0;
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now();
+            k = t->diff16(a, b, n, idx);
+            double dt = now() - t0;
+            best = dt < best ? dt : best;
+        }
+        char label[64];
+        snprintf(label, sizeof label, "diff16 %d%%", percent[pi]);
+        printf("%-8s %-22s %8.2f GB/s (a+b read), %zu changes\n", t->name, label, 2.0 * n * 2 / best / 1e9, k);
+        if (!percent[pi])
+            continue;
+        for (size_t j = 0; j < k; j++)
+            v[j] = (uint16_t)(rnd() & 0xff);
+        best = 1e9;
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now();
+            t->scatter16(a, idx, k, v);
+            double dt = now() - t0;
+            best = dt < best ? dt : best;
+        }
+        snprintf(label, sizeof label, "scatter16 %d%%", percent[pi]);
+        printf("%-8s %-22s %8.2f GB/s (array), %.0f M changes/s\n", t->name, label, n * 2 / best / 1e9, k / best / 1e6);
+        best = 1e9;
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now();
+            t->ulp_apply16(a, idx, k, v);
+            double dt = now() - t0;
+            best = dt < best ? dt : best;
+        }
+        snprintf(label, sizeof label, "ulp_apply16 %d%%", percent[pi]);
+        printf("%-8s %-22s %8.2f GB/s (array), %.0f M changes/s\n", t->name, label, n * 2 / best / 1e9, k / best / 1e6);
+    }
+    free(a); free(b); free(v); free(idx);
+}
+
+int main(int argc, char **argv)
+{
+    int bench = 0;
+    const char *expect_name = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bench"))
+            bench = 1;
+        else if (!strcmp(argv[i], "--expect-name") && i + 1 < argc)
+            expect_name = argv[++i];
+        else {
+            fprintf(stderr, "usage: checkkernels [--bench] [--expect-name NAME]\n");
+            return 2;
+        }
+    }
+
+    pulse_kernels ref;
+    pulse_kernels_init_c(&ref);
+    printf("cpu flags 0x%x (PULSE_CPU_MASK=%s), dispatch table: %s\n", pulse_cpu_flags(),
+           getenv("PULSE_CPU_MASK") ? getenv("PULSE_CPU_MASK") : "unset", pulse_kernels_get()->name);
+
+    if (bench) {
+        bench_machine();
+        bench_table(&ref);
+        for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+            pulse_kernels t = ref;
+            if (isas[i].init(&t) == 0)
+                bench_table(&t);
+        }
+        return 0;
+    }
+
+    if (expect_name) {
+        CHECK(!strcmp(pulse_kernels_get()->name, expect_name));
+        if (strcmp(pulse_kernels_get()->name, expect_name))
+            fprintf(stderr, "dispatch table is %s, expected %s\n", pulse_kernels_get()->name, expect_name);
+    }
+
+    /* The reference against itself too: proves the harness (guards, canaries, round trips). */
+    cur_isa = "c";
+    check_width8(&ref, &ref);
+    check_width16(&ref, &ref);
+    check_width32(&ref, &ref);
+    check_gaps_errors(&ref, &ref);
+    printf("tested: c\n");
+
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        pulse_kernels t = ref;
+        int masked = (env_mask() & isas[i].flag) != 0;
+        if (isas[i].init(&t) != 0) {
+            if (cpu_has_raw(isas[i].flag) && !masked) {
+                fprintf(stderr, "the CPU has %s but its table was not tested (not built or not detected)\n",
+                        isas[i].name);
+                CHECK(0);
+            } else {
+                printf("skipped: %s (%s)\n", isas[i].name, masked ? "masked" : "not on this CPU/build");
+            }
+            continue;
+        }
+        cur_isa = isas[i].name;
+        check_width8(&t, &ref);
+        check_width16(&t, &ref);
+        check_width32(&t, &ref);
+        check_gaps_errors(&t, &ref);
+        printf("tested: %s\n", isas[i].name);
+    }
+    return check_done("checkkernels");
+}
