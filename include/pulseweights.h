@@ -5,6 +5,7 @@
 
 #include "pulseweights/error.h"
 #include "pulseweights/checkpoint.h"
+#include "pulseweights/patch.h"
 #include "pulseweights/store.h"
 
 #endif

@@ -104,11 +104,11 @@ int cmd_inspect(int argc, char **argv)
                    ti.nelems, ti.changes, ti.dtype == PULSE_DT_OPAQUE ? "true" : "false",
                    ti.pos_bytes, ti.val_bytes, bits, ti.entropy_bits);
         } else {
+            char b[32] = "replace";
+            if (ti.dtype != PULSE_DT_OPAQUE)
+                snprintf(b, sizeof b, "%.3f", bound);
             printf("%-40s %-8s %12" PRIu64 " %8.4f%% %10" PRIu64 " %10" PRIu64 " %9.3f %9s\n", ti.name,
-                   ti.dtype_name, ti.changes, 100.0 * density, ti.pos_bytes, ti.val_bytes, bits,
-                   ti.dtype == PULSE_DT_OPAQUE ? "replace" : "");
-            if (ti.dtype != PULSE_DT_OPAQUE && ti.changes)
-                printf("%-40s %-8s %12s %9s %10s %10s %9s %9.3f\n", "", "", "", "", "", "", "", bound);
+                   ti.dtype_name, ti.changes, 100.0 * density, ti.pos_bytes, ti.val_bytes, bits, b);
         }
     }
     double ratio_bound = ratio(coded_bits, st.entropy_bits);
