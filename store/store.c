@@ -170,8 +170,12 @@ int pulse_store_split_url(const char *url, char **root, char **key)
         if (rest[0] != '/')
             return pulse_fail(PULSE_ERR_FORMAT, "'%s': file URLs need an absolute path (file:///...)",
                               url);
-        root_len = 8; /* "file:///" */
-        slash = rest;
+        /* The root is the key's directory, so nothing above it is ever touched (delete
+         * removes emptied directories up to the root). */
+        slash = strrchr(rest, '/');
+        root_len = (size_t)(slash - url);
+        if (slash == rest)
+            root_len++; /* "file:///" */
     } else if (!strncmp(url, "s3://", 5)) {
         rest = url + 5;
         slash = strchr(rest, '/');
@@ -285,9 +289,15 @@ int pulse_store_get_file(pulse_store *st, const char *key, uint64_t offset, uint
         free(tmp);
         return rc;
     }
+    /* mkstemp makes 0600; the result should look like any file the user creates. */
+    mode_t um = umask(0);
+    umask(um);
+    if (fchmod(fd, 0666 & ~um))
+        rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: chmod %s", key, tmp);
     pulse_object_info tinfo;
     struct store_dst dst = { fd, 0, NULL, NULL };
-    rc = st->ops->get(st, key, offset, length, NULL, &dst, info ? info : &tinfo);
+    if (!rc)
+        rc = st->ops->get(st, key, offset, length, NULL, &dst, info ? info : &tinfo);
     if (!rc && fsync(fd))
         rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: fsync %s", key, path);
     if (close(fd) && !rc)

@@ -1,0 +1,657 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Signed S3 requests on one libcurl multi handle: concurrency limit, reused connections, retries with full jitter. */
+#include "store/s3_http.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/fail.h"
+
+#define ERR_BODY_MAX 65536
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int s3_req_init(struct s3_store *s, struct s3_req *r, const char *op, const char *method,
+                const char *key, const char *user_key)
+{
+    memset(r, 0, sizeof *r);
+    r->op = op;
+    r->user_key = user_key;
+    r->method = method;
+    r->body_fd = -1;
+    r->sink_fd = -1;
+    r->expect_len = UINT64_MAX;
+    memcpy(r->payload_hash, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", 65);
+    struct buf p = { 0 };
+    buf_adds(&p, s->base_path);
+    if (key || !*s->base_path)
+        buf_addc(&p, '/');
+    if (key)
+        buf_adds(&p, key);
+    r->path = buf_take(&p);
+    return r->path ? 0 : pulse_fail(PULSE_ERR_NOMEM, "%s: out of memory", op);
+}
+
+void s3_req_free(struct s3_req *r)
+{
+    free(r->path);
+    free(r->url);
+    buf_free(&r->body_out);
+    if (r->slist)
+        curl_slist_free_all(r->slist);
+    r->path = r->url = NULL;
+    r->slist = NULL;
+}
+
+char *xml_tag(const char *xml, const char *tag, const char **pos)
+{
+    if (!xml)
+        return NULL;
+    char open[80], close[80];
+    snprintf(open, sizeof open, "<%s>", tag);
+    snprintf(close, sizeof close, "</%s>", tag);
+    const char *a = strstr(pos && *pos ? *pos : xml, open);
+    if (!a)
+        return NULL;
+    a += strlen(open);
+    const char *e = strstr(a, close);
+    if (!e)
+        return NULL;
+    if (pos)
+        *pos = e + strlen(close);
+    struct buf b = { 0 };
+    for (const char *p = a; p < e; p++) {
+        if (*p != '&') {
+            buf_addc(&b, *p);
+            continue;
+        }
+        const char *semi = memchr(p, ';', (size_t)(e - p));
+        if (!semi) {
+            buf_addc(&b, *p);
+            continue;
+        }
+        size_t n = (size_t)(semi - p - 1);
+        const char *name = p + 1;
+        unsigned long cp = 0;
+        if (n == 3 && !strncmp(name, "amp", 3)) cp = '&';
+        else if (n == 2 && !strncmp(name, "lt", 2)) cp = '<';
+        else if (n == 2 && !strncmp(name, "gt", 2)) cp = '>';
+        else if (n == 4 && !strncmp(name, "quot", 4)) cp = '"';
+        else if (n == 4 && !strncmp(name, "apos", 4)) cp = '\'';
+        else if (n > 1 && name[0] == '#')
+            cp = name[1] == 'x' ? strtoul(name + 2, NULL, 16) : strtoul(name + 1, NULL, 10);
+        if (!cp || cp > 0x10FFFF) {
+            buf_addc(&b, *p);
+            continue;
+        }
+        /* UTF-8 encode the character reference. */
+        if (cp < 0x80) {
+            buf_addc(&b, (char)cp);
+        } else if (cp < 0x800) {
+            buf_addc(&b, (char)(0xC0 | (cp >> 6)));
+            buf_addc(&b, (char)(0x80 | (cp & 0x3F)));
+        } else if (cp < 0x10000) {
+            buf_addc(&b, (char)(0xE0 | (cp >> 12)));
+            buf_addc(&b, (char)(0x80 | ((cp >> 6) & 0x3F)));
+            buf_addc(&b, (char)(0x80 | (cp & 0x3F)));
+        } else {
+            buf_addc(&b, (char)(0xF0 | (cp >> 18)));
+            buf_addc(&b, (char)(0x80 | ((cp >> 12) & 0x3F)));
+            buf_addc(&b, (char)(0x80 | ((cp >> 6) & 0x3F)));
+            buf_addc(&b, (char)(0x80 | (cp & 0x3F)));
+        }
+        p = semi;
+    }
+    return buf_take(&b);
+}
+
+/* ---- progress (stderr, only on a TTY unless forced) ---- */
+
+void s3_progress_begin(struct s3_store *s, uint64_t total)
+{
+    s->prog_total = total;
+    s->prog_done = 0;
+    s->prog_start = now_s();
+    s->prog_last = 0;
+    s->prog_shown = 0;
+}
+
+static void progress_tick(struct s3_store *s)
+{
+    int want = s->settings->progress;
+    if (want == 0 || s->prog_total < (16u << 20))
+        return;
+    if (want < 0 && !isatty(2))
+        return;
+    double t = now_s();
+    if (t - s->prog_start < 1.0 || t - s->prog_last < 0.25)
+        return;
+    s->prog_last = t;
+    s->prog_shown = 1;
+    double mib = 1024.0 * 1024.0;
+    fprintf(stderr, "\r  %.1f / %.1f MiB  %.1f MiB/s   ", (double)s->prog_done / mib,
+            (double)s->prog_total / mib, (double)s->prog_done / mib / (t - s->prog_start));
+}
+
+void s3_progress_end(struct s3_store *s)
+{
+    if (s->prog_shown)
+        fputc('\n', stderr);
+    s->prog_total = 0;
+    s->prog_shown = 0;
+}
+
+/* ---- libcurl callbacks ---- */
+
+struct cb_ctx {
+    struct s3_store *s;
+    struct s3_req *r;
+};
+
+static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
+{
+    struct s3_req *r = ud;
+    size_t n = size * nmemb;
+    char line[512];
+    size_t l = n < sizeof line - 1 ? n : sizeof line - 1;
+    memcpy(line, p, l);
+    line[l] = 0;
+    while (l && (line[l - 1] == '\r' || line[l - 1] == '\n'))
+        line[--l] = 0;
+    if (!strncmp(line, "HTTP/", 5)) {
+        /* A new response (after 100 Continue, or a retry): forget the previous one's headers. */
+        r->etag[0] = 0;
+        r->meta_sha[0] = 0;
+        r->have_length = 0;
+        r->mtime = 0;
+        r->total = UINT64_MAX;
+        return n;
+    }
+    char *colon = strchr(line, ':');
+    if (!colon)
+        return n;
+    *colon = 0;
+    char *v = colon + 1;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if (!strcasecmp(line, "etag")) {
+        if (*v == '"')
+            v++;
+        size_t vl = strlen(v);
+        if (vl && v[vl - 1] == '"')
+            v[--vl] = 0;
+        snprintf(r->etag, sizeof r->etag, "%s", v);
+    } else if (!strcasecmp(line, "content-length")) {
+        r->content_length = strtoull(v, NULL, 10);
+        r->have_length = 1;
+    } else if (!strcasecmp(line, "content-range")) {
+        const char *slash = strrchr(v, '/');
+        if (slash && slash[1] != '*')
+            r->total = strtoull(slash + 1, NULL, 10);
+    } else if (!strcasecmp(line, "last-modified")) {
+        r->mtime = (int64_t)curl_getdate(v, NULL);
+    } else if (!strcasecmp(line, "x-amz-meta-pulse-sha256") && strlen(v) == 64) {
+        memcpy(r->meta_sha, v, 65);
+    }
+    return n;
+}
+
+static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
+{
+    struct cb_ctx *c = ud;
+    struct s3_req *r = c->r;
+    size_t n = size * nmemb;
+    long code = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
+    if (code < 200 || code >= 300) {
+        if (r->body_out.len < ERR_BODY_MAX)
+            buf_add(&r->body_out, p, n < ERR_BODY_MAX - r->body_out.len ? n : ERR_BODY_MAX - r->body_out.len);
+        return n;
+    }
+    if (r->expect_len != UINT64_MAX && r->received + n > r->expect_len) {
+        r->over_limit = 2;
+        return 0;
+    }
+    if (r->sink == SINK_BUF) {
+        if (r->received + n > r->max) {
+            r->over_limit = 1;
+            return 0;
+        }
+        buf_add(&r->body_out, p, n);
+        if (r->body_out.oom) {
+            r->over_limit = 4;
+            return 0;
+        }
+    } else if (r->sink == SINK_FD) {
+        const char *q = p;
+        size_t left = n;
+        uint64_t off = r->sink_off + r->received;
+        while (left) {
+            ssize_t w = pwrite(r->sink_fd, q, left, (off_t)off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                r->over_limit = 3;
+                return 0;
+            }
+            q += w;
+            left -= (size_t)w;
+            off += (uint64_t)w;
+        }
+    }
+    if (r->verify_sha)
+        crypto_hash_sha256_update(&r->hs, (const unsigned char *)p, n);
+    r->received += n;
+    c->s->prog_done += n;
+    return n;
+}
+
+static size_t on_read(char *p, size_t size, size_t nmemb, void *ud)
+{
+    struct cb_ctx *c = ud;
+    struct s3_req *r = c->r;
+    uint64_t left = r->body_len - r->read_pos;
+    size_t n = size * nmemb;
+    if (n > left)
+        n = (size_t)left;
+    if (!n)
+        return 0;
+    if (r->body) {
+        memcpy(p, r->body + r->body_off + r->read_pos, n);
+    } else {
+        ssize_t got = pread(r->body_fd, p, n, (off_t)(r->body_off + r->read_pos));
+        if (got <= 0)
+            return CURL_READFUNC_ABORT;
+        n = (size_t)got;
+    }
+    r->read_pos += n;
+    c->s->prog_done += n;
+    return n;
+}
+
+static int on_seek(void *ud, curl_off_t offset, int origin)
+{
+    struct cb_ctx *c = ud;
+    if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > c->r->body_len)
+        return CURL_SEEKFUNC_CANTSEEK;
+    c->r->read_pos = (uint64_t)offset;
+    return CURL_SEEKFUNC_OK;
+}
+
+/* ---- one attempt ---- */
+
+static int add_header(struct curl_slist **l, const char *name, const char *value)
+{
+    struct buf b = { 0 };
+    buf_printf(&b, "%s: %s", name, value);
+    char *s = buf_take(&b);
+    if (!s)
+        return -1;
+    struct curl_slist *n = curl_slist_append(*l, s);
+    free(s);
+    if (!n)
+        return -1;
+    *l = n;
+    return 0;
+}
+
+static int start(struct s3_store *s, struct s3_req *r)
+{
+    /* Fresh results for this attempt; the body buffer keeps its memory. */
+    r->status = 0;
+    r->body_out.len = 0;
+    if (r->body_out.data)
+        r->body_out.data[0] = 0;
+    r->received = 0;
+    r->read_pos = 0;
+    r->over_limit = 0;
+    r->etag[0] = r->meta_sha[0] = 0;
+    r->have_length = 0;
+    r->total = UINT64_MAX;
+    crypto_hash_sha256_init(&r->hs);
+    if (r->slist) {
+        curl_slist_free_all(r->slist);
+        r->slist = NULL;
+    }
+    free(r->url);
+    r->url = NULL;
+
+    char date[17];
+    sigv4_amz_date((long long)time(NULL), date);
+    struct sigv4_kv h[S3_MAX_HEADERS + 3];
+    size_t nh = 0;
+    h[nh++] = (struct sigv4_kv){ "host", s->host };
+    h[nh++] = (struct sigv4_kv){ "x-amz-date", date };
+    h[nh++] = (struct sigv4_kv){ "x-amz-content-sha256", r->payload_hash };
+    for (int i = 0; i < r->nhdr; i++)
+        h[nh++] = r->hdr[i];
+    struct curl_slist *l = NULL;
+    int bad = 0;
+    for (size_t i = 0; i < nh; i++)
+        bad |= add_header(&l, h[i].name, h[i].value);
+    if (s->cfg.access_key) {
+        struct sigv4_credentials cred = { s->cfg.access_key, s->cfg.secret_key,
+                                          s->cfg.session_token, s->cfg.region, "s3" };
+        struct sigv4_request sr = {
+            .method = r->method, .path = r->path, .normalize_path = 0, .query = r->query,
+            .nquery = (size_t)r->nquery, .headers = h, .nheaders = nh,
+            .payload_hash = r->payload_hash,
+        };
+        struct sigv4_signature sig;
+        int rc = sigv4_sign(&sr, &cred, date, &sig);
+        if (rc) {
+            curl_slist_free_all(l);
+            return rc;
+        }
+        bad |= add_header(&l, "Authorization", sig.authorization);
+        sigv4_signature_free(&sig);
+        if (s->cfg.session_token)
+            bad |= add_header(&l, "x-amz-security-token", s->cfg.session_token);
+    }
+    /* No 100-continue round trip, and nothing unsigned that a proxy could mistake. */
+    struct curl_slist *t = curl_slist_append(l, "Expect:");
+    if (t) l = t; else bad = 1;
+    if (!strcmp(r->method, "POST")) {
+        t = curl_slist_append(l, "Content-Type: application/xml");
+        if (t) l = t; else bad = 1;
+    }
+    r->slist = l;
+
+    struct buf u = { 0 };
+    buf_adds(&u, s->origin);
+    sigv4_uri_encode(&u, r->path, strlen(r->path), 1);
+    for (int i = 0; i < r->nquery; i++) {
+        buf_addc(&u, i ? '&' : '?');
+        sigv4_uri_encode(&u, r->query[i].name, strlen(r->query[i].name), 0);
+        if (r->query[i].value) {
+            buf_addc(&u, '=');
+            sigv4_uri_encode(&u, r->query[i].value, strlen(r->query[i].value), 0);
+        }
+    }
+    r->url = buf_take(&u);
+    if (bad || !r->url)
+        return pulse_fail(PULSE_ERR_NOMEM, "%s: out of memory", r->op);
+
+    CURL *e = s->npool ? s->pool[--s->npool] : curl_easy_init();
+    if (!e)
+        return pulse_fail(PULSE_ERR_NOMEM, "%s: curl_easy_init failed", r->op);
+    curl_easy_reset(e);
+    r->easy = e;
+    curl_easy_setopt(e, CURLOPT_URL, r->url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->slist);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, s->settings->timeout_s);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, s->settings->timeout_s);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL);
+    if (!strcmp(r->method, "HEAD")) {
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    } else if (!strcmp(r->method, "PUT")) {
+        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
+    } else if (!strcmp(r->method, "POST")) {
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+    } else if (strcmp(r->method, "GET")) {
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
+    }
+    return 0;
+}
+
+/* The callbacks need the store too; one context per request lives beside the engine loop. */
+static void set_callbacks(CURL *e, struct cb_ctx *c)
+{
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(e, CURLOPT_READDATA, c);
+    curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
+    curl_easy_setopt(e, CURLOPT_SEEKDATA, c);
+}
+
+static const char *who(const struct s3_store *s, const struct s3_req *r)
+{
+    return r->user_key ? r->user_key : s->bucket;
+}
+
+static void fail_final(struct s3_req *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void fail_final(struct s3_req *r, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
+    va_end(ap);
+    r->result = err;
+    r->done = 1;
+}
+
+/* Decides what an attempt's outcome means: success, final failure, or another try. */
+static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
+{
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->status);
+    long st = r->status;
+    const char *k = who(s, r);
+    int transient_err = 0;
+    char why[200] = "";
+    char *code = NULL;
+
+    if (cc != CURLE_OK) {
+        if (r->over_limit == 1)
+            return fail_final(r, PULSE_ERR_LIMIT, "%s %s: object is larger than the limit of %zu bytes",
+                              r->op, k, r->max);
+        if (r->over_limit == 3)
+            return fail_final(r, PULSE_ERR_IO, "%s %s: writing the output failed", r->op, k);
+        if (r->over_limit == 4)
+            return fail_final(r, PULSE_ERR_NOMEM, "%s %s: out of memory", r->op, k);
+        transient_err = r->over_limit == 2 ? PULSE_ERR_CORRUPT : PULSE_ERR_NETWORK;
+        snprintf(why, sizeof why, "%s", r->over_limit == 2 ? "server sent more bytes than the range"
+                                                         : curl_easy_strerror(cc));
+    } else if (st >= 200 && st < 300) {
+        int head = !strcmp(r->method, "HEAD");
+        if (r->expect_len != UINT64_MAX && r->received != r->expect_len) {
+            transient_err = PULSE_ERR_CORRUPT;
+            snprintf(why, sizeof why, "body of %llu bytes, expected %llu",
+                     (unsigned long long)r->received, (unsigned long long)r->expect_len);
+        } else if (!head && r->have_length && r->received != r->content_length &&
+                   r->sink != SINK_NONE) {
+            transient_err = PULSE_ERR_CORRUPT;
+            snprintf(why, sizeof why, "body of %llu bytes, Content-Length %llu",
+                     (unsigned long long)r->received, (unsigned long long)r->content_length);
+        } else if (r->verify_sha && r->meta_sha[0]) {
+            unsigned char h[32];
+            char hex[65];
+            crypto_hash_sha256_final(&r->hs, h);
+            static const char d[] = "0123456789abcdef";
+            for (int i = 0; i < 32; i++) {
+                hex[2 * i] = d[h[i] >> 4];
+                hex[2 * i + 1] = d[h[i] & 15];
+            }
+            hex[64] = 0;
+            if (strcmp(hex, r->meta_sha)) {
+                transient_err = PULSE_ERR_CORRUPT;
+                snprintf(why, sizeof why, "body fails its SHA-256");
+            }
+        }
+        if (!transient_err && !strcmp(r->method, "POST") && r->body_out.data &&
+            strstr(r->body_out.data, "<Error>")) {
+            /* CompleteMultipartUpload can answer 200 and fail in the body. */
+            code = xml_tag(r->body_out.data, "Code", NULL);
+            if (code && (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown"))) {
+                transient_err = PULSE_ERR_SERVER;
+                snprintf(why, sizeof why, "HTTP %ld %s", st, code);
+            } else {
+                fail_final(r, PULSE_ERR_SERVER, "%s %s: HTTP %ld %s", r->op, k, st,
+                           code ? code : "error in body");
+                free(code);
+                return;
+            }
+        }
+        if (!transient_err) {
+            free(code);
+            r->done = 1;
+            r->result = 0;
+            return;
+        }
+    } else {
+        code = xml_tag(r->body_out.data, "Code", NULL);
+        const char *c = code ? code : "";
+        const char *sep = code ? " " : "";
+        if (st == 304) {
+            fail_final(r, PULSE_ERR_NOT_MODIFIED, "%s %s: not modified (HTTP 304)", r->op, k);
+        } else if (st == 412) {
+            fail_final(r, r->if_absent ? PULSE_ERR_EXISTS : PULSE_ERR_PRECONDITION,
+                       "%s %s: %s (HTTP 412%s%s)", r->op, k,
+                       r->if_absent ? "key already exists" : "precondition failed", sep, c);
+        } else if (st == 500 || st == 502 || st == 503 || st == 504 || st == 429 ||
+                   !strcmp(c, "SlowDown") || !strcmp(c, "RequestTimeout") ||
+                   (st == 409 && r->if_absent)) {
+            transient_err = PULSE_ERR_SERVER;
+            snprintf(why, sizeof why, "HTTP %ld%s%s", st, sep, c);
+        } else if (st == 403 || st == 401) {
+            fail_final(r, PULSE_ERR_AUTH, "%s %s: access refused (HTTP %ld%s%s)", r->op, k, st, sep, c);
+        } else if (st == 404) {
+            if (!strcmp(c, "NoSuchBucket"))
+                fail_final(r, PULSE_ERR_NOTFOUND, "%s %s: bucket '%s' does not exist (HTTP 404 %s)",
+                           r->op, k, s->bucket, c);
+            else if (!strcmp(c, "NoSuchUpload"))
+                fail_final(r, PULSE_ERR_NOTFOUND, "%s %s: multipart upload vanished (HTTP 404 %s)",
+                           r->op, k, c);
+            else
+                fail_final(r, PULSE_ERR_NOTFOUND, "%s %s: no such key%s (HTTP 404%s%s)", r->op, k,
+                           code ? "" : " or bucket", sep, c);
+        } else if (st == 416) {
+            fail_final(r, PULSE_ERR_INVALID, "%s %s: range outside the object (HTTP 416)", r->op, k);
+        } else if (st == 400) {
+            fail_final(r, PULSE_ERR_INVALID, "%s %s: request refused (HTTP 400%s%s)", r->op, k, sep, c);
+        } else {
+            fail_final(r, PULSE_ERR_SERVER, "%s %s: HTTP %ld%s%s", r->op, k, st, sep, c);
+        }
+        if (r->done) {
+            free(code);
+            return;
+        }
+    }
+    free(code);
+    if (r->attempt < s->settings->retries) {
+        /* Full jitter: uniform in [0, min(cap, base * 2^attempt)). */
+        double ceil_ms = (double)s->settings->backoff_ms;
+        for (int i = 0; i < r->attempt && ceil_ms < 20000.0; i++)
+            ceil_ms *= 2;
+        if (ceil_ms > 20000.0)
+            ceil_ms = 20000.0;
+        uint32_t span = (uint32_t)ceil_ms + 1;
+        r->next_at = now_s() + (double)randombytes_uniform(span) / 1000.0;
+        r->attempt++;
+        return;
+    }
+    fail_final(r, transient_err, "%s %s: %s (after %d attempts)", r->op, k, why, r->attempt + 1);
+}
+
+int s3_run(struct s3_store *s, struct s3_req **reqs, size_t n)
+{
+    struct cb_ctx *ctx = calloc(n ? n : 1, sizeof *ctx);
+    if (!ctx)
+        return pulse_fail(PULSE_ERR_NOMEM, "s3: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        reqs[i]->attempt = 0;
+        reqs[i]->done = 0;
+        reqs[i]->active = 0;
+        reqs[i]->result = 0;
+        reqs[i]->next_at = 0;
+        ctx[i].s = s;
+        ctx[i].r = reqs[i];
+    }
+    size_t ndone = 0, next = 0;
+    int active = 0;
+    while (ndone < n) {
+        double t = now_s();
+        double soonest = -1;
+        /* Start what may start; scanning from `next` keeps a large batch linear. */
+        for (size_t i = next; i < n && active < s->settings->concurrency; i++) {
+            struct s3_req *r = reqs[i];
+            if (r->done || r->active)
+                continue;
+            if (r->next_at > t) {
+                if (soonest < 0 || r->next_at < soonest)
+                    soonest = r->next_at;
+                continue;
+            }
+            int rc = start(s, r);
+            if (rc) {
+                fail_final(r, rc, "%s", pulse_last_error());
+                ndone++;
+                continue;
+            }
+            set_callbacks(r->easy, &ctx[i]);
+            if (curl_multi_add_handle(s->multi, r->easy) != CURLM_OK) {
+                fail_final(r, PULSE_ERR_NOMEM, "%s %s: curl_multi_add_handle failed", r->op, who(s, r));
+                ndone++;
+                continue;
+            }
+            r->active = 1;
+            active++;
+        }
+        while (next < n && reqs[next]->done)
+            next++;
+        if (ndone >= n)
+            break;
+        if (!active) {
+            /* Everything left waits for its backoff. */
+            for (size_t i = next; i < n; i++)
+                if (!reqs[i]->done && (soonest < 0 || reqs[i]->next_at < soonest))
+                    soonest = reqs[i]->next_at;
+            double wait = soonest - now_s();
+            if (wait > 0) {
+                struct timespec ts = { (time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9) };
+                nanosleep(&ts, NULL);
+            }
+            continue;
+        }
+        int running = 0;
+        curl_multi_perform(s->multi, &running);
+        CURLMsg *m;
+        int q;
+        while ((m = curl_multi_info_read(s->multi, &q))) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            struct s3_req *r = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+            CURLcode cc = m->data.result;
+            curl_multi_remove_handle(s->multi, m->easy_handle);
+            r->active = 0;
+            active--;
+            finish(s, r, cc);
+            if (s->npool < S3_POOL)
+                s->pool[s->npool++] = r->easy;
+            else
+                curl_easy_cleanup(r->easy);
+            r->easy = NULL;
+            if (r->done)
+                ndone++;
+        }
+        progress_tick(s);
+        if (active)
+            curl_multi_poll(s->multi, NULL, 0, 50, NULL);
+    }
+    free(ctx);
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i]->result)
+            return pulse_fail(reqs[i]->result, "%s", reqs[i]->detail);
+    return 0;
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal: signed S3 requests run many at once on one libcurl multi handle, with retries. */
+#ifndef PULSE_STORE_S3_HTTP_H
+#define PULSE_STORE_S3_HTTP_H
+
+#include <curl/curl.h>
+#include <sodium.h>
+#include <stdint.h>
+
+#include "pulseweights/store.h"
+#include "store/buf.h"
+#include "store/s3_config.h"
+#include "store/sigv4.h"
+
+#define S3_MAX_QUERY 6
+#define S3_MAX_HEADERS 6
+#define S3_POOL 256
+
+struct s3_store {
+    struct s3_config cfg;
+    const pulse_store_settings *settings;
+    char *bucket;
+    char *prefix;      /* "" or ending in '/' */
+    char *origin;      /* scheme://host[:port] */
+    char *host;        /* Host header value */
+    char *base_path;   /* "/bucket" (path style) or "" (virtual-hosted) */
+    CURLM *multi;
+    CURL *pool[S3_POOL];
+    int npool;
+    /* Progress of the current operation (bytes moved of total). */
+    uint64_t prog_total, prog_done;
+    double prog_start, prog_last;
+    int prog_shown;
+};
+
+enum s3_sink { SINK_NONE, SINK_BUF, SINK_FD };
+
+struct s3_req {
+    /* What to send. */
+    const char *op;          /* "get", "put", ... for details */
+    const char *user_key;    /* the key as the caller named it, for details (may be NULL) */
+    const char *method;
+    char *path;              /* raw path: base_path + "/" + full key (malloc'd) */
+    struct sigv4_kv query[S3_MAX_QUERY];
+    int nquery;
+    struct sigv4_kv hdr[S3_MAX_HEADERS]; /* extra signed headers */
+    int nhdr;
+    const char *body;        /* memory body, or NULL with body_fd >= 0, or no body */
+    int body_fd;
+    uint64_t body_off, body_len;
+    char payload_hash[65];
+    int if_absent;           /* 412 means EXISTS */
+    /* Where the 2xx body goes. */
+    enum s3_sink sink;
+    size_t max;              /* SINK_BUF limit */
+    int sink_fd;
+    uint64_t sink_off;
+    uint64_t expect_len;     /* exact body length wanted, or UINT64_MAX */
+    int verify_sha;          /* check the body against x-amz-meta-pulse-sha256 when present */
+
+    /* Results. */
+    long status;
+    struct buf body_out;     /* SINK_BUF body, or the error body (bounded) */
+    uint64_t received;
+    uint64_t content_length;
+    uint64_t total;          /* object size from Content-Range, or UINT64_MAX */
+    int have_length;
+    char etag[132];
+    char meta_sha[65];
+    int64_t mtime;
+    int result;
+    char detail[300];
+
+    /* Engine state. */
+    int attempt, active, done, over_limit;
+    double next_at;
+    uint64_t read_pos;
+    CURL *easy;
+    struct curl_slist *slist;
+    char *url;
+    crypto_hash_sha256_state hs;
+};
+
+/* Initialises r for `method` on full key `key` (NULL: the bucket itself). */
+int s3_req_init(struct s3_store *s, struct s3_req *r, const char *op, const char *method,
+                const char *key, const char *user_key);
+void s3_req_free(struct s3_req *r);
+
+/* Runs the requests, at most settings->concurrency at once; each gets its own result.
+ * Returns 0 when all succeeded, else the first failure (its detail as the last error). */
+int s3_run(struct s3_store *s, struct s3_req **reqs, size_t n);
+
+/* Text of <tag>...</tag> in xml after *pos (XML entities decoded); NULL when absent. */
+char *xml_tag(const char *xml, const char *tag, const char **pos);
+
+void s3_progress_begin(struct s3_store *s, uint64_t total);
+void s3_progress_end(struct s3_store *s);
+
+#endif
