@@ -210,7 +210,11 @@ static void bad_keys(void)
     pulse_store_free(r);
     pulse_store_free(k);
     CHECK_OK(pulse_store_split_url("file:///tmp/x/y", &r, &k));
-    CHECK(!strcmp(r, "file:///") && !strcmp(k, "tmp/x/y"));
+    CHECK(!strcmp(r, "file:///tmp/x") && !strcmp(k, "y"));
+    pulse_store_free(r);
+    pulse_store_free(k);
+    CHECK_OK(pulse_store_split_url("file:///y", &r, &k));
+    CHECK(!strcmp(r, "file:///") && !strcmp(k, "y"));
     pulse_store_free(r);
     pulse_store_free(k);
     CHECK_ERR(pulse_store_split_url("http://x/y", &r, &k), PULSE_ERR_FORMAT);

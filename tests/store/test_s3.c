@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The s3:// backend against a real server (Ceph RGW from tests/s3/rgw.sh): every operation round-trips. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sodium.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "pulseweights/store.h"
+
+static pulse_store *st;
+static char base[128];
+
+static int same(const char *key, const void *want, size_t n)
+{
+    void *got = NULL;
+    size_t len = 0;
+    int rc = pulse_store_get(st, key, 0, PULSE_TO_END, SIZE_MAX, &got, &len, NULL);
+    int ok = rc == 0 && len == n && (n == 0 || !memcmp(got, want, n));
+    if (!ok)
+        fprintf(stderr, "object %s: rc %d len %zu want %zu (%s)\n", key, rc, len, n, pulse_last_error());
+    pulse_store_free(got);
+    return ok;
+}
+
+static int file_equals(const char *path, const void *want, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    unsigned char *b = malloc(n + 1);
+    size_t got = fread(b, 1, n + 1, f);
+    fclose(f);
+    int ok = got == n && !memcmp(b, want, n);
+    free(b);
+    return ok;
+}
+
+static const char *keys[] = { "plain", "dir/sub/deep", "with space/x y",
+                              "unicode/\xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80", "empty" };
+
+static void round_trips(void)
+{
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        size_t n = strcmp(keys[i], "empty") ? 1000 + i : 0;
+        unsigned char *d = malloc(n + 1);
+        randombytes_buf(d, n);
+        CHECK_OK(pulse_store_put(st, keys[i], d, n, 0));
+        CHECK(same(keys[i], d, n));
+        pulse_object_info info;
+        CHECK_OK(pulse_store_head(st, keys[i], &info));
+        CHECK_EQ_INT(info.size, n);
+        CHECK(info.etag[0] != 0 && info.mtime > 0);
+        free(d);
+    }
+    void *p = NULL;
+    size_t n = 0;
+    CHECK_OK(pulse_store_put(st, "r", "0123456789", 10, 0));
+    CHECK_OK(pulse_store_get(st, "r", 2, 3, 100, &p, &n, NULL));
+    CHECK(n == 3 && !memcmp(p, "234", 3));
+    pulse_store_free(p);
+    CHECK_OK(pulse_store_get(st, "r", 7, PULSE_TO_END, 100, &p, &n, NULL));
+    CHECK(n == 3 && !memcmp(p, "789", 3));
+    pulse_store_free(p);
+    CHECK_ERR(pulse_store_get(st, "r", 0, PULSE_TO_END, 5, &p, &n, NULL), PULSE_ERR_LIMIT);
+    CHECK_ERR(pulse_store_get(st, "r", 20, 1, 100, &p, &n, NULL), PULSE_ERR_INVALID);
+    CHECK_ERR(pulse_store_get(st, "nope", 0, PULSE_TO_END, 100, &p, &n, NULL), PULSE_ERR_NOTFOUND);
+    CHECK(strstr(pulse_last_error(), "nope") && strstr(pulse_last_error(), "404"));
+    CHECK_OK(pulse_store_get(st, "empty", 0, PULSE_TO_END, 0, &p, &n, NULL));
+    CHECK(p && n == 0);
+    pulse_store_free(p);
+}
+
+static void conditional(void)
+{
+    CHECK_OK(pulse_store_put(st, "head/x", "v1", 2, PULSE_PUT_IF_ABSENT));
+    CHECK_ERR(pulse_store_put(st, "head/x", "v2", 2, PULSE_PUT_IF_ABSENT), PULSE_ERR_EXISTS);
+    CHECK(same("head/x", "v1", 2));
+    pulse_object_info info, info2;
+    CHECK_OK(pulse_store_head(st, "head/x", &info));
+    void *p = NULL;
+    size_t n = 0;
+    CHECK_ERR(pulse_store_get_if_none_match(st, "head/x", info.etag, 100, &p, &n, NULL),
+              PULSE_ERR_NOT_MODIFIED);
+    CHECK_OK(pulse_store_put(st, "head/x", "v2!", 3, 0));
+    CHECK_OK(pulse_store_get_if_none_match(st, "head/x", info.etag, 100, &p, &n, &info2));
+    CHECK(n == 3 && !memcmp(p, "v2!", 3) && strcmp(info.etag, info2.etag));
+    pulse_store_free(p);
+}
+
+static void multipart(void)
+{
+    size_t n = 12u << 20; /* threshold 6 MiB, parts 5 MiB (RGW's minimum): 3 parts */
+    unsigned char *d = malloc(n);
+    randombytes_buf(d, n);
+    char src[64] = "/tmp/pulse-s3-src-XXXXXX", out[80];
+    int fd = mkstemp(src);
+    CHECK(fd >= 0 && write(fd, d, n) == (ssize_t)n);
+    close(fd);
+    snprintf(out, sizeof out, "%s.out", src);
+    CHECK_OK(pulse_store_put_file(st, "big/multi part", src, 0));
+    pulse_object_info info;
+    CHECK_OK(pulse_store_head(st, "big/multi part", &info));
+    CHECK_EQ_INT(info.size, n);
+    CHECK(strchr(info.etag, '-') != NULL); /* a multipart ETag: it really went multipart */
+    CHECK_OK(pulse_store_get_file(st, "big/multi part", 0, PULSE_TO_END, out, NULL)); /* ranges */
+    CHECK(file_equals(out, d, n));
+    CHECK_OK(pulse_store_get_file(st, "big/multi part", 5000, 7u << 20, out, NULL));
+    CHECK(file_equals(out, d + 5000, 7u << 20));
+    CHECK(same("big/multi part", d, n));
+    /* Multipart from memory, and if-absent on a multipart put. */
+    CHECK_OK(pulse_store_put(st, "big/mem", d, n, PULSE_PUT_IF_ABSENT));
+    CHECK_ERR(pulse_store_put(st, "big/mem", d, n, PULSE_PUT_IF_ABSENT), PULSE_ERR_EXISTS);
+    CHECK(same("big/mem", d, n));
+    unlink(src);
+    unlink(out);
+    free(d);
+}
+
+struct listed {
+    char keys[64][64];
+    int n;
+};
+
+static int collect(void *ctx, const char *key, const pulse_object_info *info)
+{
+    struct listed *l = ctx;
+    (void)info;
+    if (l->n < 64)
+        snprintf(l->keys[l->n++], 64, "%s", key);
+    return 0;
+}
+
+static void listing(void)
+{
+    struct listed l = { 0 };
+    CHECK_OK(pulse_store_list(st, "", NULL, collect, &l)); /* list_page 3: several pages */
+    CHECK(l.n >= 9);
+    for (int i = 1; i < l.n; i++)
+        CHECK(strcmp(l.keys[i - 1], l.keys[i]) < 0);
+    memset(&l, 0, sizeof l);
+    CHECK_OK(pulse_store_list(st, "dir/", NULL, collect, &l));
+    CHECK(l.n == 1 && !strcmp(l.keys[0], "dir/sub/deep"));
+    memset(&l, 0, sizeof l);
+    CHECK_OK(pulse_store_list(st, "", "r", collect, &l));
+    CHECK(l.n == 2 && !strcmp(l.keys[0], keys[3]) && !strcmp(l.keys[1], keys[2]));
+    memset(&l, 0, sizeof l);
+    CHECK_OK(pulse_store_list(st, "unicode/", NULL, collect, &l));
+    CHECK(l.n == 1 && !strcmp(l.keys[0], keys[3]));
+}
+
+static void batch(void)
+{
+    enum { N = 24 };
+    pulse_transfer x[N];
+    char names[N][32], bodies[N][32];
+    memset(x, 0, sizeof x);
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "batch/%02d", i);
+        snprintf(bodies[i], sizeof bodies[i], "body %d", i);
+        x[i] = (pulse_transfer){ .op = PULSE_XFER_PUT, .key = names[i], .data = bodies[i],
+                                 .len = strlen(bodies[i]) };
+    }
+    CHECK_OK(pulse_store_batch(st, x, N));
+    for (int i = 0; i < N; i++)
+        x[i] = (pulse_transfer){ .op = PULSE_XFER_GET, .key = names[i], .length = PULSE_TO_END,
+                                 .max_size = 100 };
+    x[N - 1].key = "batch/missing";
+    CHECK_ERR(pulse_store_batch(st, x, N), PULSE_ERR_NOTFOUND);
+    for (int i = 0; i < N - 1; i++)
+        CHECK(x[i].result == 0 && x[i].len == strlen(bodies[i]) &&
+              !memcmp(x[i].out, bodies[i], x[i].len));
+    CHECK_EQ_INT(x[N - 1].result, PULSE_ERR_NOTFOUND);
+    for (int i = 0; i < N; i++)
+        pulse_store_free(x[i].out);
+}
+
+static int http_code(const char *url)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' '%s'", url);
+    FILE *p = popen(cmd, "r");
+    int code = 0;
+    if (p) {
+        if (fscanf(p, "%d", &code) != 1)
+            code = 0;
+        pclose(p);
+    }
+    return code;
+}
+
+static void presign_and_errors(const char *bucket)
+{
+    char *url = NULL;
+    CHECK_OK(pulse_store_presign(st, "r", 600, &url));
+    CHECK_EQ_INT(http_code(url), 200);
+    pulse_store_free(url);
+    CHECK_OK(pulse_store_presign(st, "r", 1, &url));
+    sleep(2); /* let it expire */
+    CHECK_EQ_INT(http_code(url), 403);
+    pulse_store_free(url);
+
+    char u[300];
+    pulse_store *bad = NULL;
+    snprintf(u, sizeof u, "s3://%s-does-not-exist", bucket);
+    CHECK_OK(pulse_store_open(&bad, u, NULL));
+    pulse_object_info info;
+    void *p = NULL;
+    size_t n;
+    CHECK_ERR(pulse_store_get(bad, "k", 0, PULSE_TO_END, 10, &p, &n, NULL), PULSE_ERR_NOTFOUND);
+    CHECK(strstr(pulse_last_error(), "bucket") != NULL);
+    pulse_store_close(&bad);
+
+    char *secret = strdup(getenv("AWS_SECRET_ACCESS_KEY"));
+    setenv("AWS_SECRET_ACCESS_KEY", "definitely-wrong-secret", 1);
+    snprintf(u, sizeof u, "s3://%s", bucket);
+    CHECK_OK(pulse_store_open(&bad, u, NULL));
+    CHECK_ERR(pulse_store_put(bad, "x", "y", 1, 0), PULSE_ERR_AUTH);
+    CHECK(strstr(pulse_last_error(), "definitely") == NULL); /* never the secret */
+    CHECK_ERR(pulse_store_head(bad, "r", &info), PULSE_ERR_AUTH);
+    pulse_store_close(&bad);
+    setenv("AWS_SECRET_ACCESS_KEY", secret, 1);
+    free(secret);
+}
+
+static int drop(void *ctx, const char *key, const pulse_object_info *info)
+{
+    (void)info;
+    return pulse_store_delete(ctx, key);
+}
+
+int main(void)
+{
+    const char *bucket = getenv("PULSE_TEST_BUCKET");
+    if (!bucket || !*bucket) {
+        printf("SKIP: PULSE_TEST_BUCKET is not set (start RGW with tests/s3/rgw.sh and source its env)\n");
+        return 77;
+    }
+    unsigned char r[4];
+    randombytes_buf(r, sizeof r);
+    snprintf(base, sizeof base, "s3://%s/store-test-%02x%02x%02x%02x", bucket, r[0], r[1], r[2], r[3]);
+    pulse_store_settings s;
+    pulse_store_default_settings(&s);
+    s.multipart_threshold = 6u << 20;
+    s.part_size = 5u << 20;
+    s.list_page = 3;
+    s.concurrency = 4;
+    CHECK_OK(pulse_store_open(&st, base, &s));
+    if (!st)
+        return check_done("store-s3");
+    round_trips();
+    conditional();
+    multipart();
+    listing();
+    batch();
+    presign_and_errors(bucket);
+    CHECK_OK(pulse_store_delete(st, "plain"));
+    pulse_object_info info;
+    CHECK_ERR(pulse_store_head(st, "plain", &info), PULSE_ERR_NOTFOUND);
+    CHECK_OK(pulse_store_list(st, "", NULL, drop, st));
+    struct listed l = { 0 };
+    CHECK_OK(pulse_store_list(st, "", NULL, collect, &l));
+    CHECK_EQ_INT(l.n, 0);
+    pulse_store_close(&st);
+    return check_done("store-s3");
+}
