@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 packages=(gcc libc6-dev meson ninja-build pkg-config git
           libzstd-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
           zstd xdelta3 curl python3 iproute2 procps)
+# Tests also need the Ceph RGW, and the cross compiler + qemu-user that run the NEON kernels.
 if [ "${PULSE_SETUP_TESTS:-0}" = 1 ]; then
-  packages+=(ceph-mon ceph-osd radosgw ceph-common)
+  packages+=(ceph-mon ceph-osd radosgw ceph-common
+             gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 fi
 
 missing=()
