@@ -133,6 +133,21 @@ static int apply_timed(pulse_patch *fwd, pulse_patch *rev, pulse_ckpt *target, i
     return 0;
 }
 
+static int verify_timed(const pulse_patch *p, int threads, int repeat, double *best)
+{
+    *best = 1e30;
+    for (int i = 0; i < repeat; i++) {
+        double t0 = measure_now();
+        int err = pulse_patch_verify(p, NULL, threads);
+        double dt = measure_now() - t0;
+        if (err < 0)
+            return err;
+        if (dt < *best)
+            *best = dt;
+    }
+    return 0;
+}
+
 static int state_id_timed(const pulse_ckpt *c, int threads, int repeat, double *best)
 {
     uint8_t id[PULSE_STATE_ID_BYTES];
@@ -265,7 +280,7 @@ static int bench_codec(struct bench *b)
     pulse_ckpt *old = NULL, *new = NULL, *tgt = NULL;
     pulse_patch *fwd = NULL, *rev = NULL;
     pulse_patch_stats st_ulp = { 0 }, st_abs = { 0 };
-    double t_diff[2] = { 0 }, t_apply[2] = { 0 }, t_sid[2] = { 0 }, t_abs = 0, t_memcpy = 0, t_read = 0;
+    double t_diff[2] = { 0 }, t_apply[2] = { 0 }, t_sid[2] = { 0 }, t_verify[2] = { 0 }, t_abs = 0, t_memcpy = 0, t_read = 0;
     int threads2 = 2;
     uint64_t old_bytes = file_size(big.old_path), new_bytes = file_size(big.new_path);
     uint64_t sink = 0;
@@ -298,11 +313,12 @@ static int bench_codec(struct bench *b)
         /* The streaming read goes over the tensor data as diff sees it: the mappings. */
         double best = 1e30;
         for (int r = 0; r < b->repeat + 2 && !err; r++) {
-            double t = 0;
+            double t = measure_now();
             for (size_t i = 0; i < pulse_ckpt_count(old); i++) {
                 const pulse_tensor *x = pulse_ckpt_tensor(old, i), *y = pulse_ckpt_tensor(new, i);
-                t += measure_stream_read(x->data, x->nbytes, y->data, y->nbytes, 1, &sink);
+                sink += measure_sum(x->data, x->nbytes) + measure_sum(y->data, y->nbytes);
             }
+            t = measure_now() - t;
             if (t < best)
                 best = t;
         }
@@ -349,6 +365,10 @@ static int bench_codec(struct bench *b)
     }
     if (!err)
         err = apply_timed(fwd, rev, tgt, threads2, b->repeat, &t_apply[1]);
+    if (!err)
+        err = verify_timed(fwd, 1, b->repeat, &t_verify[0]);
+    if (!err)
+        err = verify_timed(fwd, threads2, b->repeat, &t_verify[1]);
     pulse_ckpt_close(&tgt);
     pulse_patch_close(&fwd);
     pulse_patch_close(&rev);
@@ -408,8 +428,12 @@ static int bench_codec(struct bench *b)
     printf("  %-58s %14.0f  %7.3f%%  %7.2fx\n", "order-0 entropy bound of the ulp symbols (gaps+values)",
            bound, 100.0 * bound / (double)new_bytes, 1.0);
 
-    double diff_ex = t_diff[0] - 2 * t_sid[0], apply_ex = t_apply[0] - 2 * t_sid[0];
-    double apply_ex2 = t_apply[1] - 2 * t_sid[1];
+    /* pulse_patch_apply = state id of the base + a pass that decodes and checks every chunk
+     * + a pass that decodes and writes + state id of the result. The library has no switch
+     * to leave the ids out, so those rows are the measured total minus the measured parts. */
+    double diff_ex = t_diff[0] - 2 * t_sid[0];
+    double apply_ex[2] = { t_apply[0] - 2 * t_sid[0], t_apply[1] - 2 * t_sid[1] };
+    double scatter[2] = { apply_ex[0] - t_verify[0], apply_ex[1] - t_verify[1] };
     printf("\n  %-58s %12s %12s %9s\n", "times (ms; GB/s over the bytes named)", "1 thread", "2 threads", "speedup");
     printf("  %-58s %12.1f %12.1f %8.2fx\n", "pulse diff (ulp), incl. both state ids", t_diff[0] * 1e3,
            t_diff[1] * 1e3, t_diff[0] / t_diff[1]);
@@ -418,8 +442,12 @@ static int bench_codec(struct bench *b)
            (t_diff[1] - 2 * t_sid[1]) * 1e3);
     printf("  %-58s %12.1f %12.1f %8.2fx\n", "pulse apply --in-place, incl. base+result state ids",
            t_apply[0] * 1e3, t_apply[1] * 1e3, t_apply[0] / t_apply[1]);
-    printf("  %-58s %12.1f %12.1f %8.2fx\n", "pulse apply decode+scatter (apply - 2 x state id)",
-           apply_ex * 1e3, apply_ex2 * 1e3, apply_ex / apply_ex2);
+    printf("  %-58s %12.1f %12.1f %8.2fx\n", "pulse apply excl. state ids (apply - 2 x state id)",
+           apply_ex[0] * 1e3, apply_ex[1] * 1e3, apply_ex[0] / apply_ex[1]);
+    printf("  %-58s %12.1f %12.1f %8.2fx\n", "  of which the check pass (pulse_patch_verify: decode)",
+           t_verify[0] * 1e3, t_verify[1] * 1e3, t_verify[0] / t_verify[1]);
+    printf("  %-58s %12.1f %12.1f %8.2fx\n", "  of which the write pass (decode+scatter, derived)",
+           scatter[0] * 1e3, scatter[1] * 1e3, scatter[0] / scatter[1]);
     printf("  %-58s %12.1f %12.1f %8.2fx\n", "state id of one checkpoint (SHA-256 tree)", t_sid[0] * 1e3,
            t_sid[1] * 1e3, t_sid[0] / t_sid[1]);
     printf("  %-58s %12.1f %12s   (%.2f GB/s)\n", "memcpy of the checkpoint file bytes", t_memcpy * 1e3, "",
@@ -438,37 +466,44 @@ static int bench_codec(struct bench *b)
     double r_bound = (double)st_ulp.file_bytes / bound;
     double r_xd = b_xd > 0 ? (double)st_ulp.file_bytes / (double)b_xd : NAN;
     double r_diff = rw / t_diff[0] / read_bw, r_diff_ex = rw / diff_ex / read_bw;
-    double r_apply = apply_ex / t_memcpy, r_apply_full = t_apply[0] / t_memcpy;
+    double r_apply = apply_ex[0] / t_memcpy, r_apply_full = t_apply[0] / t_memcpy;
+    double r_scatter = scatter[0] / t_memcpy;
     double sp_diff = t_diff[0] / t_diff[1], sp_apply = t_apply[0] / t_apply[1];
-    /* "Independent of model size": the larger model may not need more than 25% (+8 MiB of
-     * noise) of what the smaller one needed. */
-    int mem_ok = mem_big[1] <= mem_small[1] * 5 / 4 + 8192 && mem_big[2] <= mem_small[2] * 5 / 4 + 8192;
+    /* "Independent of model size": the larger model may not need more than 25% (+2 MiB of
+     * sampling noise) over what the smaller one needed. */
+    int mem_ok = mem_big[1] <= mem_small[1] * 5 / 4 + 2048 && mem_big[2] <= mem_small[2] * 5 / 4 + 2048;
     printf("\n  %-58s %12s %12s %6s\n", "targets of issue 2", "measured", "target", "");
     printf("  %-58s %12.3f %12s %6s\n", "ulp patch bytes / entropy bound", r_bound, "<= 1.10", verdict(r_bound <= 1.10));
     if (b_xd > 0)
         printf("  %-58s %12.3f %12s %6s\n", "ulp patch bytes / xdelta3 bytes", r_xd, "<= 0.25", verdict(r_xd <= 0.25));
     else
         printf("  %-58s %12s %12s %6s\n", "ulp patch bytes / xdelta3 bytes", "-", "<= 0.25", "n/a");
-    printf("  %-58s %12.3f %12s %6s\n", "diff 1-thread GB/s / streaming read GB/s (as the CLI runs it)",
+    printf("  %-58s %12.3f %12s %6s\n", "diff 1-thread GB/s / streaming-read GB/s (as the CLI runs)",
            r_diff, ">= 0.50", verdict(r_diff >= 0.5));
     printf("  %-58s %12.3f %12s %6s\n", "  same, excl. the state ids (derived)", r_diff_ex, ">= 0.50",
            verdict(r_diff_ex >= 0.5));
-    printf("  %-58s %12.3f %12s %6s\n", "apply 1-thread decode+scatter time / memcpy time", r_apply, "<= 1.50",
+    printf("  %-58s %12.3f %12s %6s\n", "apply 1-thread time excl. state ids / memcpy time", r_apply, "<= 1.50",
            verdict(r_apply <= 1.5));
+    printf("  %-58s %12.3f %12s %6s\n", "  same, the write pass alone (derived)", r_scatter, "<= 1.50",
+           verdict(r_scatter <= 1.5));
     printf("  %-58s %12.3f %12s %6s\n", "  same, incl. the state-id checks (informational)", r_apply_full,
            "<= 1.50", verdict(r_apply_full <= 1.5));
     printf("  %-58s %12.2f %12s %6s\n", "diff speedup 2 threads vs 1", sp_diff, ">= 1.70", verdict(sp_diff >= 1.7));
     printf("  %-58s %12.2f %12s %6s\n", "apply speedup 2 threads vs 1", sp_apply, ">= 1.70", verdict(sp_apply >= 1.7));
-    snprintf(label, sizeof label, "peak anon memory %lluM vs %lluM params (diff, apply)",
-             (unsigned long long)(big.params / 1000000), (unsigned long long)(small.params / 1000000));
+    snprintf(label, sizeof label, "peak anon MiB, diff/apply, %.1fM params (%.1fM: %.0f/%.0f)",
+             (double)big.params / 1e6, (double)small.params / 1e6, mem_small[1] / 1024.0,
+             mem_small[2] / 1024.0);
     printf("  %-58s %5.0f/%-6.0f %12s %6s\n", label, mem_big[1] / 1024.0, mem_big[2] / 1024.0, "flat",
            verdict(mem_ok));
-    printf("\nThe apply target is about the decode+scatter (the state-id checks are SHA-256 over the whole\n"
-           "checkpoint, twice); timings on a shared machine are noisy: compare the ratios of one run.\n");
+    printf("\nThe apply target is about decoding and scattering; the state-id checks are SHA-256 over the\n"
+           "whole checkpoint, twice. Rows marked derived are differences of measured times. Timings on a\n"
+           "shared machine are noisy: compare the ratios within one run.\n");
     if (!b->keep) {
         unlink(p_ulp);
         unlink(p_abs);
     }
+    if (sink == 42)   /* keeps the streaming read's sum alive */
+        fprintf(stderr, "bench: (checksum %llu)\n", (unsigned long long)sink);
     return cli_finish_stdout(VERB);
 }
 

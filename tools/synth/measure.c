@@ -87,7 +87,7 @@ double measure_memcpy(void *dst, const void *src, size_t n, int repeat)
     return best;
 }
 
-static uint64_t sum_words(const uint8_t *p, size_t n)
+uint64_t measure_sum(const uint8_t *p, size_t n)
 {
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     size_t i = 0;
@@ -102,21 +102,6 @@ static uint64_t sum_words(const uint8_t *p, size_t n)
     for (; i < n; i++)
         s0 += p[i];
     return s0 + s1 + s2 + s3;
-}
-
-double measure_stream_read(const uint8_t *a, size_t na, const uint8_t *b, size_t nb, int repeat,
-                           uint64_t *sink)
-{
-    double best = 1e30;
-    for (int i = 0; i < repeat; i++) {
-        double t0 = measure_now();
-        uint64_t s = sum_words(a, na) + sum_words(b, nb);
-        double dt = measure_now() - t0;
-        *sink += s;
-        if (dt < best)
-            best = dt;
-    }
-    return best;
 }
 
 uint64_t measure_rss_anon_kb(void)

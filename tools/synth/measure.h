@@ -18,10 +18,9 @@ int measure_spawn(char *const argv[], char *out, size_t size, double *seconds);
 /* Best wall time of `repeat` memcpy(dst, src, n) calls. */
 double measure_memcpy(void *dst, const void *src, size_t n, int repeat);
 
-/* Best wall time of `repeat` streaming reads summing a and b (8-byte words, one thread);
- * the sum goes to *sink so that the reads cannot be optimised away. */
-double measure_stream_read(const uint8_t *a, size_t na, const uint8_t *b, size_t nb, int repeat,
-                           uint64_t *sink);
+/* A streaming read: the sum of the 8-byte words of p (bytes past the last whole word added
+ * one by one); callers keep the result so that the reads cannot be optimised away. */
+uint64_t measure_sum(const uint8_t *p, size_t n);
 
 /* RssAnon of this process in KiB (/proc/self/status), 0 when unknown. */
 uint64_t measure_rss_anon_kb(void);
