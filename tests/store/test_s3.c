@@ -231,11 +231,37 @@ static int drop(void *ctx, const char *key, const pulse_object_info *info)
     return pulse_store_delete(ctx, key);
 }
 
+/* scripts/test.sh passes the server as PULSE_RGW_ENV=DIR/env ("export K=V" lines). */
+static void load_rgw_env(void)
+{
+    const char *path = getenv("PULSE_RGW_ENV");
+    FILE *f = path && *path && !getenv("PULSE_TEST_BUCKET") ? fopen(path, "r") : NULL;
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        char *kv = strncmp(line, "export ", 7) ? line : line + 7;
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            continue;
+        *eq = 0;
+        char *v = eq + 1;
+        v[strcspn(v, "\r\n")] = 0;
+        size_t vl = strlen(v);
+        if (vl >= 2 && (v[0] == '\'' || v[0] == '"') && v[vl - 1] == v[0]) {
+            v[vl - 1] = 0;
+            v++;
+        }
+        setenv(kv, v, 1);
+    }
+    if (f)
+        fclose(f);
+}
+
 int main(void)
 {
+    load_rgw_env();
     const char *bucket = getenv("PULSE_TEST_BUCKET");
     if (!bucket || !*bucket) {
-        printf("SKIP: PULSE_TEST_BUCKET is not set (start RGW with tests/s3/rgw.sh and source its env)\n");
+        printf("SKIP: neither PULSE_TEST_BUCKET nor PULSE_RGW_ENV is set (start RGW with tests/s3/rgw.sh and source its env)\n");
         return 77;
     }
     unsigned char r[4];
