@@ -17,7 +17,14 @@ for action in 503 500 slowdown reset truncate drop; do
   [ "$rc" != 0 ] || fail "$action on every GET: exit 0"
   one_line_error "$work/err"
   [ ! -e "$work/got" ] || fail "$action on every GET: output file left behind"
-  [ "$(injected "$action")" = 4 ] || fail "$action: expected 4 attempts, saw $(injected "$action")"
+  # libcurl itself re-sends a request once when a reused connection dies before any answer (it
+  # takes it for a stale keep-alive), so a drop may be seen up to twice per attempt.
+  n=$(injected "$action")
+  if [ "$action" = drop ]; then
+    [ "$n" -ge 4 ] && [ "$n" -le 8 ] || fail "drop: expected 4 attempts (<= 8 sends), saw $n"
+  else
+    [ "$n" = 4 ] || fail "$action: expected 4 attempts, saw $n"
+  fi
   ! grep -q "$AWS_SECRET_ACCESS_KEY" "$work/err" || fail "the secret appears in an error message"
   ok "$action on every GET: exit $rc after 4 attempts: $(cat "$work/err")"
 done
@@ -39,7 +46,9 @@ AWS_SECRET_ACCESS_KEY=wrong-secret via_proxy pulse_store get "s3://$bucket/$pref
 [ "$rc" != 0 ] || fail "wrong secret: exit 0"
 one_line_error "$work/err"
 [ ! -e "$work/got" ] || fail "wrong secret: output file left behind"
-[ "$(grep -c " GET " "$work/proxy.log")" = 1 ] || fail "a 403 was retried"
+# One request in all (pulse may HEAD before it GETs), answered 403 and not retried.
+[ "$(awk '$1 ~ /^[0-9]+$/' "$work/proxy.log" | wc -l)" = 1 ] || fail "a 403 was retried"
+grep -q " 403$" "$work/proxy.log" || fail "the server did not answer 403"
 ok "wrong secret: exit $rc, not retried: $(cat "$work/err")"
 
 s3 DELETE "/$bucket/$prefix/obj" >/dev/null || true

@@ -69,7 +69,8 @@ start_proxy() {
     --port-file "$work/proxy.port" --log "$work/proxy.log" --time-limit 300 &
   proxy_pid=$!
   local i
-  for i in $(seq 1 100); do
+  # Up to 30 s: python's start alone takes seconds on a loaded machine.
+  for i in $(seq 1 600); do
     [ -s "$work/proxy.port" ] && break
     kill -0 "$proxy_pid" 2>/dev/null || fail "fault proxy exited at start"
     sleep 0.05

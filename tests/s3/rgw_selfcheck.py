@@ -8,6 +8,7 @@ import re
 import sys
 import uuid
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from s3req import S3  # noqa: E402
 from rgwenv import load_rgw_env  # noqa: E402
