@@ -45,9 +45,10 @@ PULSE_API int pulse_store_open(pulse_store **out, const char *url, const pulse_s
 /* Closes and sets *st to NULL; NULL-safe. */
 PULSE_API void pulse_store_close(pulse_store **st);
 
-/* Splits a CLI-style URL (store URL plus key, "s3://bucket/a/b" or "file:///tmp/x/b") into
- * the store root ("s3://bucket", "file:///") and the key ("a/b", "tmp/x/b"); both malloc'd
- * (free with pulse_store_free). The key may be "" (a bucket or directory). */
+/* Splits a CLI-style URL (store URL plus key) into a store root and a key, both malloc'd
+ * (free with pulse_store_free): "s3://bucket/a/b" -> "s3://bucket" + "a/b";
+ * "file:///tmp/x/b" -> "file:///tmp/x" + "b" (the key's directory is the root, so a
+ * trailing '/' gives key ""). The key may be "" (a whole bucket or directory). */
 PULSE_API int pulse_store_split_url(const char *url, char **root, char **key);
 
 /* Object metadata. etag is the server's ETag without quotes (file://: hex SHA-256). */
