@@ -32,26 +32,48 @@ static inline uint32_t load_be32(const uint8_t *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-void pulse_sha256_blocks_c(uint32_t h[8], const uint8_t *p, size_t nblocks)
+#define S0(x) (ror(x, 2) ^ ror(x, 13) ^ ror(x, 22))
+#define S1(x) (ror(x, 6) ^ ror(x, 11) ^ ror(x, 25))
+#define G0(x) (ror(x, 7) ^ ror(x, 18) ^ ((x) >> 3))
+#define G1(x) (ror(x, 17) ^ ror(x, 19) ^ ((x) >> 10))
+/* One round with the working variables renamed instead of moved (a..h rotate through the
+ * macro's arguments), and the message schedule kept in a 16-word ring: the compiler keeps
+ * it all in registers. */
+#define ROUND(a, b, c, d, e, f, g, h, i, wi)                                  \
+    do {                                                                      \
+        uint32_t t1_ = h + S1(e) + ((e & f) ^ (~e & g)) + K[i] + (wi);        \
+        d += t1_;                                                             \
+        h = t1_ + S0(a) + ((a & b) ^ (a & c) ^ (b & c));                      \
+    } while (0)
+#define W(i) (w[(i) & 15] += G1(w[((i) - 2) & 15]) + w[((i) - 7) & 15] + G0(w[((i) - 15) & 15]))
+#define EIGHT(i, WF)                                                          \
+    do {                                                                      \
+        ROUND(a, b, c, d, e, f, g, h, (i) + 0, WF((i) + 0));                  \
+        ROUND(h, a, b, c, d, e, f, g, (i) + 1, WF((i) + 1));                  \
+        ROUND(g, h, a, b, c, d, e, f, (i) + 2, WF((i) + 2));                  \
+        ROUND(f, g, h, a, b, c, d, e, (i) + 3, WF((i) + 3));                  \
+        ROUND(e, f, g, h, a, b, c, d, (i) + 4, WF((i) + 4));                  \
+        ROUND(d, e, f, g, h, a, b, c, (i) + 5, WF((i) + 5));                  \
+        ROUND(c, d, e, f, g, h, a, b, (i) + 6, WF((i) + 6));                  \
+        ROUND(b, c, d, e, f, g, h, a, (i) + 7, WF((i) + 7));                  \
+    } while (0)
+#define W0(i) (w[i])
+
+void pulse_sha256_blocks_c(uint32_t st[8], const uint8_t *p, size_t nblocks)
 {
     for (; nblocks; nblocks--, p += 64) {
-        uint32_t w[64];
+        uint32_t w[16];
         for (int i = 0; i < 16; i++)
             w[i] = load_be32(p + 4 * i);
-        for (int i = 16; i < 64; i++) {
-            uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
-            uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
-            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+        uint32_t a = st[0], b = st[1], c = st[2], d = st[3], e = st[4], f = st[5], g = st[6], h = st[7];
+        EIGHT(0, W0);
+        EIGHT(8, W0);
+        for (int i = 16; i < 64; i += 16) {
+            EIGHT(i, W);
+            EIGHT(i + 8, W);
         }
-        uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
-        for (int i = 0; i < 64; i++) {
-            uint32_t t1 = k + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
-            uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-            k = g; g = f; f = e; e = d + t1;
-            d = c; c = b; b = a; a = t1 + t2;
-        }
-        h[0] += a; h[1] += b; h[2] += c; h[3] += d;
-        h[4] += e; h[5] += f; h[6] += g; h[7] += k;
+        st[0] += a; st[1] += b; st[2] += c; st[3] += d;
+        st[4] += e; st[5] += f; st[6] += g; st[7] += h;
     }
 }
 
