@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "node/checkpoint/ckpt_internal.h"
 #include "pulseweights/checkpoint.h"
 #include "tools/cli.h"
 #include "tools/verbs.h"
@@ -56,23 +57,27 @@ int cmd_hash(int argc, char **argv)
         return cli_fail("hash", r, "cannot open checkpoint");
     uint8_t id[PULSE_STATE_ID_BYTES];
     char hex[65];
-    if ((r = pulse_ckpt_state_id(c, threads, id))) {
+    size_t n = pulse_ckpt_count(c);
+    uint8_t *th = NULL;
+    if (tensors && !(th = malloc(n ? n * 32 : 1))) {
+        pulse_ckpt_close(&c);
+        return cli_fail("hash", PULSE_ERR_NOMEM, "tensor hashes");
+    }
+    /* One pass over the data gives the id and, with --tensors, every tensor's hash. */
+    if ((r = ckpt_state_id_tensors(c, threads, id, th))) {
+        free(th);
         pulse_ckpt_close(&c);
         return cli_fail("hash", r, "cannot hash checkpoint");
     }
     printf("%s\n", pulse_id_hex(id, hex));
-    for (size_t i = 0; tensors && i < pulse_ckpt_count(c); i++) {
+    for (size_t i = 0; tensors && i < n; i++) {
         const pulse_tensor *t = pulse_ckpt_tensor(c, i);
-        uint8_t th[32];
-        if ((r = pulse_tensor_hash(t, th))) {
-            pulse_ckpt_close(&c);
-            return cli_fail("hash", r, "cannot hash checkpoint");
-        }
-        printf("%s %-7s [", pulse_id_hex(th, hex), t->dtype_name);
+        printf("%s %-7s [", pulse_id_hex(th + i * 32, hex), t->dtype_name);
         for (int k = 0; k < t->ndim; k++)
             printf("%s%" PRIu64, k ? "," : "", t->shape[k]);
         printf("] %s\n", t->name);
     }
+    free(th);
     pulse_ckpt_close(&c);
     return cli_finish_stdout("hash");
 }

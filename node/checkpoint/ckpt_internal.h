@@ -50,6 +50,11 @@ const dtype_info *ckpt_dtype_lookup(const char *name);
  * caller keeps buf alive until close). Same validation as pulse_ckpt_open. */
 int pulse_ckpt_open_memory(pulse_ckpt **out, const uint8_t *buf, size_t size);
 
+/* pulse_ckpt_state_id that also stores each tensor's hash (canonical order) in
+ * tensor_hashes (count * 32 bytes) when it is not NULL: one pass over the data. */
+int ckpt_state_id_tensors(const pulse_ckpt *c, int threads, uint8_t out[PULSE_STATE_ID_BYTES],
+                          uint8_t *tensor_hashes);
+
 /* Builds "<dir>/<name>" (malloc), or NULL. */
 char *ckpt_join(const char *dir, const char *name);
 

@@ -102,6 +102,12 @@ static int hash_one_chunk(void *ctx, size_t g)
 
 int pulse_ckpt_state_id(const pulse_ckpt *c, int threads, uint8_t out[PULSE_STATE_ID_BYTES])
 {
+    return ckpt_state_id_tensors(c, threads, out, NULL);
+}
+
+int ckpt_state_id_tensors(const pulse_ckpt *c, int threads, uint8_t out[PULSE_STATE_ID_BYTES],
+                          uint8_t *tensor_hashes)
+{
     if (!c || !out || threads < 0)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_ckpt_state_id: bad arguments");
     uint64_t *first = malloc((c->n + 1) * sizeof *first);
@@ -133,6 +139,8 @@ int pulse_ckpt_state_id(const pulse_ckpt *c, int threads, uint8_t out[PULSE_STAT
             uint8_t th[32];
             tensor_hash_from(&c->t[i], hashes + first[i] * 32, th);
             pulse_sha256_update(&h, th, 32);
+            if (tensor_hashes)
+                memcpy(tensor_hashes + i * 32, th, 32);
         }
         pulse_sha256_final(&h, out);
     }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "node/checkpoint/ckpt_internal.h"
 #include "pulseweights/checkpoint.h"
 
 static char dir[64];
@@ -195,6 +196,15 @@ static void test_write_read(void)
     CHECK_OK(pulse_ckpt_state_id(c, 3, id2));
     CHECK_OK(pulse_ckpt_state_id(c, 0, id3));
     CHECK(!memcmp(id1, id_w, 32) && !memcmp(id1, id2, 32) && !memcmp(id1, id3, 32));
+    /* Per-tensor hashes from the one-pass id equal pulse_tensor_hash, and build the id. */
+    uint8_t th[NSPECS * 32], id4[32];
+    CHECK_OK(ckpt_state_id_tensors(c, 2, id4, th));
+    CHECK(!memcmp(id4, id1, 32));
+    for (size_t i = 0; i < pulse_ckpt_count(c); i++) {
+        uint8_t one[32];
+        CHECK_OK(pulse_tensor_hash(pulse_ckpt_tensor(c, i), one));
+        CHECK(!memcmp(one, th + i * 32, 32));
+    }
     char hex[65];
     uint8_t back[32];
     CHECK_EQ_INT(strlen(pulse_id_hex(id1, hex)), 64);

@@ -32,6 +32,10 @@ int main(void)
     int have_ni = pulse_sha256_with("sha-ni", "", 0, (uint8_t[32]){ 0 }) == 0;
     printf("sha-ni %savailable on this CPU\n", have_ni ? "" : "NOT ");
     CHECK(pulse_sha256_with("no-such", "", 0, (uint8_t[32]){ 0 }) == -1);
+    /* Dispatch: SHA-NI when the CPU has it, unless PULSE_CPU_MASK clears bit 0x8. */
+    const char *mask = getenv("PULSE_CPU_MASK");
+    int masked = mask && (strtoul(mask, NULL, 16) & 0x8);
+    CHECK(!strcmp(pulse_sha256_impl(), have_ni && !masked ? "sha-ni" : "portable"));
 
     size_t million = 1000000;
     char *as = malloc(million);
