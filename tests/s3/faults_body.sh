@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Connection resets mid-body and truncated bodies on GET (and resets on PUT): pulse store either
 # retries to the exact bytes or fails clearly; it never writes wrong bytes.
+# shellcheck source=tests/s3/lib.sh disable=SC2154  # work, bucket, prefix come from lib.sh
 . "$(dirname "$0")/lib.sh"
 start_proxy
 export PULSE_S3_MULTIPART_THRESHOLD=8M PULSE_S3_PART_SIZE=5M

@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Faults on every attempt exhaust the retry budget: one-line error, non-zero exit, no output file,
 # exactly 1 + PULSE_S3_RETRIES attempts; 4xx other than 429 are not retried.
+# shellcheck source=tests/s3/lib.sh disable=SC2154  # work, bucket, prefix come from lib.sh
 . "$(dirname "$0")/lib.sh"
 start_proxy
 export PULSE_S3_RETRIES=3

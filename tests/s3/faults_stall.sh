@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # A server that stalls past PULSE_S3_TIMEOUT (before the answer, or mid-body): pulse store retries
 # or fails clearly, and never hangs (every call is bounded by `timeout 60`).
+# shellcheck source=tests/s3/lib.sh disable=SC2154  # work, bucket, prefix come from lib.sh
 . "$(dirname "$0")/lib.sh"
 start_proxy
 export PULSE_S3_TIMEOUT=2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Injected 500 / 503 / SlowDown before success: pulse store get and put retry and give the exact bytes.
+# shellcheck source=tests/s3/lib.sh disable=SC2154  # work, bucket, prefix come from lib.sh
 . "$(dirname "$0")/lib.sh"
 start_proxy
 

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Shared helpers for the e2e shell tests: find the test RGW (or skip), run `pulse store` with a time
 # bound, and put the fault proxy between pulse and RGW.  Source it; it sets -euo pipefail.
+# shellcheck disable=SC2034  # the variables set here are for the sourcing tests
 set -euo pipefail
 
 s3_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -68,9 +69,9 @@ start_proxy() {
   python3 "$s3_dir/faultproxy.py" --upstream "$rgw_endpoint" --control "$work/rules" \
     --port-file "$work/proxy.port" --log "$work/proxy.log" --time-limit 300 &
   proxy_pid=$!
-  local i
+
   # Up to 30 s: python's start alone takes seconds on a loaded machine.
-  for i in $(seq 1 600); do
+  for _ in $(seq 1 600); do
     [ -s "$work/proxy.port" ] && break
     kill -0 "$proxy_pid" 2>/dev/null || fail "fault proxy exited at start"
     sleep 0.05

@@ -45,8 +45,8 @@ fail_start() {
 # A random high port nobody listens on (the check races with other starters, so callers retry
 # the daemon start on a bind failure only implicitly: ports are drawn from a wide range).
 free_port() {
-  local p i
-  for i in $(seq 1 50); do
+  local p
+  for _ in $(seq 1 50); do
     p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
     if ! ss -Hltn "sport = :$p" | grep -q .; then
       echo "$p"
@@ -70,8 +70,7 @@ alive() { [ -s "$dir/run/$1.pid" ] && kill -0 "$(cat "$dir/run/$1.pid")" 2>/dev/
 # wait_for SECONDS DAEMON WHAT CMD...: polls CMD once a second until it succeeds.
 wait_for() {
   local secs=$1 name=$2 what=$3; shift 3
-  local t
-  for t in $(seq 1 "$secs"); do
+  for _ in $(seq 1 "$secs"); do
     if "$@" >/dev/null 2>&1; then return 0; fi
     alive "$name" || fail_start "$name exited while waiting for $what" "$name"
     sleep 1
@@ -169,8 +168,7 @@ start_osd() {
     if ceph-osd -c "$dir/ceph.conf" -i "$id" --mkfs --osd-uuid "$osd_uuid" \
          >"$dir/log/osd-mkfs.out" 2>&1; then
       spawn osd ceph-osd -i "$id"
-      local t
-      for t in $(seq 1 40); do
+      for _ in $(seq 1 40); do
         if ceph_cli osd stat 2>/dev/null | grep -q '1 up'; then return 0; fi
         alive osd || break
         sleep 1
@@ -194,14 +192,14 @@ s3_curl() {
 }
 
 start_rgw() {
-  local rgw_port=$1 t code
+  local rgw_port=$1 code
   say "radosgw on 127.0.0.1:$rgw_port"
   spawn rgw radosgw -n client.rgw.pulse
   wait_for 60 rgw "radosgw to listen" curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$rgw_port/"
   timeout 60 radosgw-admin -c "$dir/ceph.conf" user create --uid test --display-name "pulse tests" \
     --access-key "$access_key" --secret "$secret_key" >"$dir/log/user.out" 2>&1 \
     || fail_start "radosgw-admin user create failed" user
-  for t in $(seq 1 20); do
+  for _ in $(seq 1 20); do
     code=$(s3_curl -o "$dir/log/bucket.out" -w '%{http_code}' -X PUT \
            "http://127.0.0.1:$rgw_port/$bucket" 2>>"$dir/log/bucket.out") || true
     if [ "$code" = 200 ] || [ "$code" = 409 ]; then return 0; fi
@@ -254,13 +252,13 @@ EOF
 
 # TERM each daemon by its PID file, KILL after 10 s; missing or stale PID files are fine.
 stop_all() {
-  local name pid t
+  local name pid
   for name in "${daemons[@]}"; do
     [ -s "$dir/run/$name.pid" ] || continue
     pid=$(cat "$dir/run/$name.pid")
     if kill -0 "$pid" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null || true
-      for t in $(seq 1 100); do
+      for _ in $(seq 1 100); do
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
       done
