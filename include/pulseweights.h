@@ -5,6 +5,10 @@
 
 #include "pulseweights/error.h"
 #include "pulseweights/checkpoint.h"
+#include "pulseweights/keys.h"
+#include "pulseweights/record.h"
+#include "pulseweights/manifest.h"
+#include "pulseweights/sync.h"
 #include "pulseweights/patch.h"
 #include "pulseweights/store.h"
 

@@ -23,6 +23,8 @@ static const struct verb verbs[] = {
     { "synth",   cmd_synth,   "write a synthetic RL trajectory of BF16 checkpoints" },
     { "bench",   cmd_bench,   "measure the codec against zstd, xdelta3 and memory bandwidth" },
     { "demo",    cmd_demo,    "run the demo: synthetic trajectory, diff and apply, what moved" },
+    { "publish", cmd_publish, "publish a checkpoint as a signed patch or keyframe in a store" },
+    { "pull",    cmd_pull,    "bring local weights to the newest published state, verified" },
     { "keygen",  cmd_keygen,  "make an Ed25519 key pair: NAME.key (secret) and NAME.pub" },
 };
 

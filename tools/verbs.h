@@ -16,5 +16,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_publish(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
 
 #endif

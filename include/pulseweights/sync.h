@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Sync through a store: a publisher writes signed patches and keyframes, a follower verifies and applies them. */
+#ifndef PULSEWEIGHTS_SYNC_H
+#define PULSEWEIGHTS_SYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pulseweights/error.h"
+#include "pulseweights/keys.h"
+#include "pulseweights/manifest.h"
+#include "pulseweights/patch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The bucket layout and both flows are described in docs/sync.md. */
+
+/* Bytes of file per keyframe object (before compression). */
+#define PULSE_KEYFRAME_CHUNK (16u << 20)
+
+/* What one publish or one applied step did. */
+typedef struct pulse_sync_step {
+    uint64_t step;
+    int kind;                      /* PULSE_RECORD_SYNC_PATCH or PULSE_RECORD_KEYFRAME */
+    uint8_t base[32], result[32];  /* state ids (base all zero for a keyframe) */
+    uint64_t changes;              /* changed elements (keyframe: all) */
+    uint64_t dense_bytes;          /* tensor data bytes of the checkpoint */
+    uint64_t object_bytes;         /* bytes of the record's objects */
+    uint64_t moved_bytes;          /* bytes actually uploaded or downloaded (objects + record) */
+    int already;                   /* publish: the step was already published (nothing uploaded) */
+    char record_key[PULSE_INDEX_MAX_KEY + 1];          /* relative to the run: records/<kind>/<step>/<node> */
+} pulse_sync_step;
+
+/* --- Publisher ---------------------------------------------------------------------- */
+
+typedef struct pulse_publish_opts {
+    size_t size;                   /* sizeof(pulse_publish_opts); set by pulse_publish_opts_default */
+    const char *store_url;         /* file:///... or s3://bucket/prefix */
+    const char *run;               /* run name: [A-Za-z0-9._-], first a letter or digit */
+    const char *key_path;          /* the node's NAME.key */
+    const char *state_dir;         /* created if absent: index.db, last.safetensors */
+    pulse_value_code values;       /* default PULSE_VALUES_ULP */
+    int threads;                   /* 0 = all cores */
+    int zstd_level;                /* default 3 */
+} pulse_publish_opts;
+
+PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o);
+
+typedef struct pulse_publisher pulse_publisher;
+
+/* Opens the store, loads the key (refused when group/others can read it), opens the index. */
+PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_opts *opts);
+PULSE_API void pulse_publisher_close(pulse_publisher **p);
+
+/* Flags of pulse_publisher_publish. */
+#define PULSE_PUBLISH_KEYFRAME 1u   /* also publish a keyframe of this step */
+
+/* Publishes the checkpoint at CKPT as step STEP (-1: one more than the last published, 0 for
+ * the first). The first publish is a keyframe; later ones a patch against the last published
+ * state (and a keyframe too with PULSE_PUBLISH_KEYFRAME). Idempotent: re-running after a crash
+ * completes the step; publishing the state already published is a no-op (step->already). */
+PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt, int64_t step,
+                                      unsigned flags, pulse_sync_step *out);
+
+/* --- Follower ----------------------------------------------------------------------- */
+
+typedef struct pulse_follow_opts {
+    size_t size;                   /* sizeof(pulse_follow_opts); set by pulse_follow_opts_default */
+    const char *store_url;
+    const char *run;
+    const pulse_trust *trust;      /* keys whose records are accepted (borrowed) */
+    const char *state_dir;         /* created if absent: index.db */
+    const char *weights_path;      /* the local checkpoint, created from a keyframe when absent */
+    int threads;                   /* 0 = all cores */
+    /* Called after each applied step (may be NULL); a non-zero return stops the pull. */
+    int (*on_step)(void *ctx, const pulse_sync_step *step);
+    void *ctx;
+} pulse_follow_opts;
+
+PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o);
+
+typedef struct pulse_follower pulse_follower;
+
+PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts *opts);
+PULSE_API void pulse_follower_close(pulse_follower **f);
+
+/* Brings the weights to the newest published state: lists the run's records, then applies the
+ * chain step by step, each verified before the weights are touched. *applied (may be NULL)
+ * receives the number of steps applied; *held (may be NULL) the step and state now held.
+ * A refused step stops the pull with its error; the weights stay at the last good state. */
+PULSE_API int pulse_follower_pull(pulse_follower *f, size_t *applied, pulse_sync_step *held);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Bucket keys of a run (docs/sync.md): objects/<digest>, records/..., heads/sync/<node>. */
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "base/fail.h"
+#include "node/sync/sync_internal.h"
+#include "pulseweights/keys.h"
+
+int sync_run_key(const char *run, const char *rel, char out[SYNC_KEY_MAX])
+{
+    int n = snprintf(out, SYNC_KEY_MAX, "%s/%s", run, rel);
+    if (n < 0 || n >= SYNC_KEY_MAX)
+        return pulse_fail(PULSE_ERR_LIMIT, "key too long: %s/%s", run, rel);
+    return 0;
+}
+
+int sync_object_key(const char *run, const uint8_t digest[32], char out[SYNC_KEY_MAX])
+{
+    char hex[65];
+    pulse_hex_encode(digest, 32, hex);
+    char rel[80];
+    snprintf(rel, sizeof rel, "objects/%s", hex);
+    return sync_run_key(run, rel, out);
+}
+
+void sync_head_rel(const uint8_t node[32], char out[SYNC_KEY_MAX])
+{
+    char hex[PULSE_NODE_ID_HEX];
+    pulse_node_id_hex(node, hex);
+    snprintf(out, SYNC_KEY_MAX, "heads/sync/%s", hex);
+}
+
+int sync_mkdir(const char *dir)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return pulse_fail_errno(PULSE_ERR_IO, "cannot create directory %s", dir);
+    return 0;
+}

@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The publisher: diff against the last published state, upload objects, commit a signed record, move the head. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/fail.h"
+#include "crypto/sha256.h"
+#include "node/sync/sync_internal.h"
+#include "pulseweights/manifest.h"
+#include "pulseweights/sync.h"
+
+struct pulse_publisher {
+    pulse_publish_opts o;
+    char *run, *state_dir;
+    pulse_store *st;
+    pulse_secret_key *key;
+    uint8_t node[32];
+    pulse_index *ix;
+};
+
+PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+    o->values = PULSE_VALUES_ULP;
+    o->zstd_level = 3;
+}
+
+PULSE_API void pulse_publisher_close(pulse_publisher **pp)
+{
+    if (!pp || !*pp)
+        return;
+    pulse_publisher *p = *pp;
+    pulse_index_close(&p->ix);
+    pulse_key_free(&p->key);
+    pulse_store_close(&p->st);
+    free(p->run);
+    free(p->state_dir);
+    free(p);
+    *pp = NULL;
+}
+
+PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_opts *opts)
+{
+    *out = NULL;
+    if (!opts || opts->size < sizeof *opts || !opts->store_url || !opts->run || !opts->key_path ||
+        !opts->state_dir)
+        return pulse_fail(PULSE_ERR_INVALID, "publisher needs a store, a run, a key and a state directory");
+    pulse_publisher *p = calloc(1, sizeof *p);
+    if (!p)
+        return pulse_fail(PULSE_ERR_NOMEM, "publisher");
+    p->o = *opts;
+    p->run = strdup(opts->run);
+    p->state_dir = strdup(opts->state_dir);
+    int r = (!p->run || !p->state_dir) ? pulse_fail(PULSE_ERR_NOMEM, "publisher") : 0;
+    /* A run name becomes a key component and a record field: the record's rule decides. */
+    pulse_record probe;
+    if (!r)
+        r = pulse_record_init(&probe, PULSE_RECORD_RECEIPT, opts->run, 0);
+    if (!r)
+        pulse_record_clear(&probe);
+    if (!r)
+        r = pulse_key_load_secret(opts->key_path, &p->key);
+    if (!r) {
+        pulse_key_public(p->key, p->node);
+        r = sync_mkdir(opts->state_dir);
+    }
+    if (!r)
+        r = pulse_store_open(&p->st, opts->store_url, NULL);
+    if (!r) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/index.db", opts->state_dir);
+        r = pulse_index_open(&p->ix, path);
+    }
+    if (r) {
+        pulse_publisher_close(&p);
+        return r;
+    }
+    *out = p;
+    return 0;
+}
+
+static void last_path(const pulse_publisher *p, const uint8_t state[32], char out[4096])
+{
+    char hex[65];
+    pulse_id_hex(state, hex);
+    snprintf(out, 4096, "%s/last-%s.safetensors", p->state_dir, hex);
+}
+
+/* Writes the signed record create-if-absent. A record already there for this step and node
+ * (a re-run after a crash) is accepted when it says the same thing; its bytes are kept. */
+static int commit_record(pulse_publisher *p, pulse_record *rec, char rel[SYNC_KEY_MAX],
+                         uint8_t **bytes, size_t *len, uint64_t *moved)
+{
+    int r = pulse_record_sign(rec, p->key, bytes, len);
+    char key[SYNC_KEY_MAX];
+    if (!r)
+        r = pulse_record_key(rec, rel, SYNC_KEY_MAX);
+    if (!r)
+        r = sync_run_key(p->run, rel, key);
+    if (r)
+        return r;
+    r = pulse_store_put(p->st, key, *bytes, *len, PULSE_PUT_IF_ABSENT);
+    if (r == 0) {
+        *moved += *len;
+        return 0;
+    }
+    if (r != PULSE_ERR_EXISTS)
+        return r;
+
+    void *old = NULL;
+    size_t old_len = 0;
+    pulse_record prev = { 0 };
+    r = pulse_store_get(p->st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &old, &old_len, NULL);
+    if (!r)
+        r = pulse_record_parse(old, old_len, &prev);
+    if (!r && (prev.kind != rec->kind || memcmp(prev.base, rec->base, 32) || memcmp(prev.result, rec->result, 32) ||
+               memcmp(prev.node, rec->node, 32)))
+        r = pulse_fail(PULSE_ERR_EXISTS, "%s already holds a different record for step %llu", key,
+                       (unsigned long long)rec->step);
+    pulse_record_clear(&prev);
+    if (!r) {
+        free(*bytes);
+        *bytes = malloc(old_len);
+        if (!*bytes)
+            r = pulse_fail(PULSE_ERR_NOMEM, "record");
+        else
+            memcpy(*bytes, old, old_len), *len = old_len;
+    }
+    pulse_store_free(old);
+    return r;
+}
+
+static int move_head_and_index(pulse_publisher *p, const char *rel, const uint8_t *bytes, size_t len)
+{
+    char head_rel[SYNC_KEY_MAX], head[SYNC_KEY_MAX], line[SYNC_KEY_MAX + 2];
+    sync_head_rel(p->node, head_rel);
+    int r = sync_run_key(p->run, head_rel, head);
+    int n = snprintf(line, sizeof line, "%s\n", rel);
+    if (!r)
+        r = pulse_store_put(p->st, head, line, (size_t)n, 0);
+    if (!r)
+        r = pulse_index_put_record(p->ix, rel, bytes, len, (uint64_t)time(NULL), NULL, NULL);
+    if (!r)
+        r = pulse_index_mark_verified(p->ix, rel, PULSE_VERDICT_OK, "published by this node");
+    return r;
+}
+
+static uint64_t dense_bytes_of(const pulse_ckpt *c)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < pulse_ckpt_count(c); i++)
+        n += pulse_ckpt_tensor(c, i)->nbytes;
+    return n;
+}
+
+static uint64_t elems_of(const pulse_ckpt *c)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < pulse_ckpt_count(c); i++)
+        n += pulse_ckpt_tensor(c, i)->nelems;
+    return n;
+}
+
+/* Patch from the last published checkpoint: one object. */
+static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c,
+                         pulse_record *rec, pulse_sync_step *s)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/pending.patch", p->state_dir);
+    pulse_diff_opts d;
+    pulse_diff_opts_default(&d);
+    d.values = p->o.values;
+    d.threads = p->o.threads;
+    if (p->o.zstd_level > 0)
+        d.zstd_level = p->o.zstd_level;
+    int r = pulse_patch_diff(last, c, &d, path);
+    pulse_patch *patch = NULL;
+    if (!r)
+        r = pulse_patch_open(&patch, path);
+    pulse_patch_stats stats;
+    if (!r)
+        r = pulse_patch_info(patch, 0, &stats);
+    pulse_patch_close(&patch);
+
+    FILE *f = r ? NULL : fopen(path, "rb");
+    void *buf = NULL;
+    if (!r && !f)
+        r = pulse_fail_errno(PULSE_ERR_IO, "%s", path);
+    if (!r) {
+        buf = malloc(stats.file_bytes ? stats.file_bytes : 1);
+        if (!buf || fread(buf, 1, stats.file_bytes, f) != stats.file_bytes)
+            r = pulse_fail_errno(PULSE_ERR_IO, "reading %s", path);
+    }
+    if (f)
+        fclose(f);
+    sync_blob blob = { .data = buf, .len = (size_t)stats.file_bytes };
+    if (!r) {
+        pulse_sha256(buf, blob.len, blob.digest);
+        r = sync_put_objects(p->st, p->run, &blob, 1, &s->moved_bytes);
+    }
+    if (!r)
+        r = pulse_record_add_object(rec, blob.digest, blob.len, "patch", "", 0, 0);
+    if (!r) {
+        rec->changes = stats.changes + stats.opaque_changes;
+        rec->patch_bytes = blob.len;
+    }
+    free(buf);
+    unlink(path);
+    return r;
+}
+
+static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, const uint8_t last_state[32],
+                       const pulse_ckpt *c, const uint8_t state[32], uint64_t step, pulse_sync_step *s)
+{
+    pulse_record rec;
+    int r = pulse_record_init(&rec, kind, p->run, step);
+    if (r)
+        return r;
+    rec.time = (uint64_t)time(NULL);
+    memcpy(rec.result, state, 32);
+    rec.dense_bytes = dense_bytes_of(c);
+    if (kind == PULSE_RECORD_SYNC_PATCH) {
+        memcpy(rec.base, last_state, 32);
+        r = publish_patch(p, last, c, &rec, s);
+    } else {
+        r = sync_keyframe_publish(p->st, p->run, c, p->o.threads, p->o.zstd_level, &rec, &s->moved_bytes);
+        rec.changes = elems_of(c);
+        for (uint32_t i = 0; i < rec.n_objects; i++)
+            rec.patch_bytes += rec.objects[i].size;
+    }
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    char rel[SYNC_KEY_MAX];
+    if (!r)
+        r = commit_record(p, &rec, rel, &bytes, &len, &s->moved_bytes);
+    if (!r)
+        r = move_head_and_index(p, rel, bytes, len);
+    if (!r) {
+        s->step = step;
+        s->kind = kind;
+        memcpy(s->base, rec.base, 32);
+        memcpy(s->result, rec.result, 32);
+        s->changes = rec.changes;
+        s->dense_bytes = rec.dense_bytes;
+        s->object_bytes = rec.patch_bytes;
+        snprintf(s->record_key, sizeof s->record_key, "%s", rel);
+    }
+    free(bytes);
+    pulse_record_clear(&rec);
+    return r;
+}
+
+/* Keeps a copy of what was published as the next diff's base, named by its state id so a
+ * crash between the index and this copy is noticed (the name would not match the head). */
+static int keep_last(pulse_publisher *p, const pulse_ckpt *c, const uint8_t state[32],
+                     const char *old_path)
+{
+    char path[4096];
+    last_path(p, state, path);
+    if (old_path && !strcmp(old_path, path))
+        return 0;
+    pulse_ckpt *copy = NULL;
+    int r = pulse_ckpt_create_like(&copy, path, c);
+    if (!r)
+        r = pulse_ckpt_commit(copy);
+    pulse_ckpt_close(&copy);
+    if (!r && old_path)
+        unlink(old_path);
+    return r;
+}
+
+PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt_path, int64_t step,
+                                      unsigned flags, pulse_sync_step *out)
+{
+    pulse_clear_error();
+    pulse_sync_step s = { 0 };
+    pulse_ckpt *c = NULL, *last = NULL;
+    uint8_t state[32], last_state[32];
+    uint64_t last_step = 0;
+    char lpath[4096] = "";
+    int have_last = 0;
+
+    int r = pulse_ckpt_open(&c, ckpt_path, PULSE_CKPT_READ);
+    if (!r)
+        r = pulse_ckpt_state_id(c, p->o.threads, state);
+    if (!r) {
+        int h = pulse_index_head(p->ix, p->run, &last_step, last_state);
+        if (h == 0) {
+            have_last = 1;
+        } else if (h != PULSE_ERR_NOTFOUND) {
+            r = h;
+        }
+    }
+    if (!r && have_last && !memcmp(state, last_state, 32) && !(flags & PULSE_PUBLISH_KEYFRAME)) {
+        /* Already published: make sure the head says so (a crash may have come before it). */
+        pulse_index_link *links = NULL;
+        size_t n = 0;
+        r = pulse_index_chain(p->ix, p->run, last_step, &links, &n);
+        if (!r && n) {
+            uint8_t *bytes = NULL;
+            size_t len = 0;
+            int verdict;
+            r = pulse_index_get_record(p->ix, links[n - 1].key, &bytes, &len, &verdict);
+            if (!r)
+                r = move_head_and_index(p, links[n - 1].key, bytes, len);
+            snprintf(s.record_key, sizeof s.record_key, "%s", links[n - 1].key);
+            s.kind = links[n - 1].kind;
+            free(bytes);
+        }
+        free(links);
+        s.already = 1;
+        s.step = last_step;
+        memcpy(s.result, state, 32);
+        if (!r)
+            r = keep_last(p, c, state, NULL);
+        goto done;
+    }
+    if (!r) {
+        if (step < 0)
+            step = have_last ? (int64_t)last_step + 1 : 0;
+        if (have_last && (uint64_t)step <= last_step)
+            r = pulse_fail(PULSE_ERR_INVALID, "step %lld is not after the last published step %llu",
+                           (long long)step, (unsigned long long)last_step);
+    }
+    if (!r && have_last) {
+        last_path(p, last_state, lpath);
+        if (access(lpath, F_OK) != 0) {
+            fprintf(stderr, "pulse: %s is missing: publishing step %lld as a keyframe only\n", lpath,
+                    (long long)step);
+            have_last = 0;
+            lpath[0] = '\0';
+        } else {
+            r = pulse_ckpt_open(&last, lpath, PULSE_CKPT_READ);
+        }
+    }
+    if (!r && have_last)
+        r = publish_one(p, PULSE_RECORD_SYNC_PATCH, last, last_state, c, state, (uint64_t)step, &s);
+    if (!r && (!have_last || (flags & PULSE_PUBLISH_KEYFRAME))) {
+        pulse_sync_step k = { 0 };
+        k.moved_bytes = s.moved_bytes;
+        r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, NULL, c, state, (uint64_t)step, &k);
+        if (!r && !have_last)
+            s = k;
+        else if (!r)
+            s.moved_bytes = k.moved_bytes;
+    }
+    pulse_ckpt_close(&last);
+    if (!r)
+        r = keep_last(p, c, state, lpath[0] ? lpath : NULL);
+done:
+    pulse_ckpt_close(&c);
+    if (!r && out)
+        *out = s;
+    return r;
+}
