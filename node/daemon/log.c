@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The nodes' event log: one line per event, as text or JSON, written whole with one write(2). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "node/daemon/log.h"
+
+static node_log_format log_format = NODE_LOG_TEXT;
+
+void node_log_set_format(node_log_format f)
+{
+    log_format = f;
+}
+
+/* Appends s to buf (at *n, capacity cap) escaped for JSON, or quoted for text when it holds
+ * spaces, quotes or control bytes, so one event is always one parseable line. */
+static void put_value(char *buf, size_t *n, size_t cap, const char *s, int json)
+{
+    int quote = json || s[0] == '\0' || strpbrk(s, " \"=\t\n\r\\") != NULL;
+    if (quote && *n < cap)
+        buf[(*n)++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p && *n + 8 < cap; p++) {
+        if (*p == '"' || *p == '\\') {
+            buf[(*n)++] = '\\';
+            buf[(*n)++] = (char)*p;
+        } else if (*p < 0x20) {
+            *n += (size_t)snprintf(buf + *n, cap - *n, "\\u%04x", *p);
+        } else {
+            buf[(*n)++] = (char)*p;
+        }
+    }
+    if (quote && *n < cap)
+        buf[(*n)++] = '"';
+}
+
+void node_log(const char *event, ...)
+{
+    char buf[4096];
+    size_t n = 0, cap = sizeof buf - 2;
+    char ts[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    int json = log_format == NODE_LOG_JSON;
+    if (json)
+        n += (size_t)snprintf(buf, cap, "{\"time\":\"%s\",\"event\":", ts);
+    else
+        n += (size_t)snprintf(buf, cap, "%s %s", ts, event);
+    if (json)
+        put_value(buf, &n, cap, event, 1);
+
+    va_list ap;
+    va_start(ap, event);
+    for (;;) {
+        const char *k = va_arg(ap, const char *);
+        if (!k)
+            break;
+        const char *v = va_arg(ap, const char *);
+        if (!v)
+            v = "";
+        if (n + 4 >= cap)
+            continue;
+        buf[n++] = json ? ',' : ' ';
+        if (json)
+            put_value(buf, &n, cap, k, 1), buf[n++] = ':';
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "%s=", k);
+        put_value(buf, &n, cap, v, json);
+    }
+    va_end(ap);
+    if (n > cap)
+        n = cap;
+    if (json)
+        buf[n++] = '}';
+    buf[n++] = '\n';
+    ssize_t w = write(STDERR_FILENO, buf, n);
+    (void)w;   /* nowhere to report a failed log write */
+}
