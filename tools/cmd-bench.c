@@ -113,53 +113,68 @@ static int diff_timed(const pulse_ckpt *a, const pulse_ckpt *b, pulse_value_code
     return 0;
 }
 
-/* Applies fwd then rev to target (which starts in fwd's base state) `repeat` times; the best
- * time of the forward applies. The target ends in its starting state. */
-static int apply_timed(pulse_patch *fwd, pulse_patch *rev, pulse_ckpt *target, int threads,
-                       int repeat, double *best)
-{
-    *best = 1e30;
-    for (int i = 0; i < repeat; i++) {
-        double t0 = measure_now();
-        int err = pulse_patch_apply(fwd, target, threads);
-        double dt = measure_now() - t0;
-        if (err < 0)
-            return err;
-        if (dt < *best)
-            *best = dt;
-        if ((err = pulse_patch_apply(rev, target, threads)) < 0)
-            return err;
-    }
-    return 0;
-}
-
-static int verify_timed(const pulse_patch *p, int threads, int repeat, double *best)
-{
-    *best = 1e30;
-    for (int i = 0; i < repeat; i++) {
-        double t0 = measure_now();
-        int err = pulse_patch_verify(p, NULL, threads);
-        double dt = measure_now() - t0;
-        if (err < 0)
-            return err;
-        if (dt < *best)
-            *best = dt;
-    }
-    return 0;
-}
-
-static int state_id_timed(const pulse_ckpt *c, int threads, int repeat, double *best)
+static int sid_timed(const pulse_ckpt *c, int threads, double *secs)
 {
     uint8_t id[PULSE_STATE_ID_BYTES];
-    *best = 1e30;
-    for (int i = 0; i < repeat; i++) {
-        double t0 = measure_now();
-        int err = pulse_ckpt_state_id(c, threads, id);
-        double dt = measure_now() - t0;
+    double t0 = measure_now();
+    int err = pulse_ckpt_state_id(c, threads, id);
+    *secs = measure_now() - t0;
+    return err;
+}
+
+/* The parts of diff and apply, measured next to each other in every round so that the
+ * differences between them are not skewed by the load of the machine changing in between. */
+struct parts {
+    double diff, diff_ids;         /* pulse_patch_diff, and the state ids of OLD and NEW */
+    double apply, apply_ids;       /* pulse_patch_apply, and twice the state id of the target */
+    double verify;                 /* pulse_patch_verify: the decode-and-check pass alone */
+};
+
+/* Per round: diff OLD NEW, state ids of both, apply fwd to target (in OLD's state), its state
+ * id, verify, and rev back. Keeps the diff parts of the round with the fastest diff and the
+ * apply parts of the round with the fastest apply. */
+static int codec_timed(const pulse_ckpt *old, const pulse_ckpt *new, const char *patch_path,
+                       pulse_patch *fwd, pulse_patch *rev, pulse_ckpt *target, int threads, int repeat,
+                       struct parts *best)
+{
+    pulse_diff_opts o;
+    pulse_diff_opts_default(&o);
+    o.values = PULSE_VALUES_ULP;
+    o.threads = threads;
+    best->diff = best->apply = 1e30;
+    for (int r = 0; r < repeat; r++) {
+        double t0 = measure_now(), a = 0, b2 = 0, c = 0, d = 0, e = 0;
+        int err = pulse_patch_diff(old, new, &o, patch_path);
+        double diff = measure_now() - t0;
+        if (!err)
+            err = sid_timed(old, threads, &a);
+        if (!err)
+            err = sid_timed(new, threads, &b2);
+        if (!err) {
+            t0 = measure_now();
+            err = pulse_patch_apply(fwd, target, threads);
+            c = measure_now() - t0;
+        }
+        if (!err)
+            err = sid_timed(target, threads, &d);
+        if (!err) {
+            t0 = measure_now();
+            err = pulse_patch_verify(fwd, NULL, threads);
+            e = measure_now() - t0;
+        }
+        if (!err)
+            err = pulse_patch_apply(rev, target, threads);
         if (err < 0)
             return err;
-        if (dt < *best)
-            *best = dt;
+        if (diff < best->diff) {
+            best->diff = diff;
+            best->diff_ids = a + b2;
+        }
+        if (c < best->apply) {
+            best->apply = c;
+            best->apply_ids = 2 * d;
+            best->verify = e;
+        }
     }
     return 0;
 }
@@ -247,6 +262,18 @@ static void print_bytes_row(const char *label, int64_t bytes, uint64_t dense, do
     printf("\n");
 }
 
+/* A row of 1- and 2-thread times; a derived time that came out <= 0 (the machine's load
+ * changed within the round) is shown as noise rather than as a number. */
+static void print_time_row(const char *label, const double t[2])
+{
+    char a[32], b[32], sp[32] = "";
+    for (int k = 0; k < 2; k++)
+        snprintf(k ? b : a, 32, t[k] > 0 ? "%.1f" : "(noise)", t[k] * 1e3);
+    if (t[0] > 0 && t[1] > 0)
+        snprintf(sp, sizeof sp, "%8.2fx", t[0] / t[1]);
+    printf("  %-58s %12s %12s %s\n", label, a, b, sp);
+}
+
 /* zstd / xdelta3: size of their output, -1 when not installed, -2 when they failed. */
 static int64_t run_tool(char *const argv[], const char *out, double *secs)
 {
@@ -280,7 +307,7 @@ static int bench_codec(struct bench *b)
     pulse_ckpt *old = NULL, *new = NULL, *tgt = NULL;
     pulse_patch *fwd = NULL, *rev = NULL;
     pulse_patch_stats st_ulp = { 0 }, st_abs = { 0 };
-    double t_diff[2] = { 0 }, t_apply[2] = { 0 }, t_sid[2] = { 0 }, t_verify[2] = { 0 }, t_abs = 0, t_memcpy = 0, t_read = 0;
+    double t_diff[2] = { 0 }, t_apply[2] = { 0 }, t_verify[2] = { 0 }, t_abs = 0, t_memcpy = 0, t_read = 0;
     int threads2 = 2;
     uint64_t old_bytes = file_size(big.old_path), new_bytes = file_size(big.new_path);
     uint64_t sink = 0;
@@ -328,20 +355,14 @@ static int bench_codec(struct bench *b)
     for (size_t i = 0; !err && i < pulse_ckpt_count(new); i++)
         data_bytes += pulse_ckpt_tensor(new, i)->nbytes;
 
-    if (!err) {
-        fprintf(stderr, "bench: timing pulse diff\n");
-        err = diff_timed(old, new, PULSE_VALUES_ULP, 1, p_ulp, b->repeat, &t_diff[0]);
-    }
+    /* Untimed first: the patches the timed rounds apply, and the abs patch for its size. */
+    double t_unused = 0;
     if (!err)
-        err = diff_timed(old, new, PULSE_VALUES_ULP, threads2, p_ulp, b->repeat, &t_diff[1]);
+        err = diff_timed(old, new, PULSE_VALUES_ULP, 0, p_ulp, 1, &t_unused);
+    if (!err)
+        err = diff_timed(new, old, PULSE_VALUES_ULP, 0, p_rev, 1, &t_unused);
     if (!err)
         err = diff_timed(old, new, PULSE_VALUES_ABS, 1, p_abs, 1, &t_abs);
-    if (!err)
-        err = diff_timed(new, old, PULSE_VALUES_ULP, 0, p_rev, 1, &(double){ 0 });
-    if (!err)
-        err = state_id_timed(new, 1, b->repeat, &t_sid[0]);
-    if (!err)
-        err = state_id_timed(new, threads2, b->repeat, &t_sid[1]);
     if (!err)
         err = pulse_patch_open(&fwd, p_ulp);
     if (!err)
@@ -359,16 +380,20 @@ static int bench_codec(struct bench *b)
         err = pulse_ckpt_create_like(&tgt, target, old);
     if (!err)
         err = pulse_ckpt_commit(tgt);
+    struct parts pt[2];
     if (!err) {
-        fprintf(stderr, "bench: timing pulse apply --in-place\n");
-        err = apply_timed(fwd, rev, tgt, 1, b->repeat, &t_apply[0]);
+        fprintf(stderr, "bench: timing pulse diff and apply --in-place on 1 thread\n");
+        err = codec_timed(old, new, p_ulp, fwd, rev, tgt, 1, b->repeat, &pt[0]);
     }
-    if (!err)
-        err = apply_timed(fwd, rev, tgt, threads2, b->repeat, &t_apply[1]);
-    if (!err)
-        err = verify_timed(fwd, 1, b->repeat, &t_verify[0]);
-    if (!err)
-        err = verify_timed(fwd, threads2, b->repeat, &t_verify[1]);
+    if (!err) {
+        fprintf(stderr, "bench: timing pulse diff and apply --in-place on %d threads\n", threads2);
+        err = codec_timed(old, new, p_ulp, fwd, rev, tgt, threads2, b->repeat, &pt[1]);
+    }
+    for (int k = 0; k < 2 && !err; k++) {
+        t_diff[k] = pt[k].diff;
+        t_apply[k] = pt[k].apply;
+        t_verify[k] = pt[k].verify;
+    }
     pulse_ckpt_close(&tgt);
     pulse_patch_close(&fwd);
     pulse_patch_close(&rev);
@@ -431,25 +456,19 @@ static int bench_codec(struct bench *b)
     /* pulse_patch_apply = state id of the base + a pass that decodes and checks every chunk
      * + a pass that decodes and writes + state id of the result. The library has no switch
      * to leave the ids out, so those rows are the measured total minus the measured parts. */
-    double diff_ex = t_diff[0] - 2 * t_sid[0];
-    double apply_ex[2] = { t_apply[0] - 2 * t_sid[0], t_apply[1] - 2 * t_sid[1] };
+    double diff_ex[2] = { t_diff[0] - pt[0].diff_ids, t_diff[1] - pt[1].diff_ids };
+    double apply_ex[2] = { t_apply[0] - pt[0].apply_ids, t_apply[1] - pt[1].apply_ids };
     double scatter[2] = { apply_ex[0] - t_verify[0], apply_ex[1] - t_verify[1] };
     printf("\n  %-58s %12s %12s %9s\n", "times (ms; GB/s over the bytes named)", "1 thread", "2 threads", "speedup");
-    printf("  %-58s %12.1f %12.1f %8.2fx\n", "pulse diff (ulp), incl. both state ids", t_diff[0] * 1e3,
-           t_diff[1] * 1e3, t_diff[0] / t_diff[1]);
+    print_time_row("pulse diff (ulp), incl. both state ids", t_diff);
     printf("  %-58s %12.2f %12.2f\n", "  GB/s over OLD+NEW", rw * gbs / t_diff[0], rw * gbs / t_diff[1]);
-    printf("  %-58s %12.1f %12.1f\n", "pulse diff excl. state ids (diff - 2 x state id)", diff_ex * 1e3,
-           (t_diff[1] - 2 * t_sid[1]) * 1e3);
-    printf("  %-58s %12.1f %12.1f %8.2fx\n", "pulse apply --in-place, incl. base+result state ids",
-           t_apply[0] * 1e3, t_apply[1] * 1e3, t_apply[0] / t_apply[1]);
-    printf("  %-58s %12.1f %12.1f %8.2fx\n", "pulse apply excl. state ids (apply - 2 x state id)",
-           apply_ex[0] * 1e3, apply_ex[1] * 1e3, apply_ex[0] / apply_ex[1]);
-    printf("  %-58s %12.1f %12.1f %8.2fx\n", "  of which the check pass (pulse_patch_verify: decode)",
-           t_verify[0] * 1e3, t_verify[1] * 1e3, t_verify[0] / t_verify[1]);
-    printf("  %-58s %12.1f %12.1f %8.2fx\n", "  of which the write pass (decode+scatter, derived)",
-           scatter[0] * 1e3, scatter[1] * 1e3, scatter[0] / scatter[1]);
-    printf("  %-58s %12.1f %12.1f %8.2fx\n", "state id of one checkpoint (SHA-256 tree)", t_sid[0] * 1e3,
-           t_sid[1] * 1e3, t_sid[0] / t_sid[1]);
+    print_time_row("  state ids of OLD and NEW (measured in the same round)", (double[2]){ pt[0].diff_ids, pt[1].diff_ids });
+    print_time_row("  diff excl. the state ids (derived)", diff_ex);
+    print_time_row("pulse apply --in-place, incl. base+result state ids", t_apply);
+    print_time_row("  2 x state id of the target (same round)", (double[2]){ pt[0].apply_ids, pt[1].apply_ids });
+    print_time_row("  apply excl. the state ids (derived)", apply_ex);
+    print_time_row("    of which the check pass (pulse_patch_verify)", t_verify);
+    print_time_row("    of which the write pass (decode+scatter, derived)", scatter);
     printf("  %-58s %12.1f %12s   (%.2f GB/s)\n", "memcpy of the checkpoint file bytes", t_memcpy * 1e3, "",
            (double)new_bytes * gbs / t_memcpy);
     printf("  %-58s %12.1f %12s   (%.2f GB/s)\n", "streaming read of OLD+NEW tensor data (sum of words)",
@@ -465,7 +484,7 @@ static int bench_codec(struct bench *b)
     double read_bw = 2.0 * (double)data_bytes / t_read;
     double r_bound = (double)st_ulp.file_bytes / bound;
     double r_xd = b_xd > 0 ? (double)st_ulp.file_bytes / (double)b_xd : NAN;
-    double r_diff = rw / t_diff[0] / read_bw, r_diff_ex = rw / diff_ex / read_bw;
+    double r_diff = rw / t_diff[0] / read_bw, r_diff_ex = rw / diff_ex[0] / read_bw;
     double r_apply = apply_ex[0] / t_memcpy, r_apply_full = t_apply[0] / t_memcpy;
     double r_scatter = scatter[0] / t_memcpy;
     double sp_diff = t_diff[0] / t_diff[1], sp_apply = t_apply[0] / t_apply[1];
