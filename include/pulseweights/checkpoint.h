@@ -85,7 +85,8 @@ typedef struct pulse_tensor_spec {
 } pulse_tensor_spec;
 
 /* Creates a single safetensors file at PATH (written to PATH.tmp.<pid> first) with the given
- * tensors (data zero-filled, 8-byte aligned offsets, in the order given) and metadata (JSON
+ * tensors (data zero-filled; laid out contiguously, widest element first, each aligned to its
+ * element size, because Hugging Face's reader refuses gaps) and metadata (JSON
  * object text or NULL), and opens it PULSE_CKPT_WRITE. Fill the data, then pulse_ckpt_commit.
  * Closing without commit removes the temporary file. */
 PULSE_API int pulse_ckpt_create(pulse_ckpt **out, const char *path,
