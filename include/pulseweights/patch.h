@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 /* The byte layout is described in docs/patch-format.md. */
-#define PULSE_PATCH_VERSION 1
+#define PULSE_PATCH_VERSION 2   /* 2: ulp values as packed symbols + escapes */
 #define PULSE_PATCH_DEFAULT_CHUNK (1u << 20)   /* elements per chunk */
 #define PULSE_PATCH_MAX_CHUNK (1u << 26)
 #define PULSE_PATCH_MAX_BYTES (1ull << 40)     /* largest patch file opened */
@@ -22,7 +22,8 @@ extern "C" {
 /* How changed values travel. */
 typedef enum pulse_value_code {
     PULSE_VALUES_ABS = 0,   /* the new bit pattern: idempotent */
-    PULSE_VALUES_ULP = 1,   /* zigzag of (new - old) bit patterns modulo 2^width: ~half the bytes */
+    PULSE_VALUES_ULP = 1,   /* zigzag of (new - old) bit patterns modulo 2^width, as 2/4/8-bit
+                               symbols with escapes: ~a tenth of abs's value bytes */
 } pulse_value_code;
 
 /* Options of pulse_patch_diff. Fill with pulse_diff_opts_default, then change fields;

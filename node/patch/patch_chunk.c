@@ -77,7 +77,7 @@ patch_scratch *patch_pool_take(patch_pool *pool, int *err)
             s->leb = malloc(n * PATCH_LEB_MAX);
             s->vals = malloc(n * 4);
             /* The compressed output of one stream may exceed its input a little. */
-            s->planes = malloc(ZSTD_compressBound(n * PATCH_LEB_MAX) + 4 * ZSTD_compressBound(n));
+            s->planes = malloc(2 * ZSTD_compressBound(n * PATCH_LEB_MAX) + 4 * ZSTD_compressBound(n) + 16);
             if (pool->with_squash) {
                 s->dense = malloc(n * 4);
                 s->mark = malloc(n);
@@ -146,8 +146,57 @@ static int finish_out(patch_out_chunk *out, const uint8_t *bytes, size_t pos_len
     return 0;
 }
 
+/* Reads value j of native width unit (1, 2 or 4 bytes). */
+static uint32_t load_unit(const uint8_t *vals, size_t j, unsigned unit)
+{
+    switch (unit) {
+    case 1: return vals[j];
+    case 2: { uint16_t x; memcpy(&x, vals + 2 * j, 2); return x; }
+    default: { uint32_t x; memcpy(&x, vals + 4 * j, 4); return x; }
+    }
+}
+
+/* Packs zigzag ulp values (all >= 1) as `bits`-bit symbols, LSB first: symbol z - 1 for
+ * z < 2^bits, else the escape symbol 2^bits - 1 with z - 2^bits appended to esc as LEB128.
+ * Returns the packed length; *esc_len gets the escape bytes. */
+static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bits, uint8_t *packed,
+                       uint8_t *esc, size_t *esc_len)
+{
+    const uint32_t m = 1u << bits;
+    size_t plen = (k * bits + 7) / 8, el = 0;
+    memset(packed, 0, plen);
+    for (size_t j = 0; j < k; j++) {
+        uint32_t z = load_unit(vals, j, unit), sym = m - 1;
+        if (z < m)
+            sym = z - 1;
+        else
+            el += leb_put(esc + el, z - m);
+        size_t bit = j * bits;
+        packed[bit >> 3] |= (uint8_t)(sym << (bit & 7));
+    }
+    *esc_len = el;
+    return plen;
+}
+
+/* The ulp value stream at dst: [coding byte = bits][frame: packed][frame: escapes, iff any]. */
+static int64_t ulp_stream(patch_scratch *s, uint8_t *dst, const uint8_t *vals, size_t k, unsigned unit,
+                          unsigned bits, int level)
+{
+    uint8_t *packed = (uint8_t *)s->gaps;   /* free once the gaps are LEB-coded: >= k bytes */
+    size_t esc_len;
+    size_t plen = pack_ulp(vals, k, unit, bits, packed, s->leb, &esc_len);
+    dst[0] = (uint8_t)bits;
+    int64_t a = zstd_frame(s, dst + 1, ZSTD_compressBound(plen), packed, plen, level);
+    if (a < 0)
+        return a;
+    int64_t b = 0;
+    if (esc_len && (b = zstd_frame(s, dst + 1 + a, ZSTD_compressBound(esc_len), s->leb, esc_len, level)) < 0)
+        return b;
+    return 1 + a + b;
+}
+
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
-                         unsigned unit, int level, patch_out_chunk *out)
+                         unsigned unit, int ulp, int level, patch_out_chunk *out)
 {
     const pulse_kernels *kn = pulse_kernels_get();
     kn->gaps_encode(idx, k, s->gaps);
@@ -155,8 +204,7 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
     for (size_t j = 0; j < k; j++)
         leb_len += leb_put(s->leb + leb_len, s->gaps[j]);
 
-    /* Output layout in s->planes: [pos frame][plane 0 frame]...[plane unit-1 frame].
-     * The byte planes are built in s->leb after the gaps were compressed. */
+    /* Output layout in s->planes: [pos frame][value stream]. */
     uint8_t *dst = s->planes;
     size_t cap = ZSTD_compressBound(leb_len);
     int64_t pos_len = zstd_frame(s, dst, cap, s->leb, leb_len, level);
@@ -164,9 +212,31 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
         return (int)pos_len;
     size_t used = (size_t)pos_len;
 
-    /* Byte planes: low bytes of every value, then the next byte, so that each plane is
-     * its own zstd frame with its own entropy tables (the high planes of ulp codes are
-     * almost all zero, the low ones almost all 1 or 2). */
+    if (ulp) {
+        /* Symbol width per chunk, the smallest result wins: 2 bits when almost every
+         * change is +-1 (four symbols per byte give zstd's Huffman stage bytes of several
+         * bits of entropy, where one symbol per byte costs at least 1 bit), 4 or 8 bits
+         * when the differences spread wider. */
+        static const unsigned widths[] = { 8, 4, 2 };
+        unsigned best = 0;
+        int64_t best_len = INT64_MAX;
+        for (unsigned w = 0; w < 3; w++) {
+            int64_t r = ulp_stream(s, dst + used, vals, k, unit, widths[w], level);
+            if (r < 0)
+                return (int)r;
+            if (r < best_len) {
+                best_len = r;
+                best = widths[w];
+            }
+        }
+        if (best != widths[2] && (best_len = ulp_stream(s, dst + used, vals, k, unit, best, level)) < 0)
+            return (int)best_len;
+        return finish_out(out, dst, (size_t)pos_len, (size_t)best_len, (uint32_t)k);
+    }
+
+    /* Absolute values: byte planes, low bytes of every value, then the next byte, each
+     * its own zstd frame with its own entropy tables. The planes are built in s->leb
+     * after the gaps were compressed. */
     for (unsigned b = 0; b < unit; b++)
         for (size_t j = 0; j < k; j++)
             s->leb[b * k + j] = vals[j * unit + b];
@@ -215,6 +285,156 @@ static int64_t unzstd_frame(patch_scratch *s, const patch_tensor *t, const patch
     return (int64_t)fsz;
 }
 
+/* Decodes exactly k LEB128 values (< 2^32 each) that fill src[0..len) exactly. Returns 0,
+ * -1 (ends early), -2 (a value overflows 32 bits) or -3 (bytes left over). */
+static int leb_decode(const uint8_t *src, size_t len, size_t k, uint32_t *out)
+{
+    size_t at = 0, j = 0;
+    while (j < k) {
+        /* Fast path: eight one-byte values at once (gaps under 128, the common case). */
+        if (j + 8 <= k && at + 8 <= len) {
+            uint64_t x;
+            memcpy(&x, src + at, 8);
+            if (!(x & 0x8080808080808080ull)) {
+                for (unsigned i = 0; i < 8; i++)
+                    out[j + i] = (uint32_t)(x >> (8 * i)) & 0xff;
+                j += 8;
+                at += 8;
+                continue;
+            }
+        }
+        uint32_t val = 0;
+        for (unsigned sh = 0;; sh += 7) {
+            if (at >= len)
+                return -1;
+            uint8_t byte = src[at++];
+            if (sh == 28 && (byte & 0xf0))
+                return -2;
+            val |= (uint32_t)(byte & 0x7f) << sh;
+            if (!(byte & 0x80))
+                break;
+        }
+        out[j++] = val;
+    }
+    return at == len ? 0 : -3;
+}
+
+/* One LEB128 value from src[*at..len): 0, or -1 (ends early) / -2 (overflow). */
+static int leb_next(const uint8_t *src, size_t len, size_t *at, uint32_t *v)
+{
+    uint32_t val = 0;
+    for (unsigned sh = 0;; sh += 7) {
+        if (*at >= len)
+            return -1;
+        uint8_t byte = src[(*at)++];
+        if (sh == 28 && (byte & 0xf0))
+            return -2;
+        val |= (uint32_t)(byte & 0x7f) << sh;
+        if (!(byte & 0x80))
+            break;
+    }
+    *v = val;
+    return 0;
+}
+
+static void store_unit(uint8_t *vals, size_t j, unsigned unit, uint32_t z)
+{
+    switch (unit) {
+    case 1: vals[j] = (uint8_t)z; break;
+    case 2: { uint16_t x = (uint16_t)z; memcpy(vals + 2 * j, &x, 2); break; }
+    default: memcpy(vals + 4 * j, &z, 4); break;
+    }
+}
+
+/* Expands packed ulp symbols into zigzag values (s->vals, native width), taking escapes
+ * from the LEB128 bytes esc[0..esc_len). Returns 0 or a FORMAT error. */
+static int unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch *s, unsigned bits,
+                      const uint8_t *packed, const uint8_t *esc, size_t esc_len)
+{
+    const size_t k = c->count;
+    const unsigned unit = t->unit;
+    const uint32_t m = 1u << bits, maxz = unit == 4 ? UINT32_MAX : (1u << (8 * unit)) - 1;
+    size_t at = 0, j = 0;
+    if (bits == 2 && unit == 2) {
+        /* Hot path (BF16/F16, mostly +-1): four symbols of a byte spread into four lanes. */
+        uint16_t *out = (uint16_t *)(void *)s->vals;
+        for (; j + 4 <= k; j += 4) {
+            uint8_t b = packed[j >> 2];
+            uint64_t x = b;
+            uint64_t four = ((x & 3) | (x >> 2 & 3) << 16 | (x >> 4 & 3) << 32 | (x >> 6 & 3) << 48)
+                            + 0x0001000100010001ull;   /* z = symbol + 1 in each lane */
+            memcpy(out + j, &four, 8);
+            if (b & (b >> 1) & 0x55) {   /* an escape (symbol 3) among the four */
+                for (unsigned i = 0; i < 4; i++) {
+                    if (((b >> (2 * i)) & 3) != 3)
+                        continue;
+                    uint32_t e;
+                    int lr = leb_next(esc, esc_len, &at, &e);
+                    if (lr < 0 || e > maxz - m)
+                        goto bad_escape;
+                    out[j + i] = (uint16_t)(e + m);
+                }
+            }
+        }
+    }
+    for (; j < k; j++) {
+        size_t bit = j * bits;
+        uint32_t sym = (uint32_t)(packed[bit >> 3] >> (bit & 7)) & (m - 1), z = sym + 1;
+        if (sym == m - 1) {
+            uint32_t e;
+            if (leb_next(esc, esc_len, &at, &e) < 0 || e > maxz - m)
+                goto bad_escape;
+            z = e + m;
+        }
+        store_unit(s->vals, j, unit, z);
+    }
+    if (at != esc_len)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %zu stray bytes in the escape stream",
+                          t->name, (unsigned long long)c->index, esc_len - at);
+    /* Padding bits of the last byte are zero: one encoding per chunk. */
+    if ((k * bits) % 8 && (packed[(k * bits) / 8] >> ((k * bits) % 8)))
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: nonzero padding after the last symbol",
+                          t->name, (unsigned long long)c->index);
+    return 0;
+bad_escape:
+    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: escape stream short, overlong or out of range",
+                      t->name, (unsigned long long)c->index);
+}
+
+/* The ulp value stream: [coding byte = symbol bits 2, 4 or 8][frame: ceil(k*bits/8) packed
+ * bytes][frame: LEB128 escapes, present iff a symbol is the escape]. */
+static int decode_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch *s, const uint8_t *v,
+                      size_t left)
+{
+    const size_t k = c->count;
+    if (left < 1)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: empty value stream",
+                          t->name, (unsigned long long)c->index);
+    unsigned bits = v[0];
+    if (bits != 2 && bits != 4 && bits != 8)
+        return pulse_fail(PULSE_ERR_UNSUPPORTED, "tensor %s chunk %llu: value coding %u unknown (known: 2, 4, 8-bit symbols)",
+                          t->name, (unsigned long long)c->index, bits);
+    v++;
+    left--;
+    size_t plen = (k * bits + 7) / 8, got, esc_len = 0;
+    uint8_t *packed = s->planes;
+    int64_t r = unzstd_frame(s, t, c, "value", v, left, packed, plen, plen, &got);
+    if (r < 0)
+        return (int)r;
+    v += r;
+    left -= (size_t)r;
+    if (left) {
+        /* The escape stream: LEB128 of at most 5 bytes per escape, one escape per change at most. */
+        r = unzstd_frame(s, t, c, "escape", v, left, s->leb, 1, k * PATCH_LEB_MAX, &esc_len);
+        if (r < 0)
+            return (int)r;
+        if ((uint64_t)r != left)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in value stream",
+                              t->name, (unsigned long long)c->index);
+    }
+    return unpack_ulp(t, c, s, bits, packed, s->leb, esc_len);
+}
+
 int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
 {
     const patch_tensor *t = &p->tensors[c->tensor];
@@ -248,26 +468,11 @@ int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch
         return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
                           t->name, (unsigned long long)c->index);
     /* LEB128 gaps: exactly k of them, each fitting 32 bits, filling the stream. */
-    size_t at = 0;
-    for (size_t j = 0; j < k; j++) {
-        uint32_t v = 0;
-        for (unsigned sh = 0;; sh += 7) {
-            if (at >= got)
-                return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: position stream ends early",
-                                  t->name, (unsigned long long)c->index);
-            uint8_t b = s->leb[at++];
-            if (sh == 28 && (b & 0xf0))
-                return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: gap overflow",
-                                  t->name, (unsigned long long)c->index);
-            v |= (uint32_t)(b & 0x7f) << sh;
-            if (!(b & 0x80))
-                break;
-        }
-        s->gaps[j] = v;
-    }
-    if (at != got)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %zu stray bytes after the gaps",
-                          t->name, (unsigned long long)c->index, got - at);
+    int lr = leb_decode(s->leb, got, k, s->gaps);
+    if (lr < 0)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s", t->name, (unsigned long long)c->index,
+                          lr == -1 ? "position stream ends early" : lr == -2 ? "gap overflow"
+                                                                             : "stray bytes after the gaps");
     if (pulse_kernels_get()->gaps_decode(s->gaps, k, c->len, s->idx) != 0)
         return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: position past the chunk end (%u elements)",
                           t->name, (unsigned long long)c->index, c->len);
@@ -275,6 +480,8 @@ int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch
     unsigned unit = t->unit;
     const uint8_t *v = bytes + c->pos_len;
     size_t left = c->val_len;
+    if (p->values == PULSE_VALUES_ULP)
+        return decode_ulp(t, c, s, v, left);
     for (unsigned b = 0; b < unit; b++) {
         r = unzstd_frame(s, t, c, "value", v, left, s->leb + (size_t)b * k, k, k, &got);
         if (r < 0)
@@ -288,16 +495,5 @@ int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch
     for (unsigned b = 0; b < unit; b++)
         for (size_t j = 0; j < k; j++)
             s->vals[j * unit + b] = s->leb[(size_t)b * k + j];
-    if (p->values == PULSE_VALUES_ULP) {
-        /* Zero is "no change": a canonical patch never holds it. */
-        for (size_t j = 0; j < k; j++) {
-            int zero = 1;
-            for (unsigned b = 0; b < unit; b++)
-                zero &= s->vals[j * unit + b] == 0;
-            if (zero)
-                return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: ulp difference 0 at position %u",
-                                  t->name, (unsigned long long)c->index, s->idx[j]);
-        }
-    }
     return 0;
 }

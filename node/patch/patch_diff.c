@@ -100,7 +100,7 @@ static int diff_chunk(void *ctx, size_t job)
             else k->gather32((const uint32_t *)pb, s->idx, n, (uint32_t *)s->vals);
             break;
         }
-        err = patch_encode_changes(s, s->idx, n, s->vals, unit, d->o->zstd_level, oc);
+        err = patch_encode_changes(s, s->idx, n, s->vals, unit, ulp, d->o->zstd_level, oc);
     }
     patch_pool_give(&d->pool, s);
     return err;

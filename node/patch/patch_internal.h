@@ -111,9 +111,9 @@ typedef struct patch_out_chunk {
 } patch_out_chunk;
 
 /* Encodes an element-wise chunk from positions idx[0..k) and values (k x unit bytes,
- * native width: absolute bits or zigzag). k > 0. */
+ * native width: absolute bits, or zigzag ulp differences >= 1 when ulp != 0). k > 0. */
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
-                         unsigned unit, int level, patch_out_chunk *out);
+                         unsigned unit, int ulp, int level, patch_out_chunk *out);
 /* Encodes an OPAQUE chunk: `count` differing bytes, replaced by the len new bytes. */
 int patch_encode_replace(patch_scratch *s, const uint8_t *bytes, uint32_t len, uint32_t count,
                          int level, patch_out_chunk *out);

@@ -122,7 +122,7 @@ static int squash_chunk(void *ctx, size_t job)
             case 2: k->gather16((const uint16_t *)s->dense, s->idx, n, (uint16_t *)s->vals); break;
             default: k->gather32((const uint32_t *)s->dense, s->idx, n, (uint32_t *)s->vals); break;
             }
-            err = patch_encode_changes(s, s->idx, n, s->vals, unit, q->level, oc);
+            err = patch_encode_changes(s, s->idx, n, s->vals, unit, 0, q->level, oc);
         }
     }
     patch_pool_give(&q->pool, s);

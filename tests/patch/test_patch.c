@@ -297,15 +297,18 @@ static void test_damage(pulse_ckpt *a, pulse_ckpt *b)
     free(buf);
 }
 
-/* Builds one element-wise chunk from raw gap bytes and one value plane, with valid digests. */
-static void raw_chunk(const uint8_t *leb, size_t leb_len, const uint8_t *plane, size_t k, unsigned unit,
-                      uint32_t count, patch_out_chunk *oc)
+/* Builds one element-wise chunk from raw gap bytes and a ulp value stream: the coding byte,
+ * the packed symbols and, when esc_len > 0, the escape bytes, with valid digests. */
+static void raw_chunk(const uint8_t *leb, size_t leb_len, uint8_t coding, const uint8_t *packed, size_t plen,
+                      const uint8_t *esc, size_t esc_len, uint32_t count, patch_out_chunk *oc)
 {
-    size_t cap = ZSTD_compressBound(leb_len) + unit * ZSTD_compressBound(k);
+    size_t cap = ZSTD_compressBound(leb_len) + 1 + ZSTD_compressBound(plen) + ZSTD_compressBound(esc_len);
     oc->bytes = malloc(cap);
-    size_t pl = ZSTD_compress(oc->bytes, cap, leb, leb_len, 3), vl = 0;
-    for (unsigned u = 0; u < unit; u++)
-        vl += ZSTD_compress(oc->bytes + pl + vl, cap - pl - vl, plane, k, 3);
+    size_t pl = ZSTD_compress(oc->bytes, cap, leb, leb_len, 3), vl = 1;
+    oc->bytes[pl] = coding;
+    vl += ZSTD_compress(oc->bytes + pl + vl, cap - pl - vl, packed, plen, 3);
+    if (esc_len)
+        vl += ZSTD_compress(oc->bytes + pl + vl, cap - pl - vl, esc, esc_len, 3);
     oc->count = count;
     oc->pos_len = (uint32_t)pl;
     oc->val_len = (uint32_t)vl;
@@ -349,8 +352,8 @@ static void test_crafted(pulse_ckpt *a)
         { "valid", { 0, 5 }, 2, 2, 0 },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        uint8_t plane[4] = { 2, 2, 2, 2 };
-        raw_chunk(cases[c].leb, cases[c].leb_len, plane, cases[c].count, 2, cases[c].count, &ot[0].chunks[0]);
+        uint8_t packed[1] = { cases[c].count == 2 ? 0x05 : 0x01 };   /* z = 2 each */
+        raw_chunk(cases[c].leb, cases[c].leb_len, 2, packed, 1, NULL, 0, cases[c].count, &ot[0].chunks[0]);
         ot[0].changes = cases[c].count;
         CHECK_OK(patch_write_file(path_of("crafted"), PULSE_VALUES_ULP, CHUNK, ida, ida, ot, n));
         pulse_patch *p = NULL;
@@ -361,6 +364,62 @@ static void test_crafted(pulse_ckpt *a)
             fprintf(stderr, "crafted case '%s': got %d (%s), wanted %d\n", cases[c].what, err,
                     pulse_last_error(), cases[c].want);
         CHECK_EQ_INT(err, cases[c].want);
+        pulse_patch_close(&p);
+        free(ot[0].chunks[0].bytes);
+        ot[0].chunks[0].bytes = NULL;
+    }
+    /* Value streams: 4 changes at positions 0..3 of a.bf16 (BF16: largest zigzag 65535). */
+    static const struct {
+        const char *what;
+        uint8_t coding;
+        uint8_t packed[4];
+        size_t plen;
+        uint8_t esc[8];
+        size_t esc_len;
+        int want;
+    } vcases[] = {
+        { "unknown coding", 3, { 0 }, 1, { 0 }, 0, PULSE_ERR_UNSUPPORTED },
+        { "coding 2, no escapes", 2, { 0x24 }, 1, { 0 }, 0, 0 },
+        { "escape missing", 2, { 0xc0 }, 1, { 0 }, 0, PULSE_ERR_FORMAT },
+        { "escape present", 2, { 0xc0 }, 1, { 7 }, 1, 0 },
+        { "escape at the largest value", 2, { 0xc0 }, 1, { 0xfb, 0xff, 0x03 }, 3, 0 },
+        { "escape past the largest value", 2, { 0xc0 }, 1, { 0xfc, 0xff, 0x03 }, 3, PULSE_ERR_FORMAT },
+        { "escape overflows 32 bits", 2, { 0xc0 }, 1, { 0xff, 0xff, 0xff, 0xff, 0x7f }, 5, PULSE_ERR_FORMAT },
+        { "stray escape bytes", 2, { 0xc0 }, 1, { 7, 7 }, 2, PULSE_ERR_FORMAT },
+        { "escape stream without escapes", 2, { 0x00 }, 1, { 7 }, 1, PULSE_ERR_FORMAT },
+        { "packed length short", 4, { 0x11 }, 1, { 0 }, 0, PULSE_ERR_FORMAT },
+        { "coding 4", 4, { 0x21, 0xf3 }, 2, { 9 }, 1, 0 },
+        { "coding 8", 8, { 0, 1, 254, 255 }, 4, { 0 }, 1, 0 },
+        { "coding 8, escape missing", 8, { 0, 1, 254, 255 }, 4, { 0 }, 0, PULSE_ERR_FORMAT },
+    };
+    for (size_t c = 0; c < sizeof vcases / sizeof vcases[0]; c++) {
+        static const uint8_t gaps[4] = { 0, 0, 0, 0 };
+        raw_chunk(gaps, 4, vcases[c].coding, vcases[c].packed, vcases[c].plen, vcases[c].esc, vcases[c].esc_len,
+                  4, &ot[0].chunks[0]);
+        ot[0].changes = 4;
+        CHECK_OK(patch_write_file(path_of("crafted"), PULSE_VALUES_ULP, CHUNK, ida, ida, ot, n));
+        pulse_patch *p = NULL;
+        int err = pulse_patch_open(&p, path_of("crafted"));
+        if (!err)
+            err = pulse_patch_verify(p, a, 1);
+        if (err != vcases[c].want)
+            fprintf(stderr, "value case '%s': got %d (%s), wanted %d\n", vcases[c].what, err,
+                    pulse_last_error(), vcases[c].want);
+        CHECK_EQ_INT(err, vcases[c].want);
+        pulse_patch_close(&p);
+        free(ot[0].chunks[0].bytes);
+        ot[0].chunks[0].bytes = NULL;
+    }
+    /* Padding bits after the last symbol must be zero: 3 changes at coding 2 leave 2 bits. */
+    {
+        static const uint8_t gaps[3] = { 0, 0, 0 }, pad[1] = { 0x40 };
+        raw_chunk(gaps, 3, 2, pad, 1, NULL, 0, 3, &ot[0].chunks[0]);
+        ot[0].changes = 3;
+        CHECK_OK(patch_write_file(path_of("crafted"), PULSE_VALUES_ULP, CHUNK, ida, ida, ot, n));
+        pulse_patch *p = NULL;
+        CHECK_OK(pulse_patch_open(&p, path_of("crafted")));
+        if (p)
+            CHECK_ERR(pulse_patch_verify(p, a, 1), PULSE_ERR_FORMAT);
         pulse_patch_close(&p);
         free(ot[0].chunks[0].bytes);
         ot[0].chunks[0].bytes = NULL;
@@ -385,7 +444,8 @@ static void test_crafted(pulse_ckpt *a)
         { 20, 4, 100000, PULSE_ERR_FORMAT },
         { 88, 8, 1ull << 60, PULSE_ERR_FORMAT },
         { 96, 8, ~0ull, PULSE_ERR_FORMAT },
-        { 8, 4, 2, PULSE_ERR_UNSUPPORTED },
+        { 8, 4, 1, PULSE_ERR_UNSUPPORTED },   /* version 1: the old value layout */
+        { 8, 4, 3, PULSE_ERR_UNSUPPORTED },
         { 12, 1, 7, PULSE_ERR_FORMAT },
     };
     for (size_t h = 0; buf && h < sizeof hdr / sizeof hdr[0]; h++) {
@@ -440,6 +500,95 @@ static void test_layout_mismatch(pulse_ckpt *a)
     CHECK(access("/nonexistent-dir/x.patch", F_OK) != 0);
 }
 
+/* ulp round trips through every symbol width and the escape path: per BF16 chunk a
+ * different spread of differences (+-1 with 2% escapes, |d| < 8, |d| up to 127), then
+ * wrapping and extreme differences and NaN/Inf/-0 transitions for BF16, F32 and F8. */
+static void test_ulp_escapes(void)
+{
+    enum { N = 3 * 4096, CH = 4096 };
+    static const pulse_tensor_spec sp[] = {
+        { "a", "BF16", 1, { N } }, { "b", "F32", 1, { 16 } }, { "c", "F8_E5M2", 1, { 16 } },
+    };
+    pulse_ckpt *x = NULL, *y = NULL;
+    CHECK_OK(pulse_ckpt_create(&x, path_of("esc-x.safetensors"), sp, 3, NULL));
+    CHECK_OK(pulse_ckpt_create(&y, path_of("esc-y.safetensors"), sp, 3, NULL));
+    if (!x || !y) {
+        pulse_ckpt_close(&x);
+        pulse_ckpt_close(&y);
+        return;
+    }
+    uint16_t *a0 = (uint16_t *)(void *)pulse_ckpt_tensor(x, 0)->data;
+    uint16_t *a1 = (uint16_t *)(void *)pulse_ckpt_tensor(y, 0)->data;
+    rng = 42;
+    for (unsigned i = 0; i < N; i++) {
+        a0[i] = a1[i] = (uint16_t)rnd();
+        int d = 0;
+        if (i < CH)
+            d = rnd() % 50 == 0 ? 2 + (int)(rnd() % 5) : 1;
+        else if (i < 2 * CH)
+            d = 1 + (int)(rnd() % 7);
+        else
+            d = 1 + (int)(rnd() % 127);
+        a1[i] = (uint16_t)(a0[i] + (rnd() % 2 ? d : -d));
+    }
+    /* Wraps and extremes in the last chunk: 0xffff -> 0, 0 -> 0xffff, d = -32768 (zigzag
+     * 65535, the largest), NaN -> -NaN, +Inf -> NaN, -0 -> +0. */
+    static const uint16_t from16[] = { 0xffff, 0x0000, 0x8000, 0x7fc0, 0x7f80, 0x8000, 0x1234 };
+    static const uint16_t to16[] = { 0x0000, 0xffff, 0x0000, 0xffc0, 0x7fc1, 0x0000, 0x9234 };
+    for (unsigned i = 0; i < sizeof from16 / sizeof from16[0]; i++) {
+        a0[2 * CH + 3 * i] = from16[i];
+        a1[2 * CH + 3 * i] = to16[i];
+    }
+    static const uint32_t from32[] = { 0xffffffffu, 0, 0x80000000u, 0x7fc00000u, 0x3f800000u, 5 };
+    static const uint32_t to32[] = { 0, 0xffffffffu, 0, 0xffc00000u, 0x3f800001u, 5 };
+    static const uint8_t from8[] = { 0xff, 0, 0x80, 0x7c, 0x7e, 1, 2, 3 };
+    static const uint8_t to8[] = { 0, 0xff, 0, 0x7e, 0xfc, 2, 1, 3 };
+    memcpy(pulse_ckpt_tensor(x, 1)->data, from32, sizeof from32);
+    memcpy(pulse_ckpt_tensor(y, 1)->data, to32, sizeof to32);
+    memcpy(pulse_ckpt_tensor(x, 2)->data, from8, sizeof from8);
+    memcpy(pulse_ckpt_tensor(y, 2)->data, to8, sizeof to8);
+    CHECK_OK(pulse_ckpt_commit(x));
+    CHECK_OK(pulse_ckpt_commit(y));
+    pulse_diff_opts o = opts_for(PULSE_VALUES_ULP);
+    o.chunk_elems = CH;
+    CHECK_OK(pulse_patch_diff(x, y, &o, path_of("esc.ulp")));
+    pulse_patch *p = NULL;
+    CHECK_OK(pulse_patch_open(&p, path_of("esc.ulp")));
+    if (p) {
+        /* The widths chosen per BF16 chunk, and the escape frame where escapes are needed. */
+        static const uint8_t want_bits[3] = { 2, 4, 8 };
+        CHECK_EQ_INT(p->tensors[0].ncoded, 3);
+        for (size_t c = 0; c < 3 && c < p->nchunks; c++) {
+            const patch_chunk *pc = &p->chunks[c];
+            const uint8_t *v = p->data + pc->offset + pc->pos_len;
+            CHECK_EQ_INT(v[0], want_bits[c]);
+            size_t f = ZSTD_findFrameCompressedSize(v + 1, pc->val_len - 1);
+            CHECK(!ZSTD_isError(f));
+            if (c != 1)
+                CHECK(1 + f < pc->val_len);   /* an escape frame follows */
+        }
+        pulse_ckpt *r = NULL;
+        CHECK_OK(apply_to_copy(p, x, "esc-r.safetensors", &r));
+        if (r)
+            CHECK(same_data(r, y));
+        pulse_ckpt_close(&r);
+        /* Squash with the base turns it into an equivalent abs patch. */
+        pulse_patch *one[1] = { p };
+        CHECK_OK(pulse_patch_squash(one, 1, x, 1, 0, path_of("esc.sq")));
+        pulse_patch *q = NULL;
+        CHECK_OK(pulse_patch_open(&q, path_of("esc.sq")));
+        if (q)
+            CHECK_OK(apply_to_copy(q, x, "esc-r2.safetensors", &r));
+        if (r)
+            CHECK(same_data(r, y));
+        pulse_ckpt_close(&r);
+        pulse_patch_close(&q);
+    }
+    pulse_patch_close(&p);
+    pulse_ckpt_close(&x);
+    pulse_ckpt_close(&y);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/test-patch-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -460,6 +609,7 @@ int main(void)
         test_damage(a, b);
         test_crafted(a);
         test_layout_mismatch(a);
+        test_ulp_escapes();
     }
     pulse_ckpt_close(&a);
     pulse_ckpt_close(&b);
