@@ -26,6 +26,7 @@ static const struct verb verbs[] = {
     { "publish", cmd_publish, "publish a checkpoint as a signed patch or keyframe in a store" },
     { "pull",    cmd_pull,    "bring local weights to the newest published state, verified" },
     { "keygen",  cmd_keygen,  "make an Ed25519 key pair: NAME.key (secret) and NAME.pub" },
+    { "manifest", cmd_manifest, "list, show and audit the signed records and objects of a run" },
 };
 
 static void usage(FILE *f)

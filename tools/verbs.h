@@ -18,5 +18,6 @@ int cmd_demo(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_publish(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
+int cmd_manifest(int argc, char **argv);
 
 #endif

@@ -1,0 +1,968 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The run audit: lists everything under a run and re-checks records, chain, objects, orphans and heads. */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#include "base/fail.h"
+#include "crypto/sha256.h"
+#include "pulseweights/audit.h"
+
+#define HEAD_MAX_BYTES 4096u           /* a head is one key and a newline */
+#define RECORD_BATCH 256u              /* records or heads fetched per batch */
+#define OBJECT_BATCH 256u              /* objects per batch (and at most memory_bytes of them) */
+#define SIGNATURE_FIELD (1u + 4u + PULSE_SIGNATURE_BYTES)  /* tag, length, signature: the tail of every record */
+
+/* An object key seen in the listing. */
+struct listed_object {
+    uint8_t digest[PULSE_DIGEST_BYTES];
+    uint64_t size;
+    int named;
+};
+
+/* One (record, object) pair: a record naming an object. */
+struct naming {
+    const uint8_t *digest;
+    size_t entry;                      /* index into the entries */
+    uint32_t object;                   /* index into that record's objects */
+};
+
+struct head {
+    char key[PULSE_AUDIT_MAX_KEY];     /* relative to the run */
+    uint64_t size;
+    char *content;                     /* NUL-terminated, or NULL when it could not be read */
+};
+
+struct audit {
+    pulse_store *st;
+    const char *run;
+    pulse_audit_opts o;
+    pulse_audit_report *rep;
+    pulse_store_settings settings;
+    int oom;
+    /* From the listing. */
+    pulse_audit_entry *entries;
+    size_t n_entries, cap_entries;
+    struct listed_object *objects;
+    size_t n_objects, cap_objects;
+    struct head *heads;
+    size_t n_heads, cap_heads;
+    uint64_t keyframe_keys, patch_keys;
+    /* Parsed records, parallel to entries (zeroed when the record did not parse). */
+    pulse_record *recs;
+};
+
+static int grow(void **p, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : 64;
+    void *q = realloc(*p, nc * elem);
+    if (!q)
+        return pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory");
+    memset((char *)q + *cap * elem, 0, (nc - *cap) * elem);
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+static void abbrev(const uint8_t *id, size_t n, char out[17])
+{
+    char full[2 * PULSE_DIGEST_BYTES + 1];
+    pulse_hex_encode(id, n < PULSE_DIGEST_BYTES ? n : PULSE_DIGEST_BYTES, full);
+    memcpy(out, full, 16);
+    out[16] = 0;
+}
+
+/* Appends one problem line, prefixed with the step and key of E when E is not NULL. */
+static void problem(struct audit *a, pulse_audit_entry *e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void problem(struct audit *a, pulse_audit_entry *e, const char *fmt, ...)
+{
+    char line[PULSE_AUDIT_MAX_PROBLEM];
+    int n = 0;
+    if (e) {
+        e->problems++;
+        n = snprintf(line, sizeof line, "step %llu: %s: ", (unsigned long long)e->key_step, e->key);
+        if (n < 0 || (size_t)n >= sizeof line)
+            n = 0;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    pulse_audit_report *r = a->rep;
+    char **np = realloc(r->problems, (r->n_problems + 1) * sizeof *np);
+    char *dup = strdup(line);
+    if (!np || !dup) {
+        free(dup);
+        if (np)
+            r->problems = np;
+        a->oom = 1;
+        return;
+    }
+    r->problems = np;
+    r->problems[r->n_problems++] = dup;
+}
+
+/* "<12 digits>" into *step. */
+static int parse_step(const char *s, size_t n, uint64_t *step)
+{
+    if (n != 12)
+        return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *step = v;
+    return 0;
+}
+
+static int is_node_hex(const char *s, size_t n)
+{
+    uint8_t tmp[PULSE_PUBLIC_KEY_BYTES];
+    if (n != 2 * PULSE_PUBLIC_KEY_BYTES || pulse_hex_decode(s, n, tmp, sizeof tmp))
+        return 0;
+    for (size_t i = 0; i < n; i++)  /* keys are written lower case: anything else is not ours */
+        if (s[i] >= 'A' && s[i] <= 'F')
+            return 0;
+    return 1;
+}
+
+/* Splits a record key "records/<kind>/<step>/<node>" or "receipts/<node>/<step>" into kind and
+ * step; -1 when it is not one. */
+static int classify_record_key(const char *rel, int *kind, uint64_t *step)
+{
+    if (!strncmp(rel, "records/", 8)) {
+        const char *k = rel + 8, *s1 = strchr(k, '/');
+        if (!s1)
+            return -1;
+        const char *s2 = strchr(s1 + 1, '/');
+        if (!s2 || strchr(s2 + 1, '/'))
+            return -1;
+        char kname[32];
+        if ((size_t)(s1 - k) >= sizeof kname)
+            return -1;
+        memcpy(kname, k, (size_t)(s1 - k));
+        kname[s1 - k] = 0;
+        *kind = pulse_record_kind_from_name(kname);
+        if (!*kind || *kind == PULSE_RECORD_RECEIPT || parse_step(s1 + 1, (size_t)(s2 - s1 - 1), step)
+            || !is_node_hex(s2 + 1, strlen(s2 + 1)))
+            return -1;
+        return 0;
+    }
+    if (!strncmp(rel, "receipts/", 9)) {
+        const char *n = rel + 9, *s1 = strchr(n, '/');
+        if (!s1 || strchr(s1 + 1, '/') || !is_node_hex(n, (size_t)(s1 - n))
+            || parse_step(s1 + 1, strlen(s1 + 1), step))
+            return -1;
+        *kind = PULSE_RECORD_RECEIPT;
+        return 0;
+    }
+    return -1;
+}
+
+static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
+{
+    struct audit *a = ctx;
+    size_t rl = strlen(a->run);
+    if (strncmp(key, a->run, rl) || key[rl] != '/')
+        return 0;  /* a prefix of another run name ("r" listing "r2/...") is not ours */
+    const char *rel = key + rl + 1;
+    pulse_audit_report *r = a->rep;
+    r->keys++;
+    r->key_bytes += info->size;
+    int kind;
+    uint64_t step;
+    if (!strncmp(rel, "objects/", 8)) {
+        r->objects++;
+        r->object_bytes += info->size;
+        const char *hex = rel + 8;
+        uint8_t d[PULSE_DIGEST_BYTES];
+        if (strlen(hex) != 64 || pulse_hex_decode(hex, 64, d, sizeof d) || !is_node_hex(hex, 64)) {
+            problem(a, NULL, "%s: not a content address (objects/<64 lower-case hex digits>)", rel);
+            return 0;
+        }
+        int rc = grow((void **)&a->objects, &a->cap_objects, a->n_objects, sizeof *a->objects);
+        if (rc)
+            return rc;
+        memcpy(a->objects[a->n_objects].digest, d, sizeof d);
+        a->objects[a->n_objects++].size = info->size;
+    } else if (!classify_record_key(rel, &kind, &step)) {
+        r->records++;
+        r->record_bytes += info->size;
+        if (strlen(rel) >= PULSE_AUDIT_MAX_KEY)
+            return pulse_fail(PULSE_ERR_LIMIT, "audit: key %s too long", key);
+        int rc = grow((void **)&a->entries, &a->cap_entries, a->n_entries, sizeof *a->entries);
+        if (rc)
+            return rc;
+        pulse_audit_entry *e = &a->entries[a->n_entries++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->key, sizeof e->key, "%s", rel);
+        e->key_step = step;
+        e->kind = kind;
+        e->listed_bytes = info->size;
+        if (kind == PULSE_RECORD_KEYFRAME)
+            a->keyframe_keys++;
+        else if (kind == PULSE_RECORD_SYNC_PATCH)
+            a->patch_keys++;
+    } else if (!strncmp(rel, "heads/", 6) && strlen(rel) < PULSE_AUDIT_MAX_KEY) {
+        r->heads++;
+        int rc = grow((void **)&a->heads, &a->cap_heads, a->n_heads, sizeof *a->heads);
+        if (rc)
+            return rc;
+        struct head *h = &a->heads[a->n_heads++];
+        snprintf(h->key, sizeof h->key, "%s", rel);
+        h->size = info->size;
+        h->content = NULL;
+    } else {
+        problem(a, NULL, "%s: unexpected key in the run (not an object, record, receipt or head)", rel);
+    }
+    return 0;
+}
+
+static void full_key(const struct audit *a, const char *rel, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%s", a->run, rel);
+}
+
+/* Checks one fetched record: strict parse, run and key, trust and signature. */
+static void check_record(struct audit *a, size_t i, const uint8_t *bytes, size_t len)
+{
+    pulse_audit_entry *e = &a->entries[i];
+    pulse_record *r = &a->recs[i];
+    int rc = pulse_record_parse(bytes, len, r);
+    if (rc) {
+        problem(a, e, "does not parse: %s", pulse_last_error());
+        return;
+    }
+    e->parsed = 1;
+    e->kind = r->kind;
+    e->step = r->step;
+    e->time = r->time;
+    e->changes = r->changes;
+    e->dense_bytes = r->dense_bytes;
+    e->patch_bytes = r->patch_bytes;
+    e->n_objects = r->n_objects;
+    memcpy(e->node, r->node, sizeof e->node);
+    memcpy(e->base, r->base, sizeof e->base);
+    memcpy(e->result, r->result, sizeof e->result);
+    for (uint32_t k = 0; k < r->n_objects; k++)
+        e->object_bytes += r->objects[k].size;
+
+    int ok = 1;
+    char want[PULSE_AUDIT_MAX_KEY];
+    if (strcmp(r->run, a->run)) {
+        problem(a, e, "record is for run '%s', found under run '%s'", r->run, a->run);
+        ok = 0;
+    }
+    char node[17];
+    abbrev(r->node, sizeof r->node, node);
+    if (pulse_record_key(r, want, sizeof want) || strcmp(want, e->key)) {
+        problem(a, e, "the record inside is %s step %llu by node %s: filed under another key "
+                "(a record copied or moved)", pulse_record_kind_name(r->kind), (unsigned long long)r->step, node);
+        ok = 0;
+    }
+    if (r->kind == PULSE_RECORD_RECEIPT) {
+        /* Receipts are signed by followers, which need not be in the trainers' trust set: check
+         * that the receipt's own key signed it (it was not altered), and trust when known. */
+        if (len < SIGNATURE_FIELD || pulse_verify(r->node, bytes, len - SIGNATURE_FIELD, r->signature)) {
+            problem(a, e, "signature does not verify (node %s)", node);
+            ok = 0;
+        }
+        e->signer = a->o.trust ? pulse_trust_find(a->o.trust, r->node) : NULL;
+        e->trusted = e->signer != NULL && ok;
+        e->valid = ok;
+        return;
+    }
+    const pulse_public_key *k = a->o.trust ? pulse_trust_find(a->o.trust, r->node) : NULL;
+    if (!k) {
+        problem(a, e, "not signed by a trusted key (node %s)", node);
+        return;
+    }
+    const pulse_public_key *signer = NULL;
+    rc = pulse_record_verify(bytes, len, a->o.trust, &signer, NULL);
+    if (rc) {
+        problem(a, e, "signature does not verify (node %s, %s)", node, k->comment);
+        return;
+    }
+    e->signer = signer;
+    e->trusted = 1;
+    e->valid = ok;
+}
+
+/* Fetches every record and head in batches of at most RECORD_BATCH keys. */
+static int fetch_records_and_heads(struct audit *a)
+{
+    size_t total = a->n_entries + a->n_heads;
+    pulse_transfer *x = calloc(RECORD_BATCH, sizeof *x);
+    char (*keys)[PULSE_AUDIT_MAX_KEY + 160] = calloc(RECORD_BATCH, sizeof *keys);
+    if (!x || !keys) {
+        free(x);
+        free(keys);
+        return pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory");
+    }
+    for (size_t at = 0; at < total; at += RECORD_BATCH) {
+        size_t n = total - at < RECORD_BATCH ? total - at : RECORD_BATCH, m = 0;
+        size_t idx[RECORD_BATCH];
+        for (size_t j = 0; j < n; j++) {
+            size_t g = at + j;
+            int is_head = g >= a->n_entries;
+            const char *rel = is_head ? a->heads[g - a->n_entries].key : a->entries[g].key;
+            uint64_t listed = is_head ? a->heads[g - a->n_entries].size : a->entries[g].listed_bytes;
+            size_t cap = is_head ? HEAD_MAX_BYTES : PULSE_RECORD_MAX_BYTES;
+            if (listed > cap) {
+                if (is_head)
+                    problem(a, NULL, "%s: %llu bytes, a head is at most %u", rel, (unsigned long long)listed,
+                            HEAD_MAX_BYTES);
+                else
+                    problem(a, &a->entries[g], "%llu bytes, more than a record may have (%u)",
+                            (unsigned long long)listed, PULSE_RECORD_MAX_BYTES);
+                continue;
+            }
+            memset(&x[m], 0, sizeof x[m]);
+            full_key(a, rel, keys[m], sizeof keys[m]);
+            x[m].op = PULSE_XFER_GET;
+            x[m].key = keys[m];
+            x[m].length = PULSE_TO_END;
+            x[m].max_size = cap;
+            idx[m++] = g;
+        }
+        (void)pulse_store_batch(a->st, x, m);  /* per-transfer results below */
+        a->rep->requests.audit_gets += m;
+        for (size_t j = 0; j < m; j++) {
+            size_t g = idx[j];
+            if (g >= a->n_entries) {
+                struct head *h = &a->heads[g - a->n_entries];
+                if (x[j].result) {
+                    problem(a, NULL, "%s: cannot be read: %s", h->key, x[j].detail);
+                } else if ((h->content = malloc(x[j].len + 1)) != NULL) {
+                    memcpy(h->content, x[j].out, x[j].len);
+                    h->content[x[j].len] = 0;
+                } else {
+                    a->oom = 1;
+                }
+            } else if (x[j].result) {
+                problem(a, &a->entries[g], "cannot be read: %s", x[j].detail);
+            } else {
+                check_record(a, g, x[j].out, x[j].len);
+            }
+            pulse_store_free(x[j].out);
+            x[j].out = NULL;
+        }
+    }
+    free(x);
+    free(keys);
+    return a->oom ? pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory") : 0;
+}
+
+static int entry_cmp(const void *pa, const void *pb)
+{
+    const pulse_audit_entry *x = pa, *y = pb;
+    if (x->key_step != y->key_step)
+        return x->key_step < y->key_step ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+static int is_chain_kind(int kind)
+{
+    return kind == PULSE_RECORD_SYNC_PATCH || kind == PULSE_RECORD_KEYFRAME;
+}
+
+/* What the layout of docs/sync.md requires of a valid sync record's objects and figures. */
+static void check_shape(struct audit *a, size_t i)
+{
+    pulse_audit_entry *e = &a->entries[i];
+    const pulse_record *r = &a->recs[i];
+    if (e->patch_bytes != e->object_bytes)
+        problem(a, e, "summary says %llu patch bytes, its objects have %llu", (unsigned long long)e->patch_bytes,
+                (unsigned long long)e->object_bytes);
+    if (r->kind == PULSE_RECORD_SYNC_PATCH) {
+        if (r->n_objects != 1 || strcmp(r->objects[0].role, "patch"))
+            problem(a, e, "a sync-patch record names exactly one object of role 'patch' (this one: %u, first '%s')",
+                    r->n_objects, r->n_objects ? r->objects[0].role : "");
+    } else if (r->kind == PULSE_RECORD_KEYFRAME) {
+        uint64_t at = 0;
+        for (uint32_t k = 0; k < r->n_objects; k++) {
+            const pulse_record_object *o = &r->objects[k];
+            if (strcmp(o->role, "keyframe-chunk")) {
+                problem(a, e, "keyframe object %u has role '%s', not 'keyframe-chunk'", k, o->role);
+                return;
+            }
+            if (o->range_offset != at || o->range_length == 0) {
+                problem(a, e, "keyframe chunk %u covers [%llu+%llu], expected to start at %llu "
+                        "(chunks must cover the file in order without gaps or overlaps)", k,
+                        (unsigned long long)o->range_offset, (unsigned long long)o->range_length,
+                        (unsigned long long)at);
+                return;
+            }
+            at += o->range_length;
+        }
+    }
+}
+
+/* Chain continuity over keyframes and sync patches: gaps, links, disagreeing results. */
+static void check_chain(struct audit *a)
+{
+    size_t n = a->n_entries;
+    int have_prev = 0, started = 0;
+    uint64_t prev_step = 0;
+    size_t prev_lo = 0, prev_hi = 0;        /* entries of the previous step with records */
+    uint64_t elements = 0;
+    for (size_t lo = 0; lo < n;) {
+        if (!is_chain_kind(a->entries[lo].kind)) {
+            lo++;
+            continue;
+        }
+        uint64_t s = a->entries[lo].key_step;
+        size_t hi = lo;
+        while (hi < n && a->entries[hi].key_step == s)
+            hi++;
+        /* The keyframe element count for densities (any readable keyframe: `ls` runs without
+         * trust too), and the results of this step. */
+        for (size_t i = lo; i < hi; i++)
+            if (a->entries[i].parsed && a->entries[i].kind == PULSE_RECORD_KEYFRAME)
+                elements = a->entries[i].changes;
+        const pulse_audit_entry *first_valid = NULL;
+        for (size_t i = lo; i < hi; i++) {
+            pulse_audit_entry *e = &a->entries[i];
+            if (!is_chain_kind(e->kind) || !e->valid)
+                continue;
+            if (first_valid && memcmp(first_valid->result, e->result, PULSE_DIGEST_BYTES)) {
+                char x[17], y[17];
+                abbrev(e->result, PULSE_DIGEST_BYTES, x);
+                abbrev(first_valid->result, PULSE_DIGEST_BYTES, y);
+                problem(a, e, "result %s disagrees with %s's result %s at the same step", x, first_valid->key, y);
+            }
+            if (!first_valid)
+                first_valid = e;
+        }
+        for (size_t i = lo; i < hi; i++)
+            if (is_chain_kind(a->entries[i].kind))
+                a->entries[i].elements = elements;
+        if (have_prev && s > prev_step + 1) {
+            if (s == prev_step + 2)
+                problem(a, NULL, "step %llu: no record (gap in the chain)", (unsigned long long)(prev_step + 1));
+            else
+                problem(a, NULL, "steps %llu..%llu: no record (gap in the chain)",
+                        (unsigned long long)(prev_step + 1), (unsigned long long)(s - 1));
+        }
+        for (size_t i = lo; i < hi; i++) {
+            pulse_audit_entry *e = &a->entries[i];
+            if (e->kind != PULSE_RECORD_SYNC_PATCH || !e->valid)
+                continue;
+            if (!started) {
+                /* With earlier (invalid, already reported) records the start was lost, not absent. */
+                if (!have_prev)
+                    problem(a, e, "sync-patch before any keyframe: the chain has no start");
+                continue;
+            }
+            int prev_valid = 0, linked = 0;
+            for (size_t j = prev_lo; j < prev_hi; j++) {
+                const pulse_audit_entry *p = &a->entries[j];
+                if (!is_chain_kind(p->kind) || !p->valid)
+                    continue;
+                prev_valid = 1;
+                if (!memcmp(p->result, e->base, PULSE_DIGEST_BYTES))
+                    linked = 1;
+            }
+            if (linked || (!prev_valid && have_prev && prev_step + 1 == s))
+                continue;  /* linked, or the previous step's record is bad (already reported) */
+            char b[17];
+            abbrev(e->base, PULSE_DIGEST_BYTES, b);
+            const pulse_audit_entry *older = NULL;
+            for (size_t j = 0; j < prev_lo; j++)
+                if (is_chain_kind(a->entries[j].kind) && a->entries[j].valid
+                    && !memcmp(a->entries[j].result, e->base, PULSE_DIGEST_BYTES))
+                    older = &a->entries[j];
+            if (older)
+                problem(a, e, "base %s is the result of step %llu, not of step %llu (broken link)", b,
+                        (unsigned long long)older->key_step, (unsigned long long)prev_step);
+            else if (prev_valid || !have_prev)
+                problem(a, e, "base %s is the result of no earlier record (broken link)", b);
+            else
+                problem(a, e, "base %s is the result of no earlier record (after a gap)", b);
+        }
+        for (size_t i = lo; i < hi; i++)
+            if (a->entries[i].valid && a->entries[i].kind == PULSE_RECORD_KEYFRAME)
+                started = 1;
+        if (!started) {
+            /* No valid keyframe yet: the start of the chain is a later keyframe. */
+            for (size_t i = lo; i < hi; i++)
+                if (a->entries[i].kind == PULSE_RECORD_SYNC_PATCH && a->entries[i].valid)
+                    started = 1;  /* reported once above; link what follows to it */
+        }
+        have_prev = 1;
+        prev_step = s;
+        prev_lo = lo;
+        prev_hi = hi;
+        lo = hi;
+    }
+}
+
+static int naming_cmp(const void *pa, const void *pb)
+{
+    const struct naming *x = pa, *y = pb;
+    int c = memcmp(x->digest, y->digest, PULSE_DIGEST_BYTES);
+    if (c)
+        return c;
+    return x->entry < y->entry ? -1 : x->entry > y->entry;
+}
+
+static int object_cmp(const void *pa, const void *pb)
+{
+    return memcmp(((const struct listed_object *)pa)->digest, ((const struct listed_object *)pb)->digest,
+                  PULSE_DIGEST_BYTES);
+}
+
+/* One object to download: its namings are nm[first .. first+count). */
+struct job {
+    size_t first, count;
+    uint64_t size;
+    int to_file;
+    char *path;                        /* the temporary copy of a large object */
+};
+
+/* zstd frame of a keyframe chunk: decompresses to exactly range_length bytes. */
+static int check_keyframe_chunk(const pulse_record_object *o, const void *bytes, size_t len)
+{
+    unsigned long long want = ZSTD_getFrameContentSize(bytes, len);
+    if (want == ZSTD_CONTENTSIZE_ERROR)
+        return pulse_fail(PULSE_ERR_FORMAT, "keyframe chunk is not a zstd frame");
+    if (want != ZSTD_CONTENTSIZE_UNKNOWN && want != o->range_length)
+        return pulse_fail(PULSE_ERR_FORMAT, "keyframe chunk decompresses to %llu bytes, its range is %llu",
+                          want, (unsigned long long)o->range_length);
+    if (o->range_length > (64u << 20))
+        return 0;  /* beyond what a chunk is ever cut to; the frame header check above suffices */
+    void *out = malloc(o->range_length ? (size_t)o->range_length : 1);
+    if (!out)
+        return pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory");
+    size_t got = ZSTD_decompress(out, (size_t)o->range_length, bytes, len);
+    free(out);
+    if (ZSTD_isError(got))
+        return pulse_fail(PULSE_ERR_FORMAT, "keyframe chunk does not decompress: %s", ZSTD_getErrorName(got));
+    if (got != o->range_length)
+        return pulse_fail(PULSE_ERR_FORMAT, "keyframe chunk decompresses to %zu bytes, its range is %llu", got,
+                          (unsigned long long)o->range_length);
+    return 0;
+}
+
+/* Hash and content checks of one downloaded object. */
+static void check_object_bytes(struct audit *a, const struct naming *nm, const struct job *j, const void *bytes,
+                               size_t len)
+{
+    pulse_audit_entry *e0 = &a->entries[nm[j->first].entry];
+    char hex[2 * PULSE_DIGEST_BYTES + 1];
+    pulse_hex_encode(nm[j->first].digest, PULSE_DIGEST_BYTES, hex);
+    if (len != j->size) {
+        problem(a, e0, "objects/%s: %s than declared: %s%zu bytes, record says %llu", hex,
+                len > j->size ? "longer" : "shorter", len > j->size ? "at least " : "", len,
+                (unsigned long long)j->size);
+        return;
+    }
+    uint8_t d[PULSE_DIGEST_BYTES];
+    pulse_sha256(bytes, len, d);
+    a->rep->objects_checked++;
+    a->rep->bytes_hashed += len;
+    if (memcmp(d, nm[j->first].digest, PULSE_DIGEST_BYTES)) {
+        char got[17];
+        abbrev(d, sizeof d, got);
+        problem(a, e0, "objects/%s: SHA-256 of its bytes is %s..., not its name (the object was altered)", hex, got);
+        return;
+    }
+    for (size_t k = j->first; k < j->first + j->count; k++) {
+        pulse_audit_entry *e = &a->entries[nm[k].entry];
+        const pulse_record *r = &a->recs[nm[k].entry];
+        const pulse_record_object *o = &r->objects[nm[k].object];
+        int rc = 0;
+        if (!strcmp(o->role, "keyframe-chunk"))
+            rc = check_keyframe_chunk(o, bytes, len);
+        if (!rc && a->o.check_content) {
+            pulse_clear_error();
+            rc = a->o.check_content(a->o.content_ctx, r, o, bytes, len);
+        }
+        if (rc)
+            problem(a, e, "objects/%s: %s", hex, pulse_last_error()[0] ? pulse_last_error() : pulse_strerror(rc));
+    }
+}
+
+/* The result of one job's transfer. */
+static void finish_job(struct audit *a, const struct naming *nm, const struct job *j, pulse_transfer *x)
+{
+    pulse_audit_entry *e0 = &a->entries[nm[j->first].entry];
+    char hex[2 * PULSE_DIGEST_BYTES + 1];
+    pulse_hex_encode(nm[j->first].digest, PULSE_DIGEST_BYTES, hex);
+    if (x->result) {
+        problem(a, e0, "objects/%s: cannot be read: %s", hex, x->detail);
+        if (j->to_file)
+            unlink(j->path);
+        return;
+    }
+    if (!j->to_file) {
+        check_object_bytes(a, nm, j, x->out, x->len);
+        return;
+    }
+    int fd = open(j->path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb)) {
+        problem(a, e0, "objects/%s: downloaded copy %s cannot be opened", hex, j->path);
+    } else if (sb.st_size == 0) {
+        check_object_bytes(a, nm, j, "", 0);
+    } else {
+        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            problem(a, e0, "objects/%s: downloaded copy %s cannot be mapped", hex, j->path);
+        } else {
+            check_object_bytes(a, nm, j, m, (size_t)sb.st_size);
+            munmap(m, (size_t)sb.st_size);
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    unlink(j->path);
+}
+
+/* Downloads the jobs in batches bounded by count and by memory_bytes of in-memory objects. */
+static int download(struct audit *a, const struct naming *nm, struct job *jobs, size_t n_jobs)
+{
+    pulse_transfer *x = calloc(OBJECT_BATCH, sizeof *x);
+    char (*keys)[PULSE_RECORD_MAX_RUN + 80] = calloc(OBJECT_BATCH, sizeof *keys);
+    if (!x || !keys) {
+        free(x);
+        free(keys);
+        return pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory");
+    }
+    const char *tmp = a->o.tmp_dir ? a->o.tmp_dir : getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    for (size_t at = 0; at < n_jobs && !a->oom;) {
+        size_t m = 0;
+        uint64_t mem = 0;
+        while (at + m < n_jobs && m < OBJECT_BATCH) {
+            struct job *j = &jobs[at + m];
+            j->to_file = j->size > a->o.memory_bytes;
+            if (!j->to_file && m && mem + j->size > a->o.memory_bytes)
+                break;
+            char hex[2 * PULSE_DIGEST_BYTES + 1];
+            pulse_hex_encode(nm[j->first].digest, PULSE_DIGEST_BYTES, hex);
+            snprintf(keys[m], sizeof keys[m], "%s/objects/%s", a->run, hex);
+            pulse_transfer *t = &x[m];
+            memset(t, 0, sizeof *t);
+            t->op = PULSE_XFER_GET;
+            t->key = keys[m];
+            /* One byte beyond the declared size: enough to see that an object is longer than its
+             * record says, never more (no endless data). */
+            t->offset = 0;
+            t->length = j->size + 1;
+            if (j->to_file) {
+                size_t cap = strlen(tmp) + 64;
+                if (!(j->path = malloc(cap))) {
+                    a->oom = 1;
+                    break;
+                }
+                snprintf(j->path, cap, "%s/pulse-audit-%ld-%zu", tmp, (long)getpid(), at + m);
+                t->path = j->path;
+            } else {
+                t->max_size = (size_t)j->size + 1;
+                mem += j->size;
+            }
+            m++;
+        }
+        (void)pulse_store_batch(a->st, x, m);  /* per-transfer results below */
+        a->rep->requests.audit_gets += m;
+        for (size_t k = 0; k < m; k++) {
+            finish_job(a, nm, &jobs[at + k], &x[k]);
+            pulse_store_free(x[k].out);
+            x[k].out = NULL;
+            free(jobs[at + k].path);
+            jobs[at + k].path = NULL;
+        }
+        at += m;
+    }
+    free(x);
+    free(keys);
+    return a->oom ? pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory") : 0;
+}
+
+/* Every named object: present, listed with its declared size, and (full audit) its exact bytes;
+ * every listed object named by some record. */
+static int check_objects(struct audit *a)
+{
+    size_t n_nm = 0;
+    for (size_t i = 0; i < a->n_entries; i++)
+        if (a->entries[i].parsed)
+            n_nm += a->recs[i].n_objects;
+    struct naming *nm = calloc(n_nm ? n_nm : 1, sizeof *nm);
+    struct job *jobs = calloc(n_nm ? n_nm : 1, sizeof *jobs);
+    if (!nm || !jobs) {
+        free(nm);
+        free(jobs);
+        return pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < a->n_entries; i++)
+        if (a->entries[i].parsed)
+            for (uint32_t o = 0; o < a->recs[i].n_objects; o++)
+                nm[k++] = (struct naming){ a->recs[i].objects[o].digest, i, o };
+    qsort(nm, n_nm, sizeof *nm, naming_cmp);
+    qsort(a->objects, a->n_objects, sizeof *a->objects, object_cmp);
+
+    size_t n_jobs = 0, lo = 0;
+    for (size_t first = 0; first < n_nm;) {
+        size_t end = first + 1;
+        while (end < n_nm && !memcmp(nm[end].digest, nm[first].digest, PULSE_DIGEST_BYTES))
+            end++;
+        pulse_audit_entry *e0 = &a->entries[nm[first].entry];
+        uint64_t declared = a->recs[nm[first].entry].objects[nm[first].object].size;
+        char hex[2 * PULSE_DIGEST_BYTES + 1];
+        pulse_hex_encode(nm[first].digest, PULSE_DIGEST_BYTES, hex);
+        int sizes_agree = 1;
+        for (size_t q = first + 1; q < end; q++) {
+            uint64_t s = a->recs[nm[q].entry].objects[nm[q].object].size;
+            if (s != declared) {
+                problem(a, &a->entries[nm[q].entry], "objects/%s: declared %llu bytes here, %llu by %s", hex,
+                        (unsigned long long)s, (unsigned long long)declared, e0->key);
+                sizes_agree = 0;
+            }
+        }
+        while (lo < a->n_objects && memcmp(a->objects[lo].digest, nm[first].digest, PULSE_DIGEST_BYTES) < 0)
+            lo++;
+        if (lo == a->n_objects || memcmp(a->objects[lo].digest, nm[first].digest, PULSE_DIGEST_BYTES)) {
+            problem(a, e0, "objects/%s: missing (named by %zu record%s)", hex, end - first, end - first > 1 ? "s" : "");
+        } else {
+            a->objects[lo].named = 1;
+            if (a->objects[lo].size != declared)
+                problem(a, e0, "objects/%s: size %llu, record says %llu", hex, (unsigned long long)a->objects[lo].size,
+                        (unsigned long long)declared);
+            else if (sizes_agree && a->o.level == PULSE_AUDIT_FULL) {
+                struct job *j = &jobs[n_jobs++];
+                j->first = first;
+                j->count = end - first;
+                j->size = declared;
+            }
+        }
+        first = end;
+    }
+    for (size_t i = 0; i < a->n_objects; i++) {
+        if (a->objects[i].named)
+            continue;
+        char hex[2 * PULSE_DIGEST_BYTES + 1];
+        pulse_hex_encode(a->objects[i].digest, PULSE_DIGEST_BYTES, hex);
+        a->rep->orphans++;
+        a->rep->orphan_bytes += a->objects[i].size;
+        problem(a, NULL, "objects/%s: orphan: no record names it (%llu bytes)", hex,
+                (unsigned long long)a->objects[i].size);
+    }
+    int rc = n_jobs ? download(a, nm, jobs, n_jobs) : 0;
+    free(nm);
+    free(jobs);
+    return rc;
+}
+
+/* Each head names the newest valid sync record of its node; each node with records has a head. */
+static void check_heads(struct audit *a)
+{
+    for (size_t h = 0; h < a->n_heads; h++) {
+        struct head *hd = &a->heads[h];
+        const char *node_hex = hd->key + strlen("heads/sync/");
+        if (strncmp(hd->key, "heads/sync/", 11) || !is_node_hex(node_hex, strlen(node_hex))) {
+            problem(a, NULL, "%s: unexpected head (heads/sync/<node-hex> only)", hd->key);
+            continue;
+        }
+        if (!hd->content)
+            continue;  /* unreadable: reported */
+        size_t len = strlen(hd->content);
+        if (len && hd->content[len - 1] == '\n')
+            hd->content[--len] = 0;
+        int kind;
+        uint64_t step;
+        if (len == 0 || strchr(hd->content, '\n') || classify_record_key(hd->content, &kind, &step)
+            || !is_chain_kind(kind) || strcmp(hd->content + len - 64, node_hex)) {
+            problem(a, NULL, "%s: does not name a sync record of its node ('%.80s')", hd->key, hd->content);
+            continue;
+        }
+        const pulse_audit_entry *target = NULL, *newest = NULL;
+        for (size_t i = 0; i < a->n_entries; i++) {
+            const pulse_audit_entry *e = &a->entries[i];
+            if (!strcmp(e->key, hd->content))
+                target = e;
+            if (e->valid && is_chain_kind(e->kind) && !strcmp(e->key + strlen(e->key) - 64, node_hex)
+                && (!newest || e->key_step >= newest->key_step))
+                newest = e;
+        }
+        if (!target)
+            problem(a, NULL, "%s: points to %s, which does not exist", hd->key, hd->content);
+        else if (!target->valid)
+            problem(a, NULL, "%s: points to %s, which is not a valid record", hd->key, hd->content);
+        else if (newest && newest->key_step != target->key_step)
+            problem(a, NULL, "%s: points to step %llu, but step %llu is the node's newest record", hd->key,
+                    (unsigned long long)target->key_step, (unsigned long long)newest->key_step);
+    }
+    /* Nodes with valid sync records but no head: followers polling heads would never see them. */
+    for (size_t i = 0; i < a->n_entries; i++) {
+        const pulse_audit_entry *e = &a->entries[i];
+        if (!e->valid || !is_chain_kind(e->kind))
+            continue;
+        const char *node_hex = e->key + strlen(e->key) - 64;
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = a->entries[j].valid && is_chain_kind(a->entries[j].kind)
+                   && !strcmp(a->entries[j].key + strlen(a->entries[j].key) - 64, node_hex);
+        if (seen)
+            continue;
+        int has_head = 0;
+        for (size_t h = 0; h < a->n_heads; h++) {
+            size_t hl = strlen(a->heads[h].key);
+            has_head |= hl >= 64 && !strcmp(a->heads[h].key + hl - 64, node_hex);
+        }
+        if (!has_head)
+            problem(a, NULL, "heads/sync/%s: missing (the node has valid records)", node_hex);
+    }
+}
+
+static uint64_t div_up(uint64_t a, uint64_t b)
+{
+    return b ? (a + b - 1) / b : a;
+}
+
+/* GETs of one object on a follower: one, or one per range when the backend splits large gets. */
+static uint64_t object_gets(const struct audit *a, uint64_t size)
+{
+    return size > a->settings.part_size ? div_up(size, a->settings.part_size) : 1;
+}
+
+static uint64_t object_puts(const struct audit *a, uint64_t size)
+{
+    return size >= a->settings.multipart_threshold ? div_up(size, a->settings.part_size) + 2 : 1;
+}
+
+/* The request-count estimate and the totals of docs/trust.md. */
+static void estimate(struct audit *a)
+{
+    pulse_audit_requests *q = &a->rep->requests;
+    uint64_t page = a->settings.list_page ? a->settings.list_page : 1000;
+    q->follower_lists = (a->keyframe_keys ? div_up(a->keyframe_keys, page) : 1)
+                        + (a->patch_keys ? div_up(a->patch_keys, page) : 1);
+    q->audit_lists = a->rep->keys ? div_up(a->rep->keys, page) : 1;
+    size_t newest_kf = SIZE_MAX;
+    uint64_t patch_steps = 0, patch_gets = 0, last_step = UINT64_MAX;
+    for (size_t i = 0; i < a->n_entries; i++) {
+        const pulse_audit_entry *e = &a->entries[i];
+        if (!e->valid || !is_chain_kind(e->kind))
+            continue;
+        a->rep->dense_total += e->dense_bytes;
+        a->rep->patch_total += e->object_bytes;
+        q->trainer_puts += 1;                              /* the record */
+        if (e->key_step != last_step)
+            q->trainer_puts += 1;                          /* the head move of that publish */
+        last_step = e->key_step;
+        for (uint32_t k = 0; k < a->recs[i].n_objects; k++)
+            q->trainer_puts += object_puts(a, a->recs[i].objects[k].size);
+        if (e->kind == PULSE_RECORD_KEYFRAME)
+            newest_kf = i;
+        else {
+            patch_steps++;
+            patch_gets += 2;                               /* head poll + record */
+            for (uint32_t k = 0; k < a->recs[i].n_objects; k++)
+                patch_gets += object_gets(a, a->recs[i].objects[k].size);
+        }
+    }
+    if (newest_kf != SIZE_MAX) {
+        for (size_t i = newest_kf; i < a->n_entries; i++) {
+            const pulse_audit_entry *e = &a->entries[i];
+            if (!e->valid || !is_chain_kind(e->kind) || (i != newest_kf && e->kind != PULSE_RECORD_SYNC_PATCH)
+                || (i != newest_kf && e->key_step == a->entries[newest_kf].key_step))
+                continue;
+            q->follower_gets += 1;
+            for (uint32_t k = 0; k < a->recs[i].n_objects; k++)
+                q->follower_gets += object_gets(a, a->recs[i].objects[k].size);
+        }
+    }
+    q->follower_step_gets = patch_steps ? div_up(patch_gets, patch_steps) : 0;
+}
+
+PULSE_API void pulse_audit_opts_default(pulse_audit_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+    o->level = PULSE_AUDIT_FULL;
+    o->memory_bytes = UINT64_C(256) << 20;
+}
+
+PULSE_API void pulse_audit_report_clear(pulse_audit_report *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->n_problems; i++)
+        free(r->problems[i]);
+    free(r->problems);
+    free(r->entries);
+    memset(r, 0, sizeof *r);
+}
+
+PULSE_API int pulse_audit_run(pulse_store *st, const char *run, const pulse_audit_opts *opts,
+                              pulse_audit_report *report)
+{
+    pulse_clear_error();
+    if (!report)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_audit_run: no report");
+    memset(report, 0, sizeof *report);
+    if (!st || !run || !*run || strchr(run, '/'))
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_audit_run: a store and a run name are required");
+    struct audit a = { .st = st, .run = run, .rep = report };
+    pulse_audit_opts_default(&a.o);
+    if (opts)
+        memcpy(&a.o, opts, opts->size < sizeof a.o ? opts->size : sizeof a.o);
+    if (!a.o.memory_bytes)
+        a.o.memory_bytes = UINT64_C(256) << 20;
+    pulse_store_default_settings(&a.settings);
+
+    char prefix[PULSE_RECORD_MAX_RUN + 2];
+    int rc = 0;
+    if (snprintf(prefix, sizeof prefix, "%s/", run) >= (int)sizeof prefix)
+        rc = pulse_fail(PULSE_ERR_LIMIT, "run name longer than %u bytes", PULSE_RECORD_MAX_RUN);
+    if (!rc)
+        rc = pulse_store_list(st, prefix, NULL, list_cb, &a);
+    if (!rc && !a.n_entries)
+        problem(&a, NULL, "%s: no records in the run", prefix);
+    if (!rc && a.n_entries) {
+        qsort(a.entries, a.n_entries, sizeof *a.entries, entry_cmp);
+        a.recs = calloc(a.n_entries, sizeof *a.recs);
+        if (!a.recs)
+            rc = pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory");
+    }
+    if (!rc)
+        rc = fetch_records_and_heads(&a);
+    if (!rc) {
+        for (size_t i = 0; i < a.n_entries; i++)
+            if (a.entries[i].valid && is_chain_kind(a.entries[i].kind))
+                check_shape(&a, i);
+        check_chain(&a);
+        rc = check_objects(&a);
+    }
+    if (!rc) {
+        check_heads(&a);
+        estimate(&a);
+    }
+    if (!rc && a.oom)
+        rc = pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory");
+    for (size_t i = 0; a.recs && i < a.n_entries; i++)
+        pulse_record_clear(&a.recs[i]);
+    free(a.recs);
+    for (size_t h = 0; h < a.n_heads; h++)
+        free(a.heads[h].content);
+    free(a.heads);
+    free(a.objects);
+    report->entries = a.entries;
+    report->n_entries = a.n_entries;
+    return rc;
+}
