@@ -21,7 +21,7 @@ static unsigned detect_x86(void)
     unsigned a, b, c, d, flags = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return 0;
-    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, popcnt = (c >> 23) & 1;
+    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, popcnt = (c >> 23) & 1, f16c = (c >> 29) & 1;
     if (!osxsave || !avx)
         return 0; /* the OS does not save YMM: no AVX of any kind */
     uint64_t xcr0 = read_xcr0();
@@ -44,7 +44,8 @@ static unsigned detect_x86(void)
 
     if (sha)
         flags |= PULSE_CPU_SHA; /* SHA-NI uses XMM only */
-    if (os_ymm && avx2 && bmi2 && popcnt)
+    /* F16C came with Ivy Bridge, before AVX2; a hypervisor may still hide it */
+    if (os_ymm && avx2 && bmi2 && popcnt && f16c)
         flags |= PULSE_CPU_AVX2;
     /* The AVX-512 kernels also use BMI2/AVX2 instructions; every AVX-512 CPU has them,
      * but a hypervisor may hide bits, so require them rather than assume. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The kernel table: element-wise jobs of the patch codec, one implementation per ISA. */
+/* The kernel table: element-wise jobs of the patch codec and the LoCo gate, one implementation per ISA. */
 #ifndef PULSE_KERNELS_H
 #define PULSE_KERNELS_H
 
@@ -9,7 +9,7 @@
 /* CPU features the kernels use (bit mask). PULSE_CPU_MASK=<hex> in the environment clears
  * the given bits (e.g. PULSE_CPU_MASK=ffffffff runs the scalar reference everywhere). */
 enum {
-    PULSE_CPU_AVX2 = 1u << 0,      /* AVX2 + BMI2, OS saves YMM (XGETBV) */
+    PULSE_CPU_AVX2 = 1u << 0,      /* AVX2 + BMI1/2 + POPCNT + F16C, OS saves YMM (XGETBV) */
     PULSE_CPU_AVX512 = 1u << 1,    /* AVX-512 F/BW/VL/VBMI2, OS saves ZMM/opmask */
     PULSE_CPU_AVX512BF16 = 1u << 2,/* AVX512_BF16 (the LoCo gate uses it) */
     PULSE_CPU_SHA = 1u << 3,       /* SHA extensions (crypto/) */
@@ -18,6 +18,30 @@ enum {
 
 /* Features detected once (CPUID + XGETBV), minus PULSE_CPU_MASK. */
 unsigned pulse_cpu_flags(void);
+
+/* The low-precision view a LoCo gate tests visibility in (docs/kernels.md "The gate"). Every
+ * view rounds FP32 to nearest, ties to even; BF16 and FP16 overflow to Inf, the FP8 views
+ * saturate to their largest finite value (E4M3: 448, E5M2: 57344), like CUDA's __NV_SATFINITE. */
+typedef enum pulse_view {
+    PULSE_VIEW_BF16 = 0,
+    PULSE_VIEW_FP16 = 1,
+    PULSE_VIEW_FP8_E4M3 = 2, /* OCP E4M3FN: no Inf, 0x7f/0xff are NaN */
+    PULSE_VIEW_FP8_E5M2 = 3,
+    PULSE_VIEW_COUNT
+} pulse_view;
+
+/* The view's bit pattern of x (low 16 or 8 bits used), the exact rounding every gate uses.
+ * NaN gives the view's quiet NaN with x's sign (the gates never convert a NaN). */
+uint32_t pulse_view_bits(pulse_view view, float x);
+
+/* gate_check results (kernels know nothing of PULSE_ERR_*; the caller maps them). */
+enum {
+    PULSE_GATE_OK = 0,
+    PULSE_GATE_UNSORTED = -1,   /* a position not strictly above the previous one */
+    PULSE_GATE_RANGE = -2,      /* a position >= n */
+    PULSE_GATE_NOT_FINITE = -3, /* a value that is NaN or +-Inf */
+    PULSE_GATE_INVISIBLE = -4,  /* an entry the gate would have kept back: view(theta - a) == view(theta) */
+};
 
 /* Every kernel works on elements of 1, 2 or 4 bytes ("8/16/32"). Positions are uint32
  * indices within one chunk (chunks hold at most 2^32-1 elements). No kernel allocates,
@@ -64,6 +88,31 @@ typedef struct pulse_kernels {
     /* inverse prefix sum; returns 0, or -1 when a position would reach `limit` or wrap
      * (the caller refuses the chunk; idx contents are then unspecified). */
     int (*gaps_decode)(const uint32_t *gaps, size_t k, uint32_t limit, uint32_t *idx);
+
+    /* LoCo visibility gate with error feedback, one per view (index by pulse_view). For each
+     * i < n, in FP32 with two separate roundings: a = delta[i] + e[i]; x = theta[i] - a.
+     * Entry i "changes" when theta[i] or a is NaN/Inf, or view(x) != view(theta[i]) bitwise.
+     * Changes: idx[k] = i, val[k] = a, k++, e[i] = +0 (a NaN a is emitted as 0x7fc00000: NaN
+     * payloads depend on operand order, which compilers may swap). Else: e[i] = a. Returns k. idx and val
+     * need room for n entries; those from the returned k on are scratch (SIMD versions write
+     * whole vectors there). delta may be e (a = 2e then); the outputs overlap nothing. Results
+     * are bit-identical across ISAs under the default FP environment (round to nearest, no
+     * FTZ/DAZ: a caller that sets those gets its own, different bits). */
+    size_t (*gate[PULSE_VIEW_COUNT])(const float *theta, const float *delta, float *e, size_t n,
+                                     uint32_t *idx, float *val);
+
+    /* Receiver's check of a shard against theta (n elements): positions strictly ascending and
+     * < n, values finite, and every (idx[j], val[j]) changes under gate[view] with e = 0, i.e.
+     * view(theta[i] - val[j]) != view(theta[i]) or theta[i] not finite. Returns PULSE_GATE_OK,
+     * or a PULSE_GATE_* code with *bad = j of the first failing entry (earliest j wins; for one
+     * j the order of tests is the order of the codes: unsorted, range, not finite, invisible). */
+    int (*gate_check[PULSE_VIEW_COUNT])(const float *theta, size_t n, const uint32_t *idx,
+                                        const float *val, size_t k, size_t *bad);
+
+    /* Aggregation: acc[idx[j]] += v[j] for j = 0..k-1 in that order (FP32, one rounding per
+     * add; repeated positions add in order). Positions must be < the length of acc (the caller
+     * checked them with gate_check). */
+    void (*scatter_add_f32)(float *acc, const uint32_t *idx, size_t k, const float *v);
 } pulse_kernels;
 
 /* The best table for this CPU (honouring PULSE_CPU_MASK), filled once; never NULL. */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AVX2 kernels (x86-64, with BMI1/BMI2/POPCNT): change finding, contiguous-run scatter/gather, gaps. */
+/* AVX2 kernels (x86-64, with BMI1/BMI2/POPCNT/F16C): change finding, contiguous-run scatter/gather, gaps, the LoCo gate. */
 #include <immintrin.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "node/kernels/kernels.h"
 
@@ -325,6 +326,119 @@ static int gaps_decode_avx2(const uint32_t *gaps, size_t k, uint32_t limit, uint
     return 0;
 }
 
+
+/* ---------- the LoCo gate (reference: gate_*_c in kernels_c.c) ---------- */
+
+/* The scalar tail: the same two FP32 roundings as the reference (SSE scalar add/sub round
+ * exactly like the vector lanes), `changes` decided by the view-specific test. */
+static inline int nonfinite_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (u & 0x7f800000u) == 0x7f800000u;
+}
+
+/* emitted NaNs are all 0x7fc00000 (see canonical_nan in kernels_c.c) */
+static inline float canonical_nan(void)
+{
+    uint32_t u = 0x7fc00000u;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static inline uint32_t bf16_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+static inline uint32_t fp16_of(float x)
+{
+    return (uint32_t)_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+#define GATE_TAIL(OF) \
+    for (; i < n; i++) { \
+        float a = delta[i] + e[i]; \
+        float x = theta[i] - a; \
+        if (nonfinite_bits(theta[i]) || nonfinite_bits(a) || OF(x) != OF(theta[i])) { \
+            idx[k] = (uint32_t)i; \
+            val[k] = a != a ? canonical_nan() : a; \
+            k++; \
+            e[i] = 0.0f; \
+        } else { \
+            e[i] = a; \
+        } \
+    }
+
+/* Lanes whose exponent field is all ones (NaN or Inf): all-ones lanes. */
+static inline __m256i nonfinite8(__m256i u)
+{
+    __m256i expo = _mm256_set1_epi32(0x7f800000);
+    return _mm256_cmpeq_epi32(_mm256_and_si256(u, expo), expo);
+}
+
+/* BF16 RNE on integer lanes, as bf16_rne in kernels_c.c, left in the top 16 bits. */
+static inline __m256i bf16_rne8(__m256i u)
+{
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+}
+
+/* Appends the lanes of `changes` (8-bit mask) as positions base + lane and values of a (NaN
+ * made canonical). Always
+ * stores all 8 lanes at idx + k and val + k: k <= base and base + 8 <= n, so that stays
+ * inside the room for n entries, and no branch depends on the (random) mask. */
+static inline size_t emit8(unsigned changes, uint32_t base, __m256 a, uint32_t *idx, float *val, size_t k)
+{
+    __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)positions_of[changes]));
+    _mm256_storeu_si256((__m256i *)(idx + k), _mm256_add_epi32(perm, _mm256_set1_epi32((int)base)));
+    __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+    a = _mm256_blendv_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan);
+    _mm256_storeu_ps(val + k, _mm256_permutevar8x32_ps(a, perm));
+    return k + (size_t)_mm_popcnt_u32(changes);
+}
+
+/* KEEP8 computes `keep` (all-ones lanes where the view does not change) from x and t. */
+#define DEFINE_GATE_AVX2(V, KEEP8, OF) \
+static size_t gate_##V##_avx2(const float *theta, const float *delta, float *e, size_t n, \
+                              uint32_t *idx, float *val) \
+{ \
+    size_t i = 0, k = 0; \
+    for (; i + 8 <= n; i += 8) { \
+        __m256 t = _mm256_loadu_ps(theta + i); \
+        __m256 a = _mm256_add_ps(_mm256_loadu_ps(delta + i), _mm256_loadu_ps(e + i)); \
+        __m256 x = _mm256_sub_ps(t, a); \
+        __m256i ut = _mm256_castps_si256(t), ua = _mm256_castps_si256(a), \
+                ux = _mm256_castps_si256(x); \
+        __m256i keep; \
+        KEEP8 \
+        keep = _mm256_andnot_si256(_mm256_or_si256(nonfinite8(ut), nonfinite8(ua)), keep); \
+        _mm256_storeu_ps(e + i, _mm256_and_ps(_mm256_castsi256_ps(keep), a)); \
+        unsigned changes = ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(keep)) & 0xffu; \
+        k = emit8(changes, (uint32_t)i, a, idx, val, k); \
+    } \
+    GATE_TAIL(OF) \
+    return k; \
+}
+
+/* same BF16 <=> the top halves of the rounded patterns agree */
+#define KEEP8_BF16 \
+    keep = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_xor_si256(bf16_rne8(ux), bf16_rne8(ut)), \
+                                               _mm256_set1_epi32((int)0xffff0000u)), \
+                              _mm256_setzero_si256());
+/* vcvtps2ph with round-to-nearest-even is the IEEE conversion fp16_rne defines */
+#define KEEP8_FP16 \
+    (void)ux; \
+    keep = _mm256_cvtepi16_epi32(_mm_cmpeq_epi16( \
+        _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), \
+        _mm256_cvtps_ph(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+
+DEFINE_GATE_AVX2(bf16, KEEP8_BF16, bf16_of)
+DEFINE_GATE_AVX2(fp16, KEEP8_FP16, fp16_of)
+
 int pulse_kernels_init_avx2(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_AVX2))
@@ -342,5 +456,7 @@ int pulse_kernels_init_avx2(pulse_kernels *k)
     k->ulp_to_abs16 = ulp_to_abs16_avx2;
     k->gaps_encode = gaps_encode_avx2;
     k->gaps_decode = gaps_decode_avx2;
+    k->gate[PULSE_VIEW_BF16] = gate_bf16_avx2;
+    k->gate[PULSE_VIEW_FP16] = gate_fp16_avx2;
     return 0;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AVX-512 (F/BW/VL/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps. */
+/* AVX-512 (F/BW/VL/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps, the LoCo gate. */
 #include <immintrin.h>
 
 #include "node/kernels/kernels.h"
@@ -271,6 +271,132 @@ static int gaps_decode_avx512(const uint32_t *gaps, size_t k, uint32_t limit, ui
     return 0;
 }
 
+
+/* ---------- the LoCo gate (reference: gate_*_c in kernels_c.c) ---------- */
+
+/* Lanes whose exponent field is all ones (NaN or Inf). */
+static inline __mmask16 nonfinite16(__m512i u)
+{
+    __m512i expo = _mm512_set1_epi32(0x7f800000);
+    return _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, expo), expo);
+}
+
+/* NaN lanes become 0x7fc00000 (see canonical_nan in kernels_c.c: the add's NaN operand
+ * order is not ours to choose). */
+static inline __m512 canonical_nan16(__m512 a)
+{
+    return _mm512_mask_mov_ps(a, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q),
+                              _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+}
+
+/* BF16 RNE on integer lanes (bf16_rne in kernels_c.c), left in the top 16 bits. */
+static inline __m512i bf16_rne16(__m512i u)
+{
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+}
+
+static inline __mmask16 keep_bf16(__m512 x, __m512 t)
+{
+    __m512i d = _mm512_xor_si512(bf16_rne16(_mm512_castps_si512(x)), bf16_rne16(_mm512_castps_si512(t)));
+    return _mm512_testn_epi32_mask(d, _mm512_set1_epi32((int)0xffff0000u));
+}
+
+static inline __mmask16 keep_fp16(__m512 x, __m512 t)
+{
+    return _mm256_cmpeq_epi16_mask(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                   _mm512_cvtps_ph(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+#ifdef PULSE_HAVE_AVX512BF16_INSN
+/* vcvtneps2bf16 rounds to nearest even like bf16_rne, but treats subnormal inputs as zero
+ * and flushes subnormal results (Intel SDM, "convert_fp32_to_bfloat16"), whatever MXCSR
+ * says. A lane can only be affected when x or t is subnormal (0 < |v| < 2^-126; a result
+ * rounds to a BF16 subnormal only from an FP32 subnormal), so
+ * such vectors (rare in weights) are redone with the integer rounding. NaN never reaches
+ * this test (non-finite lanes are forced to "changes"), and +-Inf converts exactly. */
+__attribute__((target("avx512bf16"))) static inline __mmask16 keep_bf16_insn(__m512 x, __m512 t)
+{
+    /* subnormal <=> |bits| - 1 < 0x7fffff (unsigned; +-0 wraps to the top and is excluded) */
+    __m512i abs = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1), top = _mm512_set1_epi32(0x7fffff);
+    __mmask16 tiny =
+        _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(x), abs), one), top) |
+        _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(t), abs), one), top);
+    if (tiny)
+        return keep_bf16(x, t);
+    return _mm256_cmpeq_epi16_mask((__m256i)_mm512_cvtneps_pbh(x), (__m256i)_mm512_cvtneps_pbh(t));
+}
+#define TARGET_BF16 __attribute__((target("avx512bf16")))
+#else
+#define TARGET_BF16
+#endif
+
+/* Full blocks of 16 store the compressed lanes with full-width stores (k <= i and i + 16 <= n
+ * keep them inside the room for n entries); the masked tail reads and writes only its lanes. */
+#define DEFINE_GATE_AVX512(V, KEEP, ATTR) \
+ATTR static size_t gate_##V##_avx512(const float *theta, const float *delta, float *e, size_t n, \
+                                     uint32_t *idx, float *val) \
+{ \
+    __m512i iota = _mm512_loadu_si512(iota16); \
+    size_t i = 0, k = 0; \
+    for (; i + 16 <= n; i += 16) { \
+        __m512 t = _mm512_loadu_ps(theta + i); \
+        __m512 a = _mm512_add_ps(_mm512_loadu_ps(delta + i), _mm512_loadu_ps(e + i)); \
+        __m512 x = _mm512_sub_ps(t, a); \
+        __mmask16 keep = KEEP(x, t) & ~nonfinite16(_mm512_castps_si512(t)) & \
+                         ~nonfinite16(_mm512_castps_si512(a)); \
+        _mm512_storeu_ps(e + i, _mm512_maskz_mov_ps(keep, a)); \
+        __mmask16 changes = (__mmask16)~keep; \
+        __m512i pos = _mm512_add_epi32(iota, _mm512_set1_epi32((int)i)); \
+        _mm512_storeu_si512(idx + k, _mm512_maskz_compress_epi32(changes, pos)); \
+        _mm512_storeu_ps(val + k, _mm512_maskz_compress_ps(changes, canonical_nan16(a))); \
+        k += (size_t)_mm_popcnt_u32(changes); \
+    } \
+    if (i < n) { \
+        __mmask16 lm = (__mmask16)((1u << (n - i)) - 1); \
+        __m512 t = _mm512_maskz_loadu_ps(lm, theta + i); \
+        __m512 a = _mm512_add_ps(_mm512_maskz_loadu_ps(lm, delta + i), _mm512_maskz_loadu_ps(lm, e + i)); \
+        __m512 x = _mm512_sub_ps(t, a); \
+        __mmask16 keep = KEEP(x, t) & ~nonfinite16(_mm512_castps_si512(t)) & \
+                         ~nonfinite16(_mm512_castps_si512(a)) & lm; \
+        _mm512_mask_storeu_ps(e + i, lm, _mm512_maskz_mov_ps(keep, a)); \
+        __mmask16 changes = (__mmask16)(~keep & lm); \
+        __mmask16 out = (__mmask16)((1u << _mm_popcnt_u32(changes)) - 1); \
+        __m512i pos = _mm512_add_epi32(iota, _mm512_set1_epi32((int)i)); \
+        _mm512_mask_storeu_epi32(idx + k, out, _mm512_maskz_compress_epi32(changes, pos)); \
+        _mm512_mask_storeu_ps(val + k, out, _mm512_maskz_compress_ps(changes, canonical_nan16(a))); \
+        k += (size_t)_mm_popcnt_u32(changes); \
+    } \
+    return k; \
+}
+
+DEFINE_GATE_AVX512(bf16, keep_bf16, )
+DEFINE_GATE_AVX512(fp16, keep_fp16, )
+#ifdef PULSE_HAVE_AVX512BF16_INSN
+DEFINE_GATE_AVX512(bf16_insn, keep_bf16_insn, TARGET_BF16)
+#endif
+
+/* Aggregation: gather, add, scatter per 16 positions. Repeated positions inside one group
+ * would lose an add, so groups that are not strictly ascending take the scalar path (shards
+ * that passed gate_check are strictly ascending). */
+static void scatter_add_f32_avx512(float *acc, const uint32_t *idx, size_t k, const float *v)
+{
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m512i vi = _mm512_loadu_si512(idx + j);
+        __mmask16 up = _mm512_cmpgt_epu32_mask(vi, _mm512_alignr_epi32(vi, vi, 15));
+        if ((up & 0xfffe) != 0xfffe) {
+            for (unsigned l = 0; l < 16; l++)
+                acc[idx[j + l]] += v[j + l];
+            continue;
+        }
+        __m512 cur = _mm512_i32gather_ps(vi, acc, 4);
+        _mm512_i32scatter_ps(acc, vi, _mm512_add_ps(cur, _mm512_loadu_ps(v + j)), 4);
+    }
+    for (; j < k; j++)
+        acc[idx[j]] += v[j];
+}
+
 int pulse_kernels_init_avx512(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_AVX512))
@@ -286,5 +412,12 @@ int pulse_kernels_init_avx512(pulse_kernels *k)
     k->ulp_apply16 = ulp_apply16_avx512;
     k->ulp_apply32 = ulp_apply32_avx512;
     k->gaps_decode = gaps_decode_avx512;
+    k->gate[PULSE_VIEW_BF16] = gate_bf16_avx512;
+#ifdef PULSE_HAVE_AVX512BF16_INSN
+    if (pulse_cpu_flags() & PULSE_CPU_AVX512BF16)
+        k->gate[PULSE_VIEW_BF16] = gate_bf16_insn_avx512;
+#endif
+    k->gate[PULSE_VIEW_FP16] = gate_fp16_avx512;
+    k->scatter_add_f32 = scatter_add_f32_avx512;
     return 0;
 }

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Scalar reference kernels: the definition of every job in the table, which each ISA version must match bit for bit. */
+#include <string.h>
+
 #include "node/kernels/kernels.h"
 
 /* One template per element width keeps the three widths identical by construction.
@@ -77,6 +79,163 @@ static int gaps_decode_c(const uint32_t *gaps, size_t k, uint32_t limit, uint32_
     return 0;
 }
 
+
+/* ---------- the LoCo gate (docs/kernels.md "The gate") ---------- */
+
+static inline uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+/* NaN or +-Inf: exponent field all ones. */
+static inline int f32_nonfinite(uint32_t u)
+{
+    return (u & 0x7f800000u) == 0x7f800000u;
+}
+
+/* A NaN's payload and sign depend on which operand the hardware propagates, and compilers
+ * may swap the operands of a commutative add: an emitted NaN is therefore always this one. */
+static inline int f32_isnan(uint32_t u)
+{
+    return (u & 0x7fffffffu) > 0x7f800000u;
+}
+
+static inline float canonical_nan(void)
+{
+    uint32_t u = 0x7fc00000u;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* BF16 = the top half of the FP32 pattern, rounded to nearest even by adding 0x7fff plus the
+ * lowest kept bit. Exact for every finite value (subnormals included: BF16 has FP32's
+ * exponent range) and for +-Inf; the carry out of the mantissa is the correct exponent step,
+ * and the largest finite values round to Inf as IEEE says. Not for NaN (may carry into Inf). */
+static inline uint32_t bf16_rne(uint32_t u)
+{
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+/* FP32 -> a minifloat with `ebits` exponent and `mbits` mantissa bits (IEEE-style bias
+ * 2^(ebits-1) - 1, subnormals), round to nearest even, for finite values and +-Inf. `maxcode`
+ * is the largest finite magnitude code; a rounded magnitude above it becomes `overcode`
+ * (the Inf code, or maxcode itself for a saturating view). */
+static uint32_t minifloat_rne(uint32_t u, unsigned ebits, unsigned mbits, uint32_t maxcode,
+                              uint32_t overcode)
+{
+    uint32_t sign = (u >> 31) << (ebits + mbits);
+    uint32_t mag = u & 0x7fffffffu;
+    int bias = (1 << (ebits - 1)) - 1;
+    int emin = 1 - bias;                 /* unbiased exponent of the smallest normal */
+    int exp32 = (int)(mag >> 23);
+    if (exp32 == 0xff)
+        return sign | overcode;          /* Inf (the gates never pass NaN here) */
+    uint32_t code;
+    if (exp32 - 127 >= emin) {
+        /* normal in the target: round the FP32 pattern at bit 23 - mbits; a carry out of
+         * the mantissa steps the exponent, which is right, then rebias */
+        unsigned shift = 23 - mbits;
+        uint32_t r = (mag + ((1u << (shift - 1)) - 1) + ((mag >> shift) & 1u)) >> shift;
+        code = r - ((uint32_t)(127 - bias) << mbits);
+    } else {
+        /* subnormal or zero in the target: count quanta of 2^(emin - mbits) and round that
+         * integer to even; rounding up to 1 << mbits gives the smallest normal, as it should */
+        uint32_t full = exp32 ? (mag & 0x7fffffu) | 0x800000u : mag;
+        int e_eff = (exp32 ? exp32 : 1) - 150; /* value = full * 2^e_eff */
+        int s = (emin - (int)mbits) - e_eff;   /* > 0 here */
+        if (s >= 32) {
+            code = 0;                          /* full < 2^24 < half a quantum */
+        } else {
+            uint32_t q = full >> s, rem = full & ((1u << s) - 1), half = 1u << (s - 1);
+            code = q + (rem > half || (rem == half && (q & 1u)));
+        }
+    }
+    if (code > maxcode)
+        code = overcode;
+    return sign | code;
+}
+
+static inline uint32_t fp16_rne(uint32_t u) { return minifloat_rne(u, 5, 10, 0x7bff, 0x7c00); }
+static inline uint32_t e4m3_rne(uint32_t u) { return minifloat_rne(u, 4, 3, 0x7e, 0x7e); }
+static inline uint32_t e5m2_rne(uint32_t u) { return minifloat_rne(u, 5, 2, 0x7b, 0x7b); }
+
+uint32_t pulse_view_bits(pulse_view view, float x)
+{
+    uint32_t u = f32_bits(x);
+    int nan = f32_nonfinite(u) && (u & 0x7fffffu);
+    uint32_t sign = u >> 31;
+    switch (view) {
+    case PULSE_VIEW_BF16: return nan ? (sign << 15) | 0x7fc0 : bf16_rne(u);
+    case PULSE_VIEW_FP16: return nan ? (sign << 15) | 0x7e00 : fp16_rne(u);
+    case PULSE_VIEW_FP8_E4M3: return nan ? (sign << 7) | 0x7f : e4m3_rne(u);
+    case PULSE_VIEW_FP8_E5M2: return nan ? (sign << 7) | 0x7e : e5m2_rne(u);
+    default: return 0;
+    }
+}
+
+/* One gate and one check per view; ROUND is the view's conversion of FP32 bits. The FP32
+ * sums are written as two statements and this file is compiled with -ffp-contract=off, so
+ * no compiler may fuse or reorder them. */
+#define DEFINE_GATE(V, ROUND) \
+static size_t gate_##V##_c(const float *theta, const float *delta, float *e, size_t n, \
+                           uint32_t *idx, float *val) \
+{ \
+    size_t k = 0; \
+    for (size_t i = 0; i < n; i++) { \
+        float a = delta[i] + e[i]; \
+        float x = theta[i] - a; \
+        uint32_t ut = f32_bits(theta[i]), ua = f32_bits(a); \
+        if (f32_nonfinite(ut) || f32_nonfinite(ua) || ROUND(f32_bits(x)) != ROUND(ut)) { \
+            idx[k] = (uint32_t)i; \
+            val[k] = f32_isnan(ua) ? canonical_nan() : a; \
+            k++; \
+            e[i] = 0.0f; \
+        } else { \
+            e[i] = a; \
+        } \
+    } \
+    return k; \
+} \
+static int gate_check_##V##_c(const float *theta, size_t n, const uint32_t *idx, const float *val, \
+                              size_t k, size_t *bad) \
+{ \
+    for (size_t j = 0; j < k; j++) { \
+        int rc = PULSE_GATE_OK; \
+        uint32_t i = idx[j], ua = f32_bits(val[j]); \
+        if (j > 0 && i <= idx[j - 1]) \
+            rc = PULSE_GATE_UNSORTED; \
+        else if (i >= n) \
+            rc = PULSE_GATE_RANGE; \
+        else if (f32_nonfinite(ua)) \
+            rc = PULSE_GATE_NOT_FINITE; \
+        else { \
+            float x = theta[i] - val[j]; \
+            uint32_t ut = f32_bits(theta[i]); \
+            if (!f32_nonfinite(ut) && ROUND(f32_bits(x)) == ROUND(ut)) \
+                rc = PULSE_GATE_INVISIBLE; \
+        } \
+        if (rc != PULSE_GATE_OK) { \
+            *bad = j; \
+            return rc; \
+        } \
+    } \
+    return PULSE_GATE_OK; \
+}
+
+DEFINE_GATE(bf16, bf16_rne)
+DEFINE_GATE(fp16, fp16_rne)
+DEFINE_GATE(e4m3, e4m3_rne)
+DEFINE_GATE(e5m2, e5m2_rne)
+
+static void scatter_add_f32_c(float *acc, const uint32_t *idx, size_t k, const float *v)
+{
+    for (size_t j = 0; j < k; j++)
+        acc[idx[j]] += v[j];
+}
+
 void pulse_kernels_init_c(pulse_kernels *k)
 {
     *k = (pulse_kernels){
@@ -89,5 +248,8 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .ulp_to_abs16 = ulp_to_abs16_c,
         .gaps_encode = gaps_encode_c,
         .gaps_decode = gaps_decode_c,
+        .gate = {gate_bf16_c, gate_fp16_c, gate_e4m3_c, gate_e5m2_c},
+        .gate_check = {gate_check_bf16_c, gate_check_fp16_c, gate_check_e4m3_c, gate_check_e5m2_c},
+        .scatter_add_f32 = scatter_add_f32_c,
     };
 }
