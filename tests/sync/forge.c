@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Test helper for the attack tests: forges validly signed records in a store, and reads a follower's index. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pulseweights/keys.h"
+#include "pulseweights/manifest.h"
+#include "pulseweights/record.h"
+#include "pulseweights/store.h"
+
+static const char usage[] =
+    "usage: forge sign KEY.key STORE-URL RUN SRC-REL STEP [--base-of REL] [--objects-of REL]\n"
+    "                  [--put-as REL] [--head]\n"
+    "         a copy of the record at SRC-REL with step STEP, signed by KEY: base := the result\n"
+    "         of the record at REL; objects (and the summary) := those of the record at REL;\n"
+    "         stored under its own key, or under REL with --put-as; --head moves the signer's\n"
+    "         head to it. Prints the key it was stored under.\n"
+    "       forge held STATE-DIR RUN\n"
+    "         prints 'step N state HEX' of the last applied row of RUN in STATE-DIR/index.db,\n"
+    "         or 'none'.\n";
+
+static int die(const char *what, int rc)
+{
+    fprintf(stderr, "forge: %s: %s: %s\n", what, pulse_strerror(rc), pulse_last_error());
+    return 1;
+}
+
+static int load(pulse_store *st, const char *run, const char *rel, pulse_record *r)
+{
+    char key[1024];
+    snprintf(key, sizeof key, "%s/%s", run, rel);
+    void *data = NULL;
+    size_t len = 0;
+    int rc = pulse_store_get(st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
+    if (!rc)
+        rc = pulse_record_parse(data, len, r);
+    pulse_store_free(data);
+    return rc;
+}
+
+static int cmd_sign(int argc, char **argv)
+{
+    if (argc < 7)
+        return fputs(usage, stderr), 2;
+    const char *keyfile = argv[2], *url = argv[3], *run = argv[4], *src = argv[5];
+    uint64_t step = strtoull(argv[6], NULL, 10);
+    const char *base_of = NULL, *objects_of = NULL, *put_as = NULL;
+    int head = 0;
+    for (int i = 7; i < argc; i++) {
+        if (!strcmp(argv[i], "--head"))
+            head = 1;
+        else if (i + 1 < argc && !strcmp(argv[i], "--base-of"))
+            base_of = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--objects-of"))
+            objects_of = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--put-as"))
+            put_as = argv[++i];
+        else
+            return fputs(usage, stderr), 2;
+    }
+    pulse_secret_key *k = NULL;
+    pulse_store *st = NULL;
+    pulse_record r, other;
+    memset(&r, 0, sizeof r);
+    memset(&other, 0, sizeof other);
+    int rc = pulse_key_load_secret(keyfile, &k);
+    if (rc)
+        return die(keyfile, rc);
+    if ((rc = pulse_store_open(&st, url, NULL)))
+        return die(url, rc);
+    if ((rc = load(st, run, src, &r)))
+        return die(src, rc);
+    r.step = step;
+    r.time = (uint64_t)time(NULL);
+    if (base_of) {
+        if ((rc = load(st, run, base_of, &other)))
+            return die(base_of, rc);
+        memcpy(r.base, other.result, sizeof r.base);
+        pulse_record_clear(&other);
+    }
+    if (objects_of) {
+        if ((rc = load(st, run, objects_of, &other)))
+            return die(objects_of, rc);
+        /* Rebuild the object list from the other record (the record API owns its strings). */
+        pulse_record fresh;
+        memset(&fresh, 0, sizeof fresh);
+        if ((rc = pulse_record_init(&fresh, r.kind, r.run, r.step)))
+            return die("init", rc);
+        fresh.time = r.time;
+        memcpy(fresh.base, r.base, sizeof fresh.base);
+        memcpy(fresh.result, r.result, sizeof fresh.result);
+        fresh.changes = other.changes;
+        fresh.dense_bytes = other.dense_bytes;
+        fresh.patch_bytes = other.patch_bytes;
+        for (uint32_t i = 0; i < other.n_objects && !rc; i++) {
+            const pulse_record_object *o = &other.objects[i];
+            rc = pulse_record_add_object(&fresh, o->digest, o->size, o->role, o->tensor, o->range_offset,
+                                         o->range_length);
+        }
+        if (rc)
+            return die("objects", rc);
+        pulse_record_clear(&other);
+        pulse_record_clear(&r);
+        r = fresh;
+    }
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if ((rc = pulse_record_sign(&r, k, &bytes, &len)))
+        return die("sign", rc);
+    char rel[512], key[1024];
+    if (put_as)
+        snprintf(rel, sizeof rel, "%s", put_as);
+    else if ((rc = pulse_record_key(&r, rel, sizeof rel)))
+        return die("key", rc);
+    snprintf(key, sizeof key, "%s/%s", run, rel);
+    if ((rc = pulse_store_put(st, key, bytes, len, 0)))
+        return die(key, rc);
+    if (head) {
+        char id[PULSE_NODE_ID_HEX], hkey[1024], line[600];
+        pulse_node_id_hex(r.node, id);
+        snprintf(hkey, sizeof hkey, "%s/heads/sync/%s", run, id);
+        int n = snprintf(line, sizeof line, "%s\n", rel);
+        if ((rc = pulse_store_put(st, hkey, line, (size_t)n, 0)))
+            return die(hkey, rc);
+    }
+    printf("%s\n", rel);
+    free(bytes);
+    pulse_record_clear(&r);
+    pulse_store_close(&st);
+    pulse_key_free(&k);
+    return 0;
+}
+
+static int cmd_held(int argc, char **argv)
+{
+    if (argc != 4)
+        return fputs(usage, stderr), 2;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/index.db", argv[2]);
+    FILE *f = fopen(path, "rb");
+    if (!f) {  /* opening would create it: a follower that never pulled holds nothing */
+        printf("none\n");
+        return 0;
+    }
+    fclose(f);
+    pulse_index *ix = NULL;
+    int rc = pulse_index_open(&ix, path);
+    if (rc)
+        return die(path, rc);
+    pulse_index_applied a;
+    rc = pulse_index_last_applied(ix, argv[3], &a);
+    pulse_index_close(&ix);
+    if (rc == PULSE_ERR_NOTFOUND) {
+        printf("none\n");
+        return 0;
+    }
+    if (rc)
+        return die("last applied", rc);
+    char hex[2 * PULSE_DIGEST_BYTES + 1];
+    pulse_hex_encode(a.state, sizeof a.state, hex);
+    printf("step %llu state %s\n", (unsigned long long)a.step, hex);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "sign"))
+        return cmd_sign(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "held"))
+        return cmd_held(argc, argv);
+    fputs(usage, stderr);
+    return 2;
+}
