@@ -27,6 +27,8 @@ static const struct verb verbs[] = {
     { "pull",    cmd_pull,    "bring local weights to the newest published state, verified" },
     { "keygen",  cmd_keygen,  "make an Ed25519 key pair: NAME.key (secret) and NAME.pub" },
     { "manifest", cmd_manifest, "list, show and audit the signed records and objects of a run" },
+    { "node",    cmd_node,    "run a long-lived node: trainer (publish each checkpoint) or follow" },
+    { "status",  cmd_status,  "show every node of a run: trainer heads, follower receipts and lag" },
 };
 
 static void usage(FILE *f)

@@ -19,5 +19,7 @@ int cmd_keygen(int argc, char **argv);
 int cmd_publish(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_manifest(int argc, char **argv);
+int cmd_node(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 
 #endif
