@@ -18,5 +18,10 @@ trap 'rm -rf "$out"' EXIT
     "$src/node/kernels/kernels_c.c" "$src/node/kernels/cpu.c" "$src/node/kernels/kernels_neon.c" \
     "$src/tests/kernels/checkkernels.c" -lm -o "$out/checkkernels"
 "$qemu" "$out/checkkernels" | tee "$out/log"
-# the NEON table must really have been exercised, not skipped
-grep -qx 'tested: neon' "$out/log"
+# The NEON table must really have been exercised, not skipped; in the suite's rerun with SIMD
+# masked off (PULSE_CPU_MASK) the aarch64 build of the scalar reference is what runs.
+if [ -n "${PULSE_CPU_MASK:-}" ]; then
+    grep -qx 'tested: c' "$out/log"
+else
+    grep -qx 'tested: neon' "$out/log"
+fi
