@@ -1,13 +1,101 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pulse node trainer: argument parsing for the trainer node (node/daemon/trainer.c does the work). */
 #include <stdio.h>
+#include <string.h>
 
+#include "node/daemon/log.h"
 #include "node/daemon/node_cli.h"
+#include "node/daemon/signals.h"
+#include "node/daemon/trainer.h"
+#include "tools/cli.h"
+
+#define VERB "node trainer"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: pulse node trainer --store URL --run R --key NAME.key --state DIR --watch CKPT_DIR [options]\n"
+        "\n"
+        "Publishes each checkpoint the trainer finishes writing in CKPT_DIR, in step order, as a\n"
+        "signed patch against the previous one (docs/node.md). A checkpoint is a file\n"
+        "'<anything>-<N>.safetensors' (step N) that appeared by rename and did not change between\n"
+        "two scans, or a directory '<anything>-<N>' beside a '<anything>-<N>.done' marker.\n"
+        "*.tmp and hidden names are ignored. SIGTERM/SIGINT: finish the current publish, exit 0.\n"
+        "\n"
+        "  --store URL            file:///dir or s3://bucket/prefix\n"
+        "  --run R                run name ([A-Za-z0-9._-])\n"
+        "  --key FILE             the node's secret key (pulse keygen); mode 0600\n"
+        "  --state DIR            the publisher's state: index.db and the last published checkpoint\n"
+        "  --watch DIR            the directory the trainer writes checkpoints into\n"
+        "  --keyframe-every N     also publish a keyframe when step %% N == 0 (default: first only)\n"
+        "  --keep-keyframes M     retention: keep the newest M keyframes and the chain after the\n"
+        "                         oldest of them; delete this node's older records and unneeded\n"
+        "                         objects (default 2; 0 keeps everything)\n"
+        "  --poll-ms T            milliseconds between scans (default 1000)\n"
+        "  --once                 scan twice (T apart), publish what is finished, exit\n"
+        "  --values CODE          ulp (default) or abs\n"
+        "  --threads N            threads (default: all cores)\n"
+        "  --log FORMAT           text (default) or json: one line per event on stderr\n");
+}
 
 int node_trainer_main(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "pulse node trainer: not built yet\n");
-    return 1;
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return cli_finish_stdout(VERB);
+    }
+    node_trainer_opts o;
+    node_trainer_opts_default(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        uint64_t v;
+        if (!strcmp(a, "--once")) {
+            o.once = 1;
+            continue;
+        }
+        if (a[0] != '-' || !a[1])
+            return cli_usage_error(VERB, "unexpected argument '%s'", a);
+        if (i + 1 >= argc)
+            return cli_usage_error(VERB, "%s needs a value", a);
+        const char *val = argv[++i];
+        if (!strcmp(a, "--store")) o.pub.store_url = val;
+        else if (!strcmp(a, "--run")) o.pub.run = val;
+        else if (!strcmp(a, "--key")) o.pub.key_path = val;
+        else if (!strcmp(a, "--state")) o.pub.state_dir = val;
+        else if (!strcmp(a, "--watch")) o.watch_dir = val;
+        else if (!strcmp(a, "--keyframe-every")) {
+            if (cli_parse_u64(val, &v) || v < 1)
+                return cli_usage_error(VERB, "--keyframe-every wants a number of steps >= 1");
+            o.keyframe_every = v;
+        } else if (!strcmp(a, "--keep-keyframes")) {
+            if (cli_parse_u64(val, &v) || v > 1000000)
+                return cli_usage_error(VERB, "--keep-keyframes wants a number from 0 to 1000000");
+            o.keep_keyframes = (unsigned)v;
+        } else if (!strcmp(a, "--poll-ms")) {
+            if (cli_parse_u64(val, &v) || v < 1 || v > 86400000)
+                return cli_usage_error(VERB, "--poll-ms wants milliseconds from 1 to 86400000");
+            o.poll_ms = (unsigned)v;
+        } else if (!strcmp(a, "--values")) {
+            if (!strcmp(val, "abs")) o.pub.values = PULSE_VALUES_ABS;
+            else if (!strcmp(val, "ulp")) o.pub.values = PULSE_VALUES_ULP;
+            else return cli_usage_error(VERB, "--values wants abs or ulp, not '%s'", val);
+        } else if (!strcmp(a, "--threads")) {
+            if (cli_parse_u64(val, &v) || v < 1 || v > 1024)
+                return cli_usage_error(VERB, "--threads wants a number from 1 to 1024");
+            o.pub.threads = (int)v;
+        } else if (!strcmp(a, "--log")) {
+            if (!strcmp(val, "json")) node_log_set_format(NODE_LOG_JSON);
+            else if (!strcmp(val, "text")) node_log_set_format(NODE_LOG_TEXT);
+            else return cli_usage_error(VERB, "--log wants json or text, not '%s'", val);
+        } else {
+            return cli_usage_error(VERB, "unknown option '%s'", a);
+        }
+    }
+    if (!o.pub.store_url || !o.pub.run || !o.pub.key_path || !o.pub.state_dir || !o.watch_dir)
+        return cli_usage_error(VERB, "needs --store, --run, --key, --state and --watch");
+    node_signals_install();
+    int r = node_trainer_run(&o);
+    if (r)
+        return cli_fail(VERB, r, "trainer node");
+    return 0;
 }

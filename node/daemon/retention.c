@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Chain-aware retention: drop this node's records older than its oldest kept keyframe, then unneeded objects. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/fail.h"
+#include "pulseweights/keys.h"
+#include "pulseweights/record.h"
+#include "node/daemon/retention.h"
+
+#define RET_KEY_MAX 1100
+
+typedef struct rec_entry {
+    char key[RET_KEY_MAX];   /* full store key: <run>/records/<kind>/<step>/<node> */
+    int kind;
+    uint64_t step;
+    int mine;
+} rec_entry;
+
+typedef struct rec_list {
+    rec_entry *e;
+    size_t n, cap;
+    const char *run;
+    char node_hex[PULSE_NODE_ID_HEX];
+} rec_list;
+
+typedef struct digest_set {
+    uint8_t (*d)[32];
+    size_t n, cap;
+} digest_set;
+
+static int digest_add(digest_set *s, const uint8_t d[32])
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        void *p = realloc(s->d, cap * 32);
+        if (!p)
+            return pulse_fail(PULSE_ERR_NOMEM, "retention: digest set");
+        s->d = p;
+        s->cap = cap;
+    }
+    memcpy(s->d[s->n++], d, 32);
+    return 0;
+}
+
+static int digest_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, 32);
+}
+
+static int digest_has(const digest_set *s, const uint8_t d[32])
+{
+    return s->n && bsearch(d, s->d, s->n, 32, digest_cmp) != NULL;
+}
+
+/* "<step:digits>/<node-hex>" after "records/<kind>/": kind, step and whose. */
+static int list_record_cb(void *ctx, const char *key, const pulse_object_info *info)
+{
+    (void)info;
+    rec_list *l = ctx;
+    size_t rl = strlen(l->run);
+    if (strncmp(key, l->run, rl) || strncmp(key + rl, "/records/", 9) || strlen(key) >= RET_KEY_MAX)
+        return 0;
+    const char *k = key + rl + 9, *s1 = strchr(k, '/');
+    if (!s1 || s1 - k >= 32)
+        return 0;
+    const char *s2 = strchr(s1 + 1, '/');
+    if (!s2 || strchr(s2 + 1, '/') || s2 - s1 - 1 < 1 || s2 - s1 - 1 > 19)
+        return 0;
+    char kname[32];
+    memcpy(kname, k, (size_t)(s1 - k));
+    kname[s1 - k] = '\0';
+    uint64_t step = 0;
+    for (const char *p = s1 + 1; p < s2; p++) {
+        if (*p < '0' || *p > '9')
+            return 0;
+        step = step * 10 + (uint64_t)(*p - '0');
+    }
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        void *p = realloc(l->e, cap * sizeof *l->e);
+        if (!p)
+            return pulse_fail(PULSE_ERR_NOMEM, "retention: record list");
+        l->e = p;
+        l->cap = cap;
+    }
+    rec_entry *e = &l->e[l->n++];
+    strcpy(e->key, key);
+    e->kind = pulse_record_kind_from_name(kname);
+    e->step = step;
+    e->mine = !strcmp(s2 + 1, l->node_hex);
+    return 0;
+}
+
+static int list_records(pulse_store *st, const char *run, rec_list *l)
+{
+    char prefix[RET_KEY_MAX];
+    l->n = 0;
+    snprintf(prefix, sizeof prefix, "%s/records/", run);
+    return pulse_store_list(st, prefix, NULL, list_record_cb, l);
+}
+
+/* Adds the digests of the record at KEY to SET. */
+static int record_digests(pulse_store *st, const char *key, digest_set *set)
+{
+    void *data = NULL;
+    size_t len = 0;
+    int r = pulse_store_get(st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
+    if (r)
+        return r;
+    pulse_record rec;
+    r = pulse_record_parse(data, len, &rec);
+    pulse_store_free(data);
+    if (r)
+        return pulse_fail(r, "retention: %s is not a record", key);
+    for (uint32_t i = 0; !r && i < rec.n_objects; i++)
+        r = digest_add(set, rec.objects[i].digest);
+    pulse_record_clear(&rec);
+    return r;
+}
+
+static int desc_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+typedef struct obj_sweep {
+    pulse_store *st;
+    const char *run;
+    const digest_set *named, *freed;
+    int64_t orphan_before;
+    node_retention_stats *stats;
+    char (*victims)[RET_KEY_MAX];
+    uint64_t *victim_sizes;
+    size_t n, cap;
+} obj_sweep;
+
+static int list_object_cb(void *ctx, const char *key, const pulse_object_info *info)
+{
+    obj_sweep *s = ctx;
+    size_t rl = strlen(s->run);
+    uint8_t d[32];
+    if (strncmp(key, s->run, rl) || strncmp(key + rl, "/objects/", 9) || strlen(key + rl + 9) != 64 ||
+        pulse_hex_decode(key + rl + 9, 64, d, sizeof d) || strlen(key) >= RET_KEY_MAX)
+        return 0;
+    if (digest_has(s->named, d))
+        return 0;
+    if (!digest_has(s->freed, d) && info->mtime >= s->orphan_before)
+        return 0;
+    /* Collected, deleted after the listing: deleting under a running listing could skip keys. */
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        void *p = realloc(s->victims, cap * RET_KEY_MAX), *q = realloc(s->victim_sizes, cap * 8);
+        if (p)
+            s->victims = p;
+        if (q)
+            s->victim_sizes = q;
+        if (!p || !q)
+            return pulse_fail(PULSE_ERR_NOMEM, "retention: object list");
+        s->cap = cap;
+    }
+    strcpy(s->victims[s->n], key);
+    s->victim_sizes[s->n++] = info->size;
+    return 0;
+}
+
+int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32], unsigned keep_keyframes,
+                       uint64_t orphan_grace_s, node_retention_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (keep_keyframes < 1)
+        return pulse_fail(PULSE_ERR_INVALID, "retention keeps at least one keyframe");
+    rec_list l = { .run = run };
+    pulse_node_id_hex(node, l.node_hex);
+    digest_set freed = { 0 }, named = { 0 };
+    uint64_t *kf = NULL;
+    obj_sweep sw = { 0 };
+
+    int r = list_records(st, run, &l);
+    size_t nkf = 0;
+    if (!r && l.n) {
+        kf = malloc(l.n * sizeof *kf);
+        if (!kf)
+            r = pulse_fail(PULSE_ERR_NOMEM, "retention");
+    }
+    for (size_t i = 0; !r && i < l.n; i++)
+        if (l.e[i].mine && l.e[i].kind == PULSE_RECORD_KEYFRAME)
+            kf[nkf++] = l.e[i].step;
+    if (!r && nkf) {
+        qsort(kf, nkf, sizeof *kf, desc_u64);
+        out->keyframes_kept = nkf < keep_keyframes ? nkf : keep_keyframes;
+        out->oldest_kept_keyframe = kf[out->keyframes_kept - 1];
+    }
+    if (r || nkf <= keep_keyframes)
+        goto done;
+    uint64_t oldest = out->oldest_kept_keyframe;
+
+    /* 1. The doomed records' objects, then the records themselves (before any object: a
+     *    reader that still lists a record must still find everything it names). */
+    for (size_t i = 0; !r && i < l.n; i++) {
+        rec_entry *e = &l.e[i];
+        if (!e->mine || e->step >= oldest ||
+            (e->kind != PULSE_RECORD_SYNC_PATCH && e->kind != PULSE_RECORD_KEYFRAME))
+            continue;
+        int g = record_digests(st, e->key, &freed);
+        if (g == PULSE_ERR_NOTFOUND)
+            continue;  /* deleted meanwhile (another pass) */
+        /* An unreadable record of ours is still deleted; its objects become orphans. */
+        g = pulse_store_delete(st, e->key);
+        if (g && g != PULSE_ERR_NOTFOUND)
+            r = g;
+        else
+            out->records_deleted++;
+    }
+    if (r)
+        goto done;
+    qsort(freed.d, freed.n, 32, digest_cmp);
+
+    /* 2. Everything still named, by any node: listed again, after the deletions, so records
+     *    written meanwhile count too. */
+    r = list_records(st, run, &l);
+    for (size_t i = 0; !r && i < l.n; i++) {
+        int g = record_digests(st, l.e[i].key, &named);
+        if (g && g != PULSE_ERR_NOTFOUND)
+            r = pulse_fail(g, "retention: cannot read %s, so no object is deleted", l.e[i].key);
+    }
+    if (r)
+        goto done;
+    qsort(named.d, named.n, 32, digest_cmp);
+
+    /* 3. Objects no record names: those the deleted records named, and old orphans. */
+    char prefix[RET_KEY_MAX];
+    snprintf(prefix, sizeof prefix, "%s/objects/", run);
+    sw.st = st;
+    sw.run = run;
+    sw.named = &named;
+    sw.freed = &freed;
+    sw.orphan_before = (int64_t)time(NULL) - (int64_t)orphan_grace_s;
+    sw.stats = out;
+    r = pulse_store_list(st, prefix, NULL, list_object_cb, &sw);
+    for (size_t i = 0; !r && i < sw.n; i++) {
+        int g = pulse_store_delete(st, sw.victims[i]);
+        if (g && g != PULSE_ERR_NOTFOUND) {
+            r = g;
+        } else if (!g) {
+            out->objects_deleted++;
+            out->object_bytes_deleted += sw.victim_sizes[i];
+        }
+    }
+done:
+    free(sw.victims);
+    free(sw.victim_sizes);
+    free(kf);
+    free(l.e);
+    free(freed.d);
+    free(named.d);
+    return r;
+}

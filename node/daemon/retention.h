@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal: the trainer node's chain-aware retention of its records and the objects they name. */
+#ifndef PULSE_NODE_DAEMON_RETENTION_H
+#define PULSE_NODE_DAEMON_RETENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pulseweights/store.h"
+
+typedef struct node_retention_stats {
+    size_t keyframes_kept;          /* this node's keyframes left (at most keep_keyframes) */
+    uint64_t oldest_kept_keyframe;  /* its step, when keyframes_kept > 0 */
+    size_t records_deleted, objects_deleted;
+    uint64_t object_bytes_deleted;
+} node_retention_stats;
+
+/* One pass over run RUN for the node NODE (its public key): keeps NODE's newest KEEP_KEYFRAMES
+ * (>= 1) keyframe records and every record of NODE from the oldest of them onward; deletes
+ * NODE's older sync-patch and keyframe records, then the objects they named that no record
+ * still present (of any node) names, plus objects named by no record whose mtime is more than
+ * ORPHAN_GRACE_S seconds old (leftovers of a crash; younger ones may be a publish in flight).
+ * Records go before objects so a reader never finds a record whose objects are gone.
+ * Does nothing (no GETs) while NODE has at most KEEP_KEYFRAMES keyframes. If a remaining
+ * record cannot be read, no object is deleted and the error is returned. */
+int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32], unsigned keep_keyframes,
+                       uint64_t orphan_grace_s, node_retention_stats *out);
+
+#endif

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The trainer node: scan the checkpoint directory, publish finished checkpoints in step order, retain. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/fail.h"
+#include "node/daemon/log.h"
+#include "node/daemon/retention.h"
+#include "node/daemon/signals.h"
+#include "node/daemon/trainer.h"
+#include "node/daemon/trainer_watch.h"
+#include "pulseweights/keys.h"
+#include "pulseweights/manifest.h"
+#include "pulseweights/record.h"
+#include "pulseweights/store.h"
+
+void node_trainer_opts_default(node_trainer_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    pulse_publish_opts_default(&o->pub);
+    o->keep_keyframes = 2;
+    o->orphan_grace_s = 3600;
+    o->poll_ms = 1000;
+}
+
+/* What the node already did with a checkpoint (by name and fingerprint), so a published,
+ * skipped or failed file is not tried again each poll; a changed file is tried again. */
+typedef struct handled_set {
+    watch_set s;
+} handled_set;
+
+static int handled_find(const handled_set *h, const watch_entry *e)
+{
+    for (size_t i = 0; i < h->s.n; i++)
+        if (!strcmp(h->s.e[i].name, e->name))
+            return !memcmp(h->s.e[i].fp, e->fp, sizeof e->fp) ? 1 : 0;
+    return 0;
+}
+
+static int handled_add(handled_set *h, const watch_entry *e)
+{
+    for (size_t i = 0; i < h->s.n; i++)
+        if (!strcmp(h->s.e[i].name, e->name)) {
+            memcpy(h->s.e[i].fp, e->fp, sizeof e->fp);
+            return 0;
+        }
+    if (h->s.n == h->s.cap) {
+        size_t cap = h->s.cap ? h->s.cap * 2 : 16;
+        watch_entry *n = realloc(h->s.e, cap * sizeof *n);
+        if (!n)
+            return pulse_fail(PULSE_ERR_NOMEM, "trainer: handled list");
+        h->s.e = n;
+        h->s.cap = cap;
+    }
+    watch_entry *c = &h->s.e[h->s.n];
+    *c = *e;
+    c->name = strdup(e->name);
+    if (!c->name)
+        return pulse_fail(PULSE_ERR_NOMEM, "trainer: handled list");
+    h->s.n++;
+    return 0;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void log_error(const char *what, const char *name, int err)
+{
+    char msg[600];
+    const char *d = pulse_last_error();
+    snprintf(msg, sizeof msg, "%s%s%s", pulse_strerror(err), d && *d ? ": " : "", d && *d ? d : "");
+    node_log("error", "what", what, "file", name ? name : "", "message", msg, (char *)NULL);
+}
+
+typedef struct trainer {
+    const node_trainer_opts *o;
+    pulse_publisher *pub;
+    pulse_store *st;       /* retention's own handle (the publisher's is private) */
+    uint8_t node[32];
+    int have_last;
+    uint64_t last_step;
+} trainer;
+
+static void retain(trainer *t)
+{
+    if (!t->o->keep_keyframes)
+        return;
+    node_retention_stats rs;
+    int r = node_retention_run(t->st, t->o->pub.run, t->node, t->o->keep_keyframes, t->o->orphan_grace_s, &rs);
+    if (r) {
+        log_error("retention", NULL, r);
+        return;
+    }
+    if (!rs.records_deleted && !rs.objects_deleted)
+        return;
+    char a[24], b[24], c[24], d[24];
+    snprintf(a, sizeof a, "%" PRIu64, rs.oldest_kept_keyframe);
+    snprintf(b, sizeof b, "%zu", rs.records_deleted);
+    snprintf(c, sizeof c, "%zu", rs.objects_deleted);
+    snprintf(d, sizeof d, "%" PRIu64, rs.object_bytes_deleted);
+    node_log("retained", "oldest_keyframe", a, "records_deleted", b, "objects_deleted", c, "bytes_deleted", d,
+             (char *)NULL);
+}
+
+static int publish_entry(trainer *t, const watch_entry *e)
+{
+    char step_s[24], last_s[24];
+    snprintf(step_s, sizeof step_s, "%" PRIu64, e->step);
+    snprintf(last_s, sizeof last_s, "%" PRIu64, t->last_step);
+    if (t->have_last && e->step < t->last_step) {
+        node_log("skipped", "step", step_s, "file", e->name, "reason", "older than the last published step",
+                 "last", last_s, (char *)NULL);
+        return 0;
+    }
+    if (e->step > (uint64_t)INT64_MAX)
+        return 0;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", t->o->watch_dir, e->name) >= (int)sizeof path) {
+        node_log("error", "what", "publish", "file", e->name, "message", "path too long", (char *)NULL);
+        return 0;
+    }
+    unsigned flags = 0;
+    if (t->o->keyframe_every && e->step % t->o->keyframe_every == 0)
+        flags |= PULSE_PUBLISH_KEYFRAME;
+    pulse_sync_step s;
+    double t0 = now_ms();
+    int r = pulse_publisher_publish(t->pub, path, (int64_t)e->step, flags, &s);
+    if (r) {
+        log_error("publish", e->name, r);
+        return 0;
+    }
+    char ms[24], moved[24], objb[24], dense[24], hex[65];
+    snprintf(ms, sizeof ms, "%.0f", now_ms() - t0);
+    if (s.already) {
+        snprintf(last_s, sizeof last_s, "%" PRIu64, s.step);
+        node_log("skipped", "step", step_s, "file", e->name, "reason", "state already published", "last", last_s,
+                 "state", pulse_id_hex(s.result, hex), (char *)NULL);
+        return 0;
+    }
+    snprintf(moved, sizeof moved, "%" PRIu64, s.moved_bytes);
+    snprintf(objb, sizeof objb, "%" PRIu64, s.object_bytes);
+    snprintf(dense, sizeof dense, "%" PRIu64, s.dense_bytes);
+    const char *kind = pulse_record_kind_name(s.kind);
+    if (s.kind == PULSE_RECORD_SYNC_PATCH && (flags & PULSE_PUBLISH_KEYFRAME))
+        kind = "sync-patch+keyframe";
+    node_log("published", "step", step_s, "kind", kind, "bytes", moved, "objects", objb, "dense", dense, "ms", ms,
+             "file", e->name, "state", pulse_id_hex(s.result, hex), "record", s.record_key, (char *)NULL);
+    t->have_last = 1;
+    t->last_step = s.step;
+    retain(t);
+    return 0;
+}
+
+int node_trainer_run(const node_trainer_opts *o)
+{
+    trainer t = { .o = o };
+    watch_set prev = { 0 }, cur = { 0 };
+    handled_set done = { { 0 } };
+    pulse_secret_key *key = NULL;
+    pulse_index *ix = NULL;
+
+    int r = pulse_publisher_open(&t.pub, &o->pub);
+    if (!r)
+        r = pulse_key_load_secret(o->pub.key_path, &key);
+    if (!r) {
+        pulse_key_public(key, t.node);
+        pulse_key_free(&key);
+        r = pulse_store_open(&t.st, o->pub.store_url, NULL);
+    }
+    if (!r) {
+        /* The last published step, so older checkpoints left in the directory are skipped. */
+        char path[4096];
+        uint8_t state[32];
+        snprintf(path, sizeof path, "%s/index.db", o->pub.state_dir);
+        r = pulse_index_open(&ix, path);
+        int h = r ? r : pulse_index_head(ix, o->pub.run, &t.last_step, state);
+        if (!r && h == 0)
+            t.have_last = 1;
+        else if (!r && h != PULSE_ERR_NOTFOUND)
+            r = h;
+        pulse_index_close(&ix);
+    }
+    if (!r)
+        r = watch_scan(o->watch_dir, NULL, &prev);
+    if (r)
+        goto out;
+    char node_hex[PULSE_NODE_ID_HEX], last_s[24];
+    pulse_node_id_hex(t.node, node_hex);
+    snprintf(last_s, sizeof last_s, "%" PRIu64, t.last_step);
+    node_log("started", "role", "trainer", "node", node_hex, "run", o->pub.run, "watch", o->watch_dir, "last",
+             t.have_last ? last_s : "none", (char *)NULL);
+
+    int scans = 1;
+    while (!node_stop_requested()) {
+        if (node_sleep_ms(o->poll_ms))
+            break;
+        int s = watch_scan(o->watch_dir, &prev, &cur);
+        if (s) {
+            /* The directory may come back (remounted, recreated): log and poll again. */
+            log_error("scan", o->watch_dir, s);
+            if (o->once)
+                break;
+            continue;
+        }
+        scans++;
+        for (size_t i = 0; i < cur.n && !node_stop_requested(); i++) {
+            watch_entry *e = &cur.e[i];
+            if (!e->stable || handled_find(&done, e))
+                continue;
+            publish_entry(&t, e);
+            if ((s = handled_add(&done, e)) != 0) {
+                r = s;
+                goto out;
+            }
+        }
+        watch_set tmp = prev;
+        prev = cur;
+        cur = tmp;
+        if (o->once && scans >= 2)
+            break;
+    }
+    node_log("stopped", "role", "trainer", "node", node_hex, (char *)NULL);
+out:
+    watch_set_clear(&prev);
+    watch_set_clear(&cur);
+    watch_set_clear(&done.s);
+    pulse_store_close(&t.st);
+    pulse_publisher_close(&t.pub);
+    return r;
+}
