@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "crypto/sha256.h"
 #include "store/backend.h"
 #include "store/buf.h"
 
@@ -158,10 +158,10 @@ static int file_put(pulse_store *st, const char *key, const struct store_src *sr
         tmp = NULL;
         goto out;
     }
-    crypto_hash_sha256_state hs;
-    crypto_hash_sha256_init(&hs);
+    pulse_sha256_ctx hs;
+    pulse_sha256_init(&hs);
     if (src->fd < 0) {
-        crypto_hash_sha256_update(&hs, src->data, src->len);
+        pulse_sha256_update(&hs, src->data, src->len);
         if (write_all(fd, src->data, src->len)) {
             rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: write", key);
             goto out;
@@ -181,7 +181,7 @@ static int file_put(pulse_store *st, const char *key, const struct store_src *sr
                                         key);
                 break;
             }
-            crypto_hash_sha256_update(&hs, (unsigned char *)chunk, want);
+            pulse_sha256_update(&hs, chunk, want);
             if (write_all(fd, chunk, want)) {
                 rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: write", key);
                 break;
@@ -193,7 +193,7 @@ static int file_put(pulse_store *st, const char *key, const struct store_src *sr
             goto out;
     }
     unsigned char h[32];
-    crypto_hash_sha256_final(&hs, h);
+    pulse_sha256_final(&hs, h);
     char xv[96];
     int xl = snprintf(xv, sizeof xv, "%llu ", (unsigned long long)src->len);
     hex32(h, xv + xl);
@@ -259,8 +259,8 @@ static int info_of(int fd, const char *op, const char *key, pulse_object_info *i
             return 0;
         }
     }
-    crypto_hash_sha256_state hs;
-    crypto_hash_sha256_init(&hs);
+    pulse_sha256_ctx hs;
+    pulse_sha256_init(&hs);
     char *chunk = malloc(CHUNK);
     if (!chunk)
         return pulse_fail(PULSE_ERR_NOMEM, "%s %s: out of memory", op, key);
@@ -270,12 +270,12 @@ static int info_of(int fd, const char *op, const char *key, pulse_object_info *i
             free(chunk);
             return pulse_fail_errno(PULSE_ERR_IO, "%s %s: read", op, key);
         }
-        crypto_hash_sha256_update(&hs, (unsigned char *)chunk, (size_t)r);
+        pulse_sha256_update(&hs, chunk, (size_t)r);
         off += (uint64_t)r;
     }
     free(chunk);
     unsigned char h[32];
-    crypto_hash_sha256_final(&hs, h);
+    pulse_sha256_final(&hs, h);
     hex32(h, info->etag);
     return 0;
 }
@@ -557,8 +557,6 @@ int store_file_open(pulse_store *st, const char *rest)
     if (strstr(rest, "/../") || strstr(rest, "/./") ||
         (strlen(rest) >= 3 && !strcmp(rest + strlen(rest) - 3, "/..")))
         return pulse_fail(PULSE_ERR_FORMAT, "file URL: '.' and '..' segments are not allowed");
-    if (sodium_init() < 0)
-        return pulse_fail(PULSE_ERR_INVALID, "file store: libsodium failed to initialise");
     struct file_store *f = calloc(1, sizeof *f);
     if (!f || !(f->root = strdup(rest))) {
         free(f);

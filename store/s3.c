@@ -11,7 +11,7 @@
 #include "store/backend.h"
 #include "store/s3_http.h"
 
-#define HASH_CHUNK (1u << 20)
+#define HASH_CHUNK (256u << 10) /* stays in L2 between the read and the hash */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void)
@@ -42,39 +42,84 @@ static void hex_of(const unsigned char h[32], char out[65])
     out[64] = 0;
 }
 
-/* SHA-256 of [off, off+len) of the source; also feeds `whole` when given. */
-static int hash_range(const struct store_src *src, uint64_t off, uint64_t len, char hex[65],
-                      crypto_hash_sha256_state *whole, const char *key)
+/* SHA-256 of [off, off+len) of the source, read in cache-sized chunks into `chunk` (reused by
+ * the caller; may be NULL for memory sources). */
+static int hash_range(const struct store_src *src, uint64_t off, uint64_t len, unsigned char h[32],
+                      unsigned char *chunk, const char *key)
 {
-    crypto_hash_sha256_state hs;
-    crypto_hash_sha256_init(&hs);
+    pulse_sha256_ctx hs;
+    pulse_sha256_init(&hs);
     if (src->fd < 0) {
-        const unsigned char *p = (const unsigned char *)src->data + off;
-        crypto_hash_sha256_update(&hs, p, len);
-        if (whole)
-            crypto_hash_sha256_update(whole, p, len);
+        pulse_sha256_update(&hs, (const unsigned char *)src->data + off, (size_t)len);
     } else {
-        unsigned char *chunk = malloc(HASH_CHUNK);
-        if (!chunk)
-            return pulse_fail(PULSE_ERR_NOMEM, "put %s: out of memory", key);
         for (uint64_t done = 0; done < len;) {
             size_t want = len - done < HASH_CHUNK ? (size_t)(len - done) : HASH_CHUNK;
             ssize_t got = pread(src->fd, chunk, want, (off_t)(off + done));
-            if (got <= 0) {
-                free(chunk);
+            if (got <= 0)
                 return pulse_fail(PULSE_ERR_IO, "put %s: reading the source failed or it shrank", key);
-            }
-            crypto_hash_sha256_update(&hs, chunk, (size_t)got);
-            if (whole)
-                crypto_hash_sha256_update(whole, chunk, (size_t)got);
+            pulse_sha256_update(&hs, chunk, (size_t)got);
             done += (uint64_t)got;
         }
-        free(chunk);
     }
-    unsigned char h[32];
-    crypto_hash_sha256_final(&hs, h);
-    hex_of(h, hex);
+    pulse_sha256_final(&hs, h);
     return 0;
+}
+
+static int hash_range_hex(const struct store_src *src, uint64_t off, uint64_t len, char hex[65],
+                          const char *key)
+{
+    unsigned char h[32];
+    unsigned char *chunk = src->fd < 0 ? NULL : malloc(HASH_CHUNK);
+    if (src->fd >= 0 && !chunk)
+        return pulse_fail(PULSE_ERR_NOMEM, "%s: out of memory", key);
+    int rc = hash_range(src, off, len, h, chunk, key);
+    free(chunk);
+    if (!rc)
+        hex_of(h, hex);
+    return rc;
+}
+
+/* Part payload hashes for a multipart put, computed on worker threads while the main thread
+ * hashes the whole object and the first parts already upload: each part is released to the
+ * upload loop (ready flag + curl_multi_wakeup) as soon as its hash is known. */
+struct part_hasher {
+    const struct store_src *src;
+    const char *key;
+    CURLM *multi;
+    uint64_t part, nparts;
+    char (*hex)[65];
+    int *ready;          /* per part: 0 pending, 1 hashed, -1 failed (atomic) */
+    uint64_t next;       /* next part to take (atomic) */
+    int stop;            /* set when the upload gave up (atomic) */
+};
+
+static void *part_hasher_main(void *arg)
+{
+    struct part_hasher *ph = arg;
+    unsigned char *chunk = ph->src->fd < 0 ? NULL : malloc(HASH_CHUNK);
+    for (;;) {
+        uint64_t i = __atomic_fetch_add(&ph->next, 1, __ATOMIC_RELAXED);
+        if (i >= ph->nparts || __atomic_load_n(&ph->stop, __ATOMIC_RELAXED))
+            break;
+        uint64_t off = i * ph->part;
+        uint64_t len = ph->src->len - off < ph->part ? ph->src->len - off : ph->part;
+        unsigned char h[32];
+        int ok = (ph->src->fd < 0 || chunk) && !hash_range(ph->src, off, len, h, chunk, ph->key);
+        if (ok)
+            hex_of(h, ph->hex[i]);
+        __atomic_store_n(&ph->ready[i], ok ? 1 : -1, __ATOMIC_RELEASE);
+        curl_multi_wakeup(ph->multi);
+    }
+    free(chunk);
+    return NULL;
+}
+
+static int hasher_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    /* The main thread hashes the whole object meanwhile; leave it its core. */
+    n = n > 1 ? n - 1 : 1;
+    return n > 8 ? 8 : (int)n;
 }
 
 static void set_body(struct s3_req *r, const struct store_src *src, uint64_t off, uint64_t len)
@@ -148,6 +193,7 @@ static int multipart_put(pulse_store *st, struct s3_store *s, const char *key, c
             return rc;
     }
     char (*ph)[65] = calloc(nparts, sizeof *ph);
+    int *ready = calloc(nparts, sizeof *ready);
     char (*pn)[24] = calloc(nparts, sizeof *pn);
     struct s3_req *parts = calloc(nparts, sizeof *parts);
     struct s3_req **pp = calloc(nparts, sizeof *pp);
@@ -156,21 +202,25 @@ static int multipart_put(pulse_store *st, struct s3_store *s, const char *key, c
     memset(&init, 0, sizeof init);
     memset(&done, 0, sizeof done);
     struct buf xml = { 0 };
-    if (!ph || !pn || !parts || !pp) {
+    struct part_hasher hz = { src, key, s->multi, part, nparts, ph, ready, 0, 0 };
+    pthread_t tids[8];
+    int nthreads = 0;
+    if (!ph || !ready || !pn || !parts || !pp) {
         rc = pulse_fail(PULSE_ERR_NOMEM, "put %s: out of memory", key);
         goto out;
     }
-    crypto_hash_sha256_state whole;
-    crypto_hash_sha256_init(&whole);
-    for (uint64_t i = 0; i < nparts; i++) {
-        uint64_t off = i * part, len = src->len - off < part ? src->len - off : part;
-        if ((rc = hash_range(src, off, len, ph[i], &whole, key)))
-            goto out;
+    for (int want = hasher_threads(); nthreads < want; nthreads++)
+        if (pthread_create(&tids[nthreads], NULL, part_hasher_main, &hz))
+            break;
+    if (!nthreads) {
+        rc = pulse_fail(PULSE_ERR_NOMEM, "put %s: cannot start a hashing thread", key);
+        goto out;
     }
-    unsigned char wh[32];
+    /* The whole object's digest goes into the metadata of the upload's first request, so it
+     * must be known first; the part hashes (the SigV4 payload hashes) are computed beside it. */
     char whole_hex[65];
-    crypto_hash_sha256_final(&whole, wh);
-    hex_of(wh, whole_hex);
+    if ((rc = hash_range_hex(src, 0, src->len, whole_hex, key)))
+        goto out;
 
     struct s3_req *ip = &init;
     if ((rc = s3_req_init(s, &init, "put (start multipart)", "POST", fk, key)))
@@ -197,7 +247,8 @@ static int multipart_put(pulse_store *st, struct s3_store *s, const char *key, c
         parts[i].query[1] = (struct sigv4_kv){ "uploadId", upload_id };
         parts[i].nquery = 2;
         set_body(&parts[i], src, off, len);
-        memcpy(parts[i].payload_hash, ph[i], 65);
+        parts[i].payload_hash_of = ph[i];
+        parts[i].ready = &ready[i];
         parts[i].sink = SINK_NONE;
         pp[i] = &parts[i];
     }
@@ -245,6 +296,9 @@ static int multipart_put(pulse_store *st, struct s3_store *s, const char *key, c
 fail:
     rc = abort_upload(s, fk, key, upload_id, rc);
 out:
+    __atomic_store_n(&hz.stop, 1, __ATOMIC_RELAXED);
+    for (int t = 0; t < nthreads; t++)
+        pthread_join(tids[t], NULL);
     for (uint64_t i = 0; parts && i < nparts; i++)
         s3_req_free(&parts[i]);
     s3_req_free(&init);
@@ -252,6 +306,7 @@ out:
     buf_free(&xml);
     free(upload_id);
     free(ph);
+    free(ready);
     free(pn);
     free(parts);
     free(pp);
@@ -273,7 +328,7 @@ static int s3_put(pulse_store *st, const char *key, const struct store_src *src,
     struct s3_req r, *rp = &r;
     rc = s3_req_init(s, &r, "put", "PUT", fk, key);
     if (!rc)
-        rc = hash_range(src, 0, src->len, r.payload_hash, NULL, key);
+        rc = hash_range_hex(src, 0, src->len, r.payload_hash, key);
     if (!rc) {
         set_body(&r, src, 0, src->len);
         /* The payload hash doubles as the stored digest that gets verify against. */
@@ -293,17 +348,64 @@ static int s3_put(pulse_store *st, const char *key, const struct store_src *src,
     return rc;
 }
 
-/* Hashes the output file and compares with the digest stored at put time. */
-static int verify_file(int fd, uint64_t len, const char *want, const char *key)
+/* Verifies a parallel ranged download while it runs: hashes the output file from the start up
+ * to the contiguous prefix already written (whole ranges done, plus what the lowest range in
+ * flight has received), so that at the end only the tail is left to hash. */
+struct follow_hasher {
+    int fd;
+    const struct s3_req *rs;
+    uint64_t part, nparts, n;
+    int stop;                  /* atomic: 1 = the download ended (finish the rest), 2 = give up */
+    int rc;                    /* 0, or PULSE_ERR_IO reading the file back */
+    unsigned char digest[32];
+};
+
+static uint64_t written_prefix(const struct follow_hasher *f, uint64_t *cur, uint64_t *base)
 {
-    struct store_src src = { NULL, len, fd };
-    char hex[65];
-    int rc = hash_range(&src, 0, len, hex, NULL, key);
-    if (rc)
-        return rc;
-    if (strcmp(hex, want))
-        return pulse_fail(PULSE_ERR_CORRUPT, "get %s: downloaded bytes fail the object's SHA-256", key);
-    return 0;
+    while (*cur < f->nparts) {
+        uint64_t len = f->n - *base < f->part ? f->n - *base : f->part;
+        uint64_t got = __atomic_load_n(&f->rs[*cur].received, __ATOMIC_ACQUIRE);
+        if (got < len)
+            return *base + got;
+        *base += len; /* a range once complete may be re-fetched, but with the same bytes (If-Match) */
+        (*cur)++;
+    }
+    return f->n;
+}
+
+static void *follow_hasher_main(void *arg)
+{
+    struct follow_hasher *f = arg;
+    pulse_sha256_ctx hs;
+    pulse_sha256_init(&hs);
+    unsigned char *chunk = malloc(HASH_CHUNK);
+    uint64_t pos = 0, cur = 0, base = 0;
+    f->rc = chunk ? 0 : PULSE_ERR_NOMEM;
+    while (!f->rc && pos < f->n) {
+        int stop = __atomic_load_n(&f->stop, __ATOMIC_ACQUIRE);
+        if (stop == 2)
+            break;
+        /* After the download the whole file is there; before, only the written prefix. */
+        uint64_t upto = stop ? f->n : written_prefix(f, &cur, &base);
+        if (upto - pos < HASH_CHUNK && upto < f->n && !stop) {
+            struct timespec ts = { 0, 2000000 };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        while (pos < upto) {
+            size_t want = upto - pos < HASH_CHUNK ? (size_t)(upto - pos) : HASH_CHUNK;
+            ssize_t got = pread(f->fd, chunk, want, (off_t)pos);
+            if (got <= 0) {
+                f->rc = PULSE_ERR_IO;
+                break;
+            }
+            pulse_sha256_update(&hs, chunk, (size_t)got);
+            pos += (uint64_t)got;
+        }
+    }
+    pulse_sha256_final(&hs, f->digest);
+    free(chunk);
+    return NULL;
 }
 
 static int parallel_get(struct s3_store *s, const char *key, const char *fk, uint64_t offset,
@@ -337,13 +439,30 @@ static int parallel_get(struct s3_store *s, const char *key, const char *fk, uin
         rs[i].expect_len = len;
         rp[i] = &rs[i];
     }
+    /* Whole objects with a stored digest are verified by a thread following the download. */
+    struct follow_hasher fh = { fd, rs, part, nparts, n, 0, 0, { 0 } };
+    pthread_t tid;
+    int following = offset == 0 && meta_sha[0] && !pthread_create(&tid, NULL, follow_hasher_main, &fh);
     s3_progress_begin(s, n);
     rc = s3_run(s, rp, nparts);
     s3_progress_end(s);
     if (rc == PULSE_ERR_PRECONDITION)
         rc = pulse_fail(PULSE_ERR_PRECONDITION, "get %s: the object changed during the download", key);
-    if (!rc && offset == 0 && meta_sha[0])
-        rc = verify_file(fd, n, meta_sha, key);
+    if (following) {
+        __atomic_store_n(&fh.stop, rc ? 2 : 1, __ATOMIC_RELEASE);
+        pthread_join(tid, NULL);
+        if (!rc && fh.rc)
+            rc = pulse_fail(fh.rc, "get %s: reading the output back to verify it failed", key);
+        char hex[65];
+        hex_of(fh.digest, hex);
+        if (!rc && strcmp(hex, meta_sha))
+            rc = pulse_fail(PULSE_ERR_CORRUPT, "get %s: downloaded bytes fail the object's SHA-256", key);
+    } else if (!rc && offset == 0 && meta_sha[0]) {
+        char hex[65];
+        struct store_src whole = { NULL, n, fd };
+        if (!(rc = hash_range_hex(&whole, 0, n, hex, key)) && strcmp(hex, meta_sha))
+            rc = pulse_fail(PULSE_ERR_CORRUPT, "get %s: downloaded bytes fail the object's SHA-256", key);
+    }
 out:
     for (uint64_t i = 0; rs && i < nparts; i++)
         s3_req_free(&rs[i]);

@@ -7,6 +7,7 @@
 #include <sodium.h>
 #include <stdint.h>
 
+#include "crypto/sha256.h"
 #include "pulseweights/store.h"
 #include "store/buf.h"
 #include "store/s3_config.h"
@@ -15,6 +16,8 @@
 #define S3_MAX_QUERY 6
 #define S3_MAX_HEADERS 6
 #define S3_POOL 256
+#define S3_RECV_BUFFER (512L << 10)
+#define S3_SEND_BUFFER (1024L << 10)
 
 struct s3_store {
     struct s3_config cfg;
@@ -49,6 +52,9 @@ struct s3_req {
     int body_fd;
     uint64_t body_off, body_len;
     char payload_hash[65];
+    const char *payload_hash_of; /* copied into payload_hash at start, once *ready says so */
+    const int *ready;        /* NULL, or a flag set (atomically) by another thread: 0 not yet,
+                              * 1 may start, -1 failed (reading the source) */
     int if_absent;           /* 412 means EXISTS */
     /* Where the 2xx body goes. */
     enum s3_sink sink;
@@ -61,7 +67,7 @@ struct s3_req {
     /* Results. */
     long status;
     struct buf body_out;     /* SINK_BUF body, or the error body (bounded) */
-    uint64_t received;
+    uint64_t received;       /* stored atomically: a verifier thread follows it */
     uint64_t content_length;
     uint64_t total;          /* object size from Content-Range, or UINT64_MAX */
     int have_length;
@@ -78,7 +84,7 @@ struct s3_req {
     CURL *easy;
     struct curl_slist *slist;
     char *url;
-    crypto_hash_sha256_state hs;
+    pulse_sha256_ctx hs;
 };
 
 /* Initialises r for `method` on full key `key` (NULL: the bucket itself). */
