@@ -12,6 +12,7 @@ set -euo pipefail
 
 mode=${1:?usage: attacks.sh file|s3 FORGE}
 forge=${2:?usage: attacks.sh file|s3 FORGE}
+forge=$(cd "$(dirname "$forge")" && pwd)/$(basename "$forge")   # the script works in its own directory
 : "${PULSE_BIN:?PULSE_BIN must name the pulse binary (meson test sets it)}"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
