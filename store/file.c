@@ -497,7 +497,7 @@ static int file_list(pulse_store *st, const char *prefix, const char *start_afte
                                 : walk(db.data, kp.data ? kp.data : "", prefix, &l);
     buf_free(&db);
     buf_free(&kp);
-    if (!rc)
+    if (!rc && l.n > 1)   /* qsort(NULL, 0, ...) is undefined behaviour */
         qsort(l.keys, l.n, sizeof *l.keys, cmp_keys);
     for (size_t i = 0; i < l.n && !rc; i++) {
         if (start_after && strcmp(l.keys[i], start_after) <= 0)

@@ -254,7 +254,8 @@ static int cmp_by_name(const void *a, const void *b)
 /* Sorts the tensors into canonical order and refuses a name seen twice (across shards too). */
 static int finish_tensors(pulse_ckpt *c, tvec *v)
 {
-    qsort(v->t, v->n, sizeof *v->t, cmp_by_name);
+    if (v->n > 1)   /* qsort(NULL, 0, ...) is undefined behaviour */
+        qsort(v->t, v->n, sizeof *v->t, cmp_by_name);
     for (size_t i = 1; i < v->n; i++)
         if (!strcmp(v->t[i - 1].name, v->t[i].name))
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s appears twice", v->t[i].name);
