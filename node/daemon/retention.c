@@ -201,8 +201,12 @@ int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32],
      *    reader that still lists a record must still find everything it names). */
     for (size_t i = 0; !r && i < l.n; i++) {
         rec_entry *e = &l.e[i];
-        if (!e->mine || e->step >= oldest ||
-            (e->kind != PULSE_RECORD_SYNC_PATCH && e->kind != PULSE_RECORD_KEYFRAME))
+        /* The patch AT the oldest kept keyframe's step leads into the chain from a state
+         * before it (its base is older than the chain's start): it goes too, so the run's
+         * chain starts with a keyframe (what `pulse manifest audit` checks). */
+        int doomed = e->mine && ((e->kind == PULSE_RECORD_KEYFRAME && e->step < oldest) ||
+                                 (e->kind == PULSE_RECORD_SYNC_PATCH && e->step <= oldest));
+        if (!doomed)
             continue;
         int g = record_digests(st, e->key, &freed);
         if (g == PULSE_ERR_NOTFOUND)

@@ -16,8 +16,9 @@ typedef struct node_retention_stats {
 } node_retention_stats;
 
 /* One pass over run RUN for the node NODE (its public key): keeps NODE's newest KEEP_KEYFRAMES
- * (>= 1) keyframe records and every record of NODE from the oldest of them onward; deletes
- * NODE's older sync-patch and keyframe records, then the objects they named that no record
+ * (>= 1) keyframe records and every record of NODE after the oldest of them; deletes NODE's
+ * older keyframe records and its sync-patch records up to and including that keyframe's step
+ * (that patch starts from a state before the chain), then the objects they named that no record
  * still present (of any node) names, plus objects named by no record whose mtime is more than
  * ORPHAN_GRACE_S seconds old (leftovers of a crash; younger ones may be a publish in flight).
  * Records go before objects so a reader never finds a record whose objects are gone.

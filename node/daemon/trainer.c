@@ -127,7 +127,9 @@ static int publish_entry(trainer *t, const watch_entry *e)
         return 0;
     }
     unsigned flags = 0;
-    if (t->o->keyframe_every && e->step % t->o->keyframe_every == 0)
+    /* The last published step again (a restart): published without the keyframe flag, which
+     * the publisher answers "already published" and rewrites the head (crash completion). */
+    if (t->o->keyframe_every && e->step % t->o->keyframe_every == 0 && !(t->have_last && e->step == t->last_step))
         flags |= PULSE_PUBLISH_KEYFRAME;
     pulse_sync_step s;
     double t0 = now_ms();

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# `pulse node trainer` and `pulse status` on a file:// store, over a 1M-parameter synthetic trajectory.
+#
+# usage: trainer.sh WRITE_RECEIPT   (tests/node/write_receipt, signs a follower's receipt)
+# 1. --once over a directory with steps 0..6, a *.tmp, a file still being written and a
+#    malformed checkpoint: 0..6 published in order with keyframes at 0, 3, 6; the others never;
+#    the malformed one logged as an error; a fresh pull is bit-identical to step 6. A re-run
+#    publishes nothing.
+# 2. Retention with --keep-keyframes 1 (keyframe every 4): exactly the records before the
+#    keyframe at 4 (and the patch into it) are gone, the objects left are exactly those the
+#    records left name, the audit passes, a fresh pull still reaches step 6 bit for bit.
+# 3. The node in the background, checkpoints dropped in by rename, SIGTERM: exit 0, all published.
+# 4. `pulse status`: the trainer's head, followers' receipts with lag and state match, trust marks.
+set -euo pipefail
+
+helper=${1:?usage: trainer.sh WRITE_RECEIPT}
+helper=$(cd "$(dirname "$helper")" && pwd)/$(basename "$helper")
+: "${PULSE_BIN:?PULSE_BIN must name the pulse binary (meson test sets it)}"
+work=$(mktemp -d "${TMPDIR:-/tmp}/pulse-node.XXXXXX")
+bgpid=
+cleanup() {
+  [ -n "$bgpid" ] && kill "$bgpid" 2>/dev/null || true
+  [ -n "${writer:-}" ] && kill "$writer" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ok() { echo "ok   $*"; }
+P() { timeout 120 "$PULSE_BIN" "$@"; }
+cd "$work"
+
+P synth --params 1M --steps 6 --out ck --threads 2 >/dev/null
+P keygen tr >/dev/null
+P keygen fo >/dev/null
+P keygen fo2 >/dev/null
+node=$(sed -n 's/^pulse-ed25519-public-v1 \([0-9a-f]*\).*/\1/p' tr.pub)
+[ ${#node} -eq 64 ] || fail "cannot read the node id from tr.pub"
+store="file://$work/store"
+count_records() { find "store/$1/records" -type f 2>/dev/null | wc -l; }
+
+# --- 1. --once: order, keyframes, ignored files, a malformed checkpoint -----------------------
+mkdir w1
+cp ck/step-00000[0-6].safetensors w1/
+cp ck/step-000006.safetensors w1/step-000007.safetensors.tmp       # not renamed yet
+head -c 5000 /dev/urandom > w1/bad-000003.safetensors              # malformed
+( while :; do head -c 4096 /dev/urandom >> w1/step-000009.safetensors; sleep 0.05; done ) &
+writer=$!
+P node trainer --store "$store" --run r1 --key tr.key --state st1 --watch w1 --keyframe-every 3 \
+  --keep-keyframes 0 --poll-ms 700 --once 2> once.log || { cat once.log; fail "trainer --once failed"; }
+kill "$writer"; wait "$writer" 2>/dev/null || true; writer=
+cat once.log
+steps=$(sed -n 's/.* published step=\([0-9]*\) .*/\1/p' once.log | tr '\n' ' ')
+[ "$steps" = "0 1 2 3 4 5 6 " ] || fail "published steps '$steps', want 0..6 in order"
+grep -q ' published step=0 kind=keyframe ' once.log || fail "step 0 is not a keyframe"
+grep -q ' published step=3 kind=sync-patch+keyframe ' once.log || fail "step 3 has no keyframe"
+grep -q ' published step=6 kind=sync-patch+keyframe ' once.log || fail "step 6 has no keyframe"
+grep -q ' published step=4 kind=sync-patch ' once.log || fail "step 4 is not a plain patch"
+for s in 0 3 6; do
+  [ -f "store/r1/records/keyframe/$(printf %012d $s)/$node" ] || fail "no keyframe record for step $s"
+done
+for s in 1 2 3 4 5 6; do
+  [ -f "store/r1/records/sync-patch/$(printf %012d $s)/$node" ] || fail "no patch record for step $s"
+done
+[ "$(count_records r1)" -eq 9 ] || fail "$(count_records r1) records, want 9"
+ok "steps 0..6 published in order, keyframes at 0, 3, 6"
+if grep -E 'step-000009|step-000007|\.tmp' once.log; then fail "a file still changing or a *.tmp was touched"; fi
+[ ! -e "store/r1/records/sync-patch/000000000007" ] && [ ! -e "store/r1/records/sync-patch/000000000009" ] \
+  || fail "a record for an unfinished file"
+ok "*.tmp and a file still being written are not published"
+grep -q ' error what=publish file=bad-000003.safetensors message=' once.log || fail "no error line for the malformed file"
+ok "a malformed checkpoint is logged as an error and the rest still publish"
+P pull --store "$store" --run r1 --trust tr.pub --state f1 --weights f1.safetensors >/dev/null
+cmp f1.safetensors ck/step-000006.safetensors || fail "pulled weights differ from step 6"
+ok "a fresh pull is bit-identical to step 6"
+rm -f w1/step-000009.safetensors
+P node trainer --store "$store" --run r1 --key tr.key --state st1 --watch w1 --keyframe-every 3 \
+  --keep-keyframes 0 --poll-ms 50 --once 2> again.log
+if grep -q ' published step=' again.log; then cat again.log; fail "a re-run published again"; fi
+grep -q ' skipped step=2 .*reason="older than the last published step"' again.log || fail "no skip line for an old step"
+grep -q ' skipped step=6 .*reason="state already published"' again.log || fail "no 'already' line for the last step"
+if grep -q ' error ' again.log; then cat again.log; fail "a re-run logged an error"; fi
+[ "$(count_records r1)" -eq 9 ] || fail "a re-run changed the records"
+ok "a re-run publishes nothing and logs the skips"
+
+# --- 2. Retention -------------------------------------------------------------------------------
+P node trainer --store "$store" --run r2 --key tr.key --state st2 --watch ck --keyframe-every 4 \
+  --keep-keyframes 1 --poll-ms 50 --once 2> ret.log || { cat ret.log; fail "trainer (retention) failed"; }
+left=$(cd store/r2/records && find . -type f | sort | tr '\n' ' ')
+want="./keyframe/000000000004/$node ./sync-patch/000000000005/$node ./sync-patch/000000000006/$node "
+[ "$left" = "$want" ] || fail "records left: '$left', want '$want'"
+named=$(for k in $(cd store/r2 && find records -type f); do
+          P manifest show --store "$store" --run r2 --json "$k"; done |
+        grep -o '"digest":"[0-9a-f]*"' | cut -d'"' -f4 | sort -u)
+objs=$(ls store/r2/objects | sort)
+[ -n "$objs" ] && [ "$named" = "$objs" ] || fail "objects left are not exactly those the records name"
+P manifest audit --store "$store" --run r2 --trust tr.pub >/dev/null 2>audit.err || { cat audit.err; fail "audit after retention"; }
+ok "retention keeps the keyframe at 4 and the chain after it; objects exactly those named"
+P pull --store "$store" --run r2 --trust tr.pub --state f2 --weights f2.safetensors >/dev/null
+cmp f2.safetensors ck/step-000006.safetensors || fail "pull after retention differs from step 6"
+ok "a fresh pull after retention is bit-identical to step 6"
+
+# --- 3. In the background: files dropped in by rename, then SIGTERM ---------------------------
+mkdir w3
+"$PULSE_BIN" node trainer --store "$store" --run r3 --key tr.key --state st3 --watch w3 \
+  --poll-ms 100 --log json 2> bg.log &
+bgpid=$!
+for s in 0 1 2; do
+  f=$(printf step-%06d.safetensors $s)
+  cp "ck/$f" "w3/$f.tmp" && mv "w3/$f.tmp" "w3/$f"
+done
+head_file="store/r3/heads/sync/$node"
+for _ in $(seq 300); do   # an upper bound, not a timing: the test fails only if it never happens
+  [ -f "$head_file" ] && grep -q '/000000000002/' "$head_file" && break
+  sleep 0.1
+done
+kill -TERM "$bgpid"
+rc=0; wait "$bgpid" || rc=$?
+bgpid=
+[ "$rc" -eq 0 ] || { cat bg.log; fail "trainer exited $rc after SIGTERM"; }
+[ "$(grep -c '"event":"published"' bg.log)" -eq 3 ] || { cat bg.log; fail "background trainer did not publish 3 steps"; }
+grep -q '"event":"stopped"' bg.log || fail "no stopped line"
+ok "background trainer publishes renamed files and exits 0 on SIGTERM"
+
+# --- 4. pulse status ----------------------------------------------------------------------------
+P status --store "$store" --run r1 > st0.out
+grep -q "^${node:0:16}  trainer .* 6  " st0.out || { cat st0.out; fail "status does not show the trainer at 6"; }
+state5=$(P hash ck/step-000005.safetensors)
+"$helper" "$store" r1 fo.key 5 "$state5" >/dev/null
+"$helper" "$store" r1 fo2.key 6 "$state5" >/dev/null      # claims step 6 with step 5's state
+P status --store "$store" --run r1 --trust tr.pub > st1.out
+cat st1.out
+fo=$(sed -n 's/^pulse-ed25519-public-v1 \([0-9a-f]*\).*/\1/p' fo.pub)
+fo2=$(sed -n 's/^pulse-ed25519-public-v1 \([0-9a-f]*\).*/\1/p' fo2.pub)
+grep -q "^${node:0:16}  trainer   trusted .* 6  " st1.out || fail "trainer not trusted at 6"
+grep -Eq "^${fo:0:16}  follower  untrusted .* 5  ${state5:0:16} .* 1 +[0-9]+  yes" st1.out \
+  || fail "follower fo: want step 5, lag 1, match yes, untrusted"
+grep -Eq "^${fo2:0:16}  follower  untrusted .* 6  .* 0 +0  no" st1.out || fail "follower fo2: want lag 0, match no"
+P status --store "$store" --run r1 --trust tr.pub --trust fo.pub --json > st2.json
+grep -q "\"node\":\"$fo\",\"role\":\"follower\",\"signer\":\"trusted\",\"step\":5" st2.json || { cat st2.json; fail "json: fo"; }
+grep -q '"newest_step":6' st2.json || fail "json: newest step"
+# A receipt whose signature does not verify is marked.
+rf=$(find "store/r1/receipts/$fo" -type f)
+printf '\x01' | dd of="$rf" bs=1 seek=$(( $(stat -c %s "$rf") - 1 )) conv=notrunc status=none
+P status --store "$store" --run r1 > st3.out
+grep -q "^${fo:0:16}  follower  bad-signature" st3.out || { cat st3.out; fail "a forged receipt is not marked"; }
+ok "status: trainer head, follower lag and state match, trust and signature marks"
+P status --store "$store" --run nothing-here > st4.out
+grep -q "0 nodes" st4.out || fail "status of an empty run"
+P status --store "$store" 2>/dev/null && fail "status without --run succeeded"
+echo "all ok"
