@@ -79,6 +79,34 @@ PULSE_API int pulse_patch_verify(const pulse_patch *p, const pulse_ckpt *base, i
  * bounded by the chunk size. Does not sync: call pulse_ckpt_sync / pulse_ckpt_commit. */
 PULSE_API int pulse_patch_apply(const pulse_patch *p, pulse_ckpt *target, int threads);
 
+/* Options of pulse_patch_apply_ex. Fill with pulse_patch_apply_opts_default, then change
+ * fields; `size` lets the struct grow without breaking callers.
+ *
+ * Safety contract of the shortcuts (both off by default):
+ *  - trust_base_id: the caller states that the target's current state id is these 32 bytes
+ *    (e.g. a node that holds the state it last applied and has not let anyone else write it).
+ *    The target is then not hashed; the given id is still compared with the patch's base id
+ *    (PULSE_ERR_MISMATCH). If the statement is false the result is garbage, and only the
+ *    result check below can notice.
+ *  - skip_result_check: the result's state id is not recomputed. Every chunk is still
+ *    digest-checked and decoded in full before anything is written, so a damaged patch still
+ *    leaves the target untouched; what is no longer caught is a target that was not in the
+ *    base state (a false trust_base_id, or bytes changed behind the caller's back).
+ *    Combined with trust_base_id nothing in the call ever reads the whole target: the caller
+ *    owns the target's integrity and should rehash it on its own schedule. */
+typedef struct pulse_patch_apply_opts {
+    size_t size;                    /* sizeof(pulse_patch_apply_opts), set by the default */
+    int threads;                    /* 0 = all cores */
+    const uint8_t *trust_base_id;   /* NULL (default): hash the target and compare */
+    int skip_result_check;          /* default 0: recompute the result id and compare */
+} pulse_patch_apply_opts;
+
+PULSE_API void pulse_patch_apply_opts_default(pulse_patch_apply_opts *o);
+
+/* pulse_patch_apply with options (opts may be NULL: the defaults, the same as
+ * pulse_patch_apply(p, target, 0)). Same checks and errors, minus those the options skip. */
+PULSE_API int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, const pulse_patch_apply_opts *opts);
+
 /* Composes consecutive patches p[0] -> ... -> p[n-1] (p[i] result id == p[i+1] base id,
  * same layout and chunk size, else PULSE_ERR_MISMATCH) into one absolute patch from p[0]'s
  * base to p[n-1]'s result, written atomically to out_path. When any input is ulp-coded,

@@ -37,6 +37,7 @@ typedef struct apply_job {
     const pulse_patch *p;
     pulse_ckpt *target;
     int write;
+    int checked;        /* pass 1 already checked every digest of p */
     patch_pool pool;
 } apply_job;
 
@@ -73,7 +74,7 @@ static int apply_chunk(void *ctx, size_t i)
     patch_scratch *s = patch_pool_take(&a->pool, &err);
     if (!s)
         return err;
-    err = patch_decode_chunk(a->p, c, s);
+    err = a->checked ? patch_decode_checked_chunk(a->p, c, s) : patch_decode_chunk(a->p, c, s);
     if (!err && a->write) {
         const pulse_tensor *t = pulse_ckpt_tensor(a->target, c->tensor);
         scatter(a->p, c, s, t->data + c->first * a->p->tensors[c->tensor].unit);
@@ -82,15 +83,25 @@ static int apply_chunk(void *ctx, size_t i)
     return err;
 }
 
-static int run_chunks(const pulse_patch *p, pulse_ckpt *target, int write, int threads)
+static int run(const pulse_patch *p, pulse_ckpt *target, int write, int checked, int threads)
 {
-    apply_job a = { .p = p, .target = target, .write = write };
+    apply_job a = { .p = p, .target = target, .write = write, .checked = checked };
     int err = patch_pool_init(&a.pool, threads, p->chunk_elems, 0);
     if (err)
         return err;
     err = pulse_parallel_for(p->nchunks, threads, apply_chunk, &a);
     patch_pool_free(&a.pool);
     return err;
+}
+
+int patch_run_chunks(const pulse_patch *p, pulse_ckpt *target, int write, int threads)
+{
+    return run(p, target, write, 0, threads);
+}
+
+int patch_run_checked_chunks(const pulse_patch *p, pulse_ckpt *target, int threads)
+{
+    return run(p, target, 1, 1, threads);
 }
 
 int pulse_patch_verify(const pulse_patch *p, const pulse_ckpt *base, int threads)
@@ -100,32 +111,60 @@ int pulse_patch_verify(const pulse_patch *p, const pulse_ckpt *base, int threads
     int err = base ? patch_check_layout(p, base) : 0;
     if (err)
         return err;
-    return run_chunks(p, NULL, 0, threads);
+    return patch_run_chunks(p, NULL, 0, threads);
+}
+
+void pulse_patch_apply_opts_default(pulse_patch_apply_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
 }
 
 int pulse_patch_apply(const pulse_patch *p, pulse_ckpt *target, int threads)
 {
+    pulse_patch_apply_opts o;
+    pulse_patch_apply_opts_default(&o);
+    o.threads = threads;
+    return pulse_patch_apply_ex(p, target, &o);
+}
+
+int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, const pulse_patch_apply_opts *opts)
+{
+    pulse_patch_apply_opts o;
+    pulse_patch_apply_opts_default(&o);
+    if (opts) {
+        if (opts->size < sizeof o.size || opts->size > sizeof o)
+            return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_apply_opts: size %zu", opts->size);
+        memcpy(&o, opts, opts->size);
+        o.size = sizeof o;
+    }
     if (!p || !target)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_apply: NULL argument");
+    const int threads = o.threads;
     int err = patch_check_layout(p, target);
     if (err)
         return err;
     uint8_t id[32];
     char h1[65], h2[65];
-    if ((err = pulse_ckpt_state_id(target, threads, id)) != 0)
+    if (o.trust_base_id)
+        memcpy(id, o.trust_base_id, 32);
+    else if ((err = pulse_ckpt_state_id(target, threads, id)) != 0)
         return err;
     if (memcmp(id, p->base_id, 32) != 0)
         return pulse_fail(PULSE_ERR_MISMATCH, "patch is for base %.16s.., the checkpoint is %.16s..",
                           pulse_id_hex(p->base_id, h1), pulse_id_hex(id, h2));
     /* Pass 1 decodes and checks every chunk; nothing is written unless all pass. */
-    if ((err = run_chunks(p, NULL, 0, threads)) != 0)
+    if ((err = patch_run_chunks(p, NULL, 0, threads)) != 0)
         return err;
     for (size_t i = 0; i < p->ntensors; i++)
         if (p->tensors[i].ncoded && !(pulse_ckpt_tensor(target, i)->data))
             return pulse_fail(PULSE_ERR_INVALID, "tensor %s: checkpoint not writable", p->tensors[i].name);
-    /* Pass 2 decodes again (memory stays bounded by the chunk size) and writes. */
-    if ((err = run_chunks(p, target, 1, threads)) != 0)
+    /* Pass 2 decodes again (memory stays bounded by the chunk size) and writes. The
+     * digests are not recomputed: p's buffer is the private copy pass 1 checked. */
+    if ((err = patch_run_checked_chunks(p, target, threads)) != 0)
         return err;
+    if (o.skip_result_check)
+        return 0;
     if ((err = pulse_ckpt_state_id(target, threads, id)) != 0)
         return err;
     if (memcmp(id, p->result_id, 32) != 0)

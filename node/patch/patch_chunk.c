@@ -285,21 +285,28 @@ static int64_t unzstd_frame(patch_scratch *s, const patch_tensor *t, const patch
     return (int64_t)fsz;
 }
 
-/* Decodes exactly k LEB128 values (< 2^32 each) that fill src[0..len) exactly. Returns 0,
- * -1 (ends early), -2 (a value overflows 32 bits) or -3 (bytes left over). */
-static int leb_decode(const uint8_t *src, size_t len, size_t k, uint32_t *out)
+/* Decodes exactly k LEB128 gaps (< 2^32 each) that fill src[0..len) exactly, straight into
+ * ascending positions (position = previous + gap + 1; one pass, no gap array). Returns 0,
+ * -1 (ends early), -2 (a gap overflows 32 bits), -3 (bytes left over) or -4 (a position
+ * reaches limit). */
+static int leb_positions(const uint8_t *src, size_t len, size_t k, uint32_t limit, uint32_t *idx)
 {
     size_t at = 0, j = 0;
+    uint64_t next = 0;   /* position of the next change if its gap is 0; 64 bits cannot wrap */
     while (j < k) {
-        /* Fast path: eight one-byte values at once (gaps under 128, the common case). */
+        /* Fast path: eight one-byte gaps at once (gaps under 128, the common case). */
         if (j + 8 <= k && at + 8 <= len) {
             uint64_t x;
             memcpy(&x, src + at, 8);
             if (!(x & 0x8080808080808080ull)) {
-                for (unsigned i = 0; i < 8; i++)
-                    out[j + i] = (uint32_t)(x >> (8 * i)) & 0xff;
+                for (unsigned i = 0; i < 8; i++) {
+                    next += (x >> (8 * i)) & 0xff;
+                    idx[j + i] = (uint32_t)next++;
+                }
                 j += 8;
                 at += 8;
+                if (next > limit)
+                    return -4;
                 continue;
             }
         }
@@ -314,7 +321,10 @@ static int leb_decode(const uint8_t *src, size_t len, size_t k, uint32_t *out)
             if (!(byte & 0x80))
                 break;
         }
-        out[j++] = val;
+        next += val;
+        if (next >= limit)
+            return -4;
+        idx[j++] = (uint32_t)next++;
     }
     return at == len ? 0 : -3;
 }
@@ -346,6 +356,15 @@ static void store_unit(uint8_t *vals, size_t j, unsigned unit, uint32_t z)
     }
 }
 
+/* Four 2-bit symbols of a byte as four 16-bit lanes z = symbol + 1 (an escape lane is
+ * overwritten): ulp2_lanes[b]. */
+#define LANES(b) ((((uint64_t)(b) & 3) + 1) | ((((uint64_t)(b) >> 2 & 3) + 1) << 16) \
+                  | ((((uint64_t)(b) >> 4 & 3) + 1) << 32) | ((((uint64_t)(b) >> 6 & 3) + 1) << 48))
+#define LANES4(b) LANES(b), LANES((b) + 1), LANES((b) + 2), LANES((b) + 3)
+#define LANES16(b) LANES4(b), LANES4((b) + 4), LANES4((b) + 8), LANES4((b) + 12)
+#define LANES64(b) LANES16(b), LANES16((b) + 16), LANES16((b) + 32), LANES16((b) + 48)
+static const uint64_t ulp2_lanes[256] = { LANES64(0), LANES64(64), LANES64(128), LANES64(192) };
+
 /* Expands packed ulp symbols into zigzag values (s->vals, native width), taking escapes
  * from the LEB128 bytes esc[0..esc_len). Returns 0 or a FORMAT error. */
 static int unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch *s, unsigned bits,
@@ -359,21 +378,16 @@ static int unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch
         /* Hot path (BF16/F16, mostly +-1): four symbols of a byte spread into four lanes. */
         uint16_t *out = (uint16_t *)(void *)s->vals;
         for (; j + 4 <= k; j += 4) {
-            uint8_t b = packed[j >> 2];
-            uint64_t x = b;
-            uint64_t four = ((x & 3) | (x >> 2 & 3) << 16 | (x >> 4 & 3) << 32 | (x >> 6 & 3) << 48)
-                            + 0x0001000100010001ull;   /* z = symbol + 1 in each lane */
-            memcpy(out + j, &four, 8);
-            if (b & (b >> 1) & 0x55) {   /* an escape (symbol 3) among the four */
-                for (unsigned i = 0; i < 4; i++) {
-                    if (((b >> (2 * i)) & 3) != 3)
-                        continue;
-                    uint32_t e;
-                    int lr = leb_next(esc, esc_len, &at, &e);
-                    if (lr < 0 || e > maxz - m)
-                        goto bad_escape;
-                    out[j + i] = (uint16_t)(e + m);
-                }
+            unsigned b = packed[j >> 2];
+            memcpy(out + j, &ulp2_lanes[b], 8);
+            unsigned escapes = b & (b >> 1) & 0x55;   /* symbol 3 in a lane: low bit of its pair */
+            while (escapes) {
+                unsigned i = (unsigned)__builtin_ctz(escapes) >> 1;
+                escapes &= escapes - 1;
+                uint32_t e;
+                if (leb_next(esc, esc_len, &at, &e) < 0 || e > maxz - m)
+                    goto bad_escape;
+                out[j + i] = (uint16_t)(e + m);
             }
         }
     }
@@ -437,14 +451,18 @@ static int decode_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch
 
 int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
 {
-    const patch_tensor *t = &p->tensors[c->tensor];
-    const uint8_t *bytes = p->data + c->offset;
-    size_t total = (size_t)c->pos_len + c->val_len;
     uint8_t digest[32];
-    pulse_sha256(bytes, total, digest);
+    pulse_sha256(p->data + c->offset, (size_t)c->pos_len + c->val_len, digest);
     if (memcmp(digest, c->digest, 32) != 0)
         return pulse_fail(PULSE_ERR_CORRUPT, "tensor %s chunk %llu: digest mismatch",
-                          t->name, (unsigned long long)c->index);
+                          p->tensors[c->tensor].name, (unsigned long long)c->index);
+    return patch_decode_checked_chunk(p, c, s);
+}
+
+int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
+{
+    const patch_tensor *t = &p->tensors[c->tensor];
+    const uint8_t *bytes = p->data + c->offset;
     size_t got;
     if (t->dtype == PULSE_DT_OPAQUE || patch_dtype_unit(t->dtype) == 0) {
         if (c->pos_len != 0)
@@ -467,15 +485,16 @@ int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch
     if ((uint64_t)r != c->pos_len)
         return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
                           t->name, (unsigned long long)c->index);
-    /* LEB128 gaps: exactly k of them, each fitting 32 bits, filling the stream. */
-    int lr = leb_decode(s->leb, got, k, s->gaps);
+    /* LEB128 gaps: exactly k of them, each fitting 32 bits, filling the stream, every
+     * position inside the chunk. */
+    int lr = leb_positions(s->leb, got, k, c->len, s->idx);
+    if (lr == -4)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: position past the chunk end (%u elements)",
+                          t->name, (unsigned long long)c->index, c->len);
     if (lr < 0)
         return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s", t->name, (unsigned long long)c->index,
                           lr == -1 ? "position stream ends early" : lr == -2 ? "gap overflow"
                                                                              : "stray bytes after the gaps");
-    if (pulse_kernels_get()->gaps_decode(s->gaps, k, c->len, s->idx) != 0)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: position past the chunk end (%u elements)",
-                          t->name, (unsigned long long)c->index, c->len);
 
     unsigned unit = t->unit;
     const uint8_t *v = bytes + c->pos_len;

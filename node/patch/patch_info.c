@@ -115,7 +115,7 @@ static int entropy_of(const pulse_patch *p, size_t first, size_t n, double *bits
             case 2: { uint16_t x; memcpy(&x, s->vals + 2 * (size_t)j, 2); v = x; break; }
             default: memcpy(&v, s->vals + 4 * (size_t)j, 4); break;
             }
-            err = histo_add(&gaps, s->gaps[j]);
+            err = histo_add(&gaps, j ? s->idx[j] - s->idx[j - 1] - 1 : s->idx[0]);
             if (!err)
                 err = histo_add(&vals, v);
         }

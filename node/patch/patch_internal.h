@@ -74,7 +74,7 @@ unsigned patch_dtype_unit(pulse_dtype dt);
  * bounded by threads x chunk size, never by the model. */
 typedef struct patch_scratch {
     uint32_t *idx;          /* chunk_elems + 64 positions */
-    uint32_t *gaps;         /* chunk_elems */
+    uint32_t *gaps;         /* chunk_elems: the encoder's gaps (the decoder writes positions directly) */
     uint8_t *leb;           /* chunk_elems * 5 */
     uint8_t *vals;          /* chunk_elems * 4: values, native width */
     uint8_t *planes;        /* chunk_elems * 4: byte planes / compressed output */
@@ -120,8 +120,11 @@ int patch_encode_replace(patch_scratch *s, const uint8_t *bytes, uint32_t len, u
 
 /* Decodes chunk c of p: checks its digest, decompresses with bounded sizes, checks that
  * positions lie inside the chunk and counts are as declared. Element-wise: positions in
- * s->idx, values in s->vals (count x unit, native width). OPAQUE: c->len bytes in s->vals. */
+ * s->idx (s->gaps is not filled), values in s->vals (count x unit, native width). OPAQUE: c->len bytes in s->vals. */
 int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
+/* The same without the digest, for a second decode of a chunk whose digest was already
+ * checked in this patch's private buffer (p->buf is never written after open). */
+int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
 
 /* The layout of an output tensor, for the writer. */
 typedef struct patch_out_tensor {
@@ -141,6 +144,14 @@ typedef struct patch_out_tensor {
 int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_elems,
                      const uint8_t base_id[32], const uint8_t result_id[32],
                      const patch_out_tensor *t, size_t n);
+
+/* Decodes every chunk of p on `threads` threads (one scratch slot, zstd context and chunk
+ * buffers per worker, reused across chunks); with write != 0 also scatters each into
+ * target. No state ids, no layout check: pulse_patch_apply_ex's passes 1 and 2, exposed
+ * for benchmarks. */
+int patch_run_chunks(const pulse_patch *p, pulse_ckpt *target, int write, int threads);
+/* Pass 2 after a successful pass 1 on the same p: chunk digests are not recomputed. */
+int patch_run_checked_chunks(const pulse_patch *p, pulse_ckpt *target, int threads);
 
 /* Layout equality of a patch tensor and a checkpoint tensor (MISMATCH naming it). */
 int patch_check_layout(const pulse_patch *p, const pulse_ckpt *c);

@@ -589,6 +589,63 @@ static void test_ulp_escapes(void)
     pulse_ckpt_close(&y);
 }
 
+/* pulse_patch_apply_ex: the trusted base id is still compared with the patch's; a false
+ * trust is caught by the result check unless that is skipped too; bad options refused. */
+static void test_apply_opts(pulse_ckpt *a, pulse_ckpt *b, pulse_ckpt *c)
+{
+    pulse_diff_opts d = opts_for(PULSE_VALUES_ULP);
+    CHECK_OK(pulse_patch_diff(a, b, &d, path_of("opt.ulp")));
+    pulse_patch *p = NULL;
+    CHECK_OK(pulse_patch_open(&p, path_of("opt.ulp")));
+    if (!p)
+        return;
+    uint8_t ida[32], idc[32];
+    CHECK_OK(pulse_ckpt_state_id(a, 1, ida));
+    CHECK_OK(pulse_ckpt_state_id(c, 1, idc));
+    pulse_patch_apply_opts o;
+    pulse_patch_apply_opts_default(&o);
+    CHECK_EQ_INT(o.size, sizeof o);
+    CHECK(o.trust_base_id == NULL && o.skip_result_check == 0);
+    pulse_ckpt *t = NULL;
+    /* Trusted, true: applies, result checked. */
+    CHECK_OK(pulse_ckpt_create_like(&t, path_of("opt1.safetensors"), a));
+    o.trust_base_id = ida;
+    if (t) {
+        CHECK_OK(pulse_patch_apply_ex(p, t, &o));
+        CHECK(same_data(t, b));
+        /* A trusted id that is not the patch's base: refused, untouched. */
+        o.trust_base_id = idc;
+        CHECK_ERR(pulse_patch_apply_ex(p, t, &o), PULSE_ERR_MISMATCH);
+        CHECK(same_data(t, b));
+        pulse_ckpt_close(&t);
+    }
+    /* A false trust (target is c, caller claims a): the result check catches it... */
+    CHECK_OK(pulse_ckpt_create_like(&t, path_of("opt2.safetensors"), c));
+    o.trust_base_id = ida;
+    if (t) {
+        CHECK_ERR(pulse_patch_apply_ex(p, t, &o), PULSE_ERR_CORRUPT);
+        pulse_ckpt_close(&t);
+    }
+    /* ...and with the check skipped it is the caller's problem: success, wrong bytes. */
+    CHECK_OK(pulse_ckpt_create_like(&t, path_of("opt3.safetensors"), c));
+    o.skip_result_check = 1;
+    if (t) {
+        CHECK_OK(pulse_patch_apply_ex(p, t, &o));
+        CHECK(!same_data(t, b));
+        pulse_ckpt_close(&t);
+    }
+    /* Defaults through NULL opts; a size from the future is refused. */
+    CHECK_OK(pulse_ckpt_create_like(&t, path_of("opt4.safetensors"), a));
+    if (t) {
+        o.size = sizeof o + 8;
+        CHECK_ERR(pulse_patch_apply_ex(p, t, &o), PULSE_ERR_INVALID);
+        CHECK_OK(pulse_patch_apply_ex(p, t, NULL));
+        CHECK(same_data(t, b));
+        pulse_ckpt_close(&t);
+    }
+    pulse_patch_close(&p);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/test-patch-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -610,6 +667,7 @@ int main(void)
         test_crafted(a);
         test_layout_mismatch(a);
         test_ulp_escapes();
+        test_apply_opts(a, b, c);
     }
     pulse_ckpt_close(&a);
     pulse_ckpt_close(&b);
