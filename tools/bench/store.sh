@@ -49,6 +49,12 @@ head -c $((size_mib * 1048576)) /dev/urandom >"$work/src"
 bytes=$((size_mib * 1048576))
 
 now() { date +%s.%N; }
+# CPU pressure (Linux PSI): share of the run during which some runnable task waited for a CPU.
+# Near 100% means the server, the client and everything else on the machine queue for cores, so
+# more streams cannot go faster.
+psi_cpu() { sed -n 's/^some .*total=\([0-9]*\).*/\1/p' /proc/pressure/cpu 2>/dev/null || true; }
+psi0=$(psi_cpu)
+run0=$(now)
 results=()
 # timed LABEL CMD...: runs CMD, records "LABEL seconds".
 timed() {
@@ -70,6 +76,16 @@ curl_s3() {
 }
 
 timed "put curl"         curl_s3 -o /dev/null -T "$work/src" "$url"
+# The cost of integrity with curl: sha256sum first, then the same upload with the real payload
+# hash (RGW then checks it, as it does for pulse).  Not the baseline: the ratio is to plain curl.
+curl_sha_put() {
+  local h
+  h=$(sha256sum "$work/src" | cut -d' ' -f1)
+  curl -sS --fail --aws-sigv4 "aws:amz:${AWS_REGION:-us-east-1}:s3" \
+    --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H "x-amz-content-sha256: $h" \
+    -o /dev/null -T "$work/src" "$url"
+}
+timed "put curl+sha256"  curl_sha_put
 timed "get curl"         curl_s3 -o "$work/dst" "$url"
 cmp "$work/src" "$work/dst" || { echo "store.sh: curl got different bytes" >&2; exit 1; }
 rm -f "$work/dst"
@@ -95,16 +111,27 @@ else
   curl_s3 -o /dev/null -X DELETE "$url" || true
 fi
 
-printf '\n%s MiB object, RGW at %s (%s)\n' "$size_mib" "$AWS_ENDPOINT_URL" "$(date -u +%F)"
-printf '%-6s %-12s %9s %9s %10s\n' op tool seconds MB/s "x curl"
+psi1=$(psi_cpu)
+run1=$(now)
+pressure="n/a"
+if [ -n "$psi0" ] && [ -n "$psi1" ]; then
+  pressure=$(awk -v a="$psi0" -v b="$psi1" -v t0="$run0" -v t1="$run1" \
+    'BEGIN { printf "%.0f%%", (b - a) / 1e6 / (t1 - t0) * 100 }')
+fi
+printf '\n%s MiB object, RGW at %s (%s); %s, %s cores; load average at the end:%s\n' \
+  "$size_mib" "$AWS_ENDPOINT_URL" "$(date -u +%F)" \
+  "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)" "$(nproc)" \
+  "$(cut -d' ' -f1-3 /proc/loadavg | sed 's/^/ /')"
+printf 'CPU pressure during the run (PSI some): %s\n' "$pressure"
+printf '%-6s %-16s %9s %9s %10s\n' op tool seconds MB/s "x curl"
 for op in put get; do
   base=""
   for r in "${results[@]}"; do
-    set -- $r
-    [ "$1" = "$op" ] || continue
-    mbs=$(awk -v n="$bytes" -v s="$3" 'BEGIN { printf "%.3f", n / s / 1e6 }')
+    read -r rop rtool rsec <<<"$r"
+    [ "$rop" = "$op" ] || continue
+    mbs=$(awk -v n="$bytes" -v s="$rsec" 'BEGIN { printf "%.3f", n / s / 1e6 }')
     [ -n "$base" ] || base=$mbs
-    printf '%-6s %-12s %9.2f %9.1f %10.2f\n' "$1" "$2" "$3" "$mbs" \
+    printf '%-6s %-16s %9.2f %9.1f %10.2f\n' "$rop" "$rtool" "$rsec" "$mbs" \
       "$(awk -v a="$mbs" -v b="$base" 'BEGIN { printf "%.3f", a / b }')"
   done
 done
