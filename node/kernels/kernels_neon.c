@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AArch64 Advanced SIMD (NEON) kernels: change finding and gaps; the rest stays on the reference. */
+/* AArch64 Advanced SIMD (NEON) kernels: change finding, gaps and the BF16 LoCo gate; the rest stays on the reference. */
 #include <arm_neon.h>
+#include <string.h>
 
 #include "node/kernels/kernels.h"
 
@@ -123,6 +124,85 @@ static int gaps_decode_neon(const uint32_t *gaps, size_t k, uint32_t limit, uint
     return 0;
 }
 
+
+/* The BF16 gate (reference: gate_bf16_c in kernels_c.c). AArch64 vector FP adds round like
+ * the scalar ones and honour FPCR the same way (unlike AArch32 NEON, which flushes
+ * subnormals), so 4 lanes at a time give the reference's bits. */
+static inline uint32x4_t bf16_rne4(uint32x4_t u)
+{
+    uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    return vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), lsb);
+}
+
+static inline uint32x4_t nonfinite4(uint32x4_t u)
+{
+    uint32x4_t expo = vdupq_n_u32(0x7f800000);
+    return vceqq_u32(vandq_u32(u, expo), expo);
+}
+
+static inline int changes_bf16(float t, float a, float x)
+{
+    uint32_t ut, ua, ux;
+    memcpy(&ut, &t, 4);
+    memcpy(&ua, &a, 4);
+    memcpy(&ux, &x, 4);
+    if ((ut & 0x7f800000u) == 0x7f800000u || (ua & 0x7f800000u) == 0x7f800000u)
+        return 1;
+    return ((ux + 0x7fffu + ((ux >> 16) & 1u)) >> 16) != ((ut + 0x7fffu + ((ut >> 16) & 1u)) >> 16);
+}
+
+/* an emitted NaN is always 0x7fc00000 (see canonical_nan in kernels_c.c) */
+static inline float emitted(float a)
+{
+    if (a != a) {
+        uint32_t u = 0x7fc00000u;
+        memcpy(&a, &u, 4);
+    }
+    return a;
+}
+
+static size_t gate_bf16_neon(const float *theta, const float *delta, float *e, size_t n,
+                             uint32_t *idx, float *val)
+{
+    size_t i = 0, k = 0;
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t t = vld1q_f32(theta + i);
+        float32x4_t a = vaddq_f32(vld1q_f32(delta + i), vld1q_f32(e + i));
+        float32x4_t x = vsubq_f32(t, a);
+        uint32x4_t ut = vreinterpretq_u32_f32(t), ua = vreinterpretq_u32_f32(a);
+        uint32x4_t same = vceqq_u32(vandq_u32(veorq_u32(bf16_rne4(vreinterpretq_u32_f32(x)), bf16_rne4(ut)),
+                                              vdupq_n_u32(0xffff0000u)), vdupq_n_u32(0));
+        uint32x4_t keep = vbicq_u32(same, vorrq_u32(nonfinite4(ut), nonfinite4(ua)));
+        vst1q_f32(e + i, vreinterpretq_f32_u32(vandq_u32(keep, ua)));
+        if (vminvq_u32(keep))
+            continue; /* nothing to emit: the common case */
+        float av[4];
+        uint32_t kv[4];
+        vst1q_f32(av, a);
+        vst1q_u32(kv, keep);
+        for (unsigned l = 0; l < 4; l++) {
+            if (!kv[l]) {
+                idx[k] = (uint32_t)(i + l);
+                val[k] = emitted(av[l]);
+                k++;
+            }
+        }
+    }
+    for (; i < n; i++) {
+        float a = delta[i] + e[i];
+        float x = theta[i] - a;
+        if (changes_bf16(theta[i], a, x)) {
+            idx[k] = (uint32_t)i;
+            val[k] = emitted(a);
+            k++;
+            e[i] = 0.0f;
+        } else {
+            e[i] = a;
+        }
+    }
+    return k;
+}
+
 int pulse_kernels_init_neon(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_NEON))
@@ -133,5 +213,6 @@ int pulse_kernels_init_neon(pulse_kernels *k)
     k->diff32 = diff32_neon;
     k->gaps_encode = gaps_encode_neon;
     k->gaps_decode = gaps_decode_neon;
+    k->gate[PULSE_VIEW_BF16] = gate_bf16_neon;
     return 0;
 }
