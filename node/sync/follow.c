@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The follower: list a run's records, verify each step completely, then apply it in place and check the result. */
+/* The follower: list a run's records, pick the cheapest verified path, then apply each step in place, journalled. */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,9 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "node/daemon/journal.h"
+#include "node/daemon/log.h"
+#include "node/sync/follow_internal.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/manifest.h"
 #include "pulseweights/sync.h"
@@ -17,6 +22,15 @@ struct pulse_follower {
     char *run;
     pulse_store *st;
     pulse_index *ix;
+    /* The state the weights hold, tracked once known: only this handle writes them. */
+    int known, have;
+    uint64_t step;
+    uint8_t state[32];
+    int recovered;             /* the journal was looked at */
+    int stopped;               /* the on_step callback asked to stop */
+    unsigned max_behind;
+    int log;
+    follow_counters c;
 };
 
 /* One listed record of a trusted node; its key says kind, step and node (checked again
@@ -26,6 +40,12 @@ typedef struct listed {
     uint64_t step;
     uint8_t node[32];
     char rel[SYNC_KEY_MAX];   /* relative to the run */
+    /* Filled when fetched: */
+    int fetched, ok, err;
+    char why[256];
+    pulse_record rec;
+    uint8_t *bytes;
+    size_t len;
 } listed;
 
 typedef struct listing {
@@ -67,6 +87,7 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
         return pulse_fail(PULSE_ERR_NOMEM, "follower");
     }
     f->o = *opts;
+    f->max_behind = FOLLOW_DEFAULT_MAX_BEHIND;
     int r = sync_mkdir(opts->state_dir);
     if (!r)
         r = pulse_store_open(&f->st, opts->store_url, NULL);
@@ -85,24 +106,93 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     return 0;
 }
 
-/* records/<kind>/<step:012>/<node-hex> of a trusted node; anything else is not ours to use
- * (pulse manifest audit reports it). */
+void follower_configure(pulse_follower *f, unsigned max_behind, int log_events)
+{
+    f->max_behind = max_behind;
+    f->log = log_events;
+}
+
+const follow_counters *follower_counters(const pulse_follower *f)
+{
+    return &f->c;
+}
+
+int follower_held(const pulse_follower *f, uint64_t *step, uint8_t state[32])
+{
+    if (!f->known || !f->have)
+        return PULSE_ERR_NOTFOUND;
+    *step = f->step;
+    memcpy(state, f->state, 32);
+    return 0;
+}
+
+void follower_saw_step(pulse_follower *f, uint64_t step)
+{
+    if (!f->c.have_newest || step > f->c.newest_step) {
+        f->c.newest_step = step;
+        f->c.newest_time = 0;
+        f->c.have_newest = 1;
+    }
+}
+
+static void saw_record(pulse_follower *f, const pulse_record *rec)
+{
+    if (!f->c.have_newest || rec->step > f->c.newest_step || (rec->step == f->c.newest_step && !f->c.newest_time)) {
+        f->c.newest_step = rec->step;
+        f->c.newest_time = rec->time;
+        f->c.have_newest = 1;
+    }
+}
+
+static void u64s(char *buf, size_t cap, uint64_t v)
+{
+    snprintf(buf, cap, "%" PRIu64, v);
+}
+
+/* "PREFIX: <the current detail>" (the detail is copied first: it is the buffer written). */
+static int fail_prefixed(int r, const char *prefix)
+{
+    char d[512];
+    snprintf(d, sizeof d, "%s", pulse_last_error());
+    return pulse_fail(r, "%s: %s", prefix, d);
+}
+
+static int fail_step(int r, uint64_t step, const char *rel)
+{
+    char p[SYNC_KEY_MAX + 32];
+    snprintf(p, sizeof p, "step %" PRIu64 ": %s", step, rel);
+    return fail_prefixed(r, p);
+}
+
+/* Parses records/<kind>/<step:012>/<node-hex>; 0 when it is a sync-patch or keyframe record
+ * of a trusted node. */
+static int parse_rel(const pulse_trust *trust, const char *rel, listed *e)
+{
+    char kind[32], steps[16], node[80];
+    if (strlen(rel) >= SYNC_KEY_MAX ||
+        sscanf(rel, "records/%31[a-z-]/%15[0-9]/%79[0-9a-f]", kind, steps, node) != 3 ||
+        strlen(steps) != 12 || strlen(node) != 64)
+        return -1;
+    int k = pulse_record_kind_from_name(kind);
+    if (k != PULSE_RECORD_SYNC_PATCH && k != PULSE_RECORD_KEYFRAME)
+        return -1;
+    memset(e, 0, sizeof *e);
+    e->kind = k;
+    e->step = strtoull(steps, NULL, 10);
+    if (pulse_hex_decode(node, 64, e->node, 32) != 0 || !pulse_trust_find(trust, e->node))
+        return -1;
+    snprintf(e->rel, sizeof e->rel, "%s", rel);
+    return 0;
+}
+
+/* Anything that is not a trusted node's record is not ours to use (pulse manifest audit reports it). */
 static int on_key(void *ctx, const char *key, const pulse_object_info *info)
 {
     (void)info;
     listing *l = ctx;
-    const char *rel = key + l->run_len + 1;
-    char kind[32], steps[16], node[80];
-    if (sscanf(rel, "records/%31[a-z-]/%15[0-9]/%79[0-9a-f]", kind, steps, node) != 3 ||
-        strlen(steps) != 12 || strlen(node) != 64 || strlen(rel) >= SYNC_KEY_MAX)
+    listed e;
+    if (parse_rel(l->trust, key + l->run_len + 1, &e) != 0)
         return 0;
-    int k = pulse_record_kind_from_name(kind);
-    if (k != PULSE_RECORD_SYNC_PATCH && k != PULSE_RECORD_KEYFRAME)
-        return 0;
-    listed e = { .kind = k, .step = strtoull(steps, NULL, 10) };
-    if (pulse_hex_decode(node, 64, e.node, 32) != 0 || !pulse_trust_find(l->trust, e.node))
-        return 0;
-    snprintf(e.rel, sizeof e.rel, "%s", rel);
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
         listed *v = realloc(l->v, cap * sizeof *v);
@@ -120,7 +210,9 @@ static int by_step(const void *a, const void *b)
     const listed *x = a, *y = b;
     if (x->step != y->step)
         return x->step < y->step ? -1 : 1;
-    return x->kind - y->kind;
+    if (x->kind != y->kind)
+        return x->kind - y->kind;
+    return strcmp(x->rel, y->rel);
 }
 
 static int list_records(pulse_follower *f, listing *l)
@@ -136,34 +228,45 @@ static int list_records(pulse_follower *f, listing *l)
     return r;
 }
 
+static void listing_free(listing *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->v[i].ok)
+            pulse_record_clear(&l->v[i].rec);
+        pulse_store_free(l->v[i].bytes);
+    }
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
 /* Fetches and verifies one record: strict parse, trusted signature, and the key it was
  * found under must be what the record says it is (a record copied under another step's
  * key is a replay). */
-static int fetch_record(pulse_follower *f, const listed *e, pulse_record *rec, uint8_t **bytes,
-                        size_t *len, uint64_t *moved)
+static int fetch_record(pulse_follower *f, const char *rel, pulse_record *rec, uint8_t **bytes, size_t *len,
+                        uint64_t *moved)
 {
     char key[SYNC_KEY_MAX], want[SYNC_KEY_MAX];
     void *data = NULL;
     size_t n = 0;
-    int r = sync_run_key(f->run, e->rel, key);
+    *bytes = NULL;
+    int r = sync_run_key(f->run, rel, key);
     if (!r)
         r = pulse_store_get(f->st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &n, NULL);
     if (!r) {
         *moved += n;
         r = pulse_record_verify(data, n, f->o.trust, NULL, rec);
     }
-    if (!r && ((r = pulse_record_key(rec, want, sizeof want)) != 0 || strcmp(want, e->rel) != 0 ||
+    if (!r && ((r = pulse_record_key(rec, want, sizeof want)) != 0 || strcmp(want, rel) != 0 ||
                strcmp(rec->run, f->run) != 0)) {
         r = pulse_fail(PULSE_ERR_FORMAT, "record found under %s says it is %s of run %s (replayed or moved)",
-                       e->rel, want, rec->run);
+                       rel, want, rec->run);
         pulse_record_clear(rec);
     }
-    if (!r) {
-        *bytes = data;
-        *len = n;
-    } else {
-        pulse_store_free(data);
-    }
+    if (!r)
+        saw_record(f, rec);
+    /* The bytes are kept even on refusal, so the verdict can be journalled. */
+    *bytes = data;
+    *len = n;
     return r;
 }
 
@@ -179,40 +282,78 @@ static void journal_verdict(pulse_follower *f, const char *rel, const uint8_t *b
     pulse_fail(0, "%s", saved);
 }
 
-static int held_state(pulse_follower *f, listing *l, int *have, uint64_t *step, uint8_t state[32])
+static void refused(pulse_follower *f, const char *rel, const uint8_t *bytes, size_t len)
 {
-    *have = 0;
-    if (access(f->o.weights_path, F_OK) != 0)
-        return 0;
+    f->c.verify_failures++;
+    char why[512];
+    snprintf(why, sizeof why, "%s", pulse_last_error());
+    journal_verdict(f, rel, bytes, len, PULSE_VERDICT_REFUSED, why);
+    if (f->log)
+        node_log("refused", "record", rel, "reason", why, NULL);
+}
+
+/* Fetches a listed record once and verifies it. A refusal is journalled, counted and kept
+ * (e->err): a pull that needs the record stops with it, naming the step and key. */
+static int get_listed(pulse_follower *f, listed *e)
+{
+    if (e->fetched)
+        return e->ok ? 0 : pulse_fail(e->err, "%s", e->why);
+    e->fetched = 1;
+    uint64_t moved = 0;
+    int r = fetch_record(f, e->rel, &e->rec, &e->bytes, &e->len, &moved);
+    f->c.bytes_fetched += moved;
+    if (r) {
+        r = fail_step(r, e->step, e->rel);
+        e->err = r;
+        snprintf(e->why, sizeof e->why, "%s", pulse_last_error());
+        refused(f, e->rel, e->bytes, e->len);
+        return r;
+    }
+    e->ok = 1;
+    return 0;
+}
+
+static int hash_weights(pulse_follower *f, uint8_t state[32])
+{
     pulse_ckpt *c = NULL;
     int r = pulse_ckpt_open(&c, f->o.weights_path, PULSE_CKPT_READ);
     if (!r)
         r = pulse_ckpt_state_id(c, f->o.threads, state);
     pulse_ckpt_close(&c);
     if (r)
-        return pulse_fail(r, "weights %s: %s", f->o.weights_path, pulse_last_error());
-    pulse_index_applied a;
-    if (pulse_index_last_applied(f->ix, f->run, &a) == 0 && !memcmp(a.state, state, 32)) {
-        *have = 1;
-        *step = a.step;
+    {
+        char p[4200];
+        snprintf(p, sizeof p, "weights %s", f->o.weights_path);
+        return fail_prefixed(r, p);
+    }
+    return 0;
+}
+
+/* The state the weights hold: hashed once, then its step from the index (or, for weights
+ * this index did not write, from the newest trusted record that produces exactly it). */
+static int held_state(pulse_follower *f, listing *l)
+{
+    f->have = 0;
+    if (access(f->o.weights_path, F_OK) != 0) {
+        f->known = 1;
         return 0;
     }
-    /* Weights this index did not write (copied in, or an older index): find the newest
-     * trusted record that produces exactly this state. */
+    uint8_t state[32];
+    int r = hash_weights(f, state);
+    if (r)
+        return r;
+    pulse_index_applied a;
+    if (pulse_index_last_applied(f->ix, f->run, &a) == 0 && !memcmp(a.state, state, 32)) {
+        f->known = f->have = 1;
+        f->step = a.step;
+        memcpy(f->state, state, 32);
+        return 0;
+    }
     for (size_t i = l->n; i-- > 0;) {
-        pulse_record rec;
-        uint8_t *bytes = NULL;
-        size_t len;
-        uint64_t moved = 0;
-        if (fetch_record(f, &l->v[i], &rec, &bytes, &len, &moved) != 0)
-            continue;
-        int match = !memcmp(rec.result, state, 32);
-        uint64_t s = rec.step;
-        pulse_record_clear(&rec);
-        pulse_store_free(bytes);
-        if (match) {
-            *have = 1;
-            *step = s;
+        if (get_listed(f, &l->v[i]) == 0 && !memcmp(l->v[i].rec.result, state, 32)) {
+            f->known = f->have = 1;
+            f->step = l->v[i].rec.step;
+            memcpy(f->state, state, 32);
             return 0;
         }
     }
@@ -221,42 +362,8 @@ static int held_state(pulse_follower *f, listing *l, int *have, uint64_t *step, 
                       f->o.weights_path, pulse_id_hex(state, hex), f->run);
 }
 
-static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const uint8_t held[32],
-                            uint64_t *moved)
+static void sync_step_of(const pulse_record *rec, const char *rel, uint64_t moved, pulse_sync_step *s)
 {
-    if (rec->n_objects != 1 || strcmp(rec->objects[0].role, "patch") != 0)
-        return pulse_fail(PULSE_ERR_FORMAT, "sync-patch record names %u objects, wanted one 'patch'", rec->n_objects);
-    if (memcmp(rec->base, held, 32) != 0)
-        return pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold");
-    void *data = NULL;
-    int r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
-    pulse_patch *p = NULL;
-    if (!r)
-        r = pulse_patch_open_mem(&p, data, rec->objects[0].size);
-    pulse_store_free(data);
-    if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
-        r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
-    pulse_ckpt *w = NULL;
-    if (!r)
-        r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
-    if (!r)
-        r = pulse_patch_apply(p, w, f->o.threads);
-    if (!r)
-        r = pulse_ckpt_sync(w);
-    pulse_ckpt_close(&w);
-    pulse_patch_close(&p);
-    return r;
-}
-
-static int step_done(pulse_follower *f, const char *rel, const pulse_record *rec, const uint8_t *bytes,
-                     size_t len, uint64_t moved, pulse_sync_step *s)
-{
-    int r = pulse_index_put_record(f->ix, rel, bytes, len, (uint64_t)time(NULL), NULL, NULL);
-    if (!r)
-        r = pulse_index_mark_verified(f->ix, rel, PULSE_VERDICT_OK, "applied");
-    if (!r)
-        r = pulse_index_mark_applied(f->ix, f->run, rec->step, rec->result, (uint64_t)time(NULL),
-                                     f->o.weights_path);
     memset(s, 0, sizeof *s);
     s->step = rec->step;
     s->kind = rec->kind;
@@ -267,95 +374,372 @@ static int step_done(pulse_follower *f, const char *rel, const pulse_record *rec
     s->object_bytes = rec->patch_bytes;
     s->moved_bytes = moved;
     snprintf(s->record_key, sizeof s->record_key, "%s", rel);
-    if (!r && f->o.on_step && f->o.on_step(f->o.ctx, s) != 0)
-        r = pulse_fail(PULSE_ERR_INVALID, "stopped by the caller after step %llu", (unsigned long long)rec->step);
+}
+
+/* After the weights reached the step's result: the applied row (once: a recovery may find
+ * it already there), the journal's APPLIED phase, the caller's callback (hook, receipt), and
+ * the journal removed. */
+static int finish_step(pulse_follower *f, const node_journal *j, const pulse_sync_step *s)
+{
+    pulse_index_applied a;
+    int r = 0;
+    if (pulse_index_last_applied(f->ix, f->run, &a) != 0 || a.step != j->step || memcmp(a.state, j->result, 32))
+        r = pulse_index_mark_applied(f->ix, f->run, j->step, j->result, (uint64_t)time(NULL), f->o.weights_path);
+    f->known = f->have = 1;
+    f->step = j->step;
+    memcpy(f->state, j->result, 32);
+    node_journal done = *j;
+    done.phase = JOURNAL_APPLIED;
+    if (!r && j->phase != JOURNAL_APPLIED)
+        r = journal_write(f->o.state_dir, &done);
+    if (!r) {
+        f->c.steps_applied++;
+        if (f->log) {
+            char st[24], by[24], hex[65];
+            u64s(st, sizeof st, s->step);
+            u64s(by, sizeof by, s->moved_bytes);
+            node_log("applied", "step", st, "kind", pulse_record_kind_name(s->kind), "bytes", by,
+                     "state", pulse_id_hex(s->result, hex), NULL);
+        }
+    }
+    /* The callback runs before the journal goes: a crash during it runs it again on restart. */
+    int stop = !r && f->o.on_step && f->o.on_step(f->o.ctx, s) != 0;
+    if (!r)
+        r = journal_clear(f->o.state_dir);
+    if (!r && stop) {
+        f->stopped = 1;
+        r = pulse_fail(PULSE_ERR_INVALID, "stopped by the caller after step %" PRIu64, s->step);
+    }
     return r;
 }
 
-/* Starts the weights from the newest trusted keyframe that verifies. */
-static int start_from_keyframe(pulse_follower *f, listing *l, uint64_t *step, uint8_t state[32],
-                               pulse_sync_step *s)
+/* Verified and chained sync-patch step: fetch the patch, turn it into its absolute form in
+ * the journal, then apply that in place. The journal is durable before the first write. */
+static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
-    for (size_t i = l->n; i-- > 0;) {
-        if (l->v[i].kind != PULSE_RECORD_KEYFRAME)
-            continue;
-        pulse_record rec;
-        uint8_t *bytes = NULL;
-        size_t len;
-        uint64_t moved = 0;
-        int r = fetch_record(f, &l->v[i], &rec, &bytes, &len, &moved);
+    if (rec->n_objects != 1 || strcmp(rec->objects[0].role, "patch") != 0)
+        return pulse_fail(PULSE_ERR_FORMAT, "sync-patch record names %u objects, wanted one 'patch'", rec->n_objects);
+    if (memcmp(rec->base, f->state, 32) != 0)
+        return pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold");
+    char jpath[4096];
+    int r = journal_patch_path(f->o.state_dir, jpath, sizeof jpath);
+    void *data = NULL;
+    if (!r)
+        r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
+    pulse_patch *p = NULL, *abs = NULL;
+    if (!r)
+        r = pulse_patch_open_mem(&p, data, rec->objects[0].size);
+    pulse_store_free(data);
+    if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
+        r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
+    pulse_ckpt *w = NULL;
+    if (!r)
+        r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_READ);
+    if (!r)
+        r = pulse_patch_verify(p, w, f->o.threads);
+    /* The absolute form: squash of one patch against the weights (its base, checked there),
+     * holding exactly the positions the step changes with their final values. */
+    if (!r)
+        r = pulse_patch_squash(&p, 1, w, f->o.threads, 1, jpath);
+    pulse_ckpt_close(&w);
+    pulse_patch_close(&p);
+    if (!r)
+        r = pulse_patch_open(&abs, jpath);
+    if (r) {
+        pulse_patch_close(&abs);
+        return r;
+    }
+    /* From here the weights may be written: the record is indexed as verified, the journal
+     * says "applying". */
+    node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
+    memcpy(j.base, rec->base, 32);
+    memcpy(j.result, rec->result, 32);
+    snprintf(j.rel, sizeof j.rel, "%s", rel);
+    r = journal_write(f->o.state_dir, &j);
+    if (!r)
+        r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
+    if (!r) {
+        /* The squash just checked that the weights hold the base. */
+        pulse_patch_apply_opts ao;
+        pulse_patch_apply_opts_default(&ao);
+        ao.threads = f->o.threads;
+        ao.trust_base_id = f->state;
+        r = pulse_patch_apply_ex(abs, w, &ao);
+    }
+    if (!r)
+        r = pulse_ckpt_sync(w);
+    pulse_ckpt_close(&w);
+    pulse_patch_close(&abs);
+    if (r) {
+        /* The journal stays: the next start (or pull) finishes the step from it. */
+        f->known = 0;
+        return r;
+    }
+    pulse_sync_step s;
+    sync_step_of(rec, rel, *moved, &s);
+    return finish_step(f, &j, &s);
+}
+
+static int apply_keyframe_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
+{
+    node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
+    memcpy(j.result, rec->result, 32);
+    snprintf(j.rel, sizeof j.rel, "%s", rel);
+    int r = journal_write(f->o.state_dir, &j);
+    if (!r)
+        r = sync_keyframe_restore(f->st, f->run, rec, f->o.threads, f->o.weights_path, moved);
+    if (r) {
+        f->known = 0;
+        journal_clear(f->o.state_dir);   /* restore is temp + rename: the weights are unchanged */
+        return r;
+    }
+    pulse_sync_step s;
+    sync_step_of(rec, rel, *moved, &s);
+    return finish_step(f, &j, &s);
+}
+
+/* Applies one verified record: indexed first, refused with its reason on failure. */
+static int apply_listed(pulse_follower *f, const char *rel, const pulse_record *rec, const uint8_t *bytes,
+                        size_t len, uint64_t moved)
+{
+    int r = 0;
+    if (f->have && rec->step <= f->step)
+        r = pulse_fail(PULSE_ERR_MISMATCH, "step %" PRIu64 " is not newer than the held step %" PRIu64 " (rollback)",
+                       rec->step, f->step);
+    if (!r)
+        r = pulse_index_put_record(f->ix, rel, bytes, len, (uint64_t)time(NULL), NULL, NULL);
+    if (!r)
+        r = pulse_index_mark_verified(f->ix, rel, PULSE_VERDICT_OK, "verified");
+    /* MOVED: the record's bytes, already counted; the objects are counted here. */
+    uint64_t total = moved;
+    if (!r)
+        r = rec->kind == PULSE_RECORD_KEYFRAME ? apply_keyframe_step(f, rec, rel, &total)
+                                               : apply_patch_step(f, rec, rel, &total);
+    f->c.bytes_fetched += total - moved;
+    if (r && !f->stopped) {
+        r = fail_step(r, rec->step, rel);
+        refused(f, rel, bytes, len);
+    }
+    return r;
+}
+
+int follower_recover(pulse_follower *f, int *did)
+{
+    node_journal j;
+    int found = 0;
+    if (did)
+        *did = 0;
+    f->recovered = 1;
+    int r = journal_read(f->o.state_dir, &j, &found);
+    if (r || !found)
+        return r;
+    if (did)
+        *did = 1;
+    char st[24];
+    u64s(st, sizeof st, j.step);
+    if (j.phase == JOURNAL_APPLYING && j.kind == PULSE_RECORD_SYNC_PATCH) {
+        /* The weights may be torn: every position the absolute patch names gets its final
+         * value again; the rest was never written. So the base check is skipped (the patch's
+         * own base is given as the target's) and the result check decides. */
+        char jpath[4096];
+        pulse_patch *p = NULL;
+        pulse_ckpt *w = NULL;
+        r = journal_patch_path(f->o.state_dir, jpath, sizeof jpath);
         if (!r)
-            r = sync_keyframe_restore(f->st, f->run, &rec, f->o.threads, f->o.weights_path, &moved);
-        if (r) {
-            r = pulse_fail(r, "step %llu: %s: %s", (unsigned long long)l->v[i].step, l->v[i].rel,
-                           pulse_last_error());
-            journal_verdict(f, l->v[i].rel, bytes, len, PULSE_VERDICT_REFUSED, pulse_last_error());
-            pulse_store_free(bytes);
-            return r;
+            r = pulse_patch_open(&p, jpath);
+        if (!r && (pulse_patch_values(p) != PULSE_VALUES_ABS || memcmp(pulse_patch_base_id(p), j.base, 32) ||
+                   memcmp(pulse_patch_result_id(p), j.result, 32)))
+            r = pulse_fail(PULSE_ERR_FORMAT, "journal patch %s is not the absolute patch of step %s", jpath, st);
+        if (!r)
+            r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
+        if (!r) {
+            pulse_patch_apply_opts ao;
+            pulse_patch_apply_opts_default(&ao);
+            ao.threads = f->o.threads;
+            ao.trust_base_id = pulse_patch_base_id(p);
+            r = pulse_patch_apply_ex(p, w, &ao);
         }
-        r = step_done(f, l->v[i].rel, &rec, bytes, len, moved, s);
-        *step = rec.step;
-        memcpy(state, rec.result, 32);
-        pulse_record_clear(&rec);
+        if (!r)
+            r = pulse_ckpt_sync(w);
+        pulse_ckpt_close(&w);
+        pulse_patch_close(&p);
+        if (r)
+        {
+            char pre[4200];
+            snprintf(pre, sizeof pre, "recovery of step %s from the journal in %s", st, f->o.state_dir);
+            return fail_prefixed(r, pre);
+        }
+    } else if (j.phase == JOURNAL_APPLYING) {
+        /* Keyframe restore renames into place: the weights are the old state or the result. */
+        uint8_t state[32];
+        if (access(f->o.weights_path, F_OK) != 0 || hash_weights(f, state) != 0 || memcmp(state, j.result, 32)) {
+            if (f->log)
+                node_log("recovered", "step", st, "action", "keyframe-not-reached", NULL);
+            return journal_clear(f->o.state_dir);
+        }
+    }
+    if (f->log)
+        node_log("recovered", "step", st, "phase", j.phase == JOURNAL_APPLIED ? "applied" : "applying", NULL);
+    pulse_sync_step s;
+    memset(&s, 0, sizeof s);
+    s.step = j.step;
+    s.kind = j.kind;
+    memcpy(s.base, j.base, 32);
+    memcpy(s.result, j.result, 32);
+    snprintf(s.record_key, sizeof s.record_key, "%s", j.rel);
+    return finish_step(f, &j, &s);
+}
+
+int follower_try_next(pulse_follower *f, const char *rel, int *applied)
+{
+    *applied = 0;
+    listed e;
+    if (!f->known || !f->have || parse_rel(f->o.trust, rel, &e) != 0 || e.kind != PULSE_RECORD_SYNC_PATCH ||
+        e.step <= f->step)
+        return 0;
+    pulse_record rec;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    uint64_t moved = 0;
+    int r = fetch_record(f, rel, &rec, &bytes, &len, &moved);
+    f->c.bytes_fetched += moved;
+    if (r == PULSE_ERR_NOTFOUND) {
+        pulse_store_free(bytes);
+        return 0;
+    }
+    if (r) {
+        refused(f, rel, bytes, len);
         pulse_store_free(bytes);
         return r;
     }
-    return pulse_fail(PULSE_ERR_NOTFOUND, "run %s has no keyframe from a trusted key to start from", f->run);
+    if (rec.step > f->step && !memcmp(rec.base, f->state, 32)) {
+        r = apply_listed(f, rel, &rec, bytes, len, moved);
+        *applied = !r;
+    }
+    pulse_record_clear(&rec);
+    pulse_store_free(bytes);
+    return r;
+}
+
+/* Follows patches chained from (step, state) through the listing: indices into l->v in
+ * *path (capacity l->n), their count *n, the bytes of their objects and the step reached.
+ * A refused record on the way stops the walk with its error. */
+static int walk_chain(pulse_follower *f, listing *l, uint64_t step, const uint8_t state[32], size_t *path,
+                      size_t *n, uint64_t *bytes, uint64_t *end, size_t *broken)
+{
+    uint8_t cur[32];
+    memcpy(cur, state, 32);
+    *n = 0;
+    *end = step;
+    for (size_t i = 0; i < l->n; i++) {
+        listed *e = &l->v[i];
+        if (e->kind != PULSE_RECORD_SYNC_PATCH || e->step <= *end)
+            continue;
+        int r = get_listed(f, e);
+        if (r)
+            return r;
+        if (memcmp(e->rec.base, cur, 32) != 0) {
+            /* A gap or another branch; the chain may go on at a later step. The first such
+             * record is kept: if nothing better reaches past it, it is the refusal. */
+            if (broken && *broken == SIZE_MAX)
+                *broken = i;
+            continue;
+        }
+        path[(*n)++] = i;
+        for (uint32_t k = 0; k < e->rec.n_objects; k++)
+            *bytes += e->rec.objects[k].size;
+        memcpy(cur, e->rec.result, 32);
+        *end = e->step;
+    }
+    return 0;
 }
 
 PULSE_API int pulse_follower_pull(pulse_follower *f, size_t *applied, pulse_sync_step *held_out)
 {
     pulse_clear_error();
     listing l = { 0 };
-    size_t count = 0;
-    int have = 0;
-    uint64_t step = 0;
-    uint8_t state[32];
-    pulse_sync_step s = { 0 };
-
-    int r = list_records(f, &l);
+    uint64_t before = f->c.steps_applied;
+    f->stopped = 0;
+    int r = f->recovered ? 0 : follower_recover(f, NULL);
     if (!r)
-        r = held_state(f, &l, &have, &step, state);
-    if (!r && !have) {
-        r = start_from_keyframe(f, &l, &step, state, &s);
-        if (!r)
-            count++, have = 1;
-    }
-    for (size_t i = 0; !r && i < l.n; i++) {
-        const listed *e = &l.v[i];
-        if (e->kind != PULSE_RECORD_SYNC_PATCH || e->step <= step)
-            continue;
-        pulse_record rec;
-        uint8_t *bytes = NULL;
-        size_t len = 0;
-        uint64_t moved = 0;
-        r = fetch_record(f, e, &rec, &bytes, &len, &moved);
-        if (!r && rec.step <= step)
-            r = pulse_fail(PULSE_ERR_MISMATCH, "step %llu is not newer than the held step %llu (rollback)",
-                           (unsigned long long)rec.step, (unsigned long long)step);
-        if (!r)
-            r = apply_patch_step(f, &rec, state, &moved);
-        if (r) {
-            r = pulse_fail(r, "step %llu: %s: %s", (unsigned long long)e->step, e->rel, pulse_last_error());
-            journal_verdict(f, e->rel, bytes, len, PULSE_VERDICT_REFUSED, pulse_last_error());
-        } else {
-            r = step_done(f, e->rel, &rec, bytes, len, moved, &s);
-            step = rec.step;
-            memcpy(state, rec.result, 32);
-            count++;
+        r = list_records(f, &l);
+    if (!r && !f->known)
+        r = held_state(f, &l);
+    size_t *chain = NULL, *kpath = NULL;
+    if (!r && l.n && (!(chain = calloc(l.n, sizeof *chain)) || !(kpath = calloc(l.n, sizeof *kpath))))
+        r = pulse_fail(PULSE_ERR_NOMEM, "record listing");
+    if (!r && l.n) {
+        uint64_t newest = l.v[l.n - 1].step;
+        follower_saw_step(f, newest);
+        /* The patch chain from the held state. */
+        uint64_t chain_bytes = 0, chain_end = 0;
+        size_t nchain = 0, broken = SIZE_MAX;
+        if (f->have)
+            r = walk_chain(f, &l, f->step, f->state, chain, &nchain, &chain_bytes, &chain_end, &broken);
+        int behind_far = !f->have || newest - f->step > f->max_behind || chain_end < newest;
+        /* The newest keyframe that verifies and the chain after it. */
+        size_t nk = 0, kf = 0;
+        int have_kf = 0;
+        uint64_t kf_bytes = 0, kf_end = 0;
+        for (size_t i = l.n; !r && behind_far && i-- > 0;) {
+            listed *e = &l.v[i];
+            if (e->kind != PULSE_RECORD_KEYFRAME || (f->have && e->step <= f->step))
+                continue;
+            if ((r = get_listed(f, e)) != 0)
+                break;
+            kf = i;
+            have_kf = 1;
+            for (uint32_t k = 0; k < e->rec.n_objects; k++)
+                kf_bytes += e->rec.objects[k].size;
+            r = walk_chain(f, &l, e->step, e->rec.result, kpath, &nk, &kf_bytes, &kf_end, NULL);
+            break;
         }
-        if (bytes)
-            pulse_record_clear(&rec);
-        pulse_store_free(bytes);
+        int use_kf = have_kf && (!f->have || kf_end > chain_end || (kf_end == chain_end && kf_bytes < chain_bytes));
+        if (!r && f->log && behind_far) {
+            char b1[24], b2[24], b3[24], b4[24];
+            u64s(b1, sizeof b1, f->have ? newest - f->step : newest + 1);
+            u64s(b2, sizeof b2, chain_bytes);
+            u64s(b3, sizeof b3, have_kf ? kf_bytes : 0);
+            u64s(b4, sizeof b4, use_kf ? kf_end : chain_end);
+            node_log("catch-up", "path", use_kf ? "keyframe" : "chain",
+                     "reason", !f->have ? "no-weights" : chain_end < newest ? "chain-broken" : "behind",
+                     "behind", b1, "chain_bytes", f->have ? b2 : "none", "keyframe_bytes", have_kf ? b3 : "none",
+                     "to_step", b4, NULL);
+        }
+        if (!r && !f->have && !have_kf)
+            r = pulse_fail(PULSE_ERR_NOTFOUND, "run %s has no keyframe from a trusted key to start from", f->run);
+        if (!r && use_kf) {
+            listed *e = &l.v[kf];
+            r = apply_listed(f, e->rel, &e->rec, e->bytes, e->len, e->len);
+        }
+        size_t *path = use_kf ? kpath : chain;
+        size_t np = use_kf ? nk : nchain;
+        for (size_t i = 0; !r && i < np; i++) {
+            listed *e = &l.v[path[i]];
+            r = apply_listed(f, e->rel, &e->rec, e->bytes, e->len, e->len);
+        }
+        /* The chain stopped at a record that does not follow from the state reached, and no
+         * keyframe gets further: that record is refused (after the steps before it). */
+        if (!r && !use_kf && broken != SIZE_MAX && chain_end < newest && l.v[broken].step > f->step) {
+            listed *e = &l.v[broken];
+            pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold (step %" PRIu64 ")", f->step);
+            r = fail_step(PULSE_ERR_MISMATCH, e->step, e->rel);
+            refused(f, e->rel, e->bytes, e->len);
+        }
+    } else if (!r && !f->have) {
+        r = pulse_fail(PULSE_ERR_NOTFOUND, "run %s has no keyframe from a trusted key to start from", f->run);
     }
-    free(l.v);
+    free(chain);
+    free(kpath);
+    listing_free(&l);
     if (applied)
-        *applied = count;
+        *applied = (size_t)(f->c.steps_applied - before);
     if (held_out) {
         memset(held_out, 0, sizeof *held_out);
-        held_out->step = step;
-        if (have)
-            memcpy(held_out->result, state, 32);
+        if (f->known && f->have) {
+            held_out->step = f->step;
+            memcpy(held_out->result, f->state, 32);
+        }
     }
     return r;
 }

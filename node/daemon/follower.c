@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The follower node's loop: cheap head polls, fast path for the next step, LIST-based catch-up, hook, receipt, metrics. */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/fail.h"
+#include "node/daemon/follower.h"
+#include "node/daemon/hook.h"
+#include "node/daemon/log.h"
+#include "node/daemon/metrics.h"
+#include "node/daemon/receipt.h"
+#include "node/daemon/signals.h"
+#include "node/sync/follow_internal.h"
+#include "pulseweights/checkpoint.h"
+#include "pulseweights/record.h"
+#include "pulseweights/store.h"
+#include "pulseweights/sync.h"
+
+#define HEAD_MAX_BYTES 1024
+
+typedef struct node_follower {
+    const node_follow_cfg *cfg;
+    pulse_follower *f;
+    pulse_store *st;               /* heads and receipts (the follower handle has its own) */
+    pulse_secret_key *key;
+    node_metrics_server *srv;
+    uint64_t hook_failures;
+    char (*etags)[132];            /* per trusted key: the head's ETag last seen */
+    char text[4096];               /* the current metrics exposition */
+    unsigned rng;
+} node_follower;
+
+static void u64s(char *buf, size_t cap, uint64_t v)
+{
+    snprintf(buf, cap, "%" PRIu64, v);
+}
+
+static void update_metrics(node_follower *n)
+{
+    const follow_counters *c = follower_counters(n->f);
+    node_metrics m = { .steps_applied = c->steps_applied, .bytes_fetched = c->bytes_fetched,
+                       .verify_failures = c->verify_failures, .hook_failures = n->hook_failures };
+    uint8_t state[32];
+    m.have_held = follower_held(n->f, &m.held_step, state) == 0;
+    if (c->have_newest && (!m.have_held || c->newest_step > m.held_step)) {
+        m.lag_steps = m.have_held ? c->newest_step - m.held_step : c->newest_step + 1;
+        if (c->newest_time) {
+            int64_t d = (int64_t)time(NULL) - (int64_t)c->newest_time;
+            m.lag_seconds = d > 0 ? (double)d : 0.0;
+        }
+    }
+    if (node_metrics_render(&m, n->text, sizeof n->text) != 0)
+        return;
+    if (n->cfg->metrics_file && node_metrics_write_file(n->cfg->metrics_file, n->text) != 0)
+        node_log("metrics-failed", "path", n->cfg->metrics_file, "reason", pulse_last_error(), NULL);
+}
+
+/* After each applied step (also one finished from the journal after a crash): the hook, then
+ * the receipt. Neither failing stops the node; both are logged (and the hook counted). */
+static int on_step(void *ctx, const pulse_sync_step *s)
+{
+    node_follower *n = ctx;
+    const node_follow_cfg *cfg = n->cfg;
+    char st[24], hex[65];
+    u64s(st, sizeof st, s->step);
+    pulse_id_hex(s->result, hex);
+    if (cfg->on_update) {
+        char e_step[48], e_state[96], e_weights[4200], e_run[200], why[128];
+        snprintf(e_step, sizeof e_step, "PULSE_STEP=%s", st);
+        snprintf(e_state, sizeof e_state, "PULSE_STATE=%s", hex);
+        snprintf(e_weights, sizeof e_weights, "PULSE_WEIGHTS=%s", cfg->weights_path);
+        snprintf(e_run, sizeof e_run, "PULSE_RUN=%s", cfg->run);
+        const char *env[] = { e_step, e_state, e_weights, e_run };
+        if (node_hook_run(cfg->on_update, env, 4, cfg->hook_timeout_ms ? cfg->hook_timeout_ms : 60000, why,
+                          sizeof why) != 0) {
+            n->hook_failures++;
+            node_log("hook-failed", "step", st, "reason", why, NULL);
+        } else {
+            node_log("hook", "step", st, "status", "ok", NULL);
+        }
+    }
+    if (n->key) {
+        if (node_receipt_write(n->st, cfg->run, n->key, s->step, s->result, NULL) != 0)
+            node_log("receipt-failed", "step", st, "reason", pulse_last_error(), NULL);
+        else
+            node_log("receipt", "step", st, "state", hex, NULL);
+    }
+    update_metrics(n);
+    return node_stop_requested();   /* SIGTERM: stop after this step, which is complete */
+}
+
+/* Waits about poll_ms (+-25%, so many followers do not poll in lockstep), serving metrics. */
+static void wait_poll(node_follower *n)
+{
+    unsigned base = n->cfg->poll_ms ? n->cfg->poll_ms : 1000;
+    unsigned ms = base - base / 4 + (unsigned)(rand_r(&n->rng) % (base / 2 + 1));
+    if (n->srv)
+        node_metrics_serve(n->srv, n->text, ms);
+    else
+        node_sleep_ms(ms);
+}
+
+/* Conditional GET of every trusted node's head. Returns 1 when a catch-up (LIST) is needed,
+ * 0 when nothing changed or the fast path applied the next step; errors are logged. */
+static int poll_heads(node_follower *n)
+{
+    const pulse_trust *trust = n->cfg->trust;
+    int need = 0;
+    for (size_t i = 0; i < pulse_trust_count(trust) && !node_stop_requested(); i++) {
+        char hex[PULSE_NODE_ID_HEX], key[700];
+        pulse_node_id_hex(pulse_trust_get(trust, i)->key, hex);
+        snprintf(key, sizeof key, "%s/heads/sync/%s", n->cfg->run, hex);
+        void *data = NULL;
+        size_t len = 0;
+        pulse_object_info info;
+        int r = pulse_store_get_if_none_match(n->st, key, n->etags[i][0] ? n->etags[i] : NULL, HEAD_MAX_BYTES,
+                                              &data, &len, &info);
+        if (r == PULSE_ERR_NOT_MODIFIED || r == PULSE_ERR_NOTFOUND)
+            continue;
+        if (r) {
+            node_log("store-error", "key", key, "reason", pulse_last_error(), NULL);
+            continue;
+        }
+        snprintf(n->etags[i], sizeof n->etags[i], "%s", info.etag);
+        /* One line: the newest record's key relative to the run. It is only a hint: the record
+         * it names is verified like any other, and an older step never rolls the weights back. */
+        char rel[600] = "", kind[32], steps[16];
+        size_t k = len < sizeof rel - 1 ? len : sizeof rel - 1;
+        memcpy(rel, data, k);
+        rel[k] = '\0';
+        rel[strcspn(rel, "\r\n")] = '\0';
+        pulse_store_free(data);
+        if (sscanf(rel, "records/%31[a-z-]/%15[0-9]/", kind, steps) != 2 || strlen(steps) != 12) {
+            node_log("head-invalid", "key", key, NULL);
+            continue;
+        }
+        uint64_t step = strtoull(steps, NULL, 10), held;
+        uint8_t state[32];
+        follower_saw_step(n->f, step);
+        if (follower_held(n->f, &held, state) != 0) {
+            need = 1;
+            continue;
+        }
+        if (step <= held)
+            continue;
+        if (step > held + 1) {
+            need = 1;
+            continue;
+        }
+        /* The next step: its sync-patch record, without listing (a keyframe step has one too). */
+        char prel[700];
+        snprintf(prel, sizeof prel, "records/sync-patch/%s/%s", steps, hex);
+        int applied = 0;
+        r = follower_try_next(n->f, prel, &applied);
+        if (r && !node_stop_requested())
+            node_log("step-failed", "record", prel, "reason", pulse_last_error(), NULL);
+        if (!applied)
+            need = 1;
+    }
+    return need;
+}
+
+static int catch_up(node_follower *n)
+{
+    size_t applied = 0;
+    pulse_sync_step held;
+    int r = pulse_follower_pull(n->f, &applied, &held);
+    if (r && !node_stop_requested())
+        node_log("catch-up-failed", "reason", pulse_last_error(), NULL);
+    update_metrics(n);
+    return r;
+}
+
+int node_follow_run(const node_follow_cfg *cfg)
+{
+    node_follower n = { .cfg = cfg };
+    n.rng = (unsigned)time(NULL) ^ (unsigned)getpid();
+    pulse_follow_opts o;
+    pulse_follow_opts_default(&o);
+    o.store_url = cfg->store_url;
+    o.run = cfg->run;
+    o.trust = cfg->trust;
+    o.state_dir = cfg->state_dir;
+    o.weights_path = cfg->weights_path;
+    o.threads = cfg->threads;
+    o.on_step = on_step;
+    o.ctx = &n;
+    node_signals_install();
+    int r = 0;
+    if (!(n.etags = calloc(pulse_trust_count(cfg->trust) + 1, sizeof *n.etags)))
+        r = pulse_fail(PULSE_ERR_NOMEM, "follower");
+    if (!r && cfg->key_path)
+        r = pulse_key_load_secret(cfg->key_path, &n.key);
+    if (!r)
+        r = pulse_store_open(&n.st, cfg->store_url, NULL);
+    if (!r && cfg->metrics_addr)
+        r = node_metrics_listen(&n.srv, cfg->metrics_addr);
+    if (!r)
+        r = pulse_follower_open(&n.f, &o);
+    if (r) {
+        node_log("start-failed", "reason", pulse_last_error(), NULL);
+        goto out;
+    }
+    follower_configure(n.f, cfg->max_behind ? cfg->max_behind : FOLLOW_DEFAULT_MAX_BEHIND, 1);
+    node_log("started", "run", cfg->run, "weights", cfg->weights_path, NULL);
+    update_metrics(&n);
+    /* At start: finish an interrupted step, LIST, catch up. */
+    int cr = catch_up(&n);
+    if (cfg->once) {
+        r = node_stop_requested() ? 0 : cr;
+        goto out;
+    }
+    while (!node_stop_requested()) {
+        wait_poll(&n);
+        if (node_stop_requested())
+            break;
+        /* A failed catch-up (store down, a bad record) is retried every poll, heads or not. */
+        int need = poll_heads(&n) || cr != 0;
+        if (need && !node_stop_requested())
+            cr = catch_up(&n);
+        update_metrics(&n);
+    }
+out:
+    if (n.f) {
+        uint64_t step;
+        uint8_t state[32];
+        char st[24] = "none", hex[65] = "none";
+        if (follower_held(n.f, &step, state) == 0) {
+            u64s(st, sizeof st, step);
+            pulse_id_hex(state, hex);
+        }
+        update_metrics(&n);
+        node_log("stopped", "step", st, "state", hex, NULL);
+    }
+    pulse_follower_close(&n.f);
+    node_metrics_close(&n.srv);
+    pulse_store_close(&n.st);
+    pulse_key_free(&n.key);
+    free(n.etags);
+    return r;
+}

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal: the long-running follower node (pulse node follow): poll heads, apply, hook, receipt, metrics. */
+#ifndef PULSE_NODE_DAEMON_FOLLOWER_H
+#define PULSE_NODE_DAEMON_FOLLOWER_H
+
+#include "pulseweights/keys.h"
+
+typedef struct node_follow_cfg {
+    const char *store_url, *run, *state_dir, *weights_path;
+    const pulse_trust *trust;        /* borrowed */
+    const char *key_path;            /* NULL: no receipts */
+    const char *on_update;           /* NULL: no hook */
+    unsigned hook_timeout_ms;        /* 0: default 60000 */
+    unsigned poll_ms;                /* 0: default 1000; each wait is jittered by +-25% */
+    unsigned max_behind;             /* 0: FOLLOW_DEFAULT_MAX_BEHIND */
+    const char *metrics_addr;        /* "127.0.0.1:PORT" or NULL */
+    const char *metrics_file;        /* or NULL */
+    int once;                        /* catch up once, then exit */
+    int threads;
+} node_follow_cfg;
+
+/* Runs the follower until SIGTERM/SIGINT (or once). Returns 0 on a clean stop; a negative
+ * PULSE_ERR_* when it cannot start (store, index, key, metrics address) or, with once, when
+ * the catch-up failed. Every event is logged with node_log. */
+int node_follow_run(const node_follow_cfg *cfg);
+
+#endif

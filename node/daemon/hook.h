@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal: the follower's on-update command, run through /bin/sh with a timeout. */
+#ifndef PULSE_NODE_DAEMON_HOOK_H
+#define PULSE_NODE_DAEMON_HOOK_H
+
+#include <stddef.h>
+
+/* Runs `/bin/sh -c CMD` with ENV ("NAME=value" strings, n of them) added to the environment,
+ * in its own process group, and waits up to timeout_ms (0: no limit). A command still running
+ * then is killed with its whole group (SIGKILL). Returns 0 when it exited 0; otherwise -1 and
+ * WHY says what happened ("exit 3", "signal 9", "timeout after 5000 ms", "fork: ..."). A stop
+ * signal to the node does not cut the command short: the step is finished first. */
+int node_hook_run(const char *cmd, const char *const *env, size_t n, unsigned timeout_ms, char *why, size_t cap);
+
+#endif

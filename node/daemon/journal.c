@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The follower's step journal: a small text file written durably before an in-place apply starts. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/fail.h"
+#include "node/daemon/journal.h"
+#include "pulseweights/checkpoint.h"
+#include "pulseweights/record.h"
+
+#define JOURNAL_MAGIC "pulse-journal 1"
+
+static int path_in(const char *dir, const char *name, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        return pulse_fail(PULSE_ERR_LIMIT, "state directory path too long: %s", dir);
+    return 0;
+}
+
+int journal_patch_path(const char *dir, char *out, size_t cap)
+{
+    return path_in(dir, "journal.patch", out, cap);
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "open %s", dir);
+    int r = fsync(fd) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "fsync %s", dir) : 0;
+    close(fd);
+    return r;
+}
+
+int journal_write(const char *dir, const node_journal *j)
+{
+    char path[4096], tmp[4200], b[65], res[65];
+    int r = path_in(dir, "journal", path, sizeof path);
+    if (r)
+        return r;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char text[1024];
+    int n = snprintf(text, sizeof text, "%s\nphase %s\nkind %s\nstep %" PRIu64 "\nbase %s\nresult %s\nrecord %s\n",
+                     JOURNAL_MAGIC, j->phase == JOURNAL_APPLIED ? "applied" : "applying",
+                     pulse_record_kind_name(j->kind), j->step, pulse_id_hex(j->base, b),
+                     pulse_id_hex(j->result, res), j->rel);
+    if (n < 0 || (size_t)n >= sizeof text)
+        return pulse_fail(PULSE_ERR_LIMIT, "journal entry too long");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "create %s", tmp);
+    if (write(fd, text, (size_t)n) != n)
+        r = pulse_fail_errno(PULSE_ERR_IO, "write %s", tmp);
+    if (!r && fsync(fd) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", tmp);
+    close(fd);
+    if (!r && rename(tmp, path) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "rename %s", tmp);
+    if (r)
+        unlink(tmp);
+    return r ? r : fsync_dir(dir);
+}
+
+int journal_read(const char *dir, node_journal *j, int *found)
+{
+    char path[4096];
+    *found = 0;
+    memset(j, 0, sizeof *j);
+    int r = path_in(dir, "journal", path, sizeof path);
+    if (r)
+        return r;
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        return pulse_fail_errno(PULSE_ERR_IO, "open %s", path);
+    }
+    char text[2048];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char phase[16], kind[32], base[80], result[80], rel[600];
+    char magic[32];
+    unsigned long long step;
+    int ok = sscanf(text, "%31[^\n]\nphase %15s\nkind %31s\nstep %llu\nbase %79s\nresult %79s\nrecord %599s\n",
+                    magic, phase, kind, &step, base, result, rel) == 7 &&
+             !strcmp(magic, JOURNAL_MAGIC) && strlen(rel) < sizeof j->rel &&
+             pulse_id_parse(base, j->base) == 0 && pulse_id_parse(result, j->result) == 0;
+    j->kind = ok ? pulse_record_kind_from_name(kind) : 0;
+    j->phase = !strcmp(phase, "applied") ? JOURNAL_APPLIED : !strcmp(phase, "applying") ? JOURNAL_APPLYING : 0;
+    if (!ok || !j->phase || (j->kind != PULSE_RECORD_SYNC_PATCH && j->kind != PULSE_RECORD_KEYFRAME))
+        return pulse_fail(PULSE_ERR_FORMAT, "journal %s does not parse; the weights may be torn: remove them and the journal to start from a keyframe", path);
+    j->step = step;
+    snprintf(j->rel, sizeof j->rel, "%s", rel);
+    *found = 1;
+    return 0;
+}
+
+int journal_clear(const char *dir)
+{
+    char path[4096];
+    int r = path_in(dir, "journal", path, sizeof path);
+    if (!r && unlink(path) != 0 && errno != ENOENT)
+        r = pulse_fail_errno(PULSE_ERR_IO, "remove %s", path);
+    if (!r)
+        r = journal_patch_path(dir, path, sizeof path);
+    if (!r && unlink(path) != 0 && errno != ENOENT)
+        r = pulse_fail_errno(PULSE_ERR_IO, "remove %s", path);
+    return r ? r : fsync_dir(dir);
+}

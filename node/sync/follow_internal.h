@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal: what the long-running follower node (node/daemon/follower.c) needs beyond pulse_follower_pull. */
+#ifndef PULSE_NODE_SYNC_FOLLOW_INTERNAL_H
+#define PULSE_NODE_SYNC_FOLLOW_INTERNAL_H
+
+#include <stdint.h>
+
+#include "pulseweights/sync.h"
+
+/* Counters kept by a follower handle since it was opened. */
+typedef struct follow_counters {
+    uint64_t steps_applied;
+    uint64_t bytes_fetched;        /* records and objects */
+    uint64_t verify_failures;      /* records or steps refused */
+    uint64_t newest_step;          /* newest step seen in a trusted record or head */
+    uint64_t newest_time;          /* its record's publication time (0: not known) */
+    int have_newest;
+} follow_counters;
+
+#define FOLLOW_DEFAULT_MAX_BEHIND 8u
+
+/* Daemon settings: MAX_BEHIND steps beyond which (or with a broken chain) a catch-up compares
+ * the keyframe path with the patch chain by bytes; LOG_EVENTS: one node_log line per event
+ * (pulse pull stays quiet). */
+void follower_configure(pulse_follower *f, unsigned max_behind, int log_events);
+
+const follow_counters *follower_counters(const pulse_follower *f);
+
+/* The state held (after the first pull or recovery): 0, or PULSE_ERR_NOTFOUND. */
+int follower_held(const pulse_follower *f, uint64_t *step, uint8_t state[32]);
+
+/* Finishes a step interrupted by a crash, from the journal in the state directory (pull does
+ * this first too). Idempotent; *did (may be NULL) says whether there was one. */
+int follower_recover(pulse_follower *f, int *did);
+
+/* Fast path of a head poll: fetches the sync-patch record at REL (relative to the run) and
+ * applies it when it verifies, is newer than the held state and chains on it. *applied = 1
+ * then; *applied = 0 (and 0 returned) when it does not chain or is not there, so the caller
+ * catches up with pulse_follower_pull. Errors are those of a refused or failed step. */
+int follower_try_next(pulse_follower *f, const char *rel, int *applied);
+
+/* Notes a step named by a head (for the lag figures) without fetching anything. */
+void follower_saw_step(pulse_follower *f, uint64_t step);
+
+#endif
