@@ -74,10 +74,14 @@ static int apply_chunk(void *ctx, size_t i)
     patch_scratch *s = patch_pool_take(&a->pool, &err);
     if (!s)
         return err;
-    err = a->checked ? patch_decode_checked_chunk(a->p, c, s) : patch_decode_chunk(a->p, c, s);
-    if (!err && a->write) {
-        const pulse_tensor *t = pulse_ckpt_tensor(a->target, c->tensor);
-        scatter(a->p, c, s, t->data + c->first * a->p->tensors[c->tensor].unit);
+    uint8_t *dst = a->write ? pulse_ckpt_tensor(a->target, c->tensor)->data
+                                  + c->first * a->p->tensors[c->tensor].unit : NULL;
+    /* Pass 2's common case decodes and adds in one loop; everything else decodes, then scatters. */
+    err = a->checked && a->write ? patch_apply_checked_chunk(a->p, c, s, dst) : 1;
+    if (err == 1) {
+        err = a->checked ? patch_decode_checked_chunk(a->p, c, s) : patch_decode_chunk(a->p, c, s);
+        if (!err && a->write)
+            scatter(a->p, c, s, dst);
     }
     patch_pool_give(&a->pool, s);
     return err;

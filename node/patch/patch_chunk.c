@@ -73,11 +73,13 @@ patch_scratch *patch_pool_take(patch_pool *pool, int *err)
         if (!s->idx) {
             size_t n = pool->chunk_elems;
             s->idx = malloc((n + 64) * sizeof *s->idx);
-            s->gaps = malloc(n * sizeof *s->gaps);
+            /* Encoder gaps (4n bytes), or the fused apply's escape bytes (up to 5n). */
+            s->gaps = malloc(n * PATCH_LEB_MAX + 8);
             s->leb = malloc(n * PATCH_LEB_MAX);
             s->vals = malloc(n * 4);
             /* The compressed output of one stream may exceed its input a little. */
             s->planes = malloc(2 * ZSTD_compressBound(n * PATCH_LEB_MAX) + 4 * ZSTD_compressBound(n) + 16);
+            /* (planes: >= n + 8 bytes, so the fused apply may read 4 bytes past the packed symbols) */
             if (pool->with_squash) {
                 s->dense = malloc(n * 4);
                 s->mark = malloc(n);
@@ -515,4 +517,105 @@ int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch
         for (size_t j = 0; j < k; j++)
             s->vals[j * unit + b] = s->leb[(size_t)b * k + j];
     return 0;
+}
+
+/* ---- fused apply ----------------------------------------------------------------- */
+
+/* Pass 2 of an apply for the common case, BF16/F16 ulp chunks coded with 2-bit symbols:
+ * gaps, symbols and escapes are decoded and added to dst (the chunk's first element) in one
+ * loop, so that the memory traffic of the scatter overlaps the decoding instead of following
+ * it. Digest not rechecked (see patch_decode_checked_chunk); every other check is kept.
+ * Returns 1 when the chunk is not of that kind (the caller decodes, then scatters). */
+int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, uint8_t *dst)
+{
+    const patch_tensor *t = &p->tensors[c->tensor];
+    if (p->values != PULSE_VALUES_ULP || t->dtype == PULSE_DT_OPAQUE || t->unit != 2)
+        return 1;
+    const uint8_t *bytes = p->data + c->offset;
+    if (c->val_len < 1 || bytes[c->pos_len] != 2)
+        return 1;
+    const size_t k = c->count;
+    size_t glen, plen = (k * 2 + 7) / 8, got, esc_len = 0;
+    int64_t r = unzstd_frame(s, t, c, "position", bytes, c->pos_len, s->leb, k, k * PATCH_LEB_MAX, &glen);
+    if (r < 0)
+        return (int)r;
+    if ((uint64_t)r != c->pos_len)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
+                          t->name, (unsigned long long)c->index);
+    const uint8_t *v = bytes + c->pos_len + 1;
+    size_t left = c->val_len - 1;
+    uint8_t *packed = s->planes, *esc = (uint8_t *)s->gaps;
+    if ((r = unzstd_frame(s, t, c, "value", v, left, packed, plen, plen, &got)) < 0)
+        return (int)r;
+    if (left > (size_t)r) {
+        int64_t r2 = unzstd_frame(s, t, c, "escape", v + r, left - (size_t)r, esc, 1, k * PATCH_LEB_MAX, &esc_len);
+        if (r2 < 0)
+            return (int)r2;
+        if ((uint64_t)r2 != left - (size_t)r)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in value stream",
+                              t->name, (unsigned long long)c->index);
+    }
+    memset(packed + plen, 0, 4);   /* the 32-bit symbol loads below may reach past plen */
+
+    static const uint16_t delta[3] = { 0xffff, 1, 0xfffe };   /* unzigzag(symbol + 1) */
+    const uint8_t *g = s->leb;
+    uint16_t *d = (uint16_t *)(void *)dst;
+    const uint32_t limit = c->len;
+    uint64_t next = 0;
+    size_t at = 0, eat = 0, j = 0;
+    while (j < k) {
+        if (j + 8 <= k && at + 8 <= glen) {
+            uint64_t x;
+            uint32_t w;
+            memcpy(&x, g + at, 8);
+            memcpy(&w, packed + (j >> 2), 4);
+            uint32_t sym = w >> (2 * (j & 3));   /* 8 symbols in the low 16 bits */
+            if (!(x & 0x8080808080808080ull) && !(sym & (sym >> 1) & 0x5555)) {
+                for (unsigned i = 0; i < 8; i++) {
+                    next += (x >> (8 * i)) & 0xff;
+                    uint64_t pos = next++;
+                    if (pos >= limit)
+                        goto past_end;
+                    d[pos] = (uint16_t)(d[pos] + delta[(sym >> (2 * i)) & 3]);
+                }
+                j += 8;
+                at += 8;
+                continue;
+            }
+        }
+        /* One change: a gap of any length, a symbol that may be an escape. */
+        uint32_t gap;
+        int lr = leb_next(g, glen, &at, &gap);
+        if (lr < 0)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s", t->name, (unsigned long long)c->index,
+                              lr == -1 ? "position stream ends early" : "gap overflow");
+        next += gap;
+        uint64_t pos = next++;
+        if (pos >= limit)
+            goto past_end;
+        unsigned sy = (unsigned)(packed[j >> 2] >> (2 * (j & 3))) & 3;
+        uint16_t dz;
+        if (sy == 3) {
+            uint32_t e;
+            if (leb_next(esc, esc_len, &eat, &e) < 0 || e > 0xffffu - 4)
+                return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: escape stream short, overlong or out of range",
+                                  t->name, (unsigned long long)c->index);
+            uint32_t z = e + 4;
+            dz = (uint16_t)((z >> 1) ^ (0u - (z & 1)));
+        } else {
+            dz = delta[sy];
+        }
+        d[pos] = (uint16_t)(d[pos] + dz);
+        j++;
+    }
+    if (at != glen || eat != esc_len)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: stray bytes after the gaps or escapes",
+                          t->name, (unsigned long long)c->index);
+    if ((k * 2) % 8 && (packed[(k * 2) / 8] >> ((k * 2) % 8)))
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: nonzero padding after the last symbol",
+                          t->name, (unsigned long long)c->index);
+    return 0;
+past_end:
+    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: position past the chunk end (%u elements)",
+                      t->name, (unsigned long long)c->index, c->len);
 }

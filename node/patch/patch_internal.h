@@ -125,6 +125,9 @@ int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch
 /* The same without the digest, for a second decode of a chunk whose digest was already
  * checked in this patch's private buffer (p->buf is never written after open). */
 int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
+/* Fused decode + ulp add into dst (the chunk's first byte) for 16-bit chunks with 2-bit
+ * symbols, digest not rechecked; 1 when c is not such a chunk, else 0 or an error. */
+int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, uint8_t *dst);
 
 /* The layout of an output tensor, for the writer. */
 typedef struct patch_out_tensor {

@@ -96,7 +96,7 @@ int main(int argc, char **argv)
     printf("memcpy                      %8.2f ms  %6.2f GB/s\n", 1e3 * t_memcpy, (double)bytes / t_memcpy / 1e9);
     printf("decode only (pass 1)        %8.2f ms  %6.3f x memcpy\n", 1e3 * t_decode, t_decode / t_memcpy);
     printf("decode+scatter (pass 2)     %8.2f ms  %6.3f x memcpy\n", 1e3 * t_scatter, t_scatter / t_memcpy);
-    printf("  same, digests rechecked   %8.2f ms  %6.3f x memcpy\n", 1e3 * t_scatter_dg, t_scatter_dg / t_memcpy);
+    printf("  unfused, digests checked  %8.2f ms  %6.3f x memcpy\n", 1e3 * t_scatter_dg, t_scatter_dg / t_memcpy);
     printf("apply_ex trusted, no check  %8.2f ms  %6.3f x memcpy  (passes 1 + 2)\n", 1e3 * t_fast, t_fast / t_memcpy);
     printf("state id (safe apply adds 2)%8.2f ms  %6.3f x memcpy\n", 1e3 * t_hash, t_hash / t_memcpy);
     free(src);
