@@ -10,7 +10,8 @@
 # 2. Retention with --keep-keyframes 1 (keyframe every 4): exactly the records before the
 #    keyframe at 4 (and the patch into it) are gone, the objects left are exactly those the
 #    records left name, the audit passes, a fresh pull still reaches step 6 bit for bit.
-# 3. The node in the background, checkpoints dropped in by rename, SIGTERM: exit 0, all published.
+# 3. The node in the background, checkpoints dropped in by rename (and a directory completed by
+#    its .done marker), SIGTERM: exit 0, all published.
 # 4. `pulse status`: the trainer's head, followers' receipts with lag and state match, trust marks.
 set -euo pipefail
 
@@ -109,18 +110,28 @@ for s in 0 1 2; do
   f=$(printf step-%06d.safetensors $s)
   cp "ck/$f" "w3/$f.tmp" && mv "w3/$f.tmp" "w3/$f"
 done
+# A directory checkpoint counts once its .done marker exists (written after the directory).
+mkdir w3/.tmp-dir && cp ck/step-000003.safetensors w3/.tmp-dir/model.safetensors
+mv w3/.tmp-dir w3/step-000003
 head_file="store/r3/heads/sync/$node"
-for _ in $(seq 300); do   # an upper bound, not a timing: the test fails only if it never happens
-  [ -f "$head_file" ] && grep -q '/000000000002/' "$head_file" && break
-  sleep 0.1
-done
+wait_head() {
+  for _ in $(seq 300); do   # an upper bound, not a timing: the test fails only if it never happens
+    [ -f "$head_file" ] && grep -q "/$1/" "$head_file" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+wait_head 000000000002 || { cat bg.log; fail "steps 0..2 not published"; }
+grep -q '"step":"3"' bg.log && fail "a directory without its .done marker was published"
+touch w3/step-000003.done
+wait_head 000000000003 || { cat bg.log; fail "the directory checkpoint was not published"; }
 kill -TERM "$bgpid"
 rc=0; wait "$bgpid" || rc=$?
 bgpid=
 [ "$rc" -eq 0 ] || { cat bg.log; fail "trainer exited $rc after SIGTERM"; }
-[ "$(grep -c '"event":"published"' bg.log)" -eq 3 ] || { cat bg.log; fail "background trainer did not publish 3 steps"; }
+[ "$(grep -c '"event":"published"' bg.log)" -eq 4 ] || { cat bg.log; fail "background trainer did not publish 4 steps"; }
 grep -q '"event":"stopped"' bg.log || fail "no stopped line"
-ok "background trainer publishes renamed files and exits 0 on SIGTERM"
+ok "background trainer publishes renamed files and a .done directory, exits 0 on SIGTERM"
 
 # --- 4. pulse status ----------------------------------------------------------------------------
 P status --store "$store" --run r1 > st0.out
