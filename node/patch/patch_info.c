@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/fail.h"
+#include "node/parallel.h"
 #include "node/patch/patch_internal.h"
 
 /* Counts of 32-bit symbols: open addressing, grown at half load. */
@@ -48,11 +49,11 @@ static int histo_grow(histo *h)
     return 0;
 }
 
-static int histo_add(histo *h, uint32_t sym)
+static int histo_add_n(histo *h, uint32_t sym, uint64_t n)
 {
-    h->total++;
+    h->total += n;
     if (sym == UINT32_MAX) {
-        h->top++;
+        h->top += n;
         return 0;
     }
     if (2 * (h->used + 1) > h->cap) {
@@ -68,8 +69,22 @@ static int histo_add(histo *h, uint32_t sym)
         h->key[j] = k;
         h->used++;
     }
-    h->cnt[j]++;
+    h->cnt[j] += n;
     return 0;
+}
+
+static int histo_add(histo *h, uint32_t sym) { return histo_add_n(h, sym, 1); }
+
+/* Adds src's counts into dst. */
+static int histo_merge(histo *dst, const histo *src)
+{
+    int err = 0;
+    for (size_t i = 0; !err && i < src->cap; i++)
+        if (src->key[i])
+            err = histo_add_n(dst, src->key[i] - 1, src->cnt[i]);
+    if (!err && src->top)
+        err = histo_add_n(dst, UINT32_MAX, src->top);
+    return err;
 }
 
 /* Sum over symbols of c * log2(total / c): the order-0 bound in bits. */
@@ -91,23 +106,28 @@ static void histo_free(histo *h)
     memset(h, 0, sizeof *h);
 }
 
-/* Decodes chunks [first, first+n) and returns the bound of their gaps and value symbols. */
-static int entropy_of(const pulse_patch *p, size_t first, size_t n, double *bits)
-{
-    *bits = 0;
+/* Decoding for the bound runs on all cores: each pool slot (one per concurrent body) owns
+ * a pair of histograms, merged once at the end, so no lock is taken per symbol. */
+typedef struct entropy_job {
+    const pulse_patch *p;
+    size_t first;
     patch_pool pool;
-    int err = patch_pool_init(&pool, 1, p->chunk_elems, 0);
-    if (err)
+    histo *gaps, *vals;     /* pool.n each, indexed by slot */
+} entropy_job;
+
+static int entropy_chunk(void *ctx, size_t i)
+{
+    entropy_job *e = ctx;
+    const patch_chunk *c = &e->p->chunks[e->first + i];
+    const patch_tensor *t = &e->p->tensors[c->tensor];
+    if (t->dtype == PULSE_DT_OPAQUE)
+        return 0;
+    int err = 0;
+    patch_scratch *s = patch_pool_take(&e->pool, &err);
+    if (!s)
         return err;
-    patch_scratch *s = patch_pool_take(&pool, &err);
-    histo gaps = { 0 }, vals = { 0 };
-    for (size_t i = first; s && !err && i < first + n; i++) {
-        const patch_chunk *c = &p->chunks[i];
-        const patch_tensor *t = &p->tensors[c->tensor];
-        if (t->dtype == PULSE_DT_OPAQUE)
-            continue;
-        if ((err = patch_decode_chunk(p, c, s)) != 0)
-            break;
+    histo *gaps = &e->gaps[s - e->pool.slots], *vals = &e->vals[s - e->pool.slots];
+    if ((err = patch_decode_chunk(e->p, c, s)) == 0)
         for (uint32_t j = 0; !err && j < c->count; j++) {
             uint32_t v;
             switch (t->unit) {
@@ -115,18 +135,45 @@ static int entropy_of(const pulse_patch *p, size_t first, size_t n, double *bits
             case 2: { uint16_t x; memcpy(&x, s->vals + 2 * (size_t)j, 2); v = x; break; }
             default: memcpy(&v, s->vals + 4 * (size_t)j, 4); break;
             }
-            err = histo_add(&gaps, j ? s->idx[j] - s->idx[j - 1] - 1 : s->idx[0]);
+            err = histo_add(gaps, j ? s->idx[j] - s->idx[j - 1] - 1 : s->idx[0]);
             if (!err)
-                err = histo_add(&vals, v);
+                err = histo_add(vals, v);
         }
+    patch_pool_give(&e->pool, s);
+    return err;
+}
+
+/* Decodes chunks [first, first+n) and returns the bound of their gaps and value symbols. */
+static int entropy_of(const pulse_patch *p, size_t first, size_t n, double *bits)
+{
+    *bits = 0;
+    entropy_job e = { .p = p, .first = first };
+    int err = patch_pool_init(&e.pool, 0, p->chunk_elems, 0);
+    if (err)
+        return err;
+    e.gaps = calloc(e.pool.n, sizeof *e.gaps);
+    e.vals = calloc(e.pool.n, sizeof *e.vals);
+    if (!e.gaps || !e.vals)
+        err = pulse_fail(PULSE_ERR_NOMEM, "symbol histograms");
+    if (!err)
+        err = pulse_parallel_for(n, 0, entropy_chunk, &e);
+    const size_t slots = e.pool.n;
+    patch_pool_free(&e.pool);   /* (zeroes e.pool) */
+    histo gaps = { 0 }, vals = { 0 };
+    for (size_t i = 0; e.gaps && e.vals && i < slots; i++) {
+        if (!err)
+            err = histo_merge(&gaps, &e.gaps[i]);
+        if (!err)
+            err = histo_merge(&vals, &e.vals[i]);
+        histo_free(&e.gaps[i]);
+        histo_free(&e.vals[i]);
     }
-    if (s)
-        patch_pool_give(&pool, s);
-    patch_pool_free(&pool);
     if (!err)
         *bits = histo_bits(&gaps) + histo_bits(&vals);
     histo_free(&gaps);
     histo_free(&vals);
+    free(e.gaps);
+    free(e.vals);
     return err;
 }
 

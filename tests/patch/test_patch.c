@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the patch codec on real files: round trips for every dtype, squash, and every kind of bad input. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -500,6 +501,59 @@ static void test_layout_mismatch(pulse_ckpt *a)
     CHECK(access("/nonexistent-dir/x.patch", F_OK) != 0);
 }
 
+static int cmp_u32(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* Order-0 bits of n symbols: sum over distinct symbols of count * log2(n / count). */
+static double order0_bits(uint32_t *sym, size_t n)
+{
+    qsort(sym, n, sizeof *sym, cmp_u32);
+    double bits = 0;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i; j < n && sym[j] == sym[i]; j++)
+            ;
+        bits += (double)(j - i) * log2((double)n / (double)(j - i));
+    }
+    return bits;
+}
+
+/* The bound `inspect` reports, recomputed here from the two checkpoints: gaps within each
+ * chunk and zigzag ulp differences, over all element-wise tensors. */
+static double bound_of(const pulse_ckpt *x, const pulse_ckpt *y, uint32_t chunk)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < pulse_ckpt_count(x); i++)
+        cap += pulse_ckpt_tensor(x, i)->nelems;
+    uint32_t *gaps = malloc(cap * sizeof *gaps), *vals = malloc(cap * sizeof *vals);
+    size_t n = 0;
+    for (size_t i = 0; gaps && vals && i < pulse_ckpt_count(x); i++) {
+        const pulse_tensor *a = pulse_ckpt_tensor(x, i), *b = pulse_ckpt_tensor(y, i);
+        unsigned w = a->elem_size;
+        int64_t prev = -1;
+        for (uint64_t e = 0; e < a->nelems; e++) {
+            if (e % chunk == 0)
+                prev = (int64_t)e - 1;
+            uint32_t u = 0, v = 0;
+            memcpy(&u, a->data + e * w, w);
+            memcpy(&v, b->data + e * w, w);
+            if (u == v)
+                continue;
+            uint64_t mod = 1ull << (8 * w), d = ((uint64_t)v - u) & (mod - 1);
+            uint64_t z = d < mod / 2 ? 2 * d : 2 * (mod - d) - 1;   /* zigzag of the signed difference */
+            gaps[n] = (uint32_t)((int64_t)e - prev - 1);
+            vals[n++] = (uint32_t)z;
+            prev = (int64_t)e;
+        }
+    }
+    double bits = gaps && vals ? order0_bits(gaps, n) + order0_bits(vals, n) : -1;
+    free(gaps);
+    free(vals);
+    return bits;
+}
+
 /* ulp round trips through every symbol width and the escape path: per BF16 chunk a
  * different spread of differences (+-1 with 2% escapes, |d| < 8, |d| up to 127), then
  * wrapping and extreme differences and NaN/Inf/-0 transitions for BF16, F32 and F8. */
@@ -567,6 +621,11 @@ static void test_ulp_escapes(void)
             if (c != 1)
                 CHECK(1 + f < pc->val_len);   /* an escape frame follows */
         }
+        /* inspect's bound (decoded on all cores, histograms merged) is the one computed here. */
+        pulse_patch_stats st;
+        CHECK_OK(pulse_patch_info(p, 1, &st));
+        double want = bound_of(x, y, CH);
+        CHECK(want > 0 && fabs(st.entropy_bits - want) < 1e-6 * want);
         pulse_ckpt *r = NULL;
         CHECK_OK(apply_to_copy(p, x, "esc-r.safetensors", &r));
         if (r)
