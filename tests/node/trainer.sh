@@ -147,6 +147,13 @@ grep -q "^${node:0:16}  trainer   trusted .* 6  " st1.out || fail "trainer not t
 grep -Eq "^${fo:0:16}  follower  untrusted .* 5  ${state5:0:16} .* 1 +[0-9]+  yes" st1.out \
   || fail "follower fo: want step 5, lag 1, match yes, untrusted"
 grep -Eq "^${fo2:0:16}  follower  untrusted .* 6  .* 0 +0  no" st1.out || fail "follower fo2: want lag 0, match no"
+# A real follower (pulse node follow --once --key) writes its receipt after catching up.
+P keygen fo3 >/dev/null
+fo3=$(sed -n 's/^pulse-ed25519-public-v1 \([0-9a-f]*\).*/\1/p' fo3.pub)
+P node follow --store "$store" --run r1 --trust tr.pub --state fs3 --weights fw3.safetensors --key fo3.key \
+  --once 2> follow.log || { cat follow.log; fail "pulse node follow --once failed"; }
+P status --store "$store" --run r1 --trust tr.pub --trust fo3.pub > st5.out
+grep -Eq "^${fo3:0:16}  follower  trusted .* 6  .* 0 +0  yes" st5.out || { cat st5.out; fail "follower fo3: want step 6, lag 0, match yes, trusted"; }
 P status --store "$store" --run r1 --trust tr.pub --trust fo.pub --json > st2.json
 grep -q "\"node\":\"$fo\",\"role\":\"follower\",\"signer\":\"trusted\",\"step\":5" st2.json || { cat st2.json; fail "json: fo"; }
 grep -q '"newest_step":6' st2.json || fail "json: newest step"
