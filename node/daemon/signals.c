@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The nodes' stop flag: SIGTERM/SIGINT set it; node_sleep_ms wakes early when it is set. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -34,6 +35,15 @@ int node_stop_requested(void)
 void node_stop_request(void)
 {
     stop_flag = 1;
+}
+
+void node_signals_hold(int hold)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(hold ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }
 
 int node_sleep_ms(unsigned ms)

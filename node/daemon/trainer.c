@@ -64,6 +64,22 @@ static int handled_add(handled_set *h, const watch_entry *e)
     return 0;
 }
 
+/* Forgets files that are gone, so the set stays as small as the directory over weeks. */
+static void handled_prune(handled_set *h, const watch_set *cur)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < h->s.n; i++) {
+        int present = 0;
+        for (size_t j = 0; j < cur->n && !present; j++)
+            present = !strcmp(cur->e[j].name, h->s.e[i].name);
+        if (present)
+            h->s.e[k++] = h->s.e[i];
+        else
+            free(h->s.e[i].name);
+    }
+    h->s.n = k;
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -93,7 +109,9 @@ static void retain(trainer *t)
     if (!t->o->keep_keyframes)
         return;
     node_retention_stats rs;
+    node_signals_hold(1);
     int r = node_retention_run(t->st, t->o->pub.run, t->node, t->o->keep_keyframes, t->o->orphan_grace_s, &rs);
+    node_signals_hold(0);
     if (r) {
         log_error("retention", NULL, r);
         return;
@@ -133,7 +151,10 @@ static int publish_entry(trainer *t, const watch_entry *e)
         flags |= PULSE_PUBLISH_KEYFRAME;
     pulse_sync_step s;
     double t0 = now_ms();
+    /* SIGTERM waits for the publish: an interrupted store call would only fail the step. */
+    node_signals_hold(1);
     int r = pulse_publisher_publish(t->pub, path, (int64_t)e->step, flags, &s);
+    node_signals_hold(0);
     if (r) {
         log_error("publish", e->name, r);
         return 0;
@@ -222,6 +243,7 @@ int node_trainer_run(const node_trainer_opts *o)
                 goto out;
             }
         }
+        handled_prune(&done, &cur);
         watch_set tmp = prev;
         prev = cur;
         cur = tmp;
