@@ -101,6 +101,22 @@ P pull --store "$store" --run r2 --trust tr.pub --state f2 --weights f2.safetens
 cmp f2.safetensors ck/step-000006.safetensors || fail "pull after retention differs from step 6"
 ok "a fresh pull after retention is bit-identical to step 6"
 
+# Another node's records and the objects they name are never touched: tr2 publishes the same
+# checkpoints (same objects, by content) into r4 first, then tr with --keep-keyframes 1.
+P keygen tr2 >/dev/null
+P node trainer --store "$store" --run r4 --key tr2.key --state st4b --watch ck --keyframe-every 4 \
+  --keep-keyframes 0 --poll-ms 50 --once 2> ret4b.log || { cat ret4b.log; fail "trainer tr2 failed"; }
+n_tr2=$(count_records r4)
+objs_before=$(ls store/r4/objects | sort)
+P node trainer --store "$store" --run r4 --key tr.key --state st4 --watch ck --keyframe-every 4 \
+  --keep-keyframes 1 --poll-ms 50 --once 2> ret4.log || { cat ret4.log; fail "trainer (r4) failed"; }
+grep -q ' retained ' ret4.log || fail "no retention pass in r4"
+[ "$(count_records r4)" -eq $((n_tr2 + 3)) ] || fail "r4 holds $(count_records r4) records, want tr2's $n_tr2 + 3"
+[ "$(ls store/r4/objects | sort)" = "$objs_before" ] || fail "retention deleted an object another node's record names"
+P manifest audit --store "$store" --run r4 --trust tr.pub --trust tr2.pub >/dev/null 2>audit4.err \
+  || { cat audit4.err; fail "audit of r4 after retention"; }
+ok "retention leaves other nodes' records and every object they name"
+
 # --- 3. In the background: files dropped in by rename, then SIGTERM ---------------------------
 mkdir w3
 "$PULSE_BIN" node trainer --store "$store" --run r3 --key tr.key --state st3 --watch w3 \
