@@ -32,6 +32,7 @@ typedef struct node_follower {
     uint64_t hook_failures;
     char (*etags)[132];            /* per trusted key: the head's ETag last seen */
     char text[4096];               /* the current metrics exposition */
+    char weights_abs[4096];        /* PULSE_WEIGHTS for the hook: absolute, as it may cd */
     unsigned rng;
 } node_follower;
 
@@ -73,7 +74,7 @@ static int on_step(void *ctx, const pulse_sync_step *s)
         char e_step[48], e_state[96], e_weights[4200], e_run[200], why[128];
         snprintf(e_step, sizeof e_step, "PULSE_STEP=%s", st);
         snprintf(e_state, sizeof e_state, "PULSE_STATE=%s", hex);
-        snprintf(e_weights, sizeof e_weights, "PULSE_WEIGHTS=%s", cfg->weights_path);
+        snprintf(e_weights, sizeof e_weights, "PULSE_WEIGHTS=%s", n->weights_abs);
         snprintf(e_run, sizeof e_run, "PULSE_RUN=%s", cfg->run);
         const char *env[] = { e_step, e_state, e_weights, e_run };
         if (node_hook_run(cfg->on_update, env, 4, cfg->hook_timeout_ms ? cfg->hook_timeout_ms : 60000, why,
@@ -192,6 +193,11 @@ int node_follow_run(const node_follow_cfg *cfg)
     o.ctx = &n;
     node_signals_install();
     int r = 0;
+    char cwd[2048];
+    if (cfg->weights_path[0] == '/' || !getcwd(cwd, sizeof cwd))
+        snprintf(n.weights_abs, sizeof n.weights_abs, "%s", cfg->weights_path);
+    else
+        snprintf(n.weights_abs, sizeof n.weights_abs, "%s/%s", cwd, cfg->weights_path);
     if (!(n.etags = calloc(pulse_trust_count(cfg->trust) + 1, sizeof *n.etags)))
         r = pulse_fail(PULSE_ERR_NOMEM, "follower");
     if (!r && cfg->key_path)
