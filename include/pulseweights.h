@@ -11,5 +11,6 @@
 #include "pulseweights/sync.h"
 #include "pulseweights/patch.h"
 #include "pulseweights/store.h"
+#include "pulseweights/loco.h"
 
 #endif

@@ -29,6 +29,7 @@ static const struct verb verbs[] = {
     { "manifest", cmd_manifest, "list, show and audit the signed records and objects of a run" },
     { "node",    cmd_node,    "run a long-lived node: trainer (publish each checkpoint) or follow" },
     { "status",  cmd_status,  "show every node of a run: trainer heads, follower receipts and lag" },
+    { "loco",    cmd_loco,    "PULSELoCo trainer rounds: gate, shards, fixed-order mean, outer step" },
 };
 
 static void usage(FILE *f)

@@ -21,5 +21,6 @@ int cmd_pull(int argc, char **argv);
 int cmd_manifest(int argc, char **argv);
 int cmd_node(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_loco(int argc, char **argv);
 
 #endif

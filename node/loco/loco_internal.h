@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal: the LoCo shard codec, the trainer state files and the fixed-order arithmetic of a round. */
+#ifndef PULSE_NODE_LOCO_INTERNAL_H
+#define PULSE_NODE_LOCO_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pulseweights/checkpoint.h"
+#include "pulseweights/loco.h"
+
+/* Elements per shard: every tensor is cut into ranges of this many elements (the last shorter). */
+#define LOCO_SHARD_ELEMS (1u << 20)
+/* The most elements a received shard may cover (a decoder limit, above our own cut). */
+#define LOCO_SHARD_MAX_ELEMS (1u << 24)
+#define LOCO_SHARD_HEADER 40
+#define LOCO_SHARD_ROLE "loco-shard"
+#define LOCO_MEMBERS_ROLE "loco-members"
+
+/* One shard in memory: positions relative to `start` within tensor `tensor` (index in
+ * canonical order), values FP32. idx/val owned. */
+typedef struct loco_shard {
+    size_t tensor;
+    uint64_t start, len;       /* element range of the tensor */
+    uint32_t k;
+    uint32_t *idx;
+    float *val;
+} loco_shard;
+
+void loco_shard_free(loco_shard *s);
+
+/* Encodes positions (ascending, < len) and values as a shard object (malloc'ed *out). */
+int loco_shard_encode(int view, uint64_t start, uint32_t len, const uint32_t *idx, const float *val,
+                      uint32_t k, uint8_t **out, size_t *out_len);
+
+/* Decodes an untrusted shard object: header, limits, exact sizes, zstd streams, gaps inside
+ * [0, len). Checks the header's view, start and length against the expected ones. Does not
+ * check the values (gate_check does). On success s->idx/val are owned by s. */
+int loco_shard_decode(const uint8_t *buf, size_t n, int view, uint64_t start, uint64_t len, loco_shard *s);
+
+/* --- state ------------------------------------------------------------------------ */
+
+/* The files of a state at one round: theta (F32), e (F32), m (F32) and the view of theta. */
+typedef struct loco_state {
+    uint64_t round;
+    int view;
+    uint8_t view_id[32];          /* state id of the view file of theta_r */
+    pulse_ckpt *theta, *e, *m;    /* opened read-only */
+} loco_state;
+
+/* "<dir>/<what>-<round:012>.safetensors" */
+void loco_state_path(const char *dir, const char *what, uint64_t round, char out[4096]);
+int loco_state_load(const char *dir, loco_state *s);
+void loco_state_close(loco_state *s);
+/* Writes "<dir>/round" (temp file, fsync, rename, fsync of the directory): the commit point. */
+int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t view_id[32]);
+/* Writes the view of the F32 checkpoint SRC to PATH (committed) and its state id into ID. */
+int loco_write_view(const pulse_ckpt *src, int view, const char *path, int threads, uint8_t id[32]);
+/* True when B has A's tensors (names, shapes), all F32. */
+int loco_same_layout(const pulse_ckpt *a, const pulse_ckpt *b, const char *what);
+
+/* --- arithmetic (outer.c, compiled with -ffp-contract=off: each line is one rounding) --- */
+
+/* delta[i] = theta[i] - local[i]. */
+void loco_delta(const float *theta, const float *local, float *delta, size_t n);
+/* The outer step on n elements given the sum of the included sparse a (acc) and their count:
+ * g = acc / count; m = mu*m + g; u = nesterov ? g + mu*m : m; theta_out = theta - lr*u. */
+void loco_outer_step(const float *theta, const float *acc, float count, float *m, float lr, float mu,
+                     int nesterov, float *theta_out, size_t n);
+
+#endif

@@ -1,0 +1,836 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* One PULSELoCo round through a store: gate, publish, wait, validate, fixed-order mean, outer step, result. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/fail.h"
+#include "crypto/sha256.h"
+#include "node/kernels/kernels.h"
+#include "node/loco/loco_internal.h"
+#include "node/sync/sync_internal.h"
+#include "pulseweights/keys.h"
+#include "pulseweights/record.h"
+#include "pulseweights/store.h"
+
+#define MEMBERS_MAGIC "PLSM"
+#define LIST_MAX_KEYS (2u * PULSE_TRUST_MAX_KEYS + 64u)
+
+/* One trainer of the round (the trusted keys plus this one), kept sorted by node id. */
+typedef struct trainer {
+    uint8_t node[32];
+    char hex[PULSE_NODE_ID_HEX];
+    const char *name;          /* the .pub comment */
+    int listed;                /* its shard record is in the store */
+    int valid;                 /* its record and every shard passed the checks */
+    int included;              /* in the mean */
+    uint8_t rec_digest[32];    /* SHA-256 of its shard record's bytes */
+    uint64_t shard_bytes, entries;
+    loco_shard *shards;
+    size_t n_shards;
+} trainer;
+
+typedef struct round_ctx {
+    const pulse_loco_round_opts *o;
+    pulse_loco_report *rep;
+    const pulse_kernels *kt;
+    loco_state st;
+    pulse_ckpt *local, *e_new;
+    pulse_secret_key *key;
+    pulse_trust *trust;
+    pulse_store *store;
+    trainer *tr;
+    size_t n_tr, self;
+    uint8_t *own_rec;
+    size_t own_rec_len;
+} round_ctx;
+
+static void say(const round_ctx *c, int always, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(const round_ctx *c, int always, const char *fmt, ...)
+{
+    if (!always && !c->o->verbose)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "pulse loco: round %" PRIu64 ": ", c->st.round);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    nanosleep(&ts, NULL);
+}
+
+static int cmp_node(const void *a, const void *b)
+{
+    return memcmp(((const trainer *)a)->node, ((const trainer *)b)->node, 32);
+}
+
+static trainer *find_trainer(round_ctx *c, const uint8_t node[32])
+{
+    for (size_t i = 0; i < c->n_tr; i++)
+        if (!memcmp(c->tr[i].node, node, 32))
+            return &c->tr[i];
+    return NULL;
+}
+
+static void round_prefix(const round_ctx *c, int kind, char out[SYNC_KEY_MAX])
+{
+    snprintf(out, SYNC_KEY_MAX, "%s/records/%s/%012" PRIu64 "/", c->o->run, pulse_record_kind_name(kind),
+             c->st.round);
+}
+
+/* ---- gate: this trainer's shards --------------------------------------------------- */
+
+static int append_shard(trainer *t, const loco_shard *s)
+{
+    loco_shard *n = realloc(t->shards, (t->n_shards + 1) * sizeof *n);
+    if (!n)
+        return pulse_fail(PULSE_ERR_NOMEM, "shard list");
+    t->shards = n;
+    t->shards[t->n_shards++] = *s;
+    return 0;
+}
+
+/* a = (theta_r - theta_local) + e per range; e_new (the open file) is updated in place. */
+static int gate_own(round_ctx *c)
+{
+    trainer *me = &c->tr[c->self];
+    size_t nt = pulse_ckpt_count(c->st.theta);
+    const uint64_t cut = c->o->shard_elems ? c->o->shard_elems : LOCO_SHARD_ELEMS;
+    float *delta = malloc((size_t)cut * 4);
+    uint32_t *idx = malloc((size_t)cut * 4);
+    float *val = malloc((size_t)cut * 4);
+    int r = (!delta || !idx || !val) ? pulse_fail(PULSE_ERR_NOMEM, "gate buffers") : 0;
+    for (size_t t = 0; !r && t < nt; t++) {
+        const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, t), *lo = pulse_ckpt_tensor(c->local, t),
+                           *e = pulse_ckpt_tensor(c->e_new, t);
+        c->rep->params += th->nelems;
+        for (uint64_t off = 0; !r && off < th->nelems; off += cut) {
+            size_t len = (size_t)(th->nelems - off < cut ? th->nelems - off : cut);
+            const float *theta = (const float *)(const void *)th->data + off;
+            float *ev = (float *)(void *)e->data + off;
+            loco_delta(theta, (const float *)(const void *)lo->data + off, delta, len);
+            size_t k = c->kt->gate[c->st.view](theta, delta, ev, len, idx, val);
+            size_t bad = 0;
+            int g = c->kt->gate_check[c->st.view](theta, len, idx, val, k, &bad);
+            if (g != PULSE_GATE_OK) {
+                r = pulse_fail(PULSE_ERR_INVALID, "tensor %s element %" PRIu64 ": this trainer's own update is %s",
+                               th->name, off + (k ? idx[bad] : 0),
+                               g == PULSE_GATE_NOT_FINITE ? "not finite (NaN or Inf in theta_local?)" : "malformed");
+                break;
+            }
+            if (k == 0)
+                continue;
+            loco_shard s = { .tensor = t, .start = off, .len = len, .k = (uint32_t)k };
+            s.idx = malloc(k * 4);
+            s.val = malloc(k * 4);
+            if (!s.idx || !s.val) {
+                loco_shard_free(&s);
+                r = pulse_fail(PULSE_ERR_NOMEM, "shard");
+                break;
+            }
+            memcpy(s.idx, idx, k * 4);
+            memcpy(s.val, val, k * 4);
+            if ((r = append_shard(me, &s)))
+                loco_shard_free(&s);
+            me->entries += k;
+        }
+    }
+    /* A record names at least one object: with nothing to send, an empty shard of the first range. */
+    for (size_t t = 0; !r && me->n_shards == 0 && t < nt; t++) {
+        const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, t);
+        if (th->nelems == 0)
+            continue;
+        loco_shard s = { .tensor = t, .start = 0, .len = th->nelems < cut ? th->nelems : cut };
+        r = append_shard(me, &s);
+    }
+    if (!r && me->n_shards == 0)
+        r = pulse_fail(PULSE_ERR_INVALID, "theta_r has no elements");
+    free(delta);
+    free(idx);
+    free(val);
+    c->rep->sent = me->entries;
+    return r;
+}
+
+/* ---- publish ------------------------------------------------------------------------ */
+
+/* Puts a signed record create-if-absent; an existing one from this node must name the same objects. */
+static int put_record(round_ctx *c, pulse_record *rec, uint8_t **bytes, size_t *len)
+{
+    char rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX];
+    int r = pulse_record_sign(rec, c->key, bytes, len);
+    if (!r)
+        r = pulse_record_key(rec, rel, sizeof rel);
+    if (!r)
+        r = sync_run_key(c->o->run, rel, key);
+    if (!r)
+        r = pulse_store_put(c->store, key, *bytes, *len, PULSE_PUT_IF_ABSENT);
+    if (r == 0) {
+        c->rep->uploaded += *len;
+        return 0;
+    }
+    if (r != PULSE_ERR_EXISTS)
+        return r;
+    void *old = NULL;
+    size_t old_len = 0;
+    pulse_record prev = { 0 };
+    r = pulse_store_get(c->store, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &old, &old_len, NULL);
+    if (!r)
+        r = pulse_record_parse(old, old_len, &prev);
+    int same = !r && prev.kind == rec->kind && !memcmp(prev.base, rec->base, 32) &&
+               !memcmp(prev.result, rec->result, 32) && prev.n_objects == rec->n_objects;
+    for (uint32_t i = 0; same && i < rec->n_objects; i++)
+        same = !memcmp(prev.objects[i].digest, rec->objects[i].digest, 32) &&
+               prev.objects[i].range_offset == rec->objects[i].range_offset &&
+               !strcmp(prev.objects[i].tensor, rec->objects[i].tensor);
+    pulse_record_clear(&prev);
+    if (!r && !same)
+        r = pulse_fail(PULSE_ERR_EXISTS, "%s already holds a different %s record of this trainer for round %" PRIu64,
+                       key, pulse_record_kind_name(rec->kind), c->st.round);
+    if (!r) {   /* a re-run after a crash: keep the bytes already published */
+        free(*bytes);
+        *bytes = malloc(old_len ? old_len : 1);
+        if (!*bytes)
+            r = pulse_fail(PULSE_ERR_NOMEM, "record");
+        else
+            memcpy(*bytes, old, old_len);
+        *len = old_len;
+    }
+    pulse_store_free(old);
+    return r;
+}
+
+static int publish_own(round_ctx *c)
+{
+    trainer *me = &c->tr[c->self];
+    sync_blob *blobs = calloc(me->n_shards, sizeof *blobs);
+    pulse_record rec;
+    int r = pulse_record_init(&rec, PULSE_RECORD_LOCO_SHARD, c->o->run, c->st.round);
+    if (!blobs && !r)
+        r = pulse_fail(PULSE_ERR_NOMEM, "shard objects");
+    for (size_t i = 0; !r && i < me->n_shards; i++) {
+        loco_shard *s = &me->shards[i];
+        uint8_t *obj = NULL;
+        size_t n = 0;
+        r = loco_shard_encode(c->st.view, s->start, (uint32_t)s->len, s->idx, s->val, s->k, &obj, &n);
+        if (r)
+            break;
+        blobs[i].data = obj;
+        blobs[i].len = n;
+        pulse_sha256(obj, n, blobs[i].digest);
+        me->shard_bytes += n;
+        r = pulse_record_add_object(&rec, blobs[i].digest, n, LOCO_SHARD_ROLE,
+                                    pulse_ckpt_tensor(c->st.theta, s->tensor)->name, s->start, s->len);
+    }
+    if (!r)
+        r = sync_put_objects(c->store, c->o->run, blobs, me->n_shards, &c->rep->uploaded);
+    if (!r) {
+        memcpy(rec.base, c->st.view_id, 32);
+        rec.time = (uint64_t)time(NULL);
+        rec.changes = me->entries;
+        rec.dense_bytes = 4 * c->rep->params;
+        rec.patch_bytes = me->shard_bytes;
+        r = put_record(c, &rec, &c->own_rec, &c->own_rec_len);
+    }
+    if (!r) {
+        pulse_sha256(c->own_rec, c->own_rec_len, me->rec_digest);
+        me->listed = me->valid = 1;
+    }
+    for (size_t i = 0; blobs && i < me->n_shards; i++)
+        free((void *)blobs[i].data);
+    free(blobs);
+    pulse_record_clear(&rec);
+    c->rep->shard_bytes = me->shard_bytes;
+    return r;
+}
+
+/* ---- listing and fetching records ---------------------------------------------------- */
+
+typedef struct list_ctx {
+    round_ctx *c;
+    size_t prefix_len, seen;
+    uint8_t (*nodes)[32];
+    size_t n;
+} list_ctx;
+
+static int on_record_key(void *ctx, const char *key, const pulse_object_info *info)
+{
+    (void)info;
+    list_ctx *l = ctx;
+    if (++l->seen > LIST_MAX_KEYS)
+        return pulse_fail(PULSE_ERR_LIMIT, "more than %u records under one round", LIST_MAX_KEYS);
+    const char *name = key + l->prefix_len;
+    uint8_t node[32];
+    if (strlen(name) != 64 || pulse_hex_decode(name, 64, node, 32) != 0)
+        return 0;   /* not a record key: ignored */
+    if (!find_trainer(l->c, node))
+        return 0;   /* an untrusted writer's record: never read */
+    memcpy(l->nodes[l->n++], node, 32);
+    return 0;
+}
+
+/* The trusted nodes with a record of KIND for this round (at most n_tr). */
+static int list_round(round_ctx *c, int kind, uint8_t (*nodes)[32], size_t *n)
+{
+    char prefix[SYNC_KEY_MAX];
+    round_prefix(c, kind, prefix);
+    list_ctx l = { .c = c, .prefix_len = strlen(prefix), .nodes = nodes };
+    int r = pulse_store_list(c->store, prefix, NULL, on_record_key, &l);
+    *n = l.n;
+    return r;
+}
+
+/* Fetches and verifies the record of KIND for this round by NODE: signature by that trusted key,
+ * run, round, base = theta_r's view. *bytes receives its bytes (malloc'ed) when wanted. */
+static int fetch_record(round_ctx *c, int kind, const uint8_t node[32], pulse_record *rec, void **bytes,
+                        size_t *len)
+{
+    char rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX], hex[PULSE_NODE_ID_HEX];
+    pulse_node_id_hex(node, hex);
+    snprintf(rel, sizeof rel, "records/%s/%012" PRIu64 "/%s", pulse_record_kind_name(kind), c->st.round, hex);
+    int r = sync_run_key(c->o->run, rel, key);
+    void *data = NULL;
+    size_t n = 0;
+    const pulse_public_key *signer = NULL;
+    if (!r)
+        r = pulse_store_get(c->store, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &n, NULL);
+    if (!r) {
+        c->rep->downloaded += n;
+        r = pulse_record_verify(data, n, c->trust, &signer, rec);
+    }
+    if (!r && memcmp(signer->key, node, 32))
+        r = pulse_fail(PULSE_ERR_AUTH, "record %s is signed by another key", rel);
+    if (!r && (rec->kind != kind || rec->step != c->st.round || strcmp(rec->run, c->o->run)))
+        r = pulse_fail(PULSE_ERR_FORMAT, "record %s is not a %s record of run %s round %" PRIu64 " (replayed?)", rel,
+                       pulse_record_kind_name(kind), c->o->run, c->st.round);
+    if (!r && memcmp(rec->base, c->st.view_id, 32))
+        r = pulse_fail(PULSE_ERR_MISMATCH, "record %s starts from another state than this trainer's theta_r", rel);
+    if (r) {
+        pulse_record_clear(rec);
+        pulse_store_free(data);
+        return r;
+    }
+    if (bytes) {
+        *bytes = data;
+        *len = n;
+    } else {
+        pulse_store_free(data);
+    }
+    return 0;
+}
+
+/* ---- validating another trainer's shards --------------------------------------------- */
+
+static int validate_trainer(round_ctx *c, trainer *t)
+{
+    pulse_record rec;
+    void *bytes = NULL;
+    size_t len = 0;
+    int r = fetch_record(c, PULSE_RECORD_LOCO_SHARD, t->node, &rec, &bytes, &len);
+    if (r)
+        return r;
+    pulse_sha256(bytes, len, t->rec_digest);
+    pulse_store_free(bytes);
+    void **objs = calloc(rec.n_objects, sizeof *objs);
+    t->shards = calloc(rec.n_objects, sizeof *t->shards);
+    if (!objs || !t->shards)
+        r = pulse_fail(PULSE_ERR_NOMEM, "%u shards", rec.n_objects);
+    size_t prev_t = 0;
+    uint64_t prev_end = 0;
+    for (uint32_t i = 0; !r && i < rec.n_objects; i++) {
+        const pulse_record_object *o = &rec.objects[i];
+        const pulse_tensor *th = pulse_ckpt_find(c->st.theta, o->tensor);
+        if (strcmp(o->role, LOCO_SHARD_ROLE) || !th) {
+            r = pulse_fail(PULSE_ERR_FORMAT, "object %u: role %s, tensor '%s' not in theta_r", i, o->role, o->tensor);
+            break;
+        }
+        size_t ti = (size_t)(th - pulse_ckpt_tensor(c->st.theta, 0));
+        if (o->range_length == 0 || o->range_length > LOCO_SHARD_MAX_ELEMS || o->range_offset > th->nelems ||
+            o->range_length > th->nelems - o->range_offset)
+            r = pulse_fail(PULSE_ERR_FORMAT, "object %u: range [%" PRIu64 ", +%" PRIu64 ") outside tensor %s", i,
+                           o->range_offset, o->range_length, o->tensor);
+        else if (i > 0 && (ti < prev_t || (ti == prev_t && o->range_offset < prev_end)))
+            r = pulse_fail(PULSE_ERR_FORMAT, "object %u: ranges out of order or overlapping (tensor %s)", i, o->tensor);
+        else if (o->size > LOCO_SHARD_HEADER + 1024 + 12 * o->range_length)
+            r = pulse_fail(PULSE_ERR_LIMIT, "object %u: %" PRIu64 " bytes for %" PRIu64 " elements", i, o->size,
+                           o->range_length);
+        prev_t = ti;
+        prev_end = o->range_offset + o->range_length;
+        t->shards[i].tensor = ti;
+    }
+    if (!r)
+        r = sync_fetch_objects(c->store, c->o->run, rec.objects, rec.n_objects, objs, &c->rep->downloaded);
+    for (uint32_t i = 0; !r && i < rec.n_objects; i++) {
+        const pulse_record_object *o = &rec.objects[i];
+        size_t ti = t->shards[i].tensor;
+        r = loco_shard_decode(objs[i], o->size, c->st.view, o->range_offset, o->range_length, &t->shards[i]);
+        if (r) {
+            r = pulse_fail(r, "tensor %s shard at %" PRIu64 ": %s", o->tensor, o->range_offset, pulse_last_error());
+            break;
+        }
+        t->shards[i].tensor = ti;
+        t->n_shards = i + 1;
+        t->shard_bytes += o->size;
+        t->entries += t->shards[i].k;
+        const float *theta = (const float *)(const void *)pulse_ckpt_tensor(c->st.theta, ti)->data + o->range_offset;
+        size_t bad = 0;
+        int g = c->kt->gate_check[c->st.view](theta, o->range_length, t->shards[i].idx, t->shards[i].val,
+                                               t->shards[i].k, &bad);
+        if (g != PULSE_GATE_OK) {
+            static const char *const why[] = { "ok", "positions not ascending", "position out of range",
+                                               "a value that is not finite", "an entry that does not pass the gate "
+                                               "(padded or byzantine)" };
+            r = pulse_fail(PULSE_ERR_FORMAT, "tensor %s element %" PRIu64 ": %s", o->tensor,
+                           o->range_offset + t->shards[i].idx[bad], why[-g]);
+        }
+    }
+    for (uint32_t i = 0; objs && i < rec.n_objects; i++)
+        pulse_store_free(objs[i]);
+    free(objs);
+    pulse_record_clear(&rec);
+    return r;
+}
+
+/* ---- the members object of a result ------------------------------------------------- */
+
+static int members_encode(round_ctx *c, const uint8_t theta_id[32], uint8_t **out, size_t *len)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < c->n_tr; i++)
+        k += c->tr[i].included;
+    size_t n = 12 + 64 * k + 32;
+    uint8_t *b = calloc(1, n);
+    if (!b)
+        return pulse_fail(PULSE_ERR_NOMEM, "members");
+    memcpy(b, MEMBERS_MAGIC, 4);
+    b[4] = 1;
+    for (int i = 0; i < 4; i++)
+        b[8 + i] = (uint8_t)(k >> (8 * i));
+    size_t p = 12;
+    for (size_t i = 0; i < c->n_tr; i++) {
+        if (!c->tr[i].included)
+            continue;
+        memcpy(b + p, c->tr[i].node, 32);
+        memcpy(b + p + 32, c->tr[i].rec_digest, 32);
+        p += 64;
+    }
+    memcpy(b + p, theta_id, 32);
+    *out = b;
+    *len = n;
+    return 0;
+}
+
+/* Reads a result's member list: marks t->included for each member (all must be trainers) and
+ * checks their shard-record digests later (want[] keeps them). */
+static int members_decode(round_ctx *c, const uint8_t *b, size_t n, uint8_t (*want)[32])
+{
+    if (n < 44 || memcmp(b, MEMBERS_MAGIC, 4) || b[4] != 1)
+        return pulse_fail(PULSE_ERR_FORMAT, "not a version 1 members object");
+    uint32_t k = (uint32_t)b[8] | (uint32_t)b[9] << 8 | (uint32_t)b[10] << 16 | (uint32_t)b[11] << 24;
+    if (k == 0 || k > c->n_tr || n != 12 + 64 * (size_t)k + 32)
+        return pulse_fail(PULSE_ERR_FORMAT, "members object of %zu bytes for %u members", n, k);
+    for (uint32_t j = 0; j < k; j++) {
+        trainer *t = find_trainer(c, b + 12 + 64 * j);
+        if (!t || (j > 0 && memcmp(b + 12 + 64 * (j - 1), b + 12 + 64 * j, 32) >= 0))
+            return pulse_fail(PULSE_ERR_FORMAT, "member %u: not a trainer of this round, or out of order", j);
+        t->included = 1;
+        memcpy(want[t - c->tr], b + 12 + 64 * j + 32, 32);
+    }
+    return 0;
+}
+
+/* The first trusted result record of this round (node order) with a readable member list, or none. */
+static int find_result(round_ctx *c, uint8_t (*want)[32], int *found)
+{
+    *found = 0;
+    uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
+    size_t n = 0;
+    int r = nodes ? list_round(c, PULSE_RECORD_LOCO_RESULT, nodes, &n) : pulse_fail(PULSE_ERR_NOMEM, "list");
+    for (size_t i = 0; !r && i < n && !*found; i++) {
+        pulse_record rec;
+        if (fetch_record(c, PULSE_RECORD_LOCO_RESULT, nodes[i], &rec, NULL, NULL) != 0)
+            continue;   /* a bad result is reported when results are compared */
+        void *obj = NULL;
+        if (rec.n_objects == 1 && !strcmp(rec.objects[0].role, LOCO_MEMBERS_ROLE) &&
+            rec.objects[0].size <= 12 + 64 * (uint64_t)c->n_tr + 32 &&
+            sync_fetch_objects(c->store, c->o->run, rec.objects, 1, &obj, &c->rep->downloaded) == 0) {
+            for (size_t t = 0; t < c->n_tr; t++)
+                c->tr[t].included = 0;
+            if (members_decode(c, obj, rec.objects[0].size, want) == 0) {
+                *found = 1;
+                char hex[PULSE_NODE_ID_HEX];
+                pulse_node_id_hex(nodes[i], hex);
+                say(c, 0, "adopting the member list of trainer %.16s's result", hex);
+            }
+            pulse_store_free(obj);
+        }
+        pulse_record_clear(&rec);
+    }
+    if (!*found)
+        for (size_t t = 0; t < c->n_tr; t++)
+            c->tr[t].included = 0;
+    free(nodes);
+    return r;
+}
+
+/* ---- wait, choose the members ------------------------------------------------------- */
+
+static int wait_and_choose(round_ctx *c)
+{
+    uint8_t (*want)[32] = calloc(c->n_tr, 32);
+    uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
+    int r = (!want || !nodes) ? pulse_fail(PULSE_ERR_NOMEM, "trainers") : 0;
+    size_t need_all = c->n_tr, quorum = c->o->quorum ? c->o->quorum : c->n_tr;
+    double deadline = now_s() + c->o->deadline_s, pause = 0.05;
+    int adopted = 0;
+    size_t listed = 0;
+    while (!r) {
+        if ((r = find_result(c, want, &adopted)) || adopted)
+            break;
+        size_t n = 0;
+        if ((r = list_round(c, PULSE_RECORD_LOCO_SHARD, nodes, &n)))
+            break;
+        listed = 0;
+        for (size_t i = 0; i < n; i++) {
+            trainer *t = find_trainer(c, nodes[i]);
+            t->listed = 1;
+        }
+        for (size_t i = 0; i < c->n_tr; i++)
+            listed += c->tr[i].listed;
+        if (listed >= need_all || now_s() >= deadline)
+            break;
+        sleep_s(pause);
+        pause = pause * 2 > 1.0 ? 1.0 : pause * 2;
+    }
+    if (!r && !adopted && listed < quorum)
+        r = pulse_fail(PULSE_ERR_NOTFOUND, "quorum not reached: %zu of %zu trainers published round %" PRIu64
+                       " by the deadline (%.1f s), %zu needed", listed, c->n_tr, c->st.round, c->o->deadline_s, quorum);
+    /* Validate: a member of an adopted list must pass (the other trainer accepted it); any other
+     * trainer with a record is included when it passes and excluded, loudly, when not. */
+    size_t included = 0;
+    for (size_t i = 0; !r && i < c->n_tr; i++) {
+        trainer *t = &c->tr[i];
+        int candidate = adopted ? t->included : t->listed;
+        if (!candidate)
+            continue;
+        if (i == c->self) {
+            t->valid = 1;
+        } else {
+            int v = validate_trainer(c, t);
+            t->valid = v == 0;
+            if (v) {
+                say(c, 1, "trainer %.16s (%s) excluded: %s", t->hex, t->name, pulse_last_error());
+                c->rep->excluded++;
+            }
+        }
+        if (adopted && (!t->valid || memcmp(t->rec_digest, want[i], 32)))
+            r = pulse_fail(PULSE_ERR_MISMATCH, "the round's result includes trainer %.16s (%s), whose shard %s here",
+                           t->hex, t->name, t->valid ? "record differs" : "fails validation");
+        t->included = t->valid;
+        included += t->included;
+    }
+    if (!r && !adopted && included < quorum)
+        r = pulse_fail(PULSE_ERR_NOTFOUND, "quorum not reached: %zu valid of %zu trainers, %zu needed", included,
+                       c->n_tr, quorum);
+    c->rep->adopted = adopted;
+    c->rep->included = (unsigned)included;
+    free(want);
+    free(nodes);
+    return r;
+}
+
+/* ---- aggregate and step ------------------------------------------------------------- */
+
+static int aggregate(round_ctx *c, pulse_ckpt *theta_new, pulse_ckpt *m_new)
+{
+    size_t nt = pulse_ckpt_count(c->st.theta), *cur = calloc(c->n_tr ? c->n_tr : 1, sizeof *cur);
+    float count = (float)c->rep->included;
+    int r = cur ? 0 : pulse_fail(PULSE_ERR_NOMEM, "cursors");
+    for (size_t t = 0; !r && t < nt; t++) {
+        const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, t);
+        float *acc = calloc(th->nelems ? th->nelems : 1, 4);   /* calloc: all +0.0f */
+        if (!acc) {
+            r = pulse_fail(PULSE_ERR_NOMEM, "accumulator of tensor %s", th->name);
+            break;
+        }
+        /* Fixed order: trainers by node id, each one's shards in record order. */
+        for (size_t k = 0; k < c->n_tr; k++) {
+            trainer *tr = &c->tr[k];
+            while (cur[k] < tr->n_shards && tr->shards[cur[k]].tensor == t) {
+                const loco_shard *s = &tr->shards[cur[k]++];
+                if (tr->included && s->k)
+                    c->kt->scatter_add_f32(acc + s->start, s->idx, s->k, s->val);
+            }
+        }
+        loco_outer_step((const float *)(const void *)th->data, acc, count,
+                        (float *)(void *)pulse_ckpt_tensor(m_new, t)->data, c->o->outer_lr, c->o->momentum,
+                        c->o->nesterov, (float *)(void *)pulse_ckpt_tensor(theta_new, t)->data, th->nelems);
+        free(acc);
+    }
+    free(cur);
+    return r;
+}
+
+/* This trainer's shard missed the round: e = a everywhere (the sent entries' a come back). */
+static void fold_back(round_ctx *c)
+{
+    trainer *me = &c->tr[c->self];
+    for (size_t i = 0; i < me->n_shards; i++) {
+        const loco_shard *s = &me->shards[i];
+        float *e = (float *)(void *)pulse_ckpt_tensor(c->e_new, s->tensor)->data + s->start;
+        for (uint32_t j = 0; j < s->k; j++)
+            e[s->idx[j]] = s->val[j];
+    }
+}
+
+static int copy_to(const pulse_ckpt *src, const char *path)
+{
+    pulse_ckpt *o = NULL;
+    int r = pulse_ckpt_create_like(&o, path, src);
+    if (!r)
+        r = pulse_ckpt_commit(o);
+    pulse_ckpt_close(&o);
+    return r;
+}
+
+/* Compares every other trusted result of this round with ours: result state and members object. */
+static int compare_results(round_ctx *c, const uint8_t members_digest[32])
+{
+    uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
+    size_t n = 0;
+    int r = nodes ? list_round(c, PULSE_RECORD_LOCO_RESULT, nodes, &n) : pulse_fail(PULSE_ERR_NOMEM, "list");
+    int bad = 0;
+    char first[256] = "";
+    for (size_t i = 0; !r && i < n; i++) {
+        trainer *t = find_trainer(c, nodes[i]);
+        if (t == &c->tr[c->self])
+            continue;
+        pulse_record rec;
+        int v = fetch_record(c, PULSE_RECORD_LOCO_RESULT, nodes[i], &rec, NULL, NULL);
+        const char *why = NULL;
+        if (v)
+            why = pulse_last_error();
+        else if (memcmp(rec.result, c->rep->result, 32))
+            why = "a different theta_{r+1}";
+        else if (rec.n_objects != 1 || memcmp(rec.objects[0].digest, members_digest, 32))
+            why = "a different member list or FP32 theta_{r+1}";
+        if (why) {
+            bad++;
+            say(c, 1, "MISMATCH: trainer %.16s (%s) reports %s", t->hex, t->name, why);
+            if (!first[0])
+                snprintf(first, sizeof first, "trainer %.16s (%s): %s", t->hex, t->name, why);
+        } else {
+            c->rep->results_compared++;
+        }
+        if (!v)
+            pulse_record_clear(&rec);
+    }
+    free(nodes);
+    c->rep->results_mismatched = (unsigned)bad;
+    if (!r && bad)
+        r = pulse_fail(PULSE_ERR_MISMATCH, "%d other result(s) of round %" PRIu64 " differ, first %s", bad,
+                       c->st.round, first);
+    return r;
+}
+
+static int finish_round(round_ctx *c)
+{
+    const pulse_loco_round_opts *o = c->o;
+    uint64_t next = c->st.round + 1;
+    char path[4096];
+    pulse_ckpt *theta_new = NULL, *m_new = NULL;
+    loco_state_path(o->state_dir, "theta", next, path);
+    int r = pulse_ckpt_create_like(&theta_new, path, c->st.theta);
+    if (!r) {
+        loco_state_path(o->state_dir, "m", next, path);
+        r = pulse_ckpt_create_like(&m_new, path, c->st.m);
+    }
+    if (!r)
+        r = aggregate(c, theta_new, m_new);
+    c->rep->self_included = c->tr[c->self].included;
+    if (!r && !c->tr[c->self].included) {
+        say(c, 1, "this trainer's shard is not in the round: its whole a goes back into e");
+        fold_back(c);
+    }
+    if (!r)
+        r = pulse_ckpt_commit(theta_new);
+    if (!r)
+        r = pulse_ckpt_commit(m_new);
+    if (!r)
+        r = pulse_ckpt_commit(c->e_new);
+    uint8_t theta_id[32];
+    if (!r)
+        r = pulse_ckpt_state_id(theta_new, o->threads, theta_id);
+    if (!r) {
+        loco_state_path(o->state_dir, "view", next, path);
+        r = loco_write_view(theta_new, c->st.view, path, o->threads, c->rep->result);
+    }
+    /* The result record: base = theta_r's view, result = theta_{r+1}'s view, one members object. */
+    uint8_t *members = NULL, *bytes = NULL;
+    size_t mlen = 0, blen = 0;
+    sync_blob blob = { 0 };
+    pulse_record rec = { 0 };
+    if (!r)
+        r = members_encode(c, theta_id, &members, &mlen);
+    if (!r) {
+        blob = (sync_blob){ .data = members, .len = mlen };
+        pulse_sha256(members, mlen, blob.digest);
+        r = sync_put_objects(c->store, o->run, &blob, 1, &c->rep->uploaded);
+    }
+    if (!r)
+        r = pulse_record_init(&rec, PULSE_RECORD_LOCO_RESULT, o->run, c->st.round);
+    if (!r) {
+        memcpy(rec.base, c->st.view_id, 32);
+        memcpy(rec.result, c->rep->result, 32);
+        rec.time = (uint64_t)time(NULL);
+        rec.dense_bytes = 4 * c->rep->params;
+        for (size_t i = 0; i < c->n_tr; i++)
+            if (c->tr[i].included) {
+                rec.changes += c->tr[i].entries;
+                rec.patch_bytes += c->tr[i].shard_bytes;
+            }
+        r = pulse_record_add_object(&rec, blob.digest, mlen, LOCO_MEMBERS_ROLE, NULL, 0, 0);
+    }
+    if (!r) {
+        r = put_record(c, &rec, &bytes, &blen);
+        if (r == PULSE_ERR_EXISTS)
+            r = pulse_fail(PULSE_ERR_MISMATCH, "this trainer already published a different result for round %" PRIu64,
+                           c->st.round);
+    }
+    if (!r && o->out_path)
+        r = copy_to(theta_new, o->out_path);
+    if (!r && o->out_view_path) {
+        uint8_t id[32];
+        r = loco_write_view(theta_new, c->st.view, o->out_view_path, o->threads, id);
+    }
+    if (!r)
+        r = loco_state_commit(o->state_dir, next, c->st.view, c->rep->result);
+    if (!r) {   /* the old round's files are no longer the state: best-effort removal */
+        static const char *const what[] = { "theta", "e", "m", "view" };
+        for (int w = 0; w < 4; w++) {
+            loco_state_path(o->state_dir, what[w], c->st.round, path);
+            unlink(path);
+        }
+    }
+    pulse_ckpt_close(&theta_new);
+    pulse_ckpt_close(&m_new);
+    pulse_record_clear(&rec);
+    free(members);
+    free(bytes);
+    if (!r)
+        r = compare_results(c, blob.digest);
+    return r;
+}
+
+/* ---- entry -------------------------------------------------------------------------- */
+
+void pulse_loco_round_default_opts(pulse_loco_round_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+    o->deadline_s = 300;
+    o->outer_lr = 1.0f;
+    o->momentum = 0.0f;
+}
+
+static int setup(round_ctx *c)
+{
+    const pulse_loco_round_opts *o = c->o;
+    int r = loco_state_load(o->state_dir, &c->st);
+    if (!r)
+        c->rep->round = c->st.round;
+    memcpy(c->rep->base, c->st.view_id, 32);
+    if (!r)
+        r = pulse_ckpt_open(&c->local, o->local_path, PULSE_CKPT_READ);
+    if (!r)
+        r = loco_same_layout(c->st.theta, c->local, o->local_path);
+    char path[4096];
+    loco_state_path(o->state_dir, "e", c->st.round + 1, path);
+    if (!r)
+        r = pulse_ckpt_create_like(&c->e_new, path, c->st.e);
+    if (!r)
+        r = pulse_key_load_secret(o->key_path, &c->key);
+    if (!r)
+        r = pulse_trust_new(&c->trust);
+    for (size_t i = 0; !r && i < o->n_trust; i++)
+        r = pulse_trust_load(c->trust, o->trust_paths[i]);
+    pulse_public_key self = { .comment = "self" };
+    if (!r) {
+        pulse_key_public(c->key, self.key);
+        if (!pulse_trust_find(c->trust, self.key))
+            r = pulse_trust_add(c->trust, &self);
+    }
+    size_t n = r ? 0 : pulse_trust_count(c->trust);
+    c->tr = calloc(n ? n : 1, sizeof *c->tr);
+    if (!r && !c->tr)
+        r = pulse_fail(PULSE_ERR_NOMEM, "trainers");
+    for (size_t i = 0; !r && i < n; i++) {
+        const pulse_public_key *k = pulse_trust_get(c->trust, i);
+        memcpy(c->tr[i].node, k->key, 32);
+        c->tr[i].name = k->comment;
+        pulse_node_id_hex(k->key, c->tr[i].hex);
+    }
+    c->n_tr = n;
+    if (n)
+        qsort(c->tr, n, sizeof *c->tr, cmp_node);
+    if (!r)
+        c->self = (size_t)(find_trainer(c, self.key) - c->tr);
+    c->rep->trainers = (unsigned)n;
+    if (!r && o->quorum > n)
+        r = pulse_fail(PULSE_ERR_INVALID, "--quorum %u is more than the %zu trainers", o->quorum, n);
+    if (!r)
+        r = pulse_store_open(&c->store, o->store_url, NULL);
+    return r;
+}
+
+int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
+{
+    pulse_clear_error();
+    memset(rep, 0, sizeof *rep);
+    if (!o || o->size < sizeof *o || o->shard_elems > LOCO_SHARD_MAX_ELEMS || !o->store_url || !o->run || !o->key_path || !o->state_dir || !o->local_path ||
+        !(o->deadline_s >= 0) || !(o->outer_lr == o->outer_lr) || !(o->momentum == o->momentum))
+        return pulse_fail(PULSE_ERR_INVALID, "loco round needs store, run, key, state and local checkpoint");
+    round_ctx c = { .o = o, .rep = rep, .kt = pulse_kernels_get() };
+    int r = setup(&c);
+    if (!r)
+        r = gate_own(&c);
+    if (!r)
+        r = publish_own(&c);
+    if (!r)
+        say(&c, 0, "published %" PRIu64 " entries of %" PRIu64 " (%" PRIu64 " bytes)", rep->sent, rep->params,
+            rep->shard_bytes);
+    if (!r)
+        r = wait_and_choose(&c);
+    if (!r)
+        r = finish_round(&c);
+    for (size_t i = 0; i < c.n_tr; i++) {
+        for (size_t s = 0; s < c.tr[i].n_shards; s++)
+            loco_shard_free(&c.tr[i].shards[s]);
+        free(c.tr[i].shards);
+    }
+    free(c.tr);
+    free(c.own_rec);
+    pulse_ckpt_close(&c.e_new);
+    pulse_ckpt_close(&c.local);
+    loco_state_close(&c.st);
+    pulse_key_free(&c.key);
+    pulse_trust_free(&c.trust);
+    pulse_store_close(&c.store);
+    return r;
+}
