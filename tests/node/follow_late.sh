@@ -26,7 +26,10 @@ ok "late follower took keyframe 15: $fetched bytes fetched, whole chain $chain"
 mkdir mid
 cp "$(ckpt 9)" mid/w.safetensors
 P store rm "$store/r/records/sync-patch/000000000011/$(sed -n 's/^pulse-ed25519-public-v1 \([0-9a-f]*\).*/\1/p' trainer.pub)" >/dev/null
-follow mid --once 2>mid.log || fail "broken-chain follower: $(cat mid.log)"
+follow mid --once --on-update 'sleep 60' --hook-timeout-ms 300 --metrics-file mid.prom 2>mid.log \
+  || fail "broken-chain follower: $(cat mid.log)"
 grep -q 'catch-up path=keyframe reason=chain-broken' mid.log || fail "no chain-broken keyframe path: $(cat mid.log)"
 cmp -s "$(ckpt 15)" mid/w.safetensors || fail "broken-chain follower's weights differ from step 15"
-ok "broken chain at step 11: keyframe path to step 15"
+grep -q 'hook-failed step=15 reason="timeout after 300 ms"' mid.log || fail "hanging hook not reported: $(cat mid.log)"
+[ "$(metric mid.prom pulse_hook_failures_total)" = 1 ] || fail "hook timeout not counted: $(cat mid.prom)"
+ok "broken chain at step 11: keyframe path to step 15; a hanging hook was killed after its timeout"
