@@ -102,6 +102,7 @@ typedef struct trainer {
     uint8_t node[32];
     int have_last;
     uint64_t last_step;
+    int transient;         /* the last transient publish failure (--once reports it) */
 } trainer;
 
 static void retain(trainer *t)
@@ -127,6 +128,14 @@ static void retain(trainer *t)
              (char *)NULL);
 }
 
+static int is_transient(int err)
+{
+    return err == PULSE_ERR_NETWORK || err == PULSE_ERR_SERVER || err == PULSE_ERR_AUTH || err == PULSE_ERR_IO ||
+           err == PULSE_ERR_NOMEM || err == PULSE_ERR_PRECONDITION;
+}
+
+/* Returns 0 when E is handled (published, skipped, or refused for good), 1 when it must be
+ * tried again at the next poll (a transient failure). */
 static int publish_entry(trainer *t, const watch_entry *e)
 {
     char step_s[24], last_s[24];
@@ -157,6 +166,12 @@ static int publish_entry(trainer *t, const watch_entry *e)
     node_signals_hold(0);
     if (r) {
         log_error("publish", e->name, r);
+        /* The store or the machine failing is not the checkpoint's fault: try it again next
+         * poll, and publish nothing after it meanwhile (that would leave it behind for good). */
+        if (is_transient(r)) {
+            t->transient = r;
+            return 1;
+        }
         return 0;
     }
     char ms[24], moved[24], objb[24], dense[24], hex[65];
@@ -237,7 +252,8 @@ int node_trainer_run(const node_trainer_opts *o)
             watch_entry *e = &cur.e[i];
             if (!e->stable || handled_find(&done, e))
                 continue;
-            publish_entry(&t, e);
+            if (publish_entry(&t, e))
+                break;
             if ((s = handled_add(&done, e)) != 0) {
                 r = s;
                 goto out;
@@ -247,8 +263,11 @@ int node_trainer_run(const node_trainer_opts *o)
         watch_set tmp = prev;
         prev = cur;
         cur = tmp;
-        if (o->once && scans >= 2)
+        if (o->once && scans >= 2) {
+            r = t.transient;   /* --once: a step left unpublished is a failure of the run */
             break;
+        }
+        t.transient = 0;
     }
     node_log("stopped", "role", "trainer", "node", node_hex, (char *)NULL);
 out:

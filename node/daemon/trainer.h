@@ -21,7 +21,10 @@ void node_trainer_opts_default(node_trainer_opts *o);
 
 /* Runs the node until SIGTERM/SIGINT (node_signals_install) or, with once, after one round.
  * Per checkpoint: published, skipped or error, one log line each; an error on one checkpoint
- * never stops the node. Returns 0, or a negative PULSE_ERR_* when the node cannot run at all
+ * never stops the node. A checkpoint refused for what it is (malformed, conflicting) is not
+ * tried again until it changes; one that failed for the store or the machine (network, server,
+ * credentials, I/O) is tried again next poll, and nothing after it is published meanwhile
+ * (with once: the node returns that error). Returns 0, or a negative PULSE_ERR_* when the node cannot run at all
  * (store, key, state directory, watched directory unreadable at start). */
 int node_trainer_run(const node_trainer_opts *o);
 

@@ -84,6 +84,19 @@ if grep -q ' error ' again.log; then cat again.log; fail "a re-run logged an err
 [ "$(count_records r1)" -eq 9 ] || fail "a re-run changed the records"
 ok "a re-run publishes nothing and logs the skips"
 
+# A store failure is not the checkpoint's fault: the step is tried again, nothing after it is
+# published meanwhile, and --once says it failed. (objects/ as a file makes every upload fail.)
+mkdir -p store/r5 && echo x > store/r5/objects
+if P node trainer --store "$store" --run r5 --key tr.key --state st5 --watch ck --poll-ms 50 --once 2> r5.log; then
+  fail "--once exited 0 with the store failing"
+fi
+[ "$(grep -c ' error what=publish file=step-000000.safetensors' r5.log)" -eq 1 ] || { cat r5.log; fail "want one error, for step 0"; }
+if grep -q ' published step=\| error what=publish file=step-000001' r5.log; then fail "went on past a store failure"; fi
+rm store/r5/objects
+P node trainer --store "$store" --run r5 --key tr.key --state st5 --watch ck --poll-ms 50 --once 2> r5b.log
+[ "$(grep -c ' published step=' r5b.log)" -eq 7 ] || { cat r5b.log; fail "steps 0..6 not published once the store works"; }
+ok "a store failure keeps the step for the next poll and publishes nothing after it"
+
 # --- 2. Retention -------------------------------------------------------------------------------
 P node trainer --store "$store" --run r2 --key tr.key --state st2 --watch ck --keyframe-every 4 \
   --keep-keyframes 1 --poll-ms 50 --once 2> ret.log || { cat ret.log; fail "trainer (retention) failed"; }
