@@ -98,6 +98,10 @@ static void problem(struct audit *a, pulse_audit_entry *e, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
+    /* Keys and heads come from the bucket: never let their bytes steer a terminal. */
+    for (char *c = line; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
     pulse_audit_report *r = a->rep;
     char **np = realloc(r->problems, (r->n_problems + 1) * sizeof *np);
     char *dup = strdup(line);
@@ -714,7 +718,8 @@ static int check_objects(struct audit *a)
             for (uint32_t o = 0; o < a->recs[i].n_objects; o++)
                 nm[k++] = (struct naming){ a->recs[i].objects[o].digest, i, o };
     qsort(nm, n_nm, sizeof *nm, naming_cmp);
-    qsort(a->objects, a->n_objects, sizeof *a->objects, object_cmp);
+    if (a->n_objects)  /* qsort(NULL, 0, ...) is undefined behaviour */
+        qsort(a->objects, a->n_objects, sizeof *a->objects, object_cmp);
 
     size_t n_jobs = 0, lo = 0;
     for (size_t first = 0; first < n_nm;) {
