@@ -255,6 +255,29 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
     return r;
 }
 
+/* Whether this node's keyframe record of STEP is in the store (*err set on a store failure). */
+static int keyframe_exists(pulse_publisher *p, uint64_t step, int *err)
+{
+    pulse_record probe;
+    char rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX];
+    pulse_object_info info;
+    *err = pulse_record_init(&probe, PULSE_RECORD_KEYFRAME, p->run, step);
+    if (*err)
+        return 0;
+    memcpy(probe.node, p->node, 32);
+    *err = pulse_record_key(&probe, rel, sizeof rel);
+    pulse_record_clear(&probe);
+    if (!*err)
+        *err = sync_run_key(p->run, rel, key);
+    if (!*err)
+        *err = pulse_store_head(p->st, key, &info);
+    if (*err == PULSE_ERR_NOTFOUND) {
+        *err = 0;
+        return 0;
+    }
+    return *err == 0;
+}
+
 /* Keeps a copy of what was published as the next diff's base, named by its state id so a
  * crash between the index and this copy is noticed (the name would not match the head). */
 static int keep_last(pulse_publisher *p, const pulse_ckpt *c, const uint8_t state[32],
@@ -296,7 +319,7 @@ PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt_path,
             r = h;
         }
     }
-    if (!r && have_last && !memcmp(state, last_state, 32) && !(flags & PULSE_PUBLISH_KEYFRAME)) {
+    if (!r && have_last && !memcmp(state, last_state, 32)) {
         /* Already published: make sure the head says so (a crash may have come before it). */
         pulse_index_link *links = NULL;
         size_t n = 0;
@@ -316,6 +339,15 @@ PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt_path,
         s.already = 1;
         s.step = last_step;
         memcpy(s.result, state, 32);
+        /* A crash between this step's patch record and its keyframe record: finish the keyframe. */
+        if (!r && (flags & PULSE_PUBLISH_KEYFRAME) && !keyframe_exists(p, last_step, &r) && !r) {
+            pulse_sync_step k = { 0 };
+            r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, NULL, c, state, last_step, &k);
+            if (!r) {
+                s = k;
+                s.already = 0;
+            }
+        }
         if (!r)
             r = keep_last(p, c, state, NULL);
         goto done;
