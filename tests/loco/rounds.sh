@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# PULSELoCo rounds on file://: three trainer processes per round must end with the same theta_{r+1}
+# bits and result state id; an independent FP32 recomputation (locogen.py verify) checks the gate,
+# error feedback (sent + e_new == a) and the plain mean; momentum rounds stay identical; a late
+# trainer folds its whole a back into e; bad shards from trusted keys exclude their trainer.
+#
+# usage: rounds.sh LOCO_FORGE LOCOGEN_PY
+set -euo pipefail
+forge=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+gen=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+: "${PULSE_BIN:?PULSE_BIN must name the pulse binary (meson test sets it)}"
+work=$(mktemp -d "${TMPDIR:-/tmp}/pulse-loco.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ok() { echo "ok   $*"; }
+P() { timeout 120 "$PULSE_BIN" "$@"; }
+py=$(python3 -c 'import sys; print(sys.executable)')   # once: a pyenv shim costs seconds per call
+G() { "$py" "$gen" "$@"; }
+store="file://$work/store"
+LR=1e-6 H=8
+
+mkdir trust
+for k in 1 2 3; do
+  P keygen --comment "t$k" "t$k" >/dev/null
+  cp "t$k.pub" trust/
+done
+P keygen --comment mallory mallory >/dev/null
+node() { awk '{print $2}' "t$1.pub"; }
+# Trainers in node-id order: the order of the mean, and of locogen.py verify's arguments.
+order=$(for k in 1 2 3; do echo "$(node $k) $k"; done | sort | awk '{print $2}' | tr '\n' ' ')
+
+G init theta0.safetensors 7
+for k in 1 2 3; do P loco init --state "s$k" --from theta0.safetensors >/dev/null; done
+P loco init --state s1 --from theta0.safetensors 2>err && fail "init over an existing state"
+grep -q "already holds a loco state" err || fail "init over a state: $(cat err)"
+
+th() { printf '%s/theta-%012d.safetensors' "$1" "$2"; }
+ef() { printf '%s/e-%012d.safetensors' "$1" "$2"; }
+
+# prepare R [TRAINERS]: local updates from theta_R, and a copy of e_R (the round deletes it)
+prepare() {
+  local r=$1 k
+  local outs=()
+  for k in ${2:-1 2 3}; do outs+=("l$k-$r.safetensors"); done
+  G local "$(th s1 "$r")" "$((r * 10))" "$LR" "$H" "${outs[@]}"
+  for k in ${2:-1 2 3}; do
+    cmp -s "$(th s1 "$r")" "$(th s$k "$r")" || fail "round $r starts from different theta"
+    cp "$(th s$k "$r")" "pre-theta$k-$r.safetensors"
+    cp "$(ef s$k "$r")" "pre-e$k-$r.safetensors"
+  done
+}
+# run R "TRAINERS" ARGS...: the trainers' rounds as concurrent processes; every one must succeed
+run() {
+  local r=$1 who=$2 k pids=() rc=0
+  shift 2
+  for k in $who; do
+    P loco round --store "$store" --run loco --key "t$k.key" --trust trust --state "s$k" \
+      --local "l$k-$r.safetensors" --shard-elems 3000 --local-steps $H "$@" >"out$k-$r" 2>"err$k-$r" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  if [ $rc != 0 ]; then cat err*-"$r" >&2; fail "round $r failed"; fi
+  for k in $who; do echo "  t$k: $(cat "out$k-$r")"; done
+}
+same() {   # same R "TRAINERS": identical theta_{R+1}, momentum and state line
+  local r=$1 who=($2) k
+  for k in "${who[@]:1}"; do
+    cmp -s "$(th s${who[0]} $((r + 1)))" "$(th s$k $((r + 1)))" || fail "round $r: theta differs between t${who[0]} and t$k"
+    cmp -s "s${who[0]}/m-$(printf %012d $((r + 1))).safetensors" "s$k/m-$(printf %012d $((r + 1))).safetensors" ||
+      fail "round $r: momentum differs"
+    [ "$(P loco show --state "s${who[0]}")" = "$(P loco show --state "s$k")" ] || fail "round $r: state ids differ"
+  done
+  P loco show --state "s${who[0]}" | grep -q "^round $((r + 1)) " || fail "round $r: state did not advance"
+}
+# verify R "TRAINERS" "INCLUDED": locogen.py recomputes every element (plain mean, lr 1, mu 0)
+verify() {
+  local r=$1 who=" $2 " inc=" $3 " k args=() first=""
+  for k in $order; do
+    case $who in *" $k "*) ;; *) continue ;; esac
+    [ -n "$first" ] || first=$k
+    case $inc in *" $k "*) i=1 ;; *) i=0 ;; esac
+    args+=("l$k-$r.safetensors" "pre-e$k-$r.safetensors" "$(ef s$k $((r + 1)))" $i)
+  done
+  G verify "pre-theta$first-$r.safetensors" "$(th s$first $((r + 1)))" "${args[@]}"
+}
+
+# Rounds 0-2: plain averaging, all three trainers, checked element by element.
+for r in 0 1 2; do
+  prepare $r
+  run $r "1 2 3" --deadline 60
+  same $r "1 2 3"
+  if [ $r != 1 ]; then
+    verify $r "1 2 3" "1 2 3"
+    ok "round $r: three trainers identical, gate/error feedback/mean recomputed bit for bit"
+  else
+    ok "round $r: three trainers identical"
+  fi
+done
+grep -q "3 of 3 trainers included" out1-2 || fail "round 2 output: $(cat out1-2)"
+
+# Rounds 3-4: outer lr 0.7, Nesterov momentum 0.9.
+for r in 3 4; do
+  prepare $r
+  run $r "1 2 3" --deadline 60 --outer-lr 0.7 --momentum 0.9 --nesterov
+  same $r "1 2 3"
+  ok "round $r: Nesterov momentum, three trainers identical"
+done
+
+# Round 5: t3 is late. t1 and t2 proceed with a quorum of 2 at the deadline; t3 then learns from
+# their result that it missed the round, folds its whole a back into e and lands on theta_6.
+prepare 5
+run 5 "1 2" --deadline 1 --quorum 2
+grep -q "2 of 3 trainers included" out1-5 || fail "round 5: $(cat out1-5)"
+run 5 "3" --deadline 1 --quorum 2
+grep -q "not this one" out3-5 || fail "round 5: t3 should be left out: $(cat out3-5)"
+same 5 "1 2 3"
+verify 5 "1 2 3" "1 2"
+ok "round 5: late trainer folded a back into e (e_new == a everywhere) and continued from theta_6"
+
+# Round 6: t3's key signs a shard with an entry the gate keeps back; round 7: a NaN; round 8: t3's
+# genuine round-4 record replayed, and a record by an untrusted key. Each time t1 and t2 go on.
+bad_round() {
+  local r=$1 want=$2
+  shift 2
+  prepare $r "1 2"
+  "$forge" "$store" loco t3.key s1 "$@" >/dev/null
+  run $r "1 2" --deadline 60 --quorum 2
+  for k in 1 2; do
+    grep -q "excluded: .*$want" "err$k-$r" || fail "round $r: t$k did not exclude t3 ($want): $(cat "err$k-$r")"
+    grep -q "2 of 3 trainers included, 1 excluded" "out$k-$r" || fail "round $r: $(cat "out$k-$r")"
+  done
+  same $r "1 2"
+  [ $r != 6 ] || verify $r "1 2" "1 2"
+}
+bad_round 6 "does not pass the gate" invisible
+ok "round 6: byzantine shard (invisible entry, trusted signature) refused, t3 excluded"
+P loco round --store "$store" --run loco --key t3.key --trust trust --state s3 --local l1-6.safetensors \
+  --deadline 1 >/dev/null 2>err && fail "t3 ran round 6 over its own forged record"
+grep -q "different loco-shard record" err || fail "t3 round 6: $(cat err)"
+bad_round 7 "not finite" nan
+ok "round 7: NaN shard refused"
+"$forge" "$store" loco mallory.key s1 invisible >/dev/null 2>&1 || true   # untrusted: never even read
+bad_round 8 "replayed" replay 4
+ok "round 8: replayed round-4 record refused; untrusted writer ignored"
+grep -q mallory err1-8 && fail "an untrusted record was read"
+
+echo "bytes per round (trainer t1): $(sed -n 's/.*entries (\([^)]*\)).* shard bytes (\([^,]*\),.*/\1, \2/p' out1-2)"
+ok "all rounds"
