@@ -28,6 +28,9 @@ typedef struct trainer {
     int listed;                /* its shard record is in the store */
     int valid;                 /* its record and every shard passed the checks */
     int included;              /* in the mean */
+    int checked;               /* validation ran (valid says how it went) */
+    int in_result;             /* in the member list of an earlier result of this round */
+    uint8_t want[32];          /* ... with this shard-record digest */
     uint8_t rec_digest[32];    /* SHA-256 of its shard record's bytes */
     uint64_t shard_bytes, entries;
     loco_shard *shards;
@@ -436,9 +439,8 @@ static int members_encode(round_ctx *c, const uint8_t theta_id[32], uint8_t **ou
     return 0;
 }
 
-/* Reads a result's member list: marks t->included for each member (all must be trainers) and
- * checks their shard-record digests later (want[] keeps them). */
-static int members_decode(round_ctx *c, const uint8_t *b, size_t n, uint8_t (*want)[32])
+/* Reads a result's member list into in_result/want (all members must be trainers, in node order). */
+static int members_decode(round_ctx *c, const uint8_t *b, size_t n)
 {
     if (n < 44 || memcmp(b, MEMBERS_MAGIC, 4) || b[4] != 1)
         return pulse_fail(PULSE_ERR_FORMAT, "not a version 1 members object");
@@ -449,14 +451,15 @@ static int members_decode(round_ctx *c, const uint8_t *b, size_t n, uint8_t (*wa
         trainer *t = find_trainer(c, b + 12 + 64 * j);
         if (!t || (j > 0 && memcmp(b + 12 + 64 * (j - 1), b + 12 + 64 * j, 32) >= 0))
             return pulse_fail(PULSE_ERR_FORMAT, "member %u: not a trainer of this round, or out of order", j);
-        t->included = 1;
-        memcpy(want[t - c->tr], b + 12 + 64 * j + 32, 32);
+        t->in_result = 1;
+        memcpy(t->want, b + 12 + 64 * j + 32, 32);
     }
     return 0;
 }
 
-/* The first trusted result record of this round (node order) with a readable member list, or none. */
-static int find_result(round_ctx *c, uint8_t (*want)[32], int *found)
+/* The first trusted result record of this round (node order) with a readable member list, or none:
+ * fills the trainers' in_result and want. */
+static int find_result(round_ctx *c, int *found)
 {
     *found = 0;
     uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
@@ -471,8 +474,8 @@ static int find_result(round_ctx *c, uint8_t (*want)[32], int *found)
             rec.objects[0].size <= 12 + 64 * (uint64_t)c->n_tr + 32 &&
             sync_fetch_objects(c->store, c->o->run, rec.objects, 1, &obj, &c->rep->downloaded) == 0) {
             for (size_t t = 0; t < c->n_tr; t++)
-                c->tr[t].included = 0;
-            if (members_decode(c, obj, rec.objects[0].size, want) == 0) {
+                c->tr[t].in_result = 0;
+            if (members_decode(c, obj, rec.objects[0].size) == 0) {
                 *found = 1;
                 char hex[PULSE_NODE_ID_HEX];
                 pulse_node_id_hex(nodes[i], hex);
@@ -484,74 +487,97 @@ static int find_result(round_ctx *c, uint8_t (*want)[32], int *found)
     }
     if (!*found)
         for (size_t t = 0; t < c->n_tr; t++)
-            c->tr[t].included = 0;
+            c->tr[t].in_result = 0;
     free(nodes);
     return r;
 }
 
 /* ---- wait, choose the members ------------------------------------------------------- */
 
-static int wait_and_choose(round_ctx *c)
+/* Polls until every trainer has published (or a result for the round exists, or the deadline). */
+static int wait_round(round_ctx *c, int *adopted)
 {
-    uint8_t (*want)[32] = calloc(c->n_tr, 32);
     uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
-    int r = (!want || !nodes) ? pulse_fail(PULSE_ERR_NOMEM, "trainers") : 0;
-    size_t need_all = c->n_tr, quorum = c->o->quorum ? c->o->quorum : c->n_tr;
+    int r = nodes ? 0 : pulse_fail(PULSE_ERR_NOMEM, "trainers");
     double deadline = now_s() + c->o->deadline_s, pause = 0.05;
-    int adopted = 0;
-    size_t listed = 0;
     while (!r) {
-        if ((r = find_result(c, want, &adopted)) || adopted)
+        if ((r = find_result(c, adopted)) || *adopted)
             break;
-        size_t n = 0;
+        size_t n = 0, listed = 0;
         if ((r = list_round(c, PULSE_RECORD_LOCO_SHARD, nodes, &n)))
             break;
-        listed = 0;
-        for (size_t i = 0; i < n; i++) {
-            trainer *t = find_trainer(c, nodes[i]);
-            t->listed = 1;
-        }
+        for (size_t i = 0; i < n; i++)
+            find_trainer(c, nodes[i])->listed = 1;
         for (size_t i = 0; i < c->n_tr; i++)
             listed += c->tr[i].listed;
-        if (listed >= need_all || now_s() >= deadline)
+        if (listed >= c->n_tr || now_s() >= deadline)
             break;
         sleep_s(pause);
         pause = pause * 2 > 1.0 ? 1.0 : pause * 2;
     }
-    if (!r && !adopted && listed < quorum)
-        r = pulse_fail(PULSE_ERR_NOTFOUND, "quorum not reached: %zu of %zu trainers published round %" PRIu64
-                       " by the deadline (%.1f s), %zu needed", listed, c->n_tr, c->st.round, c->o->deadline_s, quorum);
-    /* Validate: a member of an adopted list must pass (the other trainer accepted it); any other
-     * trainer with a record is included when it passes and excluded, loudly, when not. */
-    size_t included = 0;
+    free(nodes);
+    return r;
+}
+
+/* Sets the members: the adopted result's list (each must validate here and be the same record), or
+ * every trainer whose record is listed and whose shards pass (a failing one is excluded, loudly). */
+static int choose(round_ctx *c, int adopted)
+{
+    size_t quorum = c->o->quorum ? c->o->quorum : c->n_tr, listed = 0, included = 0;
+    for (size_t i = 0; i < c->n_tr; i++)
+        listed += c->tr[i].listed;
+    if (!adopted && listed < quorum)
+        return pulse_fail(PULSE_ERR_NOTFOUND, "quorum not reached: %zu of %zu trainers published round %" PRIu64
+                          " by the deadline (%.1f s), %zu needed", listed, c->n_tr, c->st.round, c->o->deadline_s,
+                          quorum);
+    int r = 0;
     for (size_t i = 0; !r && i < c->n_tr; i++) {
         trainer *t = &c->tr[i];
-        int candidate = adopted ? t->included : t->listed;
-        if (!candidate)
+        t->included = 0;
+        if (!(adopted ? t->in_result : t->listed))
             continue;
-        if (i == c->self) {
-            t->valid = 1;
-        } else {
-            int v = validate_trainer(c, t);
-            t->valid = v == 0;
-            if (v) {
+        if (!t->checked) {
+            t->checked = 1;
+            if (i == c->self) {
+                t->valid = 1;
+            } else if (validate_trainer(c, t) == 0) {
+                t->valid = 1;
+            } else {
                 say(c, 1, "trainer %.16s (%s) excluded: %s", t->hex, t->name, pulse_last_error());
                 c->rep->excluded++;
             }
         }
-        if (adopted && (!t->valid || memcmp(t->rec_digest, want[i], 32)))
+        if (adopted && (!t->valid || memcmp(t->rec_digest, t->want, 32)))
             r = pulse_fail(PULSE_ERR_MISMATCH, "the round's result includes trainer %.16s (%s), whose shard %s here",
                            t->hex, t->name, t->valid ? "record differs" : "fails validation");
         t->included = t->valid;
-        included += t->included;
+        included += (size_t)t->included;
     }
     if (!r && !adopted && included < quorum)
         r = pulse_fail(PULSE_ERR_NOTFOUND, "quorum not reached: %zu valid of %zu trainers, %zu needed", included,
                        c->n_tr, quorum);
     c->rep->adopted = adopted;
     c->rep->included = (unsigned)included;
-    free(want);
-    free(nodes);
+    return r;
+}
+
+static int wait_and_choose(round_ctx *c)
+{
+    int adopted = 0;
+    int r = wait_round(c, &adopted);
+    if (!r)
+        r = choose(c, adopted);
+    /* A trainer that finished meanwhile fixed the round's members: follow its list rather than
+     * publish a different result (the race of a straggler arriving mid-round). */
+    if (!r && !adopted && (r = find_result(c, &adopted)) == 0 && adopted) {
+        int differs = 0;
+        for (size_t i = 0; i < c->n_tr; i++)
+            differs |= c->tr[i].in_result != c->tr[i].included;
+        if (differs) {
+            say(c, 1, "another trainer's result has fixed a different member list meanwhile: following it");
+            r = choose(c, 1);
+        }
+    }
     return r;
 }
 
