@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pulse loco: PULSELoCo trainer rounds (init a trainer state, run a round through a store, show the state). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "node/kernels/kernels.h"
+#include "node/loco/loco_internal.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/loco.h"
 #include "tools/cli.h"
@@ -17,6 +20,7 @@ static void usage(FILE *f)
         "       pulse loco round --store URL --run R --key K --trust PUB|DIR [--trust ...] --state DIR\n"
         "                        --local CKPT [options]\n"
         "       pulse loco show --state DIR\n"
+        "       pulse loco bench [--params N] [--local-steps H] [--lr X] [--shard-elems N]\n"
         "\n"
         "PULSELoCo (docs/loco.md). init starts a trainer state from an F32 safetensors checkpoint\n"
         "(theta_0; error feedback and momentum zero; round 0). round takes CKPT = theta_local after\n"
@@ -54,6 +58,114 @@ static int parse_float(const char *s, double *out)
     return 0;
 }
 
+/* ---- bench: bytes per trainer, all-gather vs reduce-scatter ------------------------- */
+
+static uint64_t bench_rng;
+static double bench_uniform(void)
+{
+    bench_rng ^= bench_rng << 13;
+    bench_rng ^= bench_rng >> 7;
+    bench_rng ^= bench_rng << 17;
+    return (double)(bench_rng >> 11) * (1.0 / 9007199254740992.0);
+}
+static double bench_gauss(void)
+{
+    double u = bench_uniform(), v = bench_uniform();
+    return sqrt(-2.0 * log(u > 0 ? u : 1e-300)) * cos(6.283185307179586 * v);
+}
+
+/* One synthetic round per trainer count: the real gate on theta ~ N(0, 0.02) with H Adam-like steps
+ * (a drift shared by all trainers plus one of their own, unit-clipped, times lr), the real shard
+ * codec, and the reduced shards a reduce-scatter owner would publish (union of positions, sums in
+ * node order, same codec). Nothing goes through a store: the figures are the bytes each would move. */
+static int do_bench(uint64_t params, uint64_t steps, double lr, uint32_t cut)
+{
+    const pulse_kernels *kt = pulse_kernels_get();
+    size_t n = (size_t)params, nr = (n + cut - 1) / cut;
+    float *theta = malloc(n * 4), *delta = malloc((size_t)cut * 4), *e = malloc((size_t)cut * 4),
+          *acc = malloc((size_t)cut * 4), *val = malloc((size_t)cut * 4), *rval = malloc((size_t)cut * 4);
+    uint32_t *idx = malloc((size_t)cut * 4), *ridx = malloc((size_t)cut * 4);
+    uint8_t *mark = malloc(cut);
+    double *shared = malloc((size_t)cut * sizeof *shared);
+    if (!theta || !delta || !e || !acc || !val || !rval || !idx || !ridx || !mark || !shared)
+        return cli_fail("loco", PULSE_ERR_NOMEM, "bench");
+    bench_rng = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++)
+        theta[i] = (float)(0.02 * bench_gauss());
+    printf("params %zu, H %" PRIu64 ", lr %g, view bf16, shards of %u elements; bytes per trainer per round\n", n,
+           steps, lr, cut);
+    printf("%8s %10s %9s %12s %8s %14s %14s %8s %14s\n", "trainers", "entries", "dense%", "shard-bytes", "B/entry",
+           "allgather-down", "redscat-down", "ratio", "diloco-dense");
+    static const unsigned counts[] = { 2, 4, 8 };
+    for (size_t ci = 0; ci < 3; ci++) {
+        unsigned T = counts[ci];
+        uint64_t entries = 0, shard_bytes = 0, own_down = 0, reduced_bytes = 0;
+        for (size_t rg = 0; rg < nr; rg++) {
+            size_t off = rg * cut, len = n - off < cut ? n - off : cut;
+            unsigned owner = (unsigned)(rg % T);
+            uint64_t range_bytes = 0, owner_bytes = 0;
+            memset(acc, 0, len * 4);
+            memset(mark, 0, len);
+            bench_rng = 0x1234567ull + rg;
+            for (size_t i = 0; i < len; i++)
+                shared[i] = bench_uniform() - 0.5;
+            for (unsigned k = 0; k < T; k++) {
+                bench_rng = (0xabcdef12345ull + rg) * (k + 3);
+                for (size_t i = 0; i < len; i++) {
+                    double drift = shared[i] + bench_uniform() - 0.5, u = 0;
+                    for (uint64_t s = 0; s < steps; s++) {
+                        double x = drift + 0.5 * bench_gauss();
+                        u += x > 1 ? 1 : x < -1 ? -1 : x;
+                    }
+                    delta[i] = (float)(lr * u);
+                    e[i] = 0.0f;
+                }
+                size_t kk = kt->gate[PULSE_VIEW_BF16](theta + off, delta, e, len, idx, val);
+                uint8_t *obj = NULL;
+                size_t ol = 0;
+                int r = loco_shard_encode(PULSE_LOCO_VIEW_BF16, off, (uint32_t)len, idx, val, (uint32_t)kk, &obj, &ol);
+                free(obj);
+                if (r)
+                    return cli_fail("loco", r, "bench");
+                entries += kk;
+                range_bytes += ol;
+                if (k == owner)
+                    owner_bytes = ol;
+                kt->scatter_add_f32(acc, idx, kk, val);
+                for (size_t j = 0; j < kk; j++)
+                    mark[idx[j]] = 1;
+            }
+            shard_bytes += range_bytes;
+            /* the owner downloads the other trainers' shards of its range */
+            own_down += range_bytes - owner_bytes;
+            size_t rk = 0;
+            for (size_t i = 0; i < len; i++)
+                if (mark[i]) {
+                    ridx[rk] = (uint32_t)i;
+                    rval[rk++] = acc[i];
+                }
+            uint8_t *obj = NULL;
+            size_t ol = 0;
+            int r = loco_shard_encode(PULSE_LOCO_VIEW_BF16, off, (uint32_t)len, ridx, rval, (uint32_t)rk, &obj, &ol);
+            free(obj);
+            if (r)
+                return cli_fail("loco", r, "bench");
+            reduced_bytes += ol;
+        }
+        /* Per trainer, averaged: all-gather fetches the T-1 other trainers' shards; reduce-scatter
+         * fetches the others' shards of the ranges it owns (1/T of them) plus the reduced shards of
+         * the ranges the T-1 others own. */
+        double per = (double)shard_bytes / T, ag = per * (T - 1),
+               rs = (double)own_down / T + (double)reduced_bytes * (T - 1) / T;
+        printf("%8u %10.0f %9.3f %12.0f %8.2f %14.0f %14.0f %8.2f %14.0f\n", T, (double)entries / T,
+               100.0 * (double)entries / T / (double)n, per, entries ? (double)shard_bytes / (double)entries : 0.0, ag,
+               rs, ag / rs, 4.0 * (double)n * (T - 1));
+    }
+    free(theta); free(delta); free(e); free(acc); free(val); free(rval); free(idx); free(ridx); free(mark);
+    free(shared);
+    return cli_finish_stdout("loco");
+}
+
 static int do_show(const char *dir)
 {
     uint64_t round = 0;
@@ -76,8 +188,8 @@ int cmd_loco(int argc, char **argv)
         return cli_finish_stdout("loco");
     }
     const char *sub = argv[1];
-    if (strcmp(sub, "init") && strcmp(sub, "round") && strcmp(sub, "show"))
-        return cli_usage_error("loco", "unknown subcommand '%s' (init, round or show)", sub);
+    if (strcmp(sub, "init") && strcmp(sub, "round") && strcmp(sub, "show") && strcmp(sub, "bench"))
+        return cli_usage_error("loco", "unknown subcommand '%s' (init, round, show or bench)", sub);
     pulse_loco_round_opts o;
     pulse_loco_round_default_opts(&o);
     const char **trust = calloc((size_t)argc, sizeof *trust);
@@ -85,7 +197,8 @@ int cmd_loco(int argc, char **argv)
         return cli_fail("loco", PULSE_ERR_NOMEM, "arguments");
     const char *from = NULL;
     int view = -1;
-    uint64_t steps = 0;
+    uint64_t steps = 0, params = 4u << 20;
+    double bench_lr = 1e-6;
     int rc = 0;
     for (int i = 2; i < argc && !rc; i++) {
         const char *a = argv[i];
@@ -127,6 +240,14 @@ int cmd_loco(int argc, char **argv)
             if (cli_parse_u64(val, &v) || v < 1 || v > 1000000)
                 rc = cli_usage_error("loco", "--local-steps wants a number from 1 to 1000000");
             steps = v;
+        } else if (!strcmp(a, "--params")) {
+            if (cli_parse_u64(val, &v) || v < 1 || v > (1ull << 32))
+                rc = cli_usage_error("loco", "--params wants a number from 1 to 4G");
+            params = v;
+        } else if (!strcmp(a, "--lr")) {
+            if (parse_float(val, &d) || d <= 0 || d > 1)
+                rc = cli_usage_error("loco", "--lr wants a number in (0, 1]");
+            bench_lr = d;
         } else if (!strcmp(a, "--shard-elems")) {
             if (cli_parse_u64(val, &v) || v < 1 || v > (1u << 24))
                 rc = cli_usage_error("loco", "--shard-elems wants a number from 1 to 16M");
@@ -142,6 +263,10 @@ int cmd_loco(int argc, char **argv)
     o.trust_paths = trust;
     if (rc)
         goto out;
+    if (!strcmp(sub, "bench")) {
+        rc = do_bench(params, steps ? steps : 8, bench_lr, o.shard_elems ? o.shard_elems : LOCO_SHARD_ELEMS);
+        goto out;
+    }
     if (!strcmp(sub, "show")) {
         rc = o.state_dir ? do_show(o.state_dir) : cli_usage_error("loco", "show needs --state");
         goto out;
