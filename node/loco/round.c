@@ -397,8 +397,8 @@ static int validate_trainer(round_ctx *c, trainer *t)
                                                t->shards[i].k, &bad);
         if (g != PULSE_GATE_OK) {
             static const char *const why[] = { "ok", "positions not ascending", "position out of range",
-                                               "a value that is not finite", "an entry that does not pass the gate "
-                                               "(padded or byzantine)" };
+                                               "a value that is not finite",
+                                               ("an entry that does not pass the gate (padded or byzantine)") };
             r = pulse_fail(PULSE_ERR_FORMAT, "tensor %s element %" PRIu64 ": %s", o->tensor,
                            o->range_offset + t->shards[i].idx[bad], why[-g]);
         }
