@@ -42,12 +42,16 @@ void pulse_clear_error(void)
     last_error[0] = '\0';
 }
 
+/* Formats into a scratch buffer first: callers may pass pulse_last_error() itself as an
+ * argument to prefix context ("step 4: %s"), and vsnprintf must not write what it reads. */
 static int vfail(int err, int with_errno, const char *fmt, va_list ap)
 {
     int saved = errno;
-    int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
-    if (with_errno && n >= 0 && (size_t)n < sizeof last_error)
-        snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", strerror(saved));
+    char buf[sizeof last_error];
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    if (with_errno && n >= 0 && (size_t)n < sizeof buf)
+        snprintf(buf + n, sizeof buf - (size_t)n, ": %s", strerror(saved));
+    memcpy(last_error, buf, sizeof buf);
     errno = saved;
     return err;
 }

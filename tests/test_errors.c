@@ -27,5 +27,9 @@ int main(void)
     CHECK(strcmp(pulse_last_error(), "") == 0);
     CHECK_EQ_INT(pulse_fail(PULSE_ERR_FORMAT, "tensor %s: offset %d", "w", 7), PULSE_ERR_FORMAT);
     CHECK(strcmp(pulse_last_error(), "tensor w: offset 7") == 0);
+    /* The detail can be prefixed with context by passing it back in. */
+    pulse_fail(PULSE_ERR_CORRUPT, "object %s: digest mismatch", "objects/ab");
+    pulse_fail(PULSE_ERR_CORRUPT, "step %d: %s", 4, pulse_last_error());
+    CHECK(strcmp(pulse_last_error(), "step 4: object objects/ab: digest mismatch") == 0);
     return check_done("errors");
 }
