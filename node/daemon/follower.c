@@ -147,7 +147,15 @@ static int poll_heads(node_follower *n)
             need = 1;
             continue;
         }
-        if (step <= held)
+        if (step < held) {
+            /* A head moved back (a restored bucket, a replay): verified records decide, so
+             * this changes nothing; it is worth a line for the operator. */
+            char hs[24];
+            u64s(hs, sizeof hs, held);
+            node_log("head-stale", "head", key, "step", steps, "held", hs, NULL);
+            continue;
+        }
+        if (step == held)
             continue;
         if (step > held + 1) {
             need = 1;

@@ -40,6 +40,14 @@ http=$(cat <&3)
 exec 3<&-
 grep -q '^HTTP/1.0 200' <<<"$http" || fail "metrics HTTP: $http"
 grep -q '^pulse_held_step 6' <<<"$http" || fail "metrics HTTP body: $http"
+# A head moved back to step 2 (a replayed or restored head) rolls nothing back.
+tnode=$(sed -n 's/^pulse-ed25519-public-v1 \([0-9a-f]*\).*/\1/p' trainer.pub)
+printf 'records/sync-patch/%012d/%s\n' 2 "$tnode" >stale-head.txt
+P store put "$store/r/heads/sync/$tnode" stale-head.txt >/dev/null
+stale_seen() { grep -q '"event":"head-stale".*"step":"000000000002","held":"6"' f2.log; }
+wait_until 60 stale_seen || fail "stale head not noticed: $(tail -3 f2.log)"
+held_is 6 || fail "a stale head moved the follower: $(cat f2.prom)"
+cmp -s "$(ckpt 6)" f2/w.safetensors || fail "a stale head changed the weights"
 kill -TERM "$bg"
 rc=0
 wait "$bg" || rc=$?
@@ -47,7 +55,7 @@ bg=""
 [ "$rc" = 0 ] || fail "SIGTERM: exit $rc: $(tail -3 f2.log)"
 grep -q '"event":"stopped"' f2.log || fail "no stopped event"
 cmp -s "$(ckpt 6)" f2/w.safetensors || fail "running follower's weights differ from step 6"
-ok "running follower applied steps published while it ran; SIGTERM exits 0"
+ok "running follower applied steps published while it ran; a stale head rolled nothing back; SIGTERM exits 0"
 
 # The hook: once per applied step except the failing one, with the step's state id.
 declare -a hash
