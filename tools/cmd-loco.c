@@ -183,7 +183,7 @@ int cmd_loco(int argc, char **argv)
 {
     if (argc < 2 || cli_wants_help(argc, argv)) {
         if (argc < 2)
-            return cli_usage_error("loco", "needs init, round or show");
+            return cli_usage_error("loco", "needs init, round, show or bench");
         usage(stdout);
         return cli_finish_stdout("loco");
     }
