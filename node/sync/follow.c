@@ -282,11 +282,24 @@ static void journal_verdict(pulse_follower *f, const char *rel, const uint8_t *b
     pulse_fail(0, "%s", saved);
 }
 
-static void refused(pulse_follower *f, const char *rel, const uint8_t *bytes, size_t len)
+/* Errors that say something about the record or its objects. Anything else (network, server,
+ * local I/O, an interrupted transfer, memory) is not a verdict: the record is tried again later. */
+static int is_verdict(int r)
 {
-    f->c.verify_failures++;
+    return r == PULSE_ERR_FORMAT || r == PULSE_ERR_AUTH || r == PULSE_ERR_CORRUPT || r == PULSE_ERR_MISMATCH ||
+           r == PULSE_ERR_LIMIT || r == PULSE_ERR_UNSUPPORTED;
+}
+
+static void refused(pulse_follower *f, int r, const char *rel, const uint8_t *bytes, size_t len)
+{
     char why[512];
     snprintf(why, sizeof why, "%s", pulse_last_error());
+    if (!is_verdict(r)) {
+        if (f->log)
+            node_log("fetch-failed", "record", rel, "reason", why, NULL);
+        return;
+    }
+    f->c.verify_failures++;
     journal_verdict(f, rel, bytes, len, PULSE_VERDICT_REFUSED, why);
     if (f->log)
         node_log("refused", "record", rel, "reason", why, NULL);
@@ -306,7 +319,7 @@ static int get_listed(pulse_follower *f, listed *e)
         r = fail_step(r, e->step, e->rel);
         e->err = r;
         snprintf(e->why, sizeof e->why, "%s", pulse_last_error());
-        refused(f, e->rel, e->bytes, e->len);
+        refused(f, r, e->rel, e->bytes, e->len);
         return r;
     }
     e->ok = 1;
@@ -518,7 +531,7 @@ static int apply_listed(pulse_follower *f, const char *rel, const pulse_record *
     f->c.bytes_fetched += total - moved;
     if (r && !f->stopped) {
         r = fail_step(r, rec->step, rel);
-        refused(f, rel, bytes, len);
+        refused(f, r, rel, bytes, len);
     }
     return r;
 }
@@ -608,7 +621,7 @@ int follower_try_next(pulse_follower *f, const char *rel, int *applied)
         return 0;
     }
     if (r) {
-        refused(f, rel, bytes, len);
+        refused(f, r, rel, bytes, len);
         pulse_store_free(bytes);
         return r;
     }
@@ -724,7 +737,7 @@ PULSE_API int pulse_follower_pull(pulse_follower *f, size_t *applied, pulse_sync
             listed *e = &l.v[broken];
             pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold (step %" PRIu64 ")", f->step);
             r = fail_step(PULSE_ERR_MISMATCH, e->step, e->rel);
-            refused(f, e->rel, e->bytes, e->len);
+            refused(f, r, e->rel, e->bytes, e->len);
         }
     } else if (!r && !f->have) {
         r = pulse_fail(PULSE_ERR_NOTFOUND, "run %s has no keyframe from a trusted key to start from", f->run);
