@@ -14,6 +14,22 @@ if { "$PULSE_BIN" node --help 2>&1 || true; } | grep -qi "not built"; then
 fi
 
 store="s3://$bucket/$prefix"
+
+# start_proxy as in lib.sh, but alive for 900 s: on a loaded machine a node test can outlast lib.sh's
+# 300 s, and followers must not lose their proxy before the test ends.
+start_proxy() {
+  : >"$work/rules"
+  python3 "$s3_dir/faultproxy.py" --upstream "$rgw_endpoint" --control "$work/rules" \
+    --port-file "$work/proxy.port" --log "$work/proxy.log" --time-limit 900 &
+  proxy_pid=$!
+  for _ in $(seq 1 600); do
+    [ -s "$work/proxy.port" ] && break
+    kill -0 "$proxy_pid" 2>/dev/null || fail "fault proxy exited at start"
+    sleep 0.05
+  done
+  [ -s "$work/proxy.port" ] || fail "fault proxy did not start"
+  proxy_url="http://127.0.0.1:$(cat "$work/proxy.port")"
+}
 run=r1
 bg_pids=()          # every background node, killed by node_cleanup
 declare -A node_pid # name -> pid of the running node of that name
@@ -118,11 +134,13 @@ published() {
 same_as() { cmp -s "$(ckpt "$1")" "$2"; }
 
 # applied_steps STATE_DIR: "STEP COUNT" per step in the follower's index (table `applied`), read with
-# python's sqlite3 read-only, not through pulse.
+# python's sqlite3, not through pulse. It reads a copy (with its -wal), made after the node stopped:
+# a read-only open of a WAL database whose -shm needs rebuilding can wait forever.
 applied_steps() {
-  python3 - "$1/index.db" "$run" <<'EOF'
+  rm -rf "$work/dbcopy" && mkdir "$work/dbcopy" && cp "$1"/index.db* "$work/dbcopy/" || return 1
+  timeout 30 python3 - "$work/dbcopy/index.db" "$run" <<'EOF'
 import sqlite3, sys
-db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True, timeout=10)
+db = sqlite3.connect(sys.argv[1], timeout=10)
 for step, n in db.execute("SELECT step, count(*) FROM applied WHERE run = ? GROUP BY step ORDER BY step",
                           (sys.argv[2],)):
     print(step, n)
