@@ -12,6 +12,7 @@
 #include "crypto/sha256.h"
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
+#include "node/parallel.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/record.h"
@@ -109,66 +110,112 @@ static int append_shard(trainer *t, const loco_shard *s)
     return 0;
 }
 
-/* a = (theta_r - theta_local) + e per range; e_new (the open file) is updated in place. */
-static int gate_own(round_ctx *c)
+/* One range of the gate, done on a worker thread: its e_new slice, shard and encoded object. */
+typedef struct gate_job {
+    loco_shard s;
+    uint8_t *obj;
+    size_t obj_len;
+} gate_job;
+
+typedef struct gate_ctx {
+    round_ctx *c;
+    gate_job *jobs;
+} gate_ctx;
+
+static int gate_range(void *ctx, size_t i)
 {
-    trainer *me = &c->tr[c->self];
-    size_t nt = pulse_ckpt_count(c->st.theta);
-    const uint64_t cut = c->o->shard_elems ? c->o->shard_elems : LOCO_SHARD_ELEMS;
-    float *delta = malloc((size_t)cut * 4);
-    uint32_t *idx = malloc((size_t)cut * 4);
-    float *val = malloc((size_t)cut * 4);
+    gate_ctx *g = ctx;
+    round_ctx *c = g->c;
+    gate_job *j = &g->jobs[i];
+    const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, j->s.tensor), *lo = pulse_ckpt_tensor(c->local, j->s.tensor),
+                       *e = pulse_ckpt_tensor(c->e_new, j->s.tensor);
+    size_t len = (size_t)j->s.len;
+    float *delta = malloc(len * 4), *val = malloc(len * 4);
+    uint32_t *idx = malloc(len * 4);
     int r = (!delta || !idx || !val) ? pulse_fail(PULSE_ERR_NOMEM, "gate buffers") : 0;
-    for (size_t t = 0; !r && t < nt; t++) {
-        const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, t), *lo = pulse_ckpt_tensor(c->local, t),
-                           *e = pulse_ckpt_tensor(c->e_new, t);
-        c->rep->params += th->nelems;
-        for (uint64_t off = 0; !r && off < th->nelems; off += cut) {
-            size_t len = (size_t)(th->nelems - off < cut ? th->nelems - off : cut);
-            const float *theta = (const float *)(const void *)th->data + off;
-            float *ev = (float *)(void *)e->data + off;
-            loco_delta(theta, (const float *)(const void *)lo->data + off, delta, len);
-            size_t k = c->kt->gate[c->st.view](theta, delta, ev, len, idx, val);
-            size_t bad = 0;
-            int g = c->kt->gate_check[c->st.view](theta, len, idx, val, k, &bad);
-            if (g != PULSE_GATE_OK) {
-                r = pulse_fail(PULSE_ERR_INVALID, "tensor %s element %" PRIu64 ": this trainer's own update is %s",
-                               th->name, off + (k ? idx[bad] : 0),
-                               g == PULSE_GATE_NOT_FINITE ? "not finite (NaN or Inf in theta_local?)" : "malformed");
-                break;
-            }
-            if (k == 0)
-                continue;
-            loco_shard s = { .tensor = t, .start = off, .len = len, .k = (uint32_t)k };
-            s.idx = malloc(k * 4);
-            s.val = malloc(k * 4);
-            if (!s.idx || !s.val) {
-                loco_shard_free(&s);
+    if (!r) {
+        const float *theta = (const float *)(const void *)th->data + j->s.start;
+        loco_delta(theta, (const float *)(const void *)lo->data + j->s.start, delta, len);
+        size_t k = c->kt->gate[c->st.view](theta, delta, (float *)(void *)e->data + j->s.start, len, idx, val);
+        size_t bad = 0;
+        int gc = c->kt->gate_check[c->st.view](theta, len, idx, val, k, &bad);
+        if (gc != PULSE_GATE_OK)
+            r = pulse_fail(PULSE_ERR_INVALID, "tensor %s element %" PRIu64 ": this trainer's own update is %s",
+                           th->name, j->s.start + (k ? idx[bad] : 0),
+                           gc == PULSE_GATE_NOT_FINITE ? "not finite (NaN or Inf in theta_local?)" : "malformed");
+        if (!r && k) {
+            j->s.k = (uint32_t)k;
+            j->s.idx = malloc(k * 4);
+            j->s.val = malloc(k * 4);
+            if (!j->s.idx || !j->s.val) {
                 r = pulse_fail(PULSE_ERR_NOMEM, "shard");
-                break;
+            } else {
+                memcpy(j->s.idx, idx, k * 4);
+                memcpy(j->s.val, val, k * 4);
+                r = loco_shard_encode(c->st.view, j->s.start, (uint32_t)len, idx, val, (uint32_t)k, &j->obj, &j->obj_len);
             }
-            memcpy(s.idx, idx, k * 4);
-            memcpy(s.val, val, k * 4);
-            if ((r = append_shard(me, &s)))
-                loco_shard_free(&s);
-            me->entries += k;
         }
     }
-    /* A record names at least one object: with nothing to send, an empty shard of the first range. */
-    for (size_t t = 0; !r && me->n_shards == 0 && t < nt; t++) {
-        const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, t);
-        if (th->nelems == 0)
-            continue;
-        loco_shard s = { .tensor = t, .start = 0, .len = th->nelems < cut ? th->nelems : cut };
-        r = append_shard(me, &s);
-    }
-    if (!r && me->n_shards == 0)
-        r = pulse_fail(PULSE_ERR_INVALID, "theta_r has no elements");
     free(delta);
     free(idx);
     free(val);
+    return r;
+}
+
+/* a = (theta_r - theta_local) + e per range (ranges on all threads); e_new (the open file) is
+ * updated in place; the non-empty ranges become this trainer's shards, in tensor and range order. */
+static int gate_own(round_ctx *c, gate_job **jobs_out, size_t *n_jobs)
+{
+    trainer *me = &c->tr[c->self];
+    size_t nt = pulse_ckpt_count(c->st.theta), nj = 0;
+    const uint64_t cut = c->o->shard_elems ? c->o->shard_elems : LOCO_SHARD_ELEMS;
+    for (size_t t = 0; t < nt; t++) {
+        uint64_t ne = pulse_ckpt_tensor(c->st.theta, t)->nelems;
+        c->rep->params += ne;
+        nj += (size_t)((ne + cut - 1) / cut);
+    }
+    if (nj == 0)
+        return pulse_fail(PULSE_ERR_INVALID, "theta_r has no elements");
+    gate_job *jobs = calloc(nj, sizeof *jobs);
+    if (!jobs)
+        return pulse_fail(PULSE_ERR_NOMEM, "%zu gate ranges", nj);
+    *jobs_out = jobs;
+    *n_jobs = nj;
+    size_t j = 0;
+    for (size_t t = 0; t < nt; t++) {
+        uint64_t ne = pulse_ckpt_tensor(c->st.theta, t)->nelems;
+        for (uint64_t off = 0; off < ne; off += cut)
+            jobs[j++].s = (loco_shard){ .tensor = t, .start = off, .len = ne - off < cut ? ne - off : cut };
+    }
+    gate_ctx g = { c, jobs };
+    int r = pulse_parallel_for(nj, c->o->threads, gate_range, &g);
+    /* A record names at least one object: with nothing to send, an empty shard of the first range. */
+    size_t sent_ranges = 0;
+    for (size_t i = 0; i < nj; i++)
+        sent_ranges += jobs[i].s.k > 0;
+    if (!r && sent_ranges == 0)
+        r = loco_shard_encode(c->st.view, jobs[0].s.start, (uint32_t)jobs[0].s.len, NULL, NULL, 0, &jobs[0].obj,
+                              &jobs[0].obj_len);
+    for (size_t i = 0; !r && i < nj; i++) {
+        if (!jobs[i].obj)
+            continue;
+        if ((r = append_shard(me, &jobs[i].s)) == 0) {
+            me->entries += jobs[i].s.k;
+            jobs[i].s.idx = NULL;   /* now owned by me->shards */
+            jobs[i].s.val = NULL;
+        }
+    }
     c->rep->sent = me->entries;
     return r;
+}
+
+static void gate_jobs_free(gate_job *jobs, size_t n)
+{
+    for (size_t i = 0; jobs && i < n; i++) {
+        loco_shard_free(&jobs[i].s);
+        free(jobs[i].obj);
+    }
+    free(jobs);
 }
 
 /* ---- publish ------------------------------------------------------------------------ */
@@ -219,7 +266,7 @@ static int put_record(round_ctx *c, pulse_record *rec, uint8_t **bytes, size_t *
     return r;
 }
 
-static int publish_own(round_ctx *c)
+static int publish_own(round_ctx *c, const gate_job *jobs, size_t nj)
 {
     trainer *me = &c->tr[c->self];
     sync_blob *blobs = calloc(me->n_shards, sizeof *blobs);
@@ -227,22 +274,21 @@ static int publish_own(round_ctx *c)
     int r = pulse_record_init(&rec, PULSE_RECORD_LOCO_SHARD, c->o->run, c->st.round);
     if (!blobs && !r)
         r = pulse_fail(PULSE_ERR_NOMEM, "shard objects");
-    for (size_t i = 0; !r && i < me->n_shards; i++) {
-        loco_shard *s = &me->shards[i];
-        uint8_t *obj = NULL;
-        size_t n = 0;
-        r = loco_shard_encode(c->st.view, s->start, (uint32_t)s->len, s->idx, s->val, s->k, &obj, &n);
-        if (r)
-            break;
-        blobs[i].data = obj;
-        blobs[i].len = n;
-        pulse_sha256(obj, n, blobs[i].digest);
-        me->shard_bytes += n;
-        r = pulse_record_add_object(&rec, blobs[i].digest, n, LOCO_SHARD_ROLE,
+    size_t b = 0;
+    for (size_t i = 0; !r && i < nj; i++) {
+        if (!jobs[i].obj)
+            continue;
+        const loco_shard *s = &me->shards[b];
+        blobs[b].data = jobs[i].obj;
+        blobs[b].len = jobs[i].obj_len;
+        pulse_sha256(jobs[i].obj, jobs[i].obj_len, blobs[b].digest);
+        me->shard_bytes += jobs[i].obj_len;
+        r = pulse_record_add_object(&rec, blobs[b].digest, jobs[i].obj_len, LOCO_SHARD_ROLE,
                                     pulse_ckpt_tensor(c->st.theta, s->tensor)->name, s->start, s->len);
+        b++;
     }
     if (!r)
-        r = sync_put_objects(c->store, c->o->run, blobs, me->n_shards, &c->rep->uploaded);
+        r = sync_put_objects(c->store, c->o->run, blobs, b, &c->rep->uploaded);
     if (!r) {
         memcpy(rec.base, c->st.view_id, 32);
         rec.time = (uint64_t)time(NULL);
@@ -253,10 +299,8 @@ static int publish_own(round_ctx *c)
     }
     if (!r) {
         pulse_sha256(c->own_rec, c->own_rec_len, me->rec_digest);
-        me->listed = me->valid = 1;
+        me->listed = 1;
     }
-    for (size_t i = 0; blobs && i < me->n_shards; i++)
-        free((void *)blobs[i].data);
     free(blobs);
     pulse_record_clear(&rec);
     c->rep->shard_bytes = me->shard_bytes;
@@ -833,11 +877,14 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
         !(o->deadline_s >= 0) || !(o->outer_lr == o->outer_lr) || !(o->momentum == o->momentum))
         return pulse_fail(PULSE_ERR_INVALID, "loco round needs store, run, key, state and local checkpoint");
     round_ctx c = { .o = o, .rep = rep, .kt = pulse_kernels_get() };
+    gate_job *jobs = NULL;
+    size_t nj = 0;
     int r = setup(&c);
     if (!r)
-        r = gate_own(&c);
+        r = gate_own(&c, &jobs, &nj);
     if (!r)
-        r = publish_own(&c);
+        r = publish_own(&c, jobs, nj);
+    gate_jobs_free(jobs, nj);
     if (!r)
         say(&c, 0, "published %" PRIu64 " entries of %" PRIu64 " (%" PRIu64 " bytes)", rep->sent, rep->params,
             rep->shard_bytes);
