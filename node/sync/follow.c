@@ -459,6 +459,9 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     if (!r)
         r = pulse_patch_open(&abs, jpath);
     if (r) {
+        /* The weights are untouched; if they were not the base after all (changed behind
+         * this node's back), the next pull hashes them again rather than trusting memory. */
+        f->known = 0;
         pulse_patch_close(&abs);
         return r;
     }
