@@ -59,6 +59,9 @@ int main(int argc, char **argv)
             return die(key, rc);
         pulse_store_free(data);
         puts(rel);
+        loco_state_close(&s);
+        pulse_store_close(&st);
+        pulse_key_free(&k);
         return 0;
     }
     const pulse_tensor *t = pulse_ckpt_tensor(s.theta, 0);

@@ -127,9 +127,11 @@ bad_round() {
   prepare $r "1 2"
   "$forge" "$store" loco t3.key s1 "$@" >/dev/null
   run $r "1 2" --deadline 60 --quorum 2
+  # The first to finish excludes t3 itself; a slower one may instead adopt that result's member
+  # list (t3 not in it) without reading t3's shard at all: both end with t1 and t2 only.
+  grep -q "excluded: .*$want" "err1-$r" "err2-$r" || fail "round $r: t3 not excluded ($want): $(cat "err1-$r" "err2-$r")"
   for k in 1 2; do
-    grep -q "excluded: .*$want" "err$k-$r" || fail "round $r: t$k did not exclude t3 ($want): $(cat "err$k-$r")"
-    grep -q "2 of 3 trainers included, 1 excluded" "out$k-$r" || fail "round $r: $(cat "out$k-$r")"
+    grep -q "2 of 3 trainers included" "out$k-$r" || fail "round $r: $(cat "out$k-$r")"
   done
   same $r "1 2"
   [ $r != 6 ] || verify $r "1 2" "1 2"
