@@ -34,10 +34,15 @@ while read -r pct; do
 done < <(sed -n 's/^step 00000[1-3]: *\([0-9.]*\)% of BF16 values changed.*/\1/p' "$tmp/a.log")
 [ "$n" -eq 3 ] || fail "expected 3 per-step change lines, got $n"
 
-# The demo: every step replayed bit for bit.
-"$PULSE_BIN" demo --params 1M --steps 2 --dir "$tmp/demo" > "$tmp/demo.log" || fail "demo exited non-zero"
-[ "$(grep -c 'bit-identical: yes' "$tmp/demo.log")" -eq 2 ] || fail "demo: not every step bit-identical"
-[ -s "$tmp/demo/step-000002.patch" ] || fail "demo --dir did not keep its patches"
+# The demo: a trainer node and two follower nodes (child processes) on a file:// store; every step
+# (the keyframe 0, then 1 and 2) reaches both followers bit for bit, and the store holds the records.
+"$PULSE_BIN" demo --params 1M --steps 2 --dir "$tmp/demo" > "$tmp/demo.log" || fail "demo exited non-zero: $(cat "$tmp/demo.log")"
+[ "$(grep -c 'bit-identical: yes' "$tmp/demo.log")" -eq 3 ] || fail "demo: not every step bit-identical"
+grep -q "^every follower's state id equals the trainer's (.*): yes$" "$tmp/demo.log" || fail "demo: no final state id match"
+compgen -G "$tmp/demo/store/demo/records/sync-patch/000000000002/*" > /dev/null || fail "demo: no record of step 2 in the store"
+cmp -s "$tmp/demo/follower2.safetensors" "$tmp/demo/watch/step-000002.safetensors" || fail "demo: follower2 differs"
+if pgrep -f "pulse node .*$tmp/demo" > /dev/null; then fail "demo left a node running"; fi
+if "$PULSE_BIN" demo --followers 0 2> "$tmp/err"; then fail "demo --followers 0 accepted"; fi
 
 # Usage errors: one line naming the problem (plus the hint), non-zero exit, nothing written.
 if "$PULSE_BIN" synth --steps 2 2> "$tmp/err"; then fail "synth without --out succeeded"; fi
