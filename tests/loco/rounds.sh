@@ -5,20 +5,32 @@
 # error feedback (sent + e_new == a) and the plain mean; momentum rounds stay identical; a late
 # trainer folds its whole a back into e; bad shards from trusted keys exclude their trainer.
 #
-# usage: rounds.sh LOCO_FORGE LOCOGEN_PY
+# usage: rounds.sh file|s3 LOCO_FORGE LOCOGEN_PY   (s3: the test RGW named by PULSE_RGW_ENV, else skip)
 set -euo pipefail
-forge=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-gen=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+mode=${1:?usage: rounds.sh file|s3 LOCO_FORGE LOCOGEN_PY}
+forge=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+gen=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 : "${PULSE_BIN:?PULSE_BIN must name the pulse binary (meson test sets it)}"
-work=$(mktemp -d "${TMPDIR:-/tmp}/pulse-loco.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+if [ "$mode" = s3 ]; then
+  if [ -z "${PULSE_RGW_ENV:-}" ] || [ ! -f "${PULSE_RGW_ENV:-}" ]; then
+    echo "SKIP: PULSE_RGW_ENV is not set to an RGW env file (scripts/test.sh starts one; docs/testing-s3.md)"
+    exit 77
+  fi
+  # shellcheck source=../s3/lib.sh
+  . "$here/../s3/lib.sh"   # work, prefix, bucket, fail, ok, cleanup trap
+  store="s3://$bucket/$prefix"
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/pulse-loco.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  fail() { echo "FAIL: $*" >&2; exit 1; }
+  ok() { echo "ok   $*"; }
+  store="file://$work/store"
+fi
 cd "$work"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-ok() { echo "ok   $*"; }
 P() { timeout 120 "$PULSE_BIN" "$@"; }
 py=$(python3 -c 'import sys; print(sys.executable)')   # once: a pyenv shim costs seconds per call
 G() { "$py" "$gen" "$@"; }
-store="file://$work/store"
 LR=1e-6 H=8
 
 mkdir trust
@@ -56,10 +68,13 @@ run() {
   local r=$1 who=$2 k pids=() rc=0
   shift 2
   for k in $who; do
+    # t3 runs the scalar reference kernels (PULSE_CPU_MASK), t1 and t2 the best ISA: same bits.
+    if [ "$k" = 3 ]; then export PULSE_CPU_MASK=ffffffff; else unset PULSE_CPU_MASK; fi
     P loco round --store "$store" --run loco --key "t$k.key" --trust trust --state "s$k" \
       --local "l$k-$r.safetensors" --shard-elems 3000 --local-steps $H "$@" >"out$k-$r" 2>"err$k-$r" &
     pids+=($!)
   done
+  unset PULSE_CPU_MASK
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   if [ $rc != 0 ]; then cat err*-"$r" >&2; fail "round $r failed"; fi
   for k in $who; do echo "  t$k: $(cat "out$k-$r")"; done
