@@ -22,10 +22,12 @@ static int die(const char *what, int rc)
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fputs("usage: loco_forge STORE-URL RUN KEY.key STATE-DIR invisible|nan|replay [SRC-ROUND]\n"
+        fputs("usage: loco_forge STORE-URL RUN KEY.key STATE-DIR invisible|nan|replay|result [SRC-ROUND]\n"
               "  signs with KEY a loco-shard record for STATE-DIR's round (theta_r and its view id from there):\n"
               "  invisible: one good entry and one the BF16 gate keeps back; nan: a NaN value;\n"
-              "  replay: KEY's own record of SRC-ROUND copied byte for byte under this round's key.\n", stderr);
+              "  replay: KEY's own record of SRC-ROUND copied byte for byte under this round's key;\n"
+              "  result: a loco-result record for the round with another result state (members unreadable).\n",
+              stderr);
         return 2;
     }
     const char *url = argv[1], *run = argv[2], *mode = argv[5];
@@ -59,6 +61,32 @@ int main(int argc, char **argv)
             return die(key, rc);
         pulse_store_free(data);
         puts(rel);
+        loco_state_close(&s);
+        pulse_store_close(&st);
+        pulse_key_free(&k);
+        return 0;
+    }
+    if (!strcmp(mode, "result")) {
+        static const char junk[] = "not a members object";
+        sync_blob jb = { .data = junk, .len = sizeof junk };
+        pulse_sha256(junk, sizeof junk, jb.digest);
+        uint64_t moved = 0;
+        pulse_record r;
+        uint8_t *bytes = NULL;
+        size_t blen = 0;
+        if ((rc = sync_put_objects(st, run, &jb, 1, &moved)) ||
+            (rc = pulse_record_init(&r, PULSE_RECORD_LOCO_RESULT, run, s.round)))
+            return die("object", rc);
+        memcpy(r.base, s.view_id, 32);
+        memset(r.result, 0x5a, 32);
+        r.time = (uint64_t)time(NULL);
+        if ((rc = pulse_record_add_object(&r, jb.digest, sizeof junk, "loco-members", NULL, 0, 0)) ||
+            (rc = pulse_record_sign(&r, k, &bytes, &blen)) || (rc = pulse_record_key(&r, rel, sizeof rel)) ||
+            (rc = sync_run_key(run, rel, key)) || (rc = pulse_store_put(st, key, bytes, blen, PULSE_PUT_IF_ABSENT)))
+            return die("result", rc);
+        puts(rel);
+        free(bytes);
+        pulse_record_clear(&r);
         loco_state_close(&s);
         pulse_store_close(&st);
         pulse_key_free(&k);

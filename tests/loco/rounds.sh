@@ -163,5 +163,23 @@ bad_round 8 "replayed" replay 4
 ok "round 8: replayed round-4 record refused; untrusted writer ignored"
 grep -q mallory err1-8 && fail "an untrusted record was read"
 
+# Round 9: t3's trusted key publishes a result with another theta_10. t1 and t2 (t3 has no shard:
+# they go on at the 1 s deadline with a quorum of 2) agree with each other, but each reports the
+# mismatch loudly and exits 1.
+prepare 9 "1 2"
+"$forge" "$store" loco t3.key s1 result >/dev/null
+for k in 1 2; do
+  P loco round --store "$store" --run loco --key "t$k.key" --trust trust --state "s$k" --local "l$k-9.safetensors" \
+    --deadline 1 --quorum 2 >"out$k-9" 2>"err$k-9" &
+done
+rc1=0; rc2=0
+wait %1 || rc1=$?
+wait %2 || rc2=$?
+[ $rc1 = 1 ] && [ $rc2 = 1 ] || fail "round 9: a differing result must fail the verb (exit $rc1, $rc2)"
+grep -q "MISMATCH: trainer .*(t3) reports a different theta" err1-9 || fail "round 9: $(cat err1-9)"
+grep -q "result mismatch" err2-9 || fail "round 9: $(cat err2-9)"
+same 9 "1 2"
+ok "round 9: a differing result by a trusted trainer is reported (MISMATCH, exit 1)"
+
 echo "bytes per round (trainer t1): $(sed -n 's/.*entries (\([^)]*\)).* shard bytes (\([^,]*\),.*/\1, \2/p' out1-2)"
 ok "all rounds"
