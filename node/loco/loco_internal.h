@@ -64,7 +64,8 @@ int loco_same_layout(const pulse_ckpt *a, const pulse_ckpt *b, const char *what)
 /* delta[i] = theta[i] - local[i]. */
 void loco_delta(const float *theta, const float *local, float *delta, size_t n);
 /* The outer step on n elements given the sum of the included sparse a (acc) and their count:
- * g = acc / count; m = mu*m + g; u = nesterov ? g + mu*m : m; theta_out = theta - lr*u. */
+ * g = acc / count; m = mu*m + g; u = nesterov ? g + mu*m : m; theta_out = theta - lr*u.
+ * theta_out may be acc (each acc[i] is read before theta_out[i] is written). */
 void loco_outer_step(const float *theta, const float *acc, float count, float *m, float lr, float mu,
                      int nesterov, float *theta_out, size_t n);
 

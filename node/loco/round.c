@@ -384,6 +384,37 @@ static int fetch_record(round_ctx *c, int kind, const uint8_t node[32], pulse_re
 
 /* ---- validating another trainer's shards --------------------------------------------- */
 
+typedef struct check_ctx {
+    round_ctx *c;
+    trainer *t;
+    const pulse_record *rec;
+    void **objs;
+} check_ctx;
+
+static int check_shard(void *ctx, size_t i)
+{
+    check_ctx *k = ctx;
+    round_ctx *c = k->c;
+    const pulse_record_object *o = &k->rec->objects[i];
+    loco_shard *s = &k->t->shards[i];
+    size_t ti = s->tensor;
+    int r = loco_shard_decode(k->objs[i], o->size, c->st.view, o->range_offset, o->range_length, s);
+    s->tensor = ti;
+    if (r)
+        return pulse_fail(r, "tensor %s shard at %" PRIu64 ": %s", o->tensor, o->range_offset, pulse_last_error());
+    const float *theta = (const float *)(const void *)pulse_ckpt_tensor(c->st.theta, ti)->data + o->range_offset;
+    size_t bad = 0;
+    int g = c->kt->gate_check[c->st.view](theta, o->range_length, s->idx, s->val, s->k, &bad);
+    if (g != PULSE_GATE_OK) {
+        static const char *const why[] = { "ok", "positions not ascending", "position out of range",
+                                           "a value that is not finite",
+                                           ("an entry that does not pass the gate (padded or byzantine)") };
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s element %" PRIu64 ": %s", o->tensor,
+                          o->range_offset + s->idx[bad], why[-g]);
+    }
+    return 0;
+}
+
 static int validate_trainer(round_ctx *c, trainer *t)
 {
     pulse_record rec;
@@ -423,29 +454,15 @@ static int validate_trainer(round_ctx *c, trainer *t)
     }
     if (!r)
         r = sync_fetch_objects(c->store, c->o->run, rec.objects, rec.n_objects, objs, &c->rep->downloaded);
+    if (!r) {
+        /* Decode and gate_check every object on all threads; the first failing object's reason wins. */
+        check_ctx k = { c, t, &rec, objs };
+        t->n_shards = rec.n_objects;
+        r = pulse_parallel_for(rec.n_objects, c->o->threads, check_shard, &k);
+    }
     for (uint32_t i = 0; !r && i < rec.n_objects; i++) {
-        const pulse_record_object *o = &rec.objects[i];
-        size_t ti = t->shards[i].tensor;
-        r = loco_shard_decode(objs[i], o->size, c->st.view, o->range_offset, o->range_length, &t->shards[i]);
-        if (r) {
-            r = pulse_fail(r, "tensor %s shard at %" PRIu64 ": %s", o->tensor, o->range_offset, pulse_last_error());
-            break;
-        }
-        t->shards[i].tensor = ti;
-        t->n_shards = i + 1;
-        t->shard_bytes += o->size;
+        t->shard_bytes += rec.objects[i].size;
         t->entries += t->shards[i].k;
-        const float *theta = (const float *)(const void *)pulse_ckpt_tensor(c->st.theta, ti)->data + o->range_offset;
-        size_t bad = 0;
-        int g = c->kt->gate_check[c->st.view](theta, o->range_length, t->shards[i].idx, t->shards[i].val,
-                                               t->shards[i].k, &bad);
-        if (g != PULSE_GATE_OK) {
-            static const char *const why[] = { "ok", "positions not ascending", "position out of range",
-                                               "a value that is not finite",
-                                               ("an entry that does not pass the gate (padded or byzantine)") };
-            r = pulse_fail(PULSE_ERR_FORMAT, "tensor %s element %" PRIu64 ": %s", o->tensor,
-                           o->range_offset + t->shards[i].idx[bad], why[-g]);
-        }
     }
     for (uint32_t i = 0; objs && i < rec.n_objects; i++)
         pulse_store_free(objs[i]);
@@ -627,34 +644,57 @@ static int wait_and_choose(round_ctx *c)
 
 /* ---- aggregate and step ------------------------------------------------------------- */
 
+typedef struct agg_ctx {
+    round_ctx *c;
+    pulse_ckpt *theta_new, *m_new;
+} agg_ctx;
+
+/* The first of TR's shards (sorted by tensor) that belongs to tensor T or a later one. */
+static size_t first_shard(const trainer *tr, size_t t)
+{
+    size_t lo = 0, hi = tr->n_shards;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (tr->shards[mid].tensor < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* One tensor: the sum goes into theta_{r+1}'s own memory (zeroed first), which the outer step
+ * then overwrites element by element (it reads acc[i] before writing theta_out[i]). */
+static int aggregate_tensor(void *ctx, size_t t)
+{
+    agg_ctx *g = ctx;
+    round_ctx *c = g->c;
+    const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, t);
+    float *acc = (float *)(void *)pulse_ckpt_tensor(g->theta_new, t)->data;
+    if (th->nelems == 0)
+        return 0;
+    memset(acc, 0, th->nelems * 4);   /* all +0.0f */
+    /* Fixed order: trainers by node id, each one's shards of this tensor in record order. */
+    for (size_t k = 0; k < c->n_tr; k++) {
+        const trainer *tr = &c->tr[k];
+        if (!tr->included)
+            continue;
+        for (size_t i = first_shard(tr, t); i < tr->n_shards && tr->shards[i].tensor == t; i++) {
+            const loco_shard *s = &tr->shards[i];
+            if (s->k)
+                c->kt->scatter_add_f32(acc + s->start, s->idx, s->k, s->val);
+        }
+    }
+    loco_outer_step((const float *)(const void *)th->data, acc, (float)c->rep->included,
+                    (float *)(void *)pulse_ckpt_tensor(g->m_new, t)->data, c->o->outer_lr, c->o->momentum,
+                    c->o->nesterov, acc, th->nelems);
+    return 0;
+}
+
 static int aggregate(round_ctx *c, pulse_ckpt *theta_new, pulse_ckpt *m_new)
 {
-    size_t nt = pulse_ckpt_count(c->st.theta), *cur = calloc(c->n_tr ? c->n_tr : 1, sizeof *cur);
-    float count = (float)c->rep->included;
-    int r = cur ? 0 : pulse_fail(PULSE_ERR_NOMEM, "cursors");
-    for (size_t t = 0; !r && t < nt; t++) {
-        const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, t);
-        float *acc = calloc(th->nelems ? th->nelems : 1, 4);   /* calloc: all +0.0f */
-        if (!acc) {
-            r = pulse_fail(PULSE_ERR_NOMEM, "accumulator of tensor %s", th->name);
-            break;
-        }
-        /* Fixed order: trainers by node id, each one's shards in record order. */
-        for (size_t k = 0; k < c->n_tr; k++) {
-            trainer *tr = &c->tr[k];
-            while (cur[k] < tr->n_shards && tr->shards[cur[k]].tensor == t) {
-                const loco_shard *s = &tr->shards[cur[k]++];
-                if (tr->included && s->k)
-                    c->kt->scatter_add_f32(acc + s->start, s->idx, s->k, s->val);
-            }
-        }
-        loco_outer_step((const float *)(const void *)th->data, acc, count,
-                        (float *)(void *)pulse_ckpt_tensor(m_new, t)->data, c->o->outer_lr, c->o->momentum,
-                        c->o->nesterov, (float *)(void *)pulse_ckpt_tensor(theta_new, t)->data, th->nelems);
-        free(acc);
-    }
-    free(cur);
-    return r;
+    agg_ctx g = { c, theta_new, m_new };
+    return pulse_parallel_for(pulse_ckpt_count(c->st.theta), c->o->threads, aggregate_tensor, &g);
 }
 
 /* This trainer's shard missed the round: e = a everywhere (the sent entries' a come back). */
