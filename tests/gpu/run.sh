@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds pulse with CUDA and runs every CUDA kernel against the scalar reference, the device
+# apply of real patches, then the apply-vs-copy benchmark (100M BF16 elements, 1% and 5% changed).
+#
+#   tests/gpu/run.sh [--no-bench]
+#
+# Env: PULSE_GPU_BUILD (build directory, default build-gpu in the source tree; an existing
+# build with tests/gpu/gpu_check is reused, so a machine with only the CUDA driver can run a
+# build made elsewhere), TMPDIR (the benchmark writes ~1 GB of checkpoints and patches there).
+# Exit: 0 all PASS, 1 any mismatch or error, 77 no CUDA device (nothing run).
+set -euo pipefail
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${PULSE_GPU_BUILD:-$src/build-gpu}
+bench=--bench
+[[ ${1:-} == --no-bench ]] && bench=
+
+if [[ ! -x $build/tests/gpu/gpu_check ]]; then
+    if ! command -v meson >/dev/null || ! command -v ninja >/dev/null; then
+        echo "run.sh: no build at $build and no meson/ninja to make one" >&2
+        exit 1
+    fi
+    if [[ ! -f $build/build.ninja ]]; then
+        PATH=$PATH:/usr/local/cuda/bin meson setup "$build" "$src" -Dcuda=enabled -Dbuildtype=release >/dev/null
+    fi
+    ninja -C "$build" tests/gpu/gpu_check >/dev/null
+fi
+
+# The whole run is sized for under 5 minutes on one H100/H200; a hang is a failure.
+rc=0
+timeout 600 "$build/tests/gpu/gpu_check" $bench || rc=$?
+case $rc in
+0) echo "run.sh: PASS" ;;
+77) echo "run.sh: no CUDA device: nothing was tested" >&2 ;;
+124) echo "run.sh: FAIL (timed out)" >&2; rc=1 ;;
+*) echo "run.sh: FAIL (exit $rc)" >&2; rc=1 ;;
+esac
+exit $rc
