@@ -32,14 +32,23 @@ typedef struct pulse_diff_opts {
     size_t size;                /* sizeof(pulse_diff_opts), set by pulse_diff_opts_default */
     pulse_value_code values;    /* default PULSE_VALUES_ULP */
     int threads;                /* 0 = all cores */
-    int zstd_level;             /* default 3 */
+    int zstd_level;             /* default 1 (as small as 3 on these streams, faster); a
+                                   negative level keeps Huffman-coded literals: faster still */
     uint32_t chunk_elems;       /* elements per chunk, 1..PULSE_PATCH_MAX_CHUNK; default 2^20 */
+    /* Known state ids (32 bytes each; NULL, the default: computed by hashing the checkpoint).
+     * A caller that already holds the id of OLD (e.g. from its index) or NEW (it just hashed
+     * it) passes it here and that checkpoint is not hashed again. The id is written into the
+     * patch as given: a wrong one makes a patch that every apply refuses (base id) or flags
+     * after writing (result id), never a patch that silently produces other bytes. */
+    const uint8_t *old_id;
+    const uint8_t *new_id;
 } pulse_diff_opts;
 
 PULSE_API void pulse_diff_opts_default(pulse_diff_opts *o);
 
 /* Writes the patch turning OLD into NEW to out_path (through a temporary file renamed into
- * place; nothing is left at out_path or beside it on failure). Both state ids are computed.
+ * place; nothing is left at out_path or beside it on failure). Both state ids are computed
+ * unless opts gives them (old_id, new_id).
  * opts may be NULL (defaults). The two checkpoints must have the same tensors (names, dtypes,
  * shapes): PULSE_ERR_MISMATCH naming the first that differs otherwise. */
 PULSE_API int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The chunk coder: positions as LEB128 gaps, values as byte planes, each zstd-compressed; and its bounded decoder. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,10 +45,16 @@ int patch_pool_init(patch_pool *pool, int threads, uint32_t chunk_elems, int wit
     return 0;
 }
 
+size_t patch_chunk_bytes_bound(uint32_t chunk_elems)
+{
+    size_t n = chunk_elems;
+    return 2 * ZSTD_compressBound(n * PATCH_LEB_MAX) + 4 * ZSTD_compressBound(n) + 16;
+}
+
 static void scratch_free(patch_scratch *s)
 {
     free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes);
-    free(s->dense); free(s->mark);
+    free(s->dense); free(s->mark); free(s->in);
     ZSTD_freeCCtx(s->cctx);
     ZSTD_freeDCtx(s->dctx);
     memset(s, 0, sizeof *s);
@@ -78,7 +85,7 @@ patch_scratch *patch_pool_take(patch_pool *pool, int *err)
             s->leb = malloc(n * PATCH_LEB_MAX);
             s->vals = malloc(n * 4);
             /* The compressed output of one stream may exceed its input a little. */
-            s->planes = malloc(2 * ZSTD_compressBound(n * PATCH_LEB_MAX) + 4 * ZSTD_compressBound(n) + 16);
+            s->planes = malloc(patch_chunk_bytes_bound(pool->chunk_elems));
             /* (planes: >= n + 8 bytes, so the fused apply may read 4 bytes past the packed symbols) */
             if (pool->with_squash) {
                 s->dense = malloc(n * 4);
@@ -122,10 +129,23 @@ static size_t leb_put(uint8_t *out, uint32_t v)
 static int64_t zstd_frame(patch_scratch *s, uint8_t *dst, size_t cap, const uint8_t *src, size_t n,
                           int level)
 {
-    ZSTD_CCtx_reset(s->cctx, ZSTD_reset_session_and_parameters);
-    ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_compressionLevel, level);
-    ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_contentSizeFlag, 1);
-    ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_checksumFlag, 0);   /* the chunk digest covers it */
+    /* Parameters stick to the context across frames; they are set again only when the level
+     * changes (the context is reused for every chunk of this worker). */
+    if (!s->clevel_set || s->clevel != level) {
+        ZSTD_CCtx_reset(s->cctx, ZSTD_reset_session_and_parameters);
+        ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_compressionLevel, level);
+        ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_contentSizeFlag, 1);
+        ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_checksumFlag, 0);   /* the chunk digest covers it */
+        /* zstd's negative levels also switch off the Huffman coding of literals, which is
+         * all these streams need (LZ matches are rare in gaps and symbols): keep it on, so
+         * that a negative level means "fast match finding" only. An experimental parameter
+         * (ZSTD_c_literalCompressionMode, 1 = ZSTD_ps_enable): a library that does not know
+         * it refuses it and level 1 is used instead. */
+        if (level < 0 && ZSTD_isError(ZSTD_CCtx_setParameter(s->cctx, (ZSTD_cParameter)1002, 1)))
+            ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_compressionLevel, 1);
+        s->clevel = level;
+        s->clevel_set = 1;
+    }
     size_t r = ZSTD_compress2(s->cctx, dst, cap, src, n);
     if (ZSTD_isError(r))
         return pulse_fail(PULSE_ERR_NOMEM, "zstd: %s", ZSTD_getErrorName(r));
@@ -165,9 +185,30 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
                        uint8_t *esc, size_t *esc_len)
 {
     const uint32_t m = 1u << bits;
-    size_t plen = (k * bits + 7) / 8, el = 0;
+    size_t plen = (k * bits + 7) / 8, el = 0, j = 0;
     memset(packed, 0, plen);
-    for (size_t j = 0; j < k; j++) {
+    if (bits == 2 && unit == 2) {
+        /* Hot path (BF16/F16, mostly +-1): one packed byte per four changes. */
+        const uint16_t *v = (const uint16_t *)(const void *)vals;
+        for (; j + 4 <= k; j += 4) {
+            unsigned byte = 0;
+            for (unsigned i = 0; i < 4; i++) {
+                uint32_t z = v[j + i];
+                if (z < 4 + 0x80) {
+                    /* Branch-free for the mix of +-1, +-2 and short escapes: the escape byte
+                     * is always stored and kept only when it is one (esc has room for 5k). */
+                    esc[el] = (uint8_t)(z - 4);
+                    el += z >= 4;
+                    byte |= (z >= 4 ? 3u : z - 1) << (2 * i);
+                } else {
+                    byte |= 3u << (2 * i);
+                    el += leb_put(esc + el, z - 4);
+                }
+            }
+            packed[j >> 2] = (uint8_t)byte;
+        }
+    }
+    for (; j < k; j++) {
         uint32_t z = load_unit(vals, j, unit), sym = m - 1;
         if (z < m)
             sym = z - 1;
@@ -197,14 +238,107 @@ static int64_t ulp_stream(patch_scratch *s, uint8_t *dst, const uint8_t *vals, s
     return 1 + a + b;
 }
 
+/* Estimated bytes zstd's Huffman literals spend on nbytes bytes made of `per` independent
+ * symbols each, the symbols having counts c[0..m) over n: the order-0 entropy of a byte plus
+ * Huffman's redundancy (at most p_max + 0.086 bits), never under 1 bit nor over 8 bits per
+ * byte, plus the table (about half a byte per byte value in use) and the frame header. */
+static double huff_estimate(const uint32_t *c, size_t m, double n, double nbytes, unsigned per)
+{
+    if (nbytes <= 0 || n <= 0)
+        return 0;
+    double h = 0, pmax = 0, used = 0;
+    for (size_t i = 0; i < m; i++)
+        if (c[i]) {
+            double q = (double)c[i] / n;
+            h -= q * log2(q);
+            pmax = q > pmax ? q : pmax;
+            used++;
+        }
+    double bits = per * h + pow(pmax, per) + 0.086;
+    bits = bits < 1 ? 1 : bits > 8 ? 8 : bits;
+    double values = pow(used, per);
+    return nbytes * bits / 8 + (values < 256 ? values : 256) / 2 + 12;
+}
+
+/* Estimated coded bytes of the ulp value stream at symbol width `bits`, from the histogram
+ * h of the zigzag values (h[z] for z < 256; h[0] counts z >= 256, whose escapes are taken
+ * as 2 incompressible bytes). */
+static double ulp_estimate(const uint32_t h[256], size_t k, unsigned bits)
+{
+    const uint32_t m = 1u << bits;
+    uint32_t sym[256] = { 0 }, esc[128] = { 0 };
+    double esc_bytes = 0, wide = 0;
+    for (uint32_t z = 1; z < 256; z++) {
+        if (!h[z])
+            continue;
+        if (z < m) {
+            sym[z - 1] += h[z];
+            continue;
+        }
+        sym[m - 1] += h[z];
+        if (z - m < 128) {
+            esc[z - m] += h[z];
+            esc_bytes += h[z];
+        } else {
+            wide += 2.0 * h[z];
+        }
+    }
+    sym[m - 1] += h[0];
+    wide += 2.0 * h[0];
+    double packed = huff_estimate(sym, m, (double)k, ((double)k * bits + 7) / 8, 8 / bits);
+    return packed + wide + huff_estimate(esc, 128, esc_bytes, esc_bytes, 1);
+}
+
+/* The symbol widths worth trying for a chunk, best estimate first: 2 bits when almost every
+ * change is +-1 (four symbols per byte give zstd's Huffman stage bytes of several bits of
+ * entropy, where one symbol per byte costs at least 1 bit), 4 or 8 bits when the differences
+ * spread wider. Widths whose estimate is within 10% of the best are kept for a trial
+ * compression (the estimate is rough for small chunks); the rest are never compressed, so a
+ * typical chunk's value stream is compressed once. Returns the number of widths in w[]. */
+static unsigned ulp_widths(const uint8_t *vals, size_t k, unsigned unit, unsigned w[3])
+{
+    uint32_t h[256] = { 0 };
+    if (unit == 2) {
+        const uint16_t *v = (const uint16_t *)(const void *)vals;
+        for (size_t j = 0; j < k; j++)
+            h[v[j] < 256 ? v[j] : 0]++;
+    } else {
+        for (size_t j = 0; j < k; j++) {
+            uint32_t z = load_unit(vals, j, unit);
+            h[z < 256 ? z : 0]++;
+        }
+    }
+    static const unsigned widths[] = { 2, 4, 8 };
+    double est[3], best = 0;
+    for (unsigned i = 0; i < 3; i++) {
+        est[i] = ulp_estimate(h, k, widths[i]);
+        if (i == 0 || est[i] < best)
+            best = est[i];
+    }
+    unsigned n = 0;
+    for (unsigned i = 0; i < 3; i++)
+        if (est[i] == best)
+            w[n++] = widths[i];
+    for (unsigned i = 0; i < 3; i++)
+        if (est[i] != best && est[i] <= 1.10 * best)
+            w[n++] = widths[i];
+    return n;
+}
+
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
                          unsigned unit, int ulp, int level, patch_out_chunk *out)
 {
-    const pulse_kernels *kn = pulse_kernels_get();
-    kn->gaps_encode(idx, k, s->gaps);
+    /* Gaps straight to LEB128 (one pass; nearly every gap is one byte). */
     size_t leb_len = 0;
-    for (size_t j = 0; j < k; j++)
-        leb_len += leb_put(s->leb + leb_len, s->gaps[j]);
+    uint32_t next = 0;   /* the position right after the previous change */
+    for (size_t j = 0; j < k; j++) {
+        uint32_t g = idx[j] - next;
+        next = idx[j] + 1;
+        if (g < 0x80)
+            s->leb[leb_len++] = (uint8_t)g;
+        else
+            leb_len += leb_put(s->leb + leb_len, g);
+    }
 
     /* Output layout in s->planes: [pos frame][value stream]. */
     uint8_t *dst = s->planes;
@@ -215,23 +349,18 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
     size_t used = (size_t)pos_len;
 
     if (ulp) {
-        /* Symbol width per chunk, the smallest result wins: 2 bits when almost every
-         * change is +-1 (four symbols per byte give zstd's Huffman stage bytes of several
-         * bits of entropy, where one symbol per byte costs at least 1 bit), 4 or 8 bits
-         * when the differences spread wider. */
-        static const unsigned widths[] = { 8, 4, 2 };
-        unsigned best = 0;
+        unsigned w[3], n = ulp_widths(vals, k, unit, w), best = w[0];
         int64_t best_len = INT64_MAX;
-        for (unsigned w = 0; w < 3; w++) {
-            int64_t r = ulp_stream(s, dst + used, vals, k, unit, widths[w], level);
+        for (unsigned i = 0; i < n; i++) {
+            int64_t r = ulp_stream(s, dst + used, vals, k, unit, w[i], level);
             if (r < 0)
                 return (int)r;
             if (r < best_len) {
                 best_len = r;
-                best = widths[w];
+                best = w[i];
             }
         }
-        if (best != widths[2] && (best_len = ulp_stream(s, dst + used, vals, k, unit, best, level)) < 0)
+        if (best != w[n - 1] && (best_len = ulp_stream(s, dst + used, vals, k, unit, best, level)) < 0)
             return (int)best_len;
         return finish_out(out, dst, (size_t)pos_len, (size_t)best_len, (uint32_t)k);
     }
@@ -451,20 +580,25 @@ static int decode_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch
     return unpack_ulp(t, c, s, bits, packed, s->leb, esc_len);
 }
 
+static int decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes);
+
 int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
 {
-    uint8_t digest[32];
-    pulse_sha256(p->data + c->offset, (size_t)c->pos_len + c->val_len, digest);
-    if (memcmp(digest, c->digest, 32) != 0)
-        return pulse_fail(PULSE_ERR_CORRUPT, "tensor %s chunk %llu: digest mismatch",
-                          p->tensors[c->tensor].name, (unsigned long long)c->index);
-    return patch_decode_checked_chunk(p, c, s);
+    const uint8_t *bytes;
+    int err = patch_chunk_bytes(p, c, s, 1, &bytes);
+    return err ? err : decode_bytes(p, c, s, bytes);
 }
 
 int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
 {
+    const uint8_t *bytes;
+    int err = patch_chunk_bytes(p, c, s, 0, &bytes);
+    return err ? err : decode_bytes(p, c, s, bytes);
+}
+
+static int decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes)
+{
     const patch_tensor *t = &p->tensors[c->tensor];
-    const uint8_t *bytes = p->data + c->offset;
     size_t got;
     if (t->dtype == PULSE_DT_OPAQUE || patch_dtype_unit(t->dtype) == 0) {
         if (c->pos_len != 0)
@@ -525,15 +659,22 @@ int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch
  * gaps, symbols and escapes are decoded and added to dst (the chunk's first element) in one
  * loop, so that the memory traffic of the scatter overlaps the decoding instead of following
  * it. Digest not rechecked (see patch_decode_checked_chunk); every other check is kept.
- * Returns 1 when the chunk is not of that kind (the caller decodes, then scatters). */
+ * Returns 1 when the chunk is not of that kind (the caller decodes, then scatters), 2 when
+ * it was decoded into s (idx, vals) but not applied (the caller scatters). */
 int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, uint8_t *dst)
 {
     const patch_tensor *t = &p->tensors[c->tensor];
-    if (p->values != PULSE_VALUES_ULP || t->dtype == PULSE_DT_OPAQUE || t->unit != 2)
+    if (p->values != PULSE_VALUES_ULP || t->dtype == PULSE_DT_OPAQUE || t->unit != 2 || c->val_len < 1)
         return 1;
-    const uint8_t *bytes = p->data + c->offset;
-    if (c->val_len < 1 || bytes[c->pos_len] != 2)
-        return 1;
+    const uint8_t *bytes;
+    int err = patch_chunk_bytes(p, c, s, 0, &bytes);
+    if (err)
+        return err;
+    if (bytes[c->pos_len] != 2) {
+        /* Another symbol width: decoded here from the bytes already read; the caller scatters. */
+        err = decode_bytes(p, c, s, bytes);
+        return err ? err : 2;
+    }
     const size_t k = c->count;
     size_t glen, plen = (k * 2 + 7) / 8, got, esc_len = 0;
     int64_t r = unzstd_frame(s, t, c, "position", bytes, c->pos_len, s->leb, k, k * PATCH_LEB_MAX, &glen);

@@ -13,7 +13,7 @@ void pulse_diff_opts_default(pulse_diff_opts *o)
     o->size = sizeof *o;
     o->values = PULSE_VALUES_ULP;
     o->threads = 0;
-    o->zstd_level = 3;
+    o->zstd_level = 1;
     o->chunk_elems = PULSE_PATCH_DEFAULT_CHUNK;
 }
 
@@ -131,8 +131,13 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         return err;
 
     uint8_t base_id[32], result_id[32];
-    if ((err = pulse_ckpt_state_id(old_ckpt, o.threads, base_id)) != 0
-        || (err = pulse_ckpt_state_id(new_ckpt, o.threads, result_id)) != 0)
+    if (o.old_id)
+        memcpy(base_id, o.old_id, 32);
+    else if ((err = pulse_ckpt_state_id(old_ckpt, o.threads, base_id)) != 0)
+        return err;
+    if (o.new_id)
+        memcpy(result_id, o.new_id, 32);
+    else if ((err = pulse_ckpt_state_id(new_ckpt, o.threads, result_id)) != 0)
         return err;
 
     diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o };

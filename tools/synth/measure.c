@@ -23,6 +23,13 @@ double measure_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double measure_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int measure_spawn(char *const argv[], char *out, size_t size, double *seconds)
 {
     int pipefd[2] = { -1, -1 };

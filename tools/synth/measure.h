@@ -8,6 +8,9 @@
 
 /* Monotonic wall clock in seconds. */
 double measure_now(void);
+/* CPU time of this process (all its threads) in seconds: on a shared, loaded machine the
+ * time a one-thread run actually computed, where the wall clock also counts the waits. */
+double measure_cpu_now(void);
 
 /* Runs argv (argv[0] searched in PATH) with stdin from /dev/null and stderr discarded;
  * stdout goes into out (NUL-terminated, truncated to size) or is discarded when out is NULL.
