@@ -152,7 +152,7 @@ done
 
 # --- the table ---
 echo
-echo "sync over a $rate link: $(sed -n 's/.*Llama-shaped.*//p' "$work/synth.log" | head -1)$params params" \
+echo "sync over a $rate link: $params params" \
   "($(mb "$dense") MB BF16 checkpoint), 1 trainer + $nf followers, RGW $(date -u +%Y-%m-%d)"
 printf '%-5s %10s %12s %9s %9s %12s %12s %8s\n' step changed dense_s pulse_s speedup dense_MB pulse_MB bytes_x
 for k in $(seq 1 "$steps"); do
