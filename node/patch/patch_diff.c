@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pulse_patch_diff: find the changes of every chunk of every tensor on all cores, encode them, write the patch. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/fail.h"
 #include "node/parallel.h"
@@ -44,7 +49,56 @@ typedef struct diff_job {
     uint64_t *chunk_start;   /* ntensors + 1 prefix sums of chunk counts */
     size_t ntensors;
     patch_pool pool;
+    int spill_fd;            /* coded chunks go here as they are made (-1: kept in memory) */
+    _Atomic uint64_t spill_end;
 } diff_job;
+
+/* Moves a coded chunk's bytes to the spill file: the patch is then never held in memory
+ * whole (it grows with the model; the spill file is page cache, not this process's heap). */
+static int spill(diff_job *d, patch_out_chunk *oc)
+{
+    if (d->spill_fd < 0 || !oc->bytes)
+        return 0;
+    size_t len = (size_t)oc->pos_len + oc->val_len;
+    uint64_t off = atomic_fetch_add(&d->spill_end, len);
+    for (size_t put = 0; put < len;) {
+        ssize_t r = pwrite(d->spill_fd, oc->bytes + put, len - put, (off_t)(off + put));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return 1;   /* keep the bytes in memory: correct, only less flat */
+        put += (size_t)r;
+    }
+    free(oc->bytes);
+    oc->bytes = NULL;
+    oc->spill_off = off;
+    return 0;
+}
+
+/* An unnamed file beside out_path (same file system as the output), or -1. */
+static int spill_open(const char *out_path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", out_path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    int fd = -1;
+#ifdef O_TMPFILE
+    if ((fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) >= 0)
+        return fd;
+#endif
+    char tmpl[4200];
+    snprintf(tmpl, sizeof tmpl, "%s/.pulse-spill-XXXXXX", dir);
+    fd = mkostemp(tmpl, O_CLOEXEC);
+    if (fd >= 0)
+        unlink(tmpl);
+    return fd;
+}
 
 static int diff_chunk(void *ctx, size_t job)
 {
@@ -103,6 +157,8 @@ static int diff_chunk(void *ctx, size_t job)
         err = patch_encode_changes(s, s->idx, n, s->vals, unit, ulp, d->o->zstd_level, oc);
     }
     patch_pool_give(&d->pool, s);
+    if (!err)
+        (void)spill(d, oc);
     return err;
 }
 
@@ -140,7 +196,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     else if ((err = pulse_ckpt_state_id(new_ckpt, o.threads, result_id)) != 0)
         return err;
 
-    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o };
+    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .spill_fd = spill_open(out_path) };
     d.ntensors = pulse_ckpt_count(old_ckpt);
     d.out = calloc(d.ntensors ? d.ntensors : 1, sizeof *d.out);
     d.chunk_start = calloc(d.ntensors + 1, sizeof *d.chunk_start);
@@ -176,8 +232,11 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     for (size_t i = 0; i < d.ntensors; i++)
         for (uint64_t c = 0; c < d.out[i].nchunks; c++)
             d.out[i].changes += d.out[i].chunks[c].count;
-    err = patch_write_file(out_path, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors);
+    err = patch_write_file_spill(out_path, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors,
+                                 d.spill_fd);
 done:
+    if (d.spill_fd >= 0)
+        close(d.spill_fd);
     if (d.out)
         for (size_t i = 0; i < d.ntensors; i++) {
             for (uint64_t c = 0; d.out[i].chunks && c < d.out[i].nchunks; c++)

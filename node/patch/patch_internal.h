@@ -110,7 +110,8 @@ int patch_threads(int threads);
 
 /* A chunk's encoded bytes (position stream then value stream) ready to be written. */
 typedef struct patch_out_chunk {
-    uint8_t *bytes;         /* malloc'd; pos_len + val_len bytes */
+    uint8_t *bytes;         /* malloc'd; pos_len + val_len bytes; NULL once spilled */
+    uint64_t spill_off;     /* where the bytes are in the writer's spill file when bytes is NULL */
     uint32_t count;
     uint32_t pos_len;
     uint32_t val_len;
@@ -168,6 +169,11 @@ typedef struct patch_out_tensor {
 int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_elems,
                      const uint8_t base_id[32], const uint8_t result_id[32],
                      const patch_out_tensor *t, size_t n);
+/* The same, where coded chunks whose bytes are NULL are read back from spill_fd at their
+ * spill_off (the diff spills each chunk as it is coded, so that memory stays flat). */
+int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t chunk_elems,
+                           const uint8_t base_id[32], const uint8_t result_id[32],
+                           const patch_out_tensor *t, size_t n, int spill_fd);
 
 /* Decodes every chunk of p on `threads` threads (one scratch slot, zstd context and chunk
  * buffers per worker, reused across chunks); with write != 0 also scatters each into

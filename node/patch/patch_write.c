@@ -74,9 +74,9 @@ static int fsync_dir_of(const char *path)
     return r;
 }
 
-int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_elems,
+int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t chunk_elems,
                      const uint8_t base_id[32], const uint8_t result_id[32],
-                     const patch_out_tensor *t, size_t n)
+                     const patch_out_tensor *t, size_t n, int spill_fd)
 {
     wbuf w = { 0 };
     uint8_t zero[PATCH_HEADER_BYTES] = { 0 };
@@ -154,14 +154,47 @@ int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_e
         return e;
     }
     int err = 0;
+    uint8_t *spilled = NULL;   /* one spilled chunk at a time */
+    size_t spilled_cap = 0;
     if (write_all(fd, w.p, w.len) != 0)
         err = pulse_fail_errno(PULSE_ERR_IO, "write %s", tmp);
     for (size_t i = 0; !err && i < n; i++)
         for (uint64_t c = 0; !err && t[i].changes && c < t[i].nchunks; c++) {
             const patch_out_chunk *oc = &t[i].chunks[c];
-            if (oc->count && write_all(fd, oc->bytes, (size_t)oc->pos_len + oc->val_len) != 0)
+            size_t len = (size_t)oc->pos_len + oc->val_len;
+            if (!oc->count)
+                continue;
+            const uint8_t *bytes = oc->bytes;
+            if (!bytes) {
+                if (spill_fd < 0) {
+                    err = pulse_fail(PULSE_ERR_INVALID, "chunk without bytes");
+                    break;
+                }
+                if (len > spilled_cap) {
+                    uint8_t *q = realloc(spilled, len);
+                    if (!q) {
+                        err = pulse_fail(PULSE_ERR_NOMEM, "chunk of %zu bytes", len);
+                        break;
+                    }
+                    spilled = q;
+                    spilled_cap = len;
+                }
+                for (size_t got = 0; got < len;) {
+                    ssize_t r = pread(spill_fd, spilled + got, len - got, (off_t)(oc->spill_off + got));
+                    if (r < 0 && errno == EINTR)
+                        continue;
+                    if (r <= 0) {
+                        err = pulse_fail_errno(PULSE_ERR_IO, "reading back a coded chunk");
+                        break;
+                    }
+                    got += (size_t)r;
+                }
+                bytes = spilled;
+            }
+            if (!err && write_all(fd, bytes, len) != 0)
                 err = pulse_fail_errno(PULSE_ERR_IO, "write %s", tmp);
         }
+    free(spilled);
     if (!err && fsync(fd) != 0)
         err = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", tmp);
     if (close(fd) != 0 && !err)
@@ -175,4 +208,11 @@ int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_e
     free(tmp);
     free(w.p);
     return err;
+}
+
+int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_elems,
+                     const uint8_t base_id[32], const uint8_t result_id[32],
+                     const patch_out_tensor *t, size_t n)
+{
+    return patch_write_file_spill(path, values, chunk_elems, base_id, result_id, t, n, -1);
 }
