@@ -28,6 +28,9 @@ const char *pulse_sha256_impl(void);
  * (PULSE_CPU_MASK is not consulted here, so tests can compare both on one run). */
 int pulse_sha256_with(const char *impl, const void *data, size_t len, uint8_t out[32]);
 
+/* The 64 round constants, shared by both implementations. */
+extern const uint32_t pulse_sha256_k[64];
+
 /* Compression of whole 64-byte blocks into h; one per implementation. */
 void pulse_sha256_blocks_c(uint32_t h[8], const uint8_t *p, size_t nblocks);
 void pulse_sha256_blocks_ni(uint32_t h[8], const uint8_t *p, size_t nblocks);
