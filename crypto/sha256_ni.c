@@ -4,7 +4,6 @@
 
 #include "crypto/sha256.h"
 
-
 /* Four rounds (quad q) on message vector W[q%4]. The schedule for later quads is built
  * alongside: msg2 finishes W[q+1] (needs W[q] and W[q-1]); msg1 starts W[q-1]'s successor.
  * q is a constant at every use, so the conditions fold away. */
