@@ -24,4 +24,7 @@ int cli_parse_u64(const char *s, uint64_t *out);
  * a verb that could not write its output failed). */
 int cli_finish_stdout(const char *verb);
 
+/* Prints s on stdout as a JSON string (quoted; '"', '\\' and control bytes escaped). */
+void cli_json_str(const char *s);
+
 #endif

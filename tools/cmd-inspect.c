@@ -22,21 +22,6 @@ static void usage(FILE *f)
         "  --json   one JSON object instead of the table\n");
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 int cmd_inspect(int argc, char **argv)
@@ -96,9 +81,9 @@ int cmd_inspect(int argc, char **argv)
         double bound = ratio(ti.entropy_bits, (double)ti.changes);
         if (json) {
             printf("%s{\"name\":", i ? "," : "");
-            json_str(ti.name);
+            cli_json_str(ti.name);
             printf(",\"dtype\":");
-            json_str(ti.dtype_name);
+            cli_json_str(ti.dtype_name);
             printf(",\"elements\":%" PRIu64 ",\"changes\":%" PRIu64 ",\"opaque\":%s,\"pos_bytes\":%" PRIu64
                    ",\"val_bytes\":%" PRIu64 ",\"bits_per_change\":%.4f,\"entropy_bits\":%.1f}",
                    ti.nelems, ti.changes, ti.dtype == PULSE_DT_OPAQUE ? "true" : "false",

@@ -170,22 +170,6 @@ static void utc(uint64_t t, char *buf, size_t cap)
         snprintf(buf, cap, "?");
 }
 
-/* Escapes what a run name, key or problem line can hold for a JSON string. */
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 /* The patch check the audit runs on every `patch` object: its own header names the record's
  * base and result, and every chunk decodes and matches its digest. Lives here, not in
  * manifest/, because the patch codec is in node/ (arrows point one way). */
@@ -252,16 +236,16 @@ static void entry_json(const pulse_audit_entry *e)
 {
     char hex[65];
     printf("{\"key\":");
-    json_str(e->key);
+    cli_json_str(e->key);
     printf(",\"step\":%llu,\"kind\":", (unsigned long long)e->key_step);
-    json_str(pulse_record_kind_name(e->kind) ? pulse_record_kind_name(e->kind) : "?");
+    cli_json_str(pulse_record_kind_name(e->kind) ? pulse_record_kind_name(e->kind) : "?");
     printf(",\"parsed\":%s,\"trusted\":%s,\"valid\":%s,\"problems\":%d", e->parsed ? "true" : "false",
            e->trusted ? "true" : "false", e->valid ? "true" : "false", e->problems);
     if (e->parsed) {
         pulse_hex_encode(e->node, 32, hex);
         printf(",\"node\":\"%s\",\"signer\":", hex);
         if (e->signer)
-            json_str(e->signer->comment);
+            cli_json_str(e->signer->comment);
         else
             printf("null");
         pulse_hex_encode(e->base, 32, hex);
@@ -502,14 +486,14 @@ static void audit_text(const struct opts *o, const pulse_audit_report *rep)
 static void audit_json(const struct opts *o, const pulse_audit_report *rep)
 {
     printf("{\"run\":");
-    json_str(o->run);
+    cli_json_str(o->run);
     printf(",\"store\":");
-    json_str(o->store);
+    cli_json_str(o->store);
     printf(",\"ok\":%s,\"problems\":[", rep->n_problems ? "false" : "true");
     for (size_t i = 0; i < rep->n_problems; i++) {
         if (i)
             putchar(',');
-        json_str(rep->problems[i]);
+        cli_json_str(rep->problems[i]);
     }
     printf("],\"records\":[");
     for (size_t i = 0; i < rep->n_entries; i++) {
