@@ -8,6 +8,7 @@
 
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
+#include "node/loco/objective.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/loco.h"
 #include "tools/cli.h"
@@ -16,11 +17,12 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse loco init --state DIR --from CKPT [--view bf16|fp16|e4m3|e5m2]\n"
-        "       pulse loco round --store URL --run R --key K --trust PUB|DIR [--trust ...] --state DIR\n"
-        "                        --local CKPT [options]\n"
+        "usage: pulse loco init --state DIR --global INIT.safetensors [--view bf16|fp16|e4m3|e5m2]\n"
+        "       pulse loco round --store URL --run R --key K --state DIR --trainers PUB... \\\n"
+        "                        --local LOCAL.safetensors [-o NEW.safetensors] [options]\n"
         "       pulse loco show --state DIR\n"
         "       pulse loco bench [--params N] [--local-steps H] [--lr X] [--shard-elems N]\n"
+        "       pulse loco sim [--trainers N] [--rounds R] [--local-steps H] [--lr X] [sim options]\n"
         "\n"
         "PULSELoCo (docs/loco.md). init starts a trainer state from an F32 safetensors checkpoint\n"
         "(theta_0; error feedback and momentum zero; round 0). round takes CKPT = theta_local after\n"
@@ -31,7 +33,8 @@ static void usage(FILE *f)
         "  --store URL        file:///dir or s3://bucket/prefix\n"
         "  --run R            run name\n"
         "  --key FILE         this trainer's secret key (pulse keygen)\n"
-        "  --trust PATH       a trainer's .pub or a directory of them (repeatable; self is implied)\n"
+        "  --trainers PUB...  the trainers' .pub files or directories of them (every argument up to\n"
+        "                     the next option; self is implied); --trust PATH is one of them\n"
         "  --state DIR        this trainer's state (theta_r, e, momentum, round)\n"
         "  --local CKPT       theta_local (F32, theta_r's tensors)\n"
         "  -o, --out FILE     also write theta_{r+1} (F32) there\n"
@@ -42,10 +45,22 @@ static void usage(FILE *f)
         "  --momentum Y       outer momentum (default 0.0; --outer-momentum is the same)\n"
         "  --nesterov         Nesterov momentum\n"
         "  --view V           the state's view (set at init; round refuses another)\n"
+        "  --values fp32|bf16 send values as FP32 (default) or rounded to BF16, the remainder kept in e\n"
         "  --local-steps H    only for the printed DDP comparison (H dense gradients per round)\n"
         "  --shard-elems N    elements per shard range (default 1M; receivers accept up to 16M)\n"
         "  --threads N        threads for hashing (default: all cores)\n"
-        "  -v, --verbose      progress on stderr\n");
+        "  -v, --verbose      progress on stderr\n"
+        "  (init: --from is the same as --global)\n"
+        "\n"
+        "sim runs N trainers x R rounds x H inner Adam steps in one process on a built-in least-squares\n"
+        "objective (weights N(0, 0.02) like an LLM's, rows x cols), PULSELoCo and dense DiLoCo on the\n"
+        "same data, and prints the loss per round, entries and bytes per trainer:\n"
+        "  --trainers N (3) --rounds R (16) --local-steps H (8) --lr X (inner Adam, 1e-6)\n"
+        "  --outer-lr X (1) --momentum Y (0) --nesterov --rows N (64) --cols N (256) --samples N (128)\n"
+        "  --init-noise X (5e-4) --label-noise X (1e-3) --seed N (1) --view V (bf16)\n"
+        "  --values fp32|bf16 (fp32; bf16 keeps the rounding remainder in e) --shard-elems N (65536)\n"
+        "  --forward bf16|fp32 (bf16: gradients at the BF16 weights, FP32 master weights and Adam)\n"
+        "  --threads N\n");
 }
 
 static int parse_float(const char *s, double *out)
@@ -179,17 +194,106 @@ static int do_show(const char *dir)
     return cli_finish_stdout("loco");
 }
 
+/* pulse loco sim: the built-in objective, PULSELoCo against dense DiLoCo (node/loco/sim.c). */
+static int do_sim(int argc, char **argv)
+{
+    loco_sim_cfg c = {
+        .obj = { .rows = 64, .cols = 256, .samples = 128, .trainers = 3, .init_noise = 5e-4, .label_noise = 1e-3,
+                 .seed = 1 },
+        .rounds = 16, .inner_steps = 8, .inner_lr = 1e-6f, .outer_lr = 1.0f, .momentum = 0.0f,
+        .view = PULSE_LOCO_VIEW_BF16, .shard_elems = 65536, .bf16_forward = 1,
+    };
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        double d = 0;
+        uint64_t v = 0;
+        if (!strcmp(a, "--nesterov")) { c.nesterov = 1; continue; }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { c.quiet = 1; continue; }
+        if (i + 1 >= argc)
+            return cli_usage_error("loco", "%s needs a value", a);
+        const char *val = argv[++i];
+        int bad_u = cli_parse_u64(val, &v) != 0, bad_f = parse_float(val, &d) != 0;
+        if (!strcmp(a, "--trainers") || !strcmp(a, "--rounds") || !strcmp(a, "--local-steps") ||
+            !strcmp(a, "--rows") || !strcmp(a, "--cols") || !strcmp(a, "--samples") || !strcmp(a, "--shard-elems") ||
+            !strcmp(a, "--threads")) {
+            if (bad_u || v < 1 || v > 65536)
+                return cli_usage_error("loco", "%s wants a number from 1 to 65536", a);
+            if (!strcmp(a, "--trainers")) c.obj.trainers = (unsigned)v;
+            else if (!strcmp(a, "--rounds")) c.rounds = (unsigned)v;
+            else if (!strcmp(a, "--local-steps")) c.inner_steps = (unsigned)v;
+            else if (!strcmp(a, "--rows")) c.obj.rows = (uint32_t)v;
+            else if (!strcmp(a, "--cols")) c.obj.cols = (uint32_t)v;
+            else if (!strcmp(a, "--samples")) c.obj.samples = (uint32_t)v;
+            else if (!strcmp(a, "--shard-elems")) c.shard_elems = (uint32_t)v;
+            else c.threads = (int)v;
+        } else if (!strcmp(a, "--seed")) {
+            if (bad_u)
+                return cli_usage_error("loco", "--seed wants a number");
+            c.obj.seed = v;
+        } else if (!strcmp(a, "--lr") || !strcmp(a, "--outer-lr") || !strcmp(a, "--init-noise") ||
+                   !strcmp(a, "--label-noise")) {
+            if (bad_f || !(d >= 0) || d > 10)
+                return cli_usage_error("loco", "%s wants a number from 0 to 10", a);
+            if (!strcmp(a, "--lr")) c.inner_lr = (float)d;
+            else if (!strcmp(a, "--outer-lr")) c.outer_lr = (float)d;
+            else if (!strcmp(a, "--init-noise")) c.obj.init_noise = d;
+            else c.obj.label_noise = d;
+        } else if (!strcmp(a, "--momentum") || !strcmp(a, "--outer-momentum")) {
+            if (bad_f || !(d >= 0) || d >= 1)
+                return cli_usage_error("loco", "%s wants a number in [0, 1)", a);
+            c.momentum = (float)d;
+        } else if (!strcmp(a, "--view")) {
+            if ((c.view = pulse_loco_view_from_name(val)) < 0)
+                return cli_usage_error("loco", "--view wants bf16, fp16, e4m3 or e5m2, not '%s'", val);
+        } else if (!strcmp(a, "--forward")) {
+            if (strcmp(val, "fp32") && strcmp(val, "bf16"))
+                return cli_usage_error("loco", "--forward wants fp32 or bf16, not '%s'", val);
+            c.bf16_forward = !strcmp(val, "bf16");
+        } else if (!strcmp(a, "--values")) {
+            if (strcmp(val, "fp32") && strcmp(val, "bf16"))
+                return cli_usage_error("loco", "--values wants fp32 or bf16, not '%s'", val);
+            c.bf16_values = !strcmp(val, "bf16");
+        } else {
+            return cli_usage_error("loco", "sim: unknown option '%s'", a);
+        }
+    }
+    printf("sim: %u trainers x %u rounds x %u Adam steps (lr %g), W %u x %u (%" PRIu64 " params), %u samples each,"
+           " outer lr %g momentum %g%s, view %s, values %s, forward %s\n",
+           c.obj.trainers, c.rounds, c.inner_steps, (double)c.inner_lr, c.obj.rows, c.obj.cols,
+           (uint64_t)c.obj.rows * c.obj.cols, c.obj.samples, (double)c.outer_lr, (double)c.momentum,
+           c.nesterov ? " (Nesterov)" : "", pulse_loco_view_name(c.view), c.bf16_values ? "bf16" : "fp32",
+           c.bf16_forward ? "bf16" : "fp32");
+    loco_sim_result res;
+    int r = loco_sim_run(&c, &res);
+    if (r)
+        return cli_fail("loco", r, "sim");
+    double dense = res.dense_bytes_per_round;
+    printf("final loss: loco %.6e diloco %.6e init %.6e; loco/diloco - 1 = %+.3f%%\n", res.loss_loco, res.loss_dense,
+           res.loss0, 100.0 * (res.loss_loco / res.loss_dense - 1.0));
+    printf("final loss of the bf16 weights: loco %.6e diloco %.6e init %.6e; loco/diloco - 1 = %+.3f%%\n",
+           res.loss16_loco, res.loss16_dense, res.loss16_0, 100.0 * (res.loss16_loco / res.loss16_dense - 1.0));
+    printf("bytes per trainer per round: loco %.0f (%.0f entries, %.3f%% dense, %.2f B/entry), diloco %.0f (%.1fx"
+           " more), ddp %.0f (%u x dense, %.1fx more)\n",
+           res.shard_bytes_per_round, res.sent_per_round, 100.0 * res.sent_per_round / (dense / 4.0),
+           res.sent_per_round > 0 ? res.shard_bytes_per_round / res.sent_per_round : 0.0, dense,
+           res.shard_bytes_per_round > 0 ? dense / res.shard_bytes_per_round : 0.0, dense * c.inner_steps,
+           c.inner_steps, res.shard_bytes_per_round > 0 ? dense * c.inner_steps / res.shard_bytes_per_round : 0.0);
+    return cli_finish_stdout("loco");
+}
+
 int cmd_loco(int argc, char **argv)
 {
     if (argc < 2 || cli_wants_help(argc, argv)) {
         if (argc < 2)
-            return cli_usage_error("loco", "needs init, round, show or bench");
+            return cli_usage_error("loco", "needs init, round, show, bench or sim");
         usage(stdout);
         return cli_finish_stdout("loco");
     }
     const char *sub = argv[1];
+    if (!strcmp(sub, "sim"))
+        return do_sim(argc, argv);
     if (strcmp(sub, "init") && strcmp(sub, "round") && strcmp(sub, "show") && strcmp(sub, "bench"))
-        return cli_usage_error("loco", "unknown subcommand '%s' (init, round, show or bench)", sub);
+        return cli_usage_error("loco", "unknown subcommand '%s' (init, round, show, bench or sim)", sub);
     pulse_loco_round_opts o;
     pulse_loco_round_default_opts(&o);
     const char **trust = calloc((size_t)argc, sizeof *trust);
@@ -211,12 +315,22 @@ int cmd_loco(int argc, char **argv)
         if (!strcmp(a, "--store")) o.store_url = val;
         else if (!strcmp(a, "--run")) o.run = val;
         else if (!strcmp(a, "--key")) o.key_path = val;
-        else if (!strcmp(a, "--trust") || !strcmp(a, "--trainers")) trust[o.n_trust++] = val;
+        else if (!strcmp(a, "--trust")) trust[o.n_trust++] = val;
+        else if (!strcmp(a, "--trainers")) {
+            trust[o.n_trust++] = val;
+            while (i + 1 < argc && argv[i + 1][0] != '-')
+                trust[o.n_trust++] = argv[++i];
+        }
         else if (!strcmp(a, "--state")) o.state_dir = val;
         else if (!strcmp(a, "--local")) o.local_path = val;
         else if (!strcmp(a, "--from") || !strcmp(a, "--global")) from = val;
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) o.out_path = val;
         else if (!strcmp(a, "--out-view")) o.out_view_path = val;
+        else if (!strcmp(a, "--values")) {
+            if (strcmp(val, "fp32") && strcmp(val, "bf16"))
+                rc = cli_usage_error("loco", "--values wants fp32 or bf16, not '%s'", val);
+            o.bf16_values = !strcmp(val, "bf16");
+        }
         else if (!strcmp(a, "--view")) {
             if ((view = pulse_loco_view_from_name(val)) < 0)
                 rc = cli_usage_error("loco", "--view wants bf16, fp16, e4m3 or e5m2, not '%s'", val);
@@ -273,7 +387,7 @@ int cmd_loco(int argc, char **argv)
     }
     if (!strcmp(sub, "init")) {
         if (!o.state_dir || !from) {
-            rc = cli_usage_error("loco", "init needs --state and --from");
+            rc = cli_usage_error("loco", "init needs --state and --global (or --from)");
             goto out;
         }
         int r = pulse_loco_init(o.state_dir, from, view < 0 ? PULSE_LOCO_VIEW_BF16 : view);
@@ -319,9 +433,10 @@ int cmd_loco(int argc, char **argv)
     if (steps)
         printf(", %.1fx less than DDP's %" PRIu64 " x dense", rep.shard_bytes ? dense * (double)steps / (double)rep.shard_bytes : 0.0,
                steps);
-    printf("); %u of %u trainers included%s, %u excluded; uploaded %" PRIu64 " downloaded %" PRIu64
+    printf("); %u of %u trainers included%s, %u excluded%s; uploaded %" PRIu64 " downloaded %" PRIu64
            " bytes; theta_{r+1} %s %.16s; %u result(s) compared equal\n",
            rep.included, rep.trainers, rep.self_included ? "" : " (not this one: a folded back into e)", rep.excluded,
+           rep.adopted ? " (members adopted from an earlier result)" : "",
            rep.uploaded, rep.downloaded, pulse_loco_view_name(sview), pulse_id_hex(rep.result, hex),
            rep.results_compared);
     if (r) {

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pulseweights/checkpoint.h"
 #include "pulseweights/error.h"
 
 #ifdef __cplusplus
@@ -24,6 +25,18 @@ PULSE_API int pulse_loco_view_from_name(const char *name);
  * round 0, and theta_0's view (VIEW) with its state id. Every tensor must be F32. */
 PULSE_API int pulse_loco_init(const char *state_dir, const char *from, int view);
 
+/* One FP32 tensor in the caller's memory (the in-memory calls below): name and shape as in the
+ * state's checkpoint, nelems = product of shape floats at data. */
+typedef struct pulse_loco_tensor {
+    const char *name;
+    int ndim;
+    uint64_t shape[PULSE_MAX_DIMS];
+    float *data;
+} pulse_loco_tensor;
+
+/* pulse_loco_init from tensors in memory (T[0..n), any order, names distinct): the same state. */
+PULSE_API int pulse_loco_init_tensors(const char *state_dir, const pulse_loco_tensor *t, size_t n, int view);
+
 /* What a round is to do. Fill with pulse_loco_round_default_opts; `size` lets it grow. */
 typedef struct pulse_loco_round_opts {
     size_t size;
@@ -41,6 +54,17 @@ typedef struct pulse_loco_round_opts {
     int threads;                      /* 0 = all cores */
     int verbose;                      /* log progress lines on stderr */
     uint32_t shard_elems;             /* elements per shard range; 0 = 2^20 (tests use small ones) */
+    /* In memory instead of files: with local_path NULL, theta_local is local_tensors[0..n_local),
+     * one per tensor of theta_r (matched by name, same shape; data read only). out_tensors, when
+     * set, receive theta_{r+1} (matched by name, same shape; every one must exist in theta_r). */
+    const pulse_loco_tensor *local_tensors;
+    size_t n_local;
+    const pulse_loco_tensor *out_tensors;
+    size_t n_out;
+    /* Send values rounded to BF16 (about half the value bytes); the rounding remainder stays in e.
+     * An entry whose rounded value would not change the view is kept back whole. Receivers need
+     * nothing new: the values are FP32 numbers whose low 16 bits are zero. */
+    int bf16_values;
 } pulse_loco_round_opts;
 
 PULSE_API void pulse_loco_round_default_opts(pulse_loco_round_opts *o);

@@ -69,4 +69,11 @@ void loco_delta(const float *theta, const float *local, float *delta, size_t n);
 void loco_outer_step(const float *theta, const float *acc, float count, float *m, float lr, float mu,
                      int nesterov, float *theta_out, size_t n);
 
+/* The BF16-values option: the k gated entries (idx, val; e of the range) become BF16-rounded
+ * values with the remainder a - bf16(a) left in e; an entry whose rounded value no longer changes
+ * the view stays back whole (e = a). Compacts idx/val and returns the new k. */
+size_t loco_bf16_values(int view, const float *theta, float *e, uint32_t *idx, float *val, size_t k);
+/* Round to nearest even BF16, as an FP32 whose low 16 bits are zero (finite x). */
+float loco_bf16_round(float x);
+
 #endif

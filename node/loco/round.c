@@ -43,7 +43,8 @@ typedef struct round_ctx {
     pulse_loco_report *rep;
     const pulse_kernels *kt;
     loco_state st;
-    pulse_ckpt *local, *e_new;
+    pulse_ckpt *local, *e_new;       /* local: open when theta_local is a file */
+    const float **local_data;        /* theta_local per tensor of theta_r (file or caller memory) */
     pulse_secret_key *key;
     pulse_trust *trust;
     pulse_store *store;
@@ -127,16 +128,18 @@ static int gate_range(void *ctx, size_t i)
     gate_ctx *g = ctx;
     round_ctx *c = g->c;
     gate_job *j = &g->jobs[i];
-    const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, j->s.tensor), *lo = pulse_ckpt_tensor(c->local, j->s.tensor),
-                       *e = pulse_ckpt_tensor(c->e_new, j->s.tensor);
+    const pulse_tensor *th = pulse_ckpt_tensor(c->st.theta, j->s.tensor), *e = pulse_ckpt_tensor(c->e_new, j->s.tensor);
     size_t len = (size_t)j->s.len;
     float *delta = malloc(len * 4), *val = malloc(len * 4);
     uint32_t *idx = malloc(len * 4);
     int r = (!delta || !idx || !val) ? pulse_fail(PULSE_ERR_NOMEM, "gate buffers") : 0;
     if (!r) {
         const float *theta = (const float *)(const void *)th->data + j->s.start;
-        loco_delta(theta, (const float *)(const void *)lo->data + j->s.start, delta, len);
-        size_t k = c->kt->gate[c->st.view](theta, delta, (float *)(void *)e->data + j->s.start, len, idx, val);
+        float *er = (float *)(void *)e->data + j->s.start;
+        loco_delta(theta, c->local_data[j->s.tensor] + j->s.start, delta, len);
+        size_t k = c->kt->gate[c->st.view](theta, delta, er, len, idx, val);
+        if (c->o->bf16_values)
+            k = loco_bf16_values(c->st.view, theta, er, idx, val, k);
         size_t bad = 0;
         int gc = c->kt->gate_check[c->st.view](theta, len, idx, val, k, &bad);
         if (gc != PULSE_GATE_OK)
@@ -697,15 +700,17 @@ static int aggregate(round_ctx *c, pulse_ckpt *theta_new, pulse_ckpt *m_new)
     return pulse_parallel_for(pulse_ckpt_count(c->st.theta), c->o->threads, aggregate_tensor, &g);
 }
 
-/* This trainer's shard missed the round: e = a everywhere (the sent entries' a come back). */
+/* This trainer's shard missed the round: e = a everywhere (the sent entries' a come back). The
+ * sum e + val is in outer.c's sense one rounding, and exact here (a - v was exact). */
 static void fold_back(round_ctx *c)
 {
     trainer *me = &c->tr[c->self];
     for (size_t i = 0; i < me->n_shards; i++) {
         const loco_shard *s = &me->shards[i];
         float *e = (float *)(void *)pulse_ckpt_tensor(c->e_new, s->tensor)->data + s->start;
+        /* BF16 values left a - bf16(a) in e: adding the value back gives a exactly */
         for (uint32_t j = 0; j < s->k; j++)
-            e[s->idx[j]] = s->val[j];
+            e[s->idx[j]] = c->o->bf16_values ? e[s->idx[j]] + s->val[j] : s->val[j];
     }
 }
 
@@ -825,6 +830,11 @@ static int finish_round(round_ctx *c)
     }
     if (!r && o->out_path)
         r = copy_to(theta_new, o->out_path);
+    for (size_t i = 0; !r && i < o->n_out; i++) {
+        const pulse_tensor *t = pulse_ckpt_find(theta_new, o->out_tensors[i].name);
+        if (t->nbytes)
+            memcpy(o->out_tensors[i].data, t->data, t->nbytes);
+    }
     if (!r && o->out_view_path) {
         uint8_t id[32];
         r = loco_write_view(theta_new, c->st.view, o->out_view_path, o->threads, id);
@@ -859,6 +869,70 @@ void pulse_loco_round_default_opts(pulse_loco_round_opts *o)
     o->momentum = 0.0f;
 }
 
+/* A caller's tensor named NAME with T's shape, or NULL (with the failure detail set). */
+static const pulse_loco_tensor *mem_tensor(const pulse_loco_tensor *a, size_t n, const pulse_tensor *t,
+                                           const char *what)
+{
+    const pulse_loco_tensor *hit = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (a[i].name && !strcmp(a[i].name, t->name)) {
+            if (hit) {
+                pulse_fail(PULSE_ERR_INVALID, "%s: tensor %s given twice", what, t->name);
+                return NULL;
+            }
+            hit = &a[i];
+        }
+    if (!hit) {
+        pulse_fail(PULSE_ERR_MISMATCH, "%s: no tensor %s", what, t->name);
+        return NULL;
+    }
+    int same = hit->ndim == t->ndim && hit->data;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = hit->shape[d] == t->shape[d];
+    if (!same) {
+        pulse_fail(PULSE_ERR_MISMATCH, "%s: tensor %s has another shape than in theta_r (or no data)", what, t->name);
+        return NULL;
+    }
+    return hit;
+}
+
+/* theta_local from its file or the caller's memory; the out tensors checked against theta_r. */
+static int local_inputs(round_ctx *c)
+{
+    const pulse_loco_round_opts *o = c->o;
+    size_t nt = pulse_ckpt_count(c->st.theta);
+    c->local_data = calloc(nt ? nt : 1, sizeof *c->local_data);
+    if (!c->local_data)
+        return pulse_fail(PULSE_ERR_NOMEM, "tensors");
+    int r = 0;
+    if (o->local_path) {
+        r = pulse_ckpt_open(&c->local, o->local_path, PULSE_CKPT_READ);
+        if (!r)
+            r = loco_same_layout(c->st.theta, c->local, o->local_path);
+        for (size_t i = 0; !r && i < nt; i++)
+            c->local_data[i] = (const float *)(const void *)pulse_ckpt_tensor(c->local, i)->data;
+    } else {
+        if (o->n_local != nt)
+            return pulse_fail(PULSE_ERR_MISMATCH, "%zu local tensors for the %zu of theta_r", o->n_local, nt);
+        for (size_t i = 0; i < nt; i++) {
+            const pulse_loco_tensor *m = mem_tensor(o->local_tensors, o->n_local, pulse_ckpt_tensor(c->st.theta, i),
+                                                    "theta_local");
+            if (!m)
+                return PULSE_ERR_MISMATCH;
+            c->local_data[i] = m->data;
+        }
+    }
+    for (size_t i = 0; !r && i < o->n_out; i++) {
+        const pulse_tensor *t = pulse_ckpt_find(c->st.theta, o->out_tensors[i].name ? o->out_tensors[i].name : "");
+        if (!t)
+            return pulse_fail(PULSE_ERR_MISMATCH, "out tensor %s is not in theta_r",
+                              o->out_tensors[i].name ? o->out_tensors[i].name : "(null)");
+        if (!mem_tensor(o->out_tensors, o->n_out, t, "out tensors"))
+            return PULSE_ERR_MISMATCH;
+    }
+    return r;
+}
+
 static int setup(round_ctx *c)
 {
     const pulse_loco_round_opts *o = c->o;
@@ -867,9 +941,7 @@ static int setup(round_ctx *c)
         c->rep->round = c->st.round;
     memcpy(c->rep->base, c->st.view_id, 32);
     if (!r)
-        r = pulse_ckpt_open(&c->local, o->local_path, PULSE_CKPT_READ);
-    if (!r)
-        r = loco_same_layout(c->st.theta, c->local, o->local_path);
+        r = local_inputs(c);
     char path[4096];
     loco_state_path(o->state_dir, "e", c->st.round + 1, path);
     if (!r)
@@ -913,9 +985,10 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
 {
     pulse_clear_error();
     memset(rep, 0, sizeof *rep);
-    if (!o || o->size < sizeof *o || o->shard_elems > LOCO_SHARD_MAX_ELEMS || !o->store_url || !o->run || !o->key_path || !o->state_dir || !o->local_path ||
+    if (!o || o->size < sizeof *o || o->shard_elems > LOCO_SHARD_MAX_ELEMS || !o->store_url || !o->run ||
+        !o->key_path || !o->state_dir || (!o->local_path && !o->local_tensors) || (o->n_out && !o->out_tensors) ||
         !(o->deadline_s >= 0) || !(o->outer_lr == o->outer_lr) || !(o->momentum == o->momentum))
-        return pulse_fail(PULSE_ERR_INVALID, "loco round needs store, run, key, state and local checkpoint");
+        return pulse_fail(PULSE_ERR_INVALID, "loco round needs store, run, key, state and theta_local");
     round_ctx c = { .o = o, .rep = rep, .kt = pulse_kernels_get() };
     gate_job *jobs = NULL;
     size_t nj = 0;
@@ -939,6 +1012,7 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
     }
     free(c.tr);
     free(c.own_rec);
+    free(c.local_data);
     pulse_ckpt_close(&c.e_new);
     pulse_ckpt_close(&c.local);
     loco_state_close(&c.st);

@@ -231,3 +231,46 @@ int pulse_loco_init(const char *state_dir, const char *from, int view)
     pulse_ckpt_close(&src);
     return r;
 }
+
+int pulse_loco_init_tensors(const char *state_dir, const pulse_loco_tensor *t, size_t n, int view)
+{
+    pulse_clear_error();
+    if (!state_dir || (n && !t) || n > PULSE_ST_MAX_TENSORS || !pulse_loco_view_name(view))
+        return pulse_fail(PULSE_ERR_INVALID, "loco init needs a state directory, tensors and a view");
+    if (mkdir(state_dir, 0755) != 0 && errno != EEXIST)
+        return pulse_fail_errno(PULSE_ERR_IO, "cannot create %s", state_dir);
+    /* The tensors go through a checkpoint file in the state directory (then removed): the state
+     * is made exactly as from a file, by pulse_loco_init. */
+    pulse_tensor_spec *specs = calloc(n ? n : 1, sizeof *specs);
+    if (!specs)
+        return pulse_fail(PULSE_ERR_NOMEM, "%zu tensors", n);
+    int r = 0;
+    for (size_t i = 0; !r && i < n; i++) {
+        if (!t[i].name || !t[i].data || t[i].ndim < 0 || t[i].ndim > PULSE_MAX_DIMS)
+            r = pulse_fail(PULSE_ERR_INVALID, "tensor %zu: no name, no data or %d dimensions", i, t[i].ndim);
+        specs[i].name = t[i].name;
+        specs[i].dtype_name = "F32";
+        specs[i].ndim = t[i].ndim;
+        for (int d = 0; !r && d < t[i].ndim; d++)
+            specs[i].shape[d] = t[i].shape[d];
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/init-%ld.safetensors", state_dir, (long)getpid());
+    pulse_ckpt *c = NULL;
+    if (!r)
+        r = pulse_ckpt_create(&c, path, specs, n, NULL);
+    for (size_t i = 0; !r && i < n; i++) {
+        const pulse_tensor *x = pulse_ckpt_find(c, t[i].name);
+        if (x && x->nbytes)
+            memcpy(x->data, t[i].data, x->nbytes);
+    }
+    if (!r)
+        r = pulse_ckpt_commit(c);
+    pulse_ckpt_close(&c);
+    free(specs);
+    if (!r) {
+        r = pulse_loco_init(state_dir, path, view);
+        unlink(path);
+    }
+    return r;
+}

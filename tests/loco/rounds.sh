@@ -44,7 +44,7 @@ node() { awk '{print $2}' "t$1.pub"; }
 order=$(for k in 1 2 3; do echo "$(node $k) $k"; done | sort | awk '{print $2}' | tr '\n' ' ')
 
 G init theta0.safetensors 7
-for k in 1 2 3; do P loco init --state "s$k" --from theta0.safetensors >/dev/null; done
+for k in 1 2 3; do P loco init --state "s$k" --global theta0.safetensors >/dev/null; done
 P loco init --state s1 --from theta0.safetensors 2>err && fail "init over an existing state"
 grep -q "already holds a loco state" err || fail "init over a state: $(cat err)"
 
@@ -63,21 +63,58 @@ prepare() {
     cp "$(ef s$k "$r")" "pre-e$k-$r.safetensors"
   done
 }
+# The CPU mask the suite runs under (CI reruns it with PULSE_CPU_MASK=ffffffff): t1 and t2 keep it.
+mask_env=${PULSE_CPU_MASK-}
+cpu_for() {   # cpu_for K: t3 runs the scalar reference kernels, t1 and t2 what the suite gives them
+  if [ "$1" = 3 ]; then export PULSE_CPU_MASK=ffffffff
+  elif [ -n "$mask_env" ]; then export PULSE_CPU_MASK=$mask_env
+  else unset PULSE_CPU_MASK; fi
+}
+# The issue's spellings (--trainers PUB...); --trust DIR and init --from are tested below too.
+round_args() { echo --store "$store" --run loco --key "t$1.key" --trainers trust/t1.pub trust/t2.pub trust/t3.pub \
+  --state "s$1" --local "l$1-$2.safetensors" -o "new$1-$2.safetensors"; }
 # run R "TRAINERS" ARGS...: the trainers' rounds as concurrent processes; every one must succeed
 run() {
   local r=$1 who=$2 k pids=() rc=0
   shift 2
   for k in $who; do
-    # t3 runs the scalar reference kernels (PULSE_CPU_MASK), t1 and t2 the best ISA: same bits.
-    if [ "$k" = 3 ]; then export PULSE_CPU_MASK=ffffffff; else unset PULSE_CPU_MASK; fi
-    P loco round --store "$store" --run loco --key "t$k.key" --trust trust --state "s$k" \
-      --local "l$k-$r.safetensors" --shard-elems 3000 --local-steps $H "$@" >"out$k-$r" 2>"err$k-$r" &
+    cpu_for "$k"
+    # shellcheck disable=SC2046
+    P loco round $(round_args "$k" "$r") --shard-elems 3000 --local-steps $H "$@" >"out$k-$r" 2>"err$k-$r" &
     pids+=($!)
   done
-  unset PULSE_CPU_MASK
+  cpu_for 1
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   if [ $rc != 0 ]; then cat err*-"$r" >&2; fail "round $r failed"; fi
   for k in $who; do echo "  t$k: $(cat "out$k-$r")"; done
+}
+# start K R ARGS...: trainer K's round in the background, verbose (pid in $bg); published K R waits,
+# by watching its log, until its shard record is in the store. The rounds below order the trainers
+# by these events, never by how long something takes.
+start() {
+  local k=$1 r=$2
+  shift 2
+  cpu_for "$k"
+  # shellcheck disable=SC2046
+  "$PULSE_BIN" loco round $(round_args "$k" "$r") --shard-elems 3000 -v "$@" >"out$k-$r" 2>"err$k-$r" &
+  bg=$!
+  cpu_for 1
+}
+published() {
+  local k=$1 r=$2 pid=$3 i
+  for ((i = 0; i < 3000; i++)); do
+    grep -q "published " "err$k-$r" && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "err$k-$r" >&2; fail "round $r: t$k ended before publishing its shards"; }
+    sleep 0.1
+  done
+  kill "$pid"
+  fail "round $r: t$k did not publish its shards in 300 s"
+}
+finish() {   # finish K R PID [RC]: trainer K's background round ended with exit status RC (default 0)
+  local k=$1 r=$2 pid=$3 want=${4:-0} got=0
+  wait "$pid" || got=$?
+  [ "$got" = "$want" ] || { cat "err$k-$r" >&2; fail "round $r: t$k exited $got, not $want"; }
+  echo "  t$k: $(cat "out$k-$r")"
 }
 same() {   # same R "TRAINERS": identical theta_{R+1}, momentum and state line
   local r=$1 who=($2) k
@@ -106,6 +143,7 @@ for r in 0 1 2; do
   prepare $r
   run $r "1 2 3" --deadline 60
   same $r "1 2 3"
+  cmp -s "new1-$r.safetensors" "$(th s1 $((r + 1)))" || fail "round $r: -o file differs from the state's theta_{r+1}"
   if [ $r != 1 ]; then
     verify $r "1 2 3" "1 2 3"
     ok "round $r: three trainers identical, gate/error feedback/mean recomputed bit for bit"
@@ -123,31 +161,50 @@ for r in 3 4; do
   ok "round $r: Nesterov momentum, three trainers identical"
 done
 
-# Round 5: t3 is late. t1 and t2 proceed with a quorum of 2 at the deadline; t3 then learns from
-# their result that it missed the round, folds its whole a back into e and lands on theta_6.
+# Round 5: t3 is late. t2 publishes first and waits (it would wait 600 s for t3); then t1, which
+# finds t2's record, gives t3 no time at all (--deadline 0) and goes on with the quorum of 2; t2
+# then adopts t1's result. t3 learns from that result that it missed the round, folds its whole a
+# back into e and lands on theta_6.
 prepare 5
-run 5 "1 2" --deadline 1 --quorum 2
-grep -q "2 of 3 trainers included" out1-5 || fail "round 5: $(cat out1-5)"
-run 5 "3" --deadline 1 --quorum 2
-grep -q "not this one" out3-5 || fail "round 5: t3 should be left out: $(cat out3-5)"
+start 2 5 --deadline 600 --quorum 2
+published 2 5 "$bg"
+run 5 "1" --deadline 0 --quorum 2
+finish 2 5 "$bg"
+grep -q "2 of 3 trainers included, 0 excluded;" out1-5 || fail "round 5 t1: $(cat out1-5)"
+grep -q "2 of 3 trainers included, 0 excluded (members adopted" out2-5 || fail "round 5 t2: $(cat out2-5)"
+run 5 "3" --deadline 0 --quorum 2
+grep -q "not this one.*(members adopted" out3-5 || fail "round 5: t3 should be left out: $(cat out3-5)"
 same 5 "1 2 3"
 verify 5 "1 2 3" "1 2"
 ok "round 5: late trainer folded a back into e (e_new == a everywhere) and continued from theta_6"
 
 # Round 6: t3's key signs a shard with an entry the gate keeps back; round 7: a NaN; round 8: t3's
 # genuine round-4 record replayed, and a record by an untrusted key. Each time t1 and t2 go on.
+#
+# The order is explicit: t2 publishes its shard and is then stopped (SIGSTOP); t1 runs the whole
+# round alone, so t1 is the one that reads t3's shard and excludes it. t2 continues (SIGCONT) and
+# finds t1's result. By docs/loco.md step 5 it then adopts that member list (t1, t2) without
+# reading t3's shard, so it excludes nobody itself -- unless it had already listed all three
+# records before it was stopped, in which case it checks t3's shard itself and excludes it. Both
+# are the protocol; either way t3 must not be in t2's mean.
 bad_round() {
   local r=$1 want=$2
   shift 2
   prepare $r "1 2"
   "$forge" "$store" loco t3.key s1 "$@" >/dev/null
-  run $r "1 2" --deadline 60 --quorum 2
-  # The first to finish excludes t3 itself; a slower one may instead adopt that result's member
-  # list (t3 not in it) without reading t3's shard at all: both end with t1 and t2 only.
-  grep -q "excluded: .*$want" "err1-$r" "err2-$r" || fail "round $r: t3 not excluded ($want): $(cat "err1-$r" "err2-$r")"
-  for k in 1 2; do
-    grep -q "2 of 3 trainers included" "out$k-$r" || fail "round $r: $(cat "out$k-$r")"
-  done
+  start 2 $r --deadline 600 --quorum 2
+  local t2=$bg
+  published 2 $r "$t2"
+  kill -STOP "$t2"
+  run $r "1" --deadline 600 --quorum 2
+  kill -CONT "$t2"
+  finish 2 $r "$t2"
+  grep -q "excluded: .*$want" "err1-$r" || fail "round $r: t1 did not exclude t3 ($want): $(cat "err1-$r")"
+  grep -q "2 of 3 trainers included, 1 excluded;" "out1-$r" || fail "round $r t1: $(cat "out1-$r")"
+  if ! grep -q "2 of 3 trainers included, 0 excluded (members adopted from an earlier result)" "out2-$r"; then
+    grep -q "excluded: .*$want" "err2-$r" && grep -q "2 of 3 trainers included, 1 excluded;" "out2-$r" ||
+      fail "round $r t2: neither adopted t1's members nor excluded t3: $(cat "out2-$r" "err2-$r")"
+  fi
   same $r "1 2"
   [ $r != 6 ] || verify $r "1 2" "1 2"
 }
@@ -163,20 +220,18 @@ bad_round 8 "replayed" replay 4
 ok "round 8: replayed round-4 record refused; untrusted writer ignored"
 grep -q mallory err1-8 && fail "an untrusted record was read"
 
-# Round 9: t3's trusted key publishes a result with another theta_10. t1 and t2 (t3 has no shard:
-# they go on at the 1 s deadline with a quorum of 2) agree with each other, but each reports the
-# mismatch loudly and exits 1.
+# Round 9: t3's trusted key publishes a result with another theta_10 (its member list unreadable).
+# t2 publishes first, then t1 goes on with the quorum of 2 at once (--deadline 0; t3 has no shard);
+# t2 adopts t1's members. They agree with each other, but each reports the mismatch loudly, exit 1.
 prepare 9 "1 2"
 "$forge" "$store" loco t3.key s1 result >/dev/null
-for k in 1 2; do
-  P loco round --store "$store" --run loco --key "t$k.key" --trust trust --state "s$k" --local "l$k-9.safetensors" \
-    --deadline 1 --quorum 2 >"out$k-9" 2>"err$k-9" &
-done
-rc1=0; rc2=0
-wait %1 || rc1=$?
-wait %2 || rc2=$?
-[ $rc1 = 1 ] && [ $rc2 = 1 ] || fail "round 9: a differing result must fail the verb (exit $rc1, $rc2)"
+start 2 9 --deadline 600 --quorum 2
+published 2 9 "$bg"
+cpu_for 1
+P loco round $(round_args 1 9) --shard-elems 3000 --deadline 0 --quorum 2 >out1-9 2>err1-9 && fail "round 9: t1 must fail on the mismatch"
+finish 2 9 "$bg" 1
 grep -q "MISMATCH: trainer .*(t3) reports a different theta" err1-9 || fail "round 9: $(cat err1-9)"
+grep -q "MISMATCH: trainer .*(t3) reports a different theta" err2-9 || fail "round 9: $(cat err2-9)"
 grep -q "result mismatch" err2-9 || fail "round 9: $(cat err2-9)"
 same 9 "1 2"
 ok "round 9: a differing result by a trusted trainer is reported (MISMATCH, exit 1)"

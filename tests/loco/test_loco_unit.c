@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the LoCo pieces: shard codec round trip and refusals, gate conservation, the mean's arithmetic. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "pulseweights/keys.h"
 
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
@@ -112,10 +116,141 @@ static void test_outer_step(void)
     }
 }
 
+/* A one-trainer round through a file:// store: the in-memory calls give the same bits as the
+ * files; BF16 values send bf16 numbers and keep exactly a - bf16(a) in e. */
+static float mem_theta0[2][600], mem_local[2][600];
+
+static void state_file(const char *dir, const char *what, char out[4096])
+{
+    /* dir is a short temporary path: the "%.3000s" only tells the compiler so */
+    snprintf(out, 4096, "%.3000s/%.16s-%012d.safetensors", dir, what, 1);
+}
+
+static int mem_round(const char *tmp, const char *state, const char *run, int from_files, int bf16, float out[2][600])
+{
+    char key[4096], store[4200], local[4096];
+    snprintf(key, sizeof key, "%s/t1.key", tmp);
+    snprintf(store, sizeof store, "file://%s/store", tmp);
+    snprintf(local, sizeof local, "%s/local.safetensors", tmp);
+    pulse_loco_tensor lt[2] = { { "b.weight", 2, { 20, 30 }, mem_local[1] }, { "a.weight", 1, { 600 }, mem_local[0] } };
+    pulse_loco_tensor ot[2] = { { "a.weight", 1, { 600 }, out[0] }, { "b.weight", 2, { 20, 30 }, out[1] } };
+    pulse_loco_round_opts o;
+    pulse_loco_round_default_opts(&o);
+    o.store_url = store;
+    o.run = run;
+    o.key_path = key;
+    o.state_dir = state;
+    o.deadline_s = 5;
+    o.shard_elems = 256;
+    o.threads = 2;
+    o.bf16_values = bf16;
+    o.out_tensors = ot;
+    o.n_out = 2;
+    if (from_files) {
+        o.local_path = local;
+    } else {
+        o.local_tensors = lt;
+        o.n_local = 2;
+    }
+    pulse_loco_report rep;
+    int r = pulse_loco_round(&o, &rep);
+    CHECK(r != 0 || (rep.included == 1 && rep.sent > 0 && rep.sent < 1200));
+    return r;
+}
+
+static void test_in_memory_round(void)
+{
+    char tmp[] = "/tmp/pulse-loco-unit.XXXXXX";
+    CHECK(mkdtemp(tmp) != NULL);
+    char path[4096], key[4096];
+    for (int i = 0; i < 600; i++)
+        for (int t = 0; t < 2; t++) {
+            mem_theta0[t][i] = (float)((int)(next() % 2001) - 1000) * 2e-5f;
+            /* RL-sized steps: some cross a BF16 boundary, most do not */
+            mem_local[t][i] = mem_theta0[t][i] - (float)((int)(next() % 2001) - 1000) * 4e-8f;
+        }
+    pulse_secret_key *k = NULL;
+    snprintf(key, sizeof key, "%s/t1", tmp);
+    CHECK_OK(pulse_key_generate(&k));
+    CHECK_OK(pulse_key_save(k, key, "t1"));
+    pulse_key_free(&k);
+    pulse_loco_tensor t0[2] = { { "a.weight", 1, { 600 }, mem_theta0[0] }, { "b.weight", 2, { 20, 30 }, mem_theta0[1] } };
+    pulse_loco_tensor lt[2] = { { "a.weight", 1, { 600 }, mem_local[0] }, { "b.weight", 2, { 20, 30 }, mem_local[1] } };
+    static const char *const states[3] = { "mem", "file", "bf16" };
+    char sd[3][4096];
+    for (int s = 0; s < 3; s++) {
+        snprintf(sd[s], sizeof sd[s], "%s/%s", tmp, states[s]);
+        CHECK_OK(pulse_loco_init_tensors(sd[s], t0, 2, PULSE_LOCO_VIEW_BF16));
+    }
+    CHECK_ERR(pulse_loco_init_tensors(sd[0], t0, 2, PULSE_LOCO_VIEW_BF16), PULSE_ERR_EXISTS);
+    /* theta_local as a file too, for the file-based round */
+    snprintf(path, sizeof path, "%s/local", tmp);
+    CHECK_OK(pulse_loco_init_tensors(path, lt, 2, PULSE_LOCO_VIEW_BF16));
+    char src[4096], dst[4096];
+    snprintf(src, sizeof src, "%s/local/theta-000000000000.safetensors", tmp);
+    snprintf(dst, sizeof dst, "%s/local.safetensors", tmp);
+    CHECK(rename(src, dst) == 0);
+
+    static float out_mem[2][600], out_file[2][600], out_bf16[2][600];
+    CHECK_OK(mem_round(tmp, sd[0], "mem", 0, 0, out_mem));
+    CHECK_OK(mem_round(tmp, sd[1], "file", 1, 0, out_file));
+    CHECK_OK(mem_round(tmp, sd[2], "bf16", 0, 1, out_bf16));
+    CHECK(memcmp(out_mem, out_file, sizeof out_mem) == 0);
+    /* ... and the state's theta_1 holds the same bits as the out tensors */
+    pulse_ckpt *c = NULL;
+    state_file(sd[0], "theta", path);
+    CHECK_OK(pulse_ckpt_open(&c, path, PULSE_CKPT_READ));
+    CHECK(c && memcmp(pulse_ckpt_find(c, "b.weight")->data, out_mem[1], sizeof out_mem[1]) == 0);
+    pulse_ckpt_close(&c);
+
+    /* BF16 values: e_1 == a where kept back; where sent, a - e_1 is a BF16 number (low bits zero) */
+    state_file(sd[2], "e", path);
+    CHECK_OK(pulse_ckpt_open(&c, path, PULSE_CKPT_READ));
+    size_t sent = 0, nonzero_rem = 0;
+    for (int t = 0; c && t < 2; t++) {
+        const float *e = (const float *)(const void *)pulse_ckpt_find(c, t ? "b.weight" : "a.weight")->data;
+        for (int i = 0; i < 600; i++) {
+            float a = mem_theta0[t][i] - mem_local[t][i];
+            if (memcmp(&e[i], &a, 4) == 0)
+                continue;
+            float v = a - e[i];
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            CHECK((u & 0xffffu) == 0);
+            sent++;
+            nonzero_rem += e[i] != 0.0f;
+        }
+    }
+    CHECK(sent > 0 && nonzero_rem > 0);
+    pulse_ckpt_close(&c);
+
+    /* A missing or misshapen in-memory tensor is refused before anything is published. */
+    pulse_loco_round_opts o;
+    pulse_loco_round_default_opts(&o);
+    pulse_loco_tensor bad[2] = { { "a.weight", 1, { 599 }, mem_local[0] }, { "b.weight", 2, { 20, 30 }, mem_local[1] } };
+    snprintf(src, sizeof src, "file://%s/store", tmp);
+    snprintf(key, sizeof key, "%s/t1.key", tmp);
+    o.store_url = src;
+    o.run = "bad";
+    o.key_path = key;
+    o.state_dir = sd[0];
+    o.local_tensors = bad;
+    o.n_local = 2;
+    pulse_loco_report rep;
+    CHECK_ERR(pulse_loco_round(&o, &rep), PULSE_ERR_MISMATCH);
+    o.n_local = 1;
+    CHECK_ERR(pulse_loco_round(&o, &rep), PULSE_ERR_MISMATCH);
+
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     test_shard_round_trip();
     test_conservation();
     test_outer_step();
+    test_in_memory_round();
     return check_done("loco-unit");
 }

@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* In-process LoCo simulation: K trainers x R rounds x H Adam steps, PULSELoCo vs dense DiLoCo on one objective. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fail.h"
+#include "node/kernels/kernels.h"
+#include "node/loco/loco_internal.h"
+#include "node/loco/objective.h"
+#include "node/parallel.h"
+
+/* One trainer's memory: its local weights, Adam state, error feedback, gradient scratch. */
+typedef struct sim_trainer {
+    float *local, *g, *res, *e, *delta, *w16;
+    loco_adam adam;
+    uint32_t *idx;
+    float *val;
+} sim_trainer;
+
+typedef struct sim {
+    const loco_sim_cfg *cfg;
+    const loco_objective *obj;
+    const pulse_kernels *kt;
+    size_t n;
+    float *theta, *m, *acc;
+    sim_trainer *tr;
+    int dense;
+    int fail;
+} sim;
+
+/* H Adam steps from theta on trainer T's data (one job of pulse_parallel_for). */
+static int inner_steps(void *ctx, size_t t)
+{
+    sim *s = ctx;
+    sim_trainer *tr = &s->tr[t];
+    memcpy(tr->local, s->theta, s->n * 4);
+    for (unsigned h = 0; h < s->cfg->inner_steps; h++) {
+        const float *w = tr->local;
+        if (s->cfg->bf16_forward) {   /* mixed precision: the gradient at the BF16 weights, FP32 master + Adam */
+            for (size_t i = 0; i < s->n; i++)
+                tr->w16[i] = loco_bf16_round(tr->local[i]);
+            w = tr->w16;
+        }
+        loco_objective_grad(s->obj, w, (unsigned)t, tr->g, tr->res);
+        loco_adam_step(&tr->adam, tr->local, tr->g, s->n, s->cfg->inner_lr);
+    }
+    return 0;
+}
+
+/* One round of PULSELoCo for every trainer: gate + error feedback per shard range, the shard
+ * encoded (its bytes counted), the sparse a added in trainer order; then the outer step. */
+static int loco_round(sim *s, double *sent, double *bytes)
+{
+    const loco_sim_cfg *c = s->cfg;
+    memset(s->acc, 0, s->n * 4);
+    for (unsigned t = 0; t < c->obj.trainers; t++) {
+        sim_trainer *tr = &s->tr[t];
+        loco_delta(s->theta, tr->local, tr->delta, s->n);
+        for (size_t off = 0; off < s->n; off += c->shard_elems) {
+            size_t len = s->n - off < c->shard_elems ? s->n - off : c->shard_elems;
+            const float *th = s->theta + off;
+            float *e = tr->e + off;
+            size_t k = s->kt->gate[c->view](th, tr->delta + off, e, len, tr->idx, tr->val);
+            if (c->bf16_values)   /* the round's own option: loco_bf16_values (outer.c) */
+                k = loco_bf16_values(c->view, th, e, tr->idx, tr->val, k);
+            if (k == 0)
+                continue;
+            uint8_t *obj = NULL;
+            size_t obj_len = 0;
+            int r = loco_shard_encode(c->view, off, (uint32_t)len, tr->idx, tr->val, (uint32_t)k, &obj, &obj_len);
+            if (r)
+                return r;
+            free(obj);
+            *sent += (double)k;
+            *bytes += (double)obj_len;
+            s->kt->scatter_add_f32(s->acc + off, tr->idx, k, tr->val);
+        }
+    }
+    loco_outer_step(s->theta, s->acc, (float)c->obj.trainers, s->m, c->outer_lr, c->momentum, c->nesterov, s->theta,
+                    s->n);
+    return 0;
+}
+
+/* Dense DiLoCo: the FP32 pseudo-gradients summed in trainer order, the same outer step. */
+static void dense_round(sim *s)
+{
+    const loco_sim_cfg *c = s->cfg;
+    memset(s->acc, 0, s->n * 4);
+    for (unsigned t = 0; t < c->obj.trainers; t++) {
+        sim_trainer *tr = &s->tr[t];
+        loco_delta(s->theta, tr->local, tr->delta, s->n);
+        for (size_t i = 0; i < s->n; i++)
+            s->acc[i] += tr->delta[i];
+    }
+    loco_outer_step(s->theta, s->acc, (float)c->obj.trainers, s->m, c->outer_lr, c->momentum, c->nesterov, s->theta,
+                    s->n);
+}
+
+static void sim_free(sim *s)
+{
+    for (unsigned t = 0; s->tr && t < s->cfg->obj.trainers; t++) {
+        sim_trainer *tr = &s->tr[t];
+        free(tr->local);
+        free(tr->g);
+        free(tr->res);
+        free(tr->e);
+        free(tr->delta);
+        free(tr->w16);
+        free(tr->adam.m);
+        free(tr->adam.v);
+        free(tr->idx);
+        free(tr->val);
+    }
+    free(s->tr);
+    free(s->theta);
+    free(s->m);
+    free(s->acc);
+}
+
+/* One whole run (LoCo or dense) from theta_0; the final loss into *loss, per-round losses into losses[]. */
+static int sim_pass(const loco_sim_cfg *c, const loco_objective *obj, int dense, double *losses, double *losses16,
+                    double *sent, double *bytes)   /* sent, bytes: per round, summed over the trainers */
+{
+    sim s = { .cfg = c, .obj = obj, .kt = pulse_kernels_get(), .n = (size_t)c->obj.rows * c->obj.cols, .dense = dense };
+    int r = 0;
+    s.theta = malloc(s.n * 4);
+    s.m = calloc(s.n, 4);
+    s.acc = malloc(s.n * 4);
+    s.tr = calloc(c->obj.trainers, sizeof *s.tr);
+    if (!s.theta || !s.m || !s.acc || !s.tr)
+        r = pulse_fail(PULSE_ERR_NOMEM, "simulation");
+    for (unsigned t = 0; !r && t < c->obj.trainers; t++) {
+        sim_trainer *tr = &s.tr[t];
+        tr->local = malloc(s.n * 4);
+        tr->g = malloc(s.n * 4);
+        tr->res = malloc((size_t)c->obj.samples * c->obj.rows * 4);
+        tr->e = calloc(s.n, 4);
+        tr->delta = malloc(s.n * 4);
+        tr->w16 = malloc(s.n * 4);
+        tr->adam.m = calloc(s.n, 4);
+        tr->adam.v = calloc(s.n, 4);
+        tr->idx = malloc((size_t)c->shard_elems * 4);
+        tr->val = malloc((size_t)c->shard_elems * 4);
+        if (!tr->local || !tr->g || !tr->res || !tr->e || !tr->delta || !tr->w16 || !tr->adam.m || !tr->adam.v || !tr->idx ||
+            !tr->val)
+            r = pulse_fail(PULSE_ERR_NOMEM, "simulation trainer");
+    }
+    if (!r)
+        memcpy(s.theta, obj->w0, s.n * 4);
+    for (unsigned round = 0; !r && round < c->rounds; round++) {
+        r = pulse_parallel_for(c->obj.trainers, c->threads, inner_steps, &s);
+        if (!r && dense)
+            dense_round(&s);
+        else if (!r)
+            r = loco_round(&s, &sent[round], &bytes[round]);
+        if (!r) {
+            losses[round] = loco_objective_loss(obj, s.theta);
+            /* ... and of theta's BF16 rounding: the model as BF16 inference runs it */
+            for (size_t i = 0; i < s.n; i++)
+                s.acc[i] = loco_bf16_round(s.theta[i]);
+            losses16[round] = loco_objective_loss(obj, s.acc);
+        }
+    }
+    sim_free(&s);
+    return r;
+}
+
+int loco_sim_run(const loco_sim_cfg *c, loco_sim_result *out)
+{
+    memset(out, 0, sizeof *out);
+    if (c->rounds == 0 || c->rounds > 100000 || c->inner_steps == 0 || c->shard_elems == 0 ||
+        c->shard_elems > LOCO_SHARD_MAX_ELEMS || c->view < 0 || c->view >= PULSE_VIEW_COUNT)
+        return pulse_fail(PULSE_ERR_INVALID, "simulation: rounds, inner steps, shard size or view out of range");
+    loco_objective obj;
+    int r = loco_objective_make(&obj, &c->obj);
+    if (r)
+        return r;
+    double *lo = calloc(c->rounds, sizeof *lo), *ld = calloc(c->rounds, sizeof *ld);
+    double *lo16 = calloc(c->rounds, sizeof *lo16), *ld16 = calloc(c->rounds, sizeof *ld16);
+    double *sent = calloc(c->rounds, sizeof *sent), *bytes = calloc(c->rounds, sizeof *bytes);
+    double *unused = calloc(c->rounds, sizeof *unused);
+    if (!lo || !ld || !lo16 || !ld16 || !sent || !bytes || !unused)
+        r = pulse_fail(PULSE_ERR_NOMEM, "losses");
+    if (!r)
+        r = sim_pass(c, &obj, 0, lo, lo16, sent, bytes);
+    if (!r)
+        r = sim_pass(c, &obj, 1, ld, ld16, unused, unused);
+    if (!r) {
+        size_t n = (size_t)c->obj.rows * c->obj.cols;
+        double per = (double)c->rounds * c->obj.trainers;
+        out->loss0 = loco_objective_loss(&obj, obj.w0);
+        float *w16 = malloc(n * 4);
+        if (w16) {
+            for (size_t i = 0; i < n; i++)
+                w16[i] = loco_bf16_round(obj.w0[i]);
+            out->loss16_0 = loco_objective_loss(&obj, w16);
+            free(w16);
+        }
+        out->loss_loco = lo[c->rounds - 1];
+        out->loss_dense = ld[c->rounds - 1];
+        out->loss16_loco = lo16[c->rounds - 1];
+        out->loss16_dense = ld16[c->rounds - 1];
+        for (unsigned i = 0; i < c->rounds; i++) {
+            out->sent_per_round += sent[i] / per;
+            out->shard_bytes_per_round += bytes[i] / per;
+        }
+        out->dense_bytes_per_round = 4.0 * (double)n;
+        if (!c->quiet) {
+            /* per trainer: entries sent, their share of the parameters, shard bytes, bytes per entry */
+            printf("%6s %13s %13s %9s %13s %13s %9s %9s %8s %11s %8s\n", "round", "loss-loco", "loss-diloco",
+                   "loco/dil", "bf16-loco", "bf16-diloco", "loco/dil", "sent", "dense%", "shard-bytes", "B/entry");
+            printf("%6s %13.6e %13.6e %9s %13.6e %13.6e\n", "init", out->loss0, out->loss0, "", out->loss16_0,
+                   out->loss16_0);
+            for (unsigned i = 0; i < c->rounds; i++) {
+                double k = sent[i] / c->obj.trainers, b = bytes[i] / c->obj.trainers;
+                printf("%6u %13.6e %13.6e %9.4f %13.6e %13.6e %9.4f %9.0f %8.3f %11.0f %8.2f\n", i, lo[i], ld[i],
+                       lo[i] / ld[i], lo16[i], ld16[i], lo16[i] / ld16[i], k, 100.0 * k / (double)n, b,
+                       k > 0 ? b / k : 0.0);
+            }
+        }
+    }
+    free(lo);
+    free(ld);
+    free(lo16);
+    free(ld16);
+    free(sent);
+    free(bytes);
+    free(unused);
+    loco_objective_free(&obj);
+    return r;
+}

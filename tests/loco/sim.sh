@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# pulse loco sim: PULSELoCo against dense DiLoCo on the built-in least-squares objective (3 trainers,
+# 16 rounds, 8 Adam steps at an RL rate, 1e-6). Both must learn; LoCo's BF16 weights must end within
+# 2% of DiLoCo's loss, moving at most half of DiLoCo's bytes; BF16 values must not cost loss.
+set -euo pipefail
+: "${PULSE_BIN:?PULSE_BIN must name the pulse binary (meson test sets it)}"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+out=$(mktemp "${TMPDIR:-/tmp}/pulse-loco-sim.XXXXXX")
+trap 'rm -f "$out"' EXIT
+
+sim() {   # sim ARGS...: runs the simulation, sets loss_* and bytes_* from its summary lines
+  "$PULSE_BIN" loco sim --trainers 3 --rounds 16 --local-steps 8 --lr 1e-6 "$@" >"$out" || fail "sim $*: exit $?"
+  read -r l32 d32 i32 < <(sed -n 's/^final loss: loco \([^ ]*\) diloco \([^ ]*\) init \([^;]*\);.*/\1 \2 \3/p' "$out")
+  read -r l16 d16 i16 < <(sed -n 's/^final loss of the bf16 weights: loco \([^ ]*\) diloco \([^ ]*\) init \([^;]*\);.*/\1 \2 \3/p' "$out")
+  read -r bl bd < <(sed -n 's/^bytes per trainer per round: loco \([0-9]*\) .*diloco \([0-9]*\) .*/\1 \2/p' "$out")
+  [ -n "${l32:-}" ] && [ -n "${l16:-}" ] && [ -n "${bl:-}" ] || fail "sim $*: no summary: $(cat "$out")"
+  cat "$out"
+}
+# check EXPR MESSAGE: an awk comparison of the numbers above
+check() { awk -v l32="$l32" -v d32="$d32" -v i32="$i32" -v l16="$l16" -v d16="$d16" -v bl="$bl" -v bd="$bd" \
+  "BEGIN { exit !($1) }" || fail "$2 (loco $l32 diloco $d32 init $i32; bf16 loco $l16 diloco $d16; bytes $bl vs $bd)"; }
+
+sim
+check "d32 < 0.8 * i32 && l32 < 0.8 * i32" "one of the runs did not learn"
+check "l16 <= 1.02 * d16" "PULSELoCo's BF16 weights end more than 2% above dense DiLoCo's loss"
+check "bl > 0 && bl <= 0.5 * bd" "PULSELoCo moved more than half of DiLoCo's bytes"
+echo "ok   fp32 values: loss of the bf16 weights $l16 vs DiLoCo $d16, $bl bytes per trainer and round vs $bd"
+fp32_l16=$l16 fp32_bl=$bl
+
+sim --values bf16
+check "l16 <= 1.02 * d16" "BF16 values: more than 2% above dense DiLoCo"
+awk -v a="$l16" -v b="$fp32_l16" 'BEGIN { exit !(a <= 1.005 * b) }' || fail "BF16 values lose more than 0.5% against FP32 values ($l16 vs $fp32_l16)"
+awk -v a="$bl" -v b="$fp32_bl" 'BEGIN { exit !(a < 0.7 * b) }' || fail "BF16 values did not save 30% of the bytes ($bl vs $fp32_bl)"
+echo "ok   bf16 values: loss of the bf16 weights $l16 (fp32 values $fp32_l16), $bl bytes (fp32 values $fp32_bl)"
+
+"$PULSE_BIN" loco sim --rounds 0 2>"$out" && fail "sim accepted 0 rounds"
+grep -q "rounds wants a number" "$out" || fail "sim --rounds 0: $(cat "$out")"
+echo "ok   all"
