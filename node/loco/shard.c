@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The LoCo shard object: gap-coded positions (LEB128, zstd) and FP32 values as four byte planes (zstd). */
+/* The LoCo shard object: gap-coded positions (LEB128, zstd) and FP32 values as an exponent plane (zstd) and raw sign/mantissa planes. */
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -62,22 +62,30 @@ int loco_shard_encode(int view, uint64_t start, uint32_t len, const uint32_t *id
     for (uint32_t j = 0; j < k; j++) {
         uint32_t bits;
         memcpy(&bits, &val[j], 4);
-        for (int b = 0; b < 4; b++)
-            planes[(size_t)b * k + j] = (uint8_t)(bits >> (8 * b));
+        planes[j] = (uint8_t)(bits >> 23);
+        planes[(size_t)k + j] = (uint8_t)((bits >> 31) << 7 | ((bits >> 16) & 0x7f));
+        planes[(size_t)2 * k + j] = (uint8_t)(bits >> 8);
+        planes[(size_t)3 * k + j] = (uint8_t)bits;
     }
     size_t zg = ZSTD_compress(buf + LOCO_SHARD_HEADER, zcap, graw, gl, SHARD_ZSTD_LEVEL);
     if (ZSTD_isError(zg)) {
         r = pulse_fail(PULSE_ERR_INVALID, "zstd: %s", ZSTD_getErrorName(zg));
         goto out;
     }
-    size_t zv = ZSTD_compress(buf + LOCO_SHARD_HEADER + zg, zcap - zg, planes, (size_t)k * 4, SHARD_ZSTD_LEVEL);
+    size_t zv = ZSTD_compress(buf + LOCO_SHARD_HEADER + zg, zcap - zg, planes, k, SHARD_ZSTD_LEVEL);
     if (ZSTD_isError(zv)) {
         r = pulse_fail(PULSE_ERR_INVALID, "zstd: %s", ZSTD_getErrorName(zv));
         goto out;
     }
+    size_t zm = ZSTD_compress(buf + LOCO_SHARD_HEADER + zg + zv, zcap - zg - zv, planes + k, (size_t)k * 3,
+                              SHARD_ZSTD_LEVEL);
+    if (ZSTD_isError(zm)) {
+        r = pulse_fail(PULSE_ERR_INVALID, "zstd: %s", ZSTD_getErrorName(zm));
+        goto out;
+    }
     memset(buf, 0, LOCO_SHARD_HEADER);
     memcpy(buf, "PLSH", 4);
-    buf[4] = 1;
+    buf[4] = 2;
     buf[5] = (uint8_t)view;
     put32(buf + 8, len);
     put32(buf + 12, k);
@@ -85,8 +93,9 @@ int loco_shard_encode(int view, uint64_t start, uint32_t len, const uint32_t *id
     put32(buf + 24, (uint32_t)gl);
     put32(buf + 28, (uint32_t)zg);
     put32(buf + 32, (uint32_t)zv);
+    put32(buf + 36, (uint32_t)zm);
     *out = buf;
-    *out_len = LOCO_SHARD_HEADER + zg + zv;
+    *out_len = LOCO_SHARD_HEADER + zg + zv + zm;
     buf = NULL;
 out:
     free(gaps);
@@ -113,8 +122,8 @@ static int unzstd(const uint8_t *z, size_t zlen, uint8_t *dst, size_t want, cons
 int loco_shard_decode(const uint8_t *buf, size_t n, int view, uint64_t start, uint64_t len, loco_shard *s)
 {
     memset(s, 0, sizeof *s);
-    if (n < LOCO_SHARD_HEADER || memcmp(buf, "PLSH", 4) != 0 || buf[4] != 1 || buf[6] || buf[7] || get32(buf + 36))
-        return pulse_fail(PULSE_ERR_FORMAT, "not a version 1 loco shard");
+    if (n < LOCO_SHARD_HEADER || memcmp(buf, "PLSH", 4) != 0 || buf[4] != 2 || buf[6] || buf[7])
+        return pulse_fail(PULSE_ERR_FORMAT, "not a version 2 loco shard");
     if (buf[5] != view)
         return pulse_fail(PULSE_ERR_MISMATCH, "shard gated in view %u, this round uses %d", buf[5], view);
     uint32_t hlen = get32(buf + 8), k = get32(buf + 12), gl = get32(buf + 24), zg = get32(buf + 28),
@@ -127,9 +136,10 @@ int loco_shard_decode(const uint8_t *buf, size_t n, int view, uint64_t start, ui
         return pulse_fail(PULSE_ERR_LIMIT, "shard of %u entries over %llu elements", k, (unsigned long long)len);
     if (gl < k || (uint64_t)gl > (uint64_t)k * 5)
         return pulse_fail(PULSE_ERR_FORMAT, "shard gap stream of %u bytes for %u entries", gl, k);
-    if ((uint64_t)LOCO_SHARD_HEADER + zg + zv != n)
+    uint32_t zm = get32(buf + 36);
+    if ((uint64_t)LOCO_SHARD_HEADER + zg + zv + zm != n)
         return pulse_fail(PULSE_ERR_FORMAT, "shard of %zu bytes, its header accounts for %llu", n,
-                          (unsigned long long)LOCO_SHARD_HEADER + zg + zv);
+                          (unsigned long long)LOCO_SHARD_HEADER + zg + zv + zm);
     uint8_t *graw = malloc((size_t)gl + 1), *planes = malloc((size_t)k * 4 + 1);
     uint32_t *gaps = malloc(((size_t)k + 1) * 4);
     s->idx = malloc(((size_t)k + 1) * 4);
@@ -140,7 +150,8 @@ int loco_shard_decode(const uint8_t *buf, size_t n, int view, uint64_t start, ui
         goto out;
     }
     if ((r = unzstd(buf + LOCO_SHARD_HEADER, zg, graw, gl, "gap")) ||
-        (r = unzstd(buf + LOCO_SHARD_HEADER + zg, zv, planes, (size_t)k * 4, "value")))
+        (r = unzstd(buf + LOCO_SHARD_HEADER + zg, zv, planes, k, "exponent")) ||
+        (r = unzstd(buf + LOCO_SHARD_HEADER + zg + zv, zm, planes + k, (size_t)k * 3, "mantissa")))
         goto out;
     size_t p = 0;
     for (uint32_t j = 0; j < k; j++) {
@@ -170,9 +181,9 @@ int loco_shard_decode(const uint8_t *buf, size_t n, int view, uint64_t start, ui
         goto out;
     }
     for (uint32_t j = 0; j < k; j++) {
-        uint32_t bits = 0;
-        for (int b = 3; b >= 0; b--)
-            bits = bits << 8 | planes[(size_t)b * k + j];
+        uint32_t e = planes[j], sm = planes[(size_t)k + j];
+        uint32_t bits = (sm >> 7) << 31 | e << 23 | (sm & 0x7f) << 16 | (uint32_t)planes[(size_t)2 * k + j] << 8 |
+                        planes[(size_t)3 * k + j];
         memcpy(&s->val[j], &bits, 4);
     }
     s->start = start;
