@@ -57,8 +57,12 @@ PULSE_API int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new
 /* An open patch (header and tables parsed and bounds-checked; chunk data not yet decoded). */
 typedef struct pulse_patch pulse_patch;
 
-/* Reads the file at path into memory and checks magic, version, the header digest and every
- * count, offset and length against the limits and the file size before allocating from them.
+/* Reads the header and tensor table of the file at path (the chunk data stays in the file,
+ * which stays open: each chunk is read into a per-thread buffer and its digest checked there
+ * whenever it is decoded, so memory does not grow with the patch and a file changed after
+ * open is caught: PULSE_ERR_CORRUPT, or PULSE_ERR_IO when it shrank). Checks magic, version,
+ * the header digest and every count, offset and length against the limits and the file size
+ * before allocating from them.
  * Returns PULSE_ERR_FORMAT (malformed), PULSE_ERR_CORRUPT (digest), PULSE_ERR_LIMIT,
  * PULSE_ERR_UNSUPPORTED (other version), PULSE_ERR_IO, PULSE_ERR_NOMEM. */
 PULSE_API int pulse_patch_open(pulse_patch **out, const char *path);
