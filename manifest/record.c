@@ -44,7 +44,8 @@ static int tag_index(unsigned tag)
     return -1;
 }
 
-static const char *const kind_names[] = { NULL, "sync-patch", "keyframe", "loco-shard", "loco-result", "receipt" };
+static const char *const kind_names[] = { NULL, "sync-patch", "keyframe", "loco-shard", "loco-result", "receipt",
+                                           "loco-reduced" };
 
 PULSE_API const char *pulse_record_kind_name(int kind)
 {
@@ -186,6 +187,12 @@ static int check_kind_rules(const pulse_record *r)
             return pulse_fail(PULSE_ERR_FORMAT, "field base: a loco-shard needs the round's start state");
         if (result)
             return pulse_fail(PULSE_ERR_FORMAT, "field result: a loco-shard has no result state (must be zero)");
+        break;
+    case PULSE_RECORD_LOCO_REDUCED:
+        if (!base)
+            return pulse_fail(PULSE_ERR_FORMAT, "field base: a loco-reduced record needs the round's start state");
+        if (result)
+            return pulse_fail(PULSE_ERR_FORMAT, "field result: a loco-reduced record has no result state (must be zero)");
         break;
     case PULSE_RECORD_RECEIPT:
         if (!result)

@@ -34,8 +34,9 @@ typedef enum pulse_record_kind {
     PULSE_RECORD_LOCO_SHARD = 3,   /* one trainer's sparse pseudo-gradient for the round starting at base */
     PULSE_RECORD_LOCO_RESULT = 4,  /* the aggregated round: base -> result */
     PULSE_RECORD_RECEIPT = 5,      /* "node holds result at step"; names no objects */
+    PULSE_RECORD_LOCO_REDUCED = 6, /* a reduce-scatter owner's summed shards of its ranges, round starting at base */
 } pulse_record_kind;
-#define PULSE_RECORD_KIND_MAX 5
+#define PULSE_RECORD_KIND_MAX 6
 
 /* One object the record names. role: what the bytes are ("patch-chunk", "keyframe-chunk",
  * "loco-shard", ...); tensor: the tensor it covers, or "" for whole-checkpoint objects;
@@ -67,7 +68,7 @@ typedef struct pulse_record {
     uint8_t signature[PULSE_SIGNATURE_BYTES];
 } pulse_record;
 
-/* "sync-patch", "keyframe", "loco-shard", "loco-result", "receipt"; NULL for an unknown kind.
+/* "sync-patch", "keyframe", "loco-shard", "loco-result", "receipt", "loco-reduced"; NULL for an unknown kind.
  * These names are also the <kind> of the bucket keys (DESIGN.md §4). */
 PULSE_API const char *pulse_record_kind_name(int kind);
 /* The kind named NAME, or 0 when none. */

@@ -30,7 +30,7 @@ static void make_record(pulse_record *r, int kind, uint32_t n_obj)
     r->time = 1764400000;
     if (kind != PULSE_RECORD_KEYFRAME)
         fill(r->base, 32, 1);
-    if (kind != PULSE_RECORD_LOCO_SHARD)
+    if (kind != PULSE_RECORD_LOCO_SHARD && kind != PULSE_RECORD_LOCO_REDUCED)
         fill(r->result, 32, 2);
     r->changes = 123456;
     r->dense_bytes = 1 << 30;
@@ -183,8 +183,8 @@ static void test_strictness(void)
     REFUSED(c, len, PULSE_ERR_FORMAT, "magic");
     memcpy(c, b, len); c[4] = 2;
     REFUSED(c, len, PULSE_ERR_FORMAT, "version 2");
-    memcpy(c, b, len); c[6] = 6;
-    REFUSED(c, len, PULSE_ERR_FORMAT, "kind 6");
+    memcpy(c, b, len); c[6] = 7;   /* the first unknown kind (6 is loco-reduced) */
+    REFUSED(c, len, PULSE_ERR_FORMAT, "kind 7");
     memcpy(c, b, len); c[6] = 0;
     REFUSED(c, len, PULSE_ERR_FORMAT, "kind 0");
     memcpy(c, b, len); c[7] = 1;
@@ -363,7 +363,7 @@ static void test_canonical_round_trip(void)
         for (int i = 0; i < 32; i++) {
             r.node[i] = (uint8_t)prng();
             r.base[i] = kind == PULSE_RECORD_KEYFRAME ? 0 : (uint8_t)(prng() | 1);
-            r.result[i] = kind == PULSE_RECORD_LOCO_SHARD ? 0 : (uint8_t)(prng() | 1);
+            r.result[i] = kind == PULSE_RECORD_LOCO_SHARD || kind == PULSE_RECORD_LOCO_REDUCED ? 0 : (uint8_t)(prng() | 1);
         }
         for (int i = 0; i < 64; i++)
             r.signature[i] = (uint8_t)prng();
@@ -459,10 +459,68 @@ static void test_render_and_key(void)
     pulse_record_clear(&r);
 }
 
+/* Kind 6, loco-reduced (appended): like loco-shard, a base and no result, at least one object;
+ * its name, its key, and kind 7 still unknown. */
+static void test_loco_reduced(void)
+{
+    pulse_secret_key *k = NULL;
+    CHECK_OK(pulse_key_generate(&k));
+    pulse_public_key pk = { .comment = "owner" };
+    pulse_key_public(k, pk.key);
+    pulse_trust *trust = NULL;
+    CHECK_OK(pulse_trust_new(&trust));
+    CHECK_OK(pulse_trust_add(trust, &pk));
+    CHECK(pulse_record_kind_name(PULSE_RECORD_LOCO_REDUCED) &&
+          !strcmp(pulse_record_kind_name(PULSE_RECORD_LOCO_REDUCED), "loco-reduced"));
+    CHECK_EQ_INT(pulse_record_kind_from_name("loco-reduced"), PULSE_RECORD_LOCO_REDUCED);
+    CHECK(pulse_record_kind_name(PULSE_RECORD_KIND_MAX + 1) == NULL);
+
+    pulse_record r, got;
+    make_record(&r, PULSE_RECORD_LOCO_REDUCED, 2);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    CHECK_OK(pulse_record_sign(&r, k, &bytes, &len));
+    const pulse_public_key *signer = NULL;
+    CHECK_OK(pulse_record_verify(bytes, len, trust, &signer, &got));
+    CHECK(got.kind == PULSE_RECORD_LOCO_REDUCED && got.n_objects == 2);
+    pulse_record_clear(&got);
+    char key[256], want[256], id[PULSE_NODE_ID_HEX];
+    CHECK_OK(pulse_record_key(&r, key, sizeof key));
+    pulse_node_id_hex(r.node, id);
+    snprintf(want, sizeof want, "records/loco-reduced/000000000042/%s", id);
+    CHECK(strcmp(key, want) == 0);
+    /* kind 7 (byte 6 of the header, docs/trust.md) in otherwise valid bytes: refused by the parser */
+    CHECK(len > 6 && bytes[6] == PULSE_RECORD_LOCO_REDUCED);
+    uint8_t *bad = malloc(len);
+    CHECK(bad != NULL);
+    if (bad) {
+        memcpy(bad, bytes, len);
+        bad[6] = 7;
+        CHECK_ERR(pulse_record_parse(bad, len, &got), PULSE_ERR_FORMAT);
+        free(bad);
+    }
+    free(bytes);
+
+    /* A result state, a missing base, or no objects: refused (kind rules). */
+    fill(r.result, 32, 2);
+    CHECK_ERR(pulse_record_sign(&r, k, &bytes, &len), PULSE_ERR_FORMAT);
+    CHECK(strstr(pulse_last_error(), "loco-reduced") != NULL);
+    memset(r.result, 0, 32);
+    memset(r.base, 0, 32);
+    CHECK_ERR(pulse_record_sign(&r, k, &bytes, &len), PULSE_ERR_FORMAT);
+    pulse_record_clear(&r);
+    make_record(&r, PULSE_RECORD_LOCO_REDUCED, 0);
+    CHECK_ERR(pulse_record_sign(&r, k, &bytes, &len), PULSE_ERR_FORMAT);
+    pulse_record_clear(&r);
+    pulse_trust_free(&trust);
+    pulse_key_free(&k);
+}
+
 int main(void)
 {
     test_sign_verify_tamper();
     test_strictness();
+    test_loco_reduced();
     test_canonical_round_trip();
     test_render_and_key();
     return check_done("test_record");
