@@ -43,7 +43,7 @@ typedef struct pulse_publish_opts {
     const char *state_dir;         /* created if absent: index.db, last.safetensors */
     pulse_value_code values;       /* default PULSE_VALUES_ULP */
     int threads;                   /* 0 = all cores */
-    int zstd_level;                /* default 3 */
+    int zstd_level;                /* 0 (default): the codec's level for patches, 3 for keyframes */
 } pulse_publish_opts;
 
 PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o);

@@ -27,7 +27,7 @@ PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o)
     memset(o, 0, sizeof *o);
     o->size = sizeof *o;
     o->values = PULSE_VALUES_ULP;
-    o->zstd_level = 3;
+    o->zstd_level = 0;   /* the codec's default for patches, 3 for keyframes */
 }
 
 PULSE_API void pulse_publisher_close(pulse_publisher **pp)
@@ -170,12 +170,15 @@ static uint64_t elems_of(const pulse_ckpt *c)
 static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c,
                          pulse_record *rec, pulse_sync_step *s)
 {
+    /* Both state ids are known (the record's base and result): the diff need not hash again. */
     char path[4096];
     snprintf(path, sizeof path, "%s/pending.patch", p->state_dir);
     pulse_diff_opts d;
     pulse_diff_opts_default(&d);
     d.values = p->o.values;
     d.threads = p->o.threads;
+    d.old_id = rec->base;
+    d.new_id = rec->result;
     if (p->o.zstd_level > 0)
         d.zstd_level = p->o.zstd_level;
     int r = pulse_patch_diff(last, c, &d, path);
@@ -228,7 +231,8 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
         memcpy(rec.base, last_state, 32);
         r = publish_patch(p, last, c, &rec, s);
     } else {
-        r = sync_keyframe_publish(p->st, p->run, c, p->o.threads, p->o.zstd_level, &rec, &s->moved_bytes);
+        r = sync_keyframe_publish(p->st, p->run, c, p->o.threads, p->o.zstd_level > 0 ? p->o.zstd_level : 3,
+                                  &rec, &s->moved_bytes);
         rec.changes = elems_of(c);
         for (uint32_t i = 0; i < rec.n_objects; i++)
             rec.patch_bytes += rec.objects[i].size;
