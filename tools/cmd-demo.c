@@ -25,7 +25,7 @@
 extern char **environ;
 
 static const char usage[] =
-    "usage: pulse demo [--params 30M] [--steps 10] [--followers 2] [--dir DIR] [--seed S] [--threads N]\n"
+    "usage: pulse demo [--params 100M] [--steps 10] [--followers 2] [--dir DIR] [--seed S] [--threads N]\n"
     "\n"
     "The whole system on one machine, with the embedded file:// store (docs/demo.md):\n"
     "  1. a synthetic RL trainer (Llama-shaped, FP32 master, Adam at lr 3e-6) writes the BF16\n"
@@ -450,7 +450,7 @@ int cmd_demo(int argc, char **argv)
     }
     struct demo d = { .steps = 10, .nfollowers = 2 };
     synth_opts_default(&d.o);
-    d.o.params = 30000000u;   /* ~1 min here; docs/demo.md has the 100M figures */
+    d.o.params = 100000000u;   /* the ~100M the issue names: ~1.5 min on 2 cores (docs/demo.md) */
     const char *v;
     for (int i = 1; i < argc; i++) {
         int r;
