@@ -93,6 +93,46 @@ static size_t diff16_avx512(const uint16_t *a, const uint16_t *b, size_t n, uint
     return k;
 }
 
+/* One 32-element block of diff_extract16: positions by two vpcompressd, both values by
+ * vpcompressw into registers and full 32-lane stores (the slack takes the extra lanes). */
+static inline size_t extract32(__mmask32 m, __m512i va_v, __m512i vb_v, uint32_t base, uint32_t *idx,
+                               uint16_t *va, uint16_t *vb, size_t k)
+{
+    _mm512_storeu_si512(va + k, _mm512_maskz_compress_epi16(m, va_v));
+    _mm512_storeu_si512(vb + k, _mm512_maskz_compress_epi16(m, vb_v));
+    __m512i pos = _mm512_add_epi32(_mm512_loadu_si512(iota16), _mm512_set1_epi32((int)base));
+    size_t k1 = emit16((__mmask16)m, pos, idx, k);
+    return emit16((__mmask16)(m >> 16), _mm512_add_epi32(pos, _mm512_set1_epi32(16)), idx, k1);
+}
+
+static size_t diff_extract16_avx512(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx,
+                                    uint16_t *va, uint16_t *vb)
+{
+    size_t i = 0, k = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m512i a0 = _mm512_loadu_si512(a + i), b0 = _mm512_loadu_si512(b + i);
+        __m512i a1 = _mm512_loadu_si512(a + i + 32), b1 = _mm512_loadu_si512(b + i + 32);
+        __m512i a2 = _mm512_loadu_si512(a + i + 64), b2 = _mm512_loadu_si512(b + i + 64);
+        __m512i a3 = _mm512_loadu_si512(a + i + 96), b3 = _mm512_loadu_si512(b + i + 96);
+        __mmask32 m0 = _mm512_cmpneq_epi16_mask(a0, b0), m1 = _mm512_cmpneq_epi16_mask(a1, b1);
+        __mmask32 m2 = _mm512_cmpneq_epi16_mask(a2, b2), m3 = _mm512_cmpneq_epi16_mask(a3, b3);
+        if (!(m0 | m1 | m2 | m3))
+            continue;
+        if (m0) k = extract32(m0, a0, b0, (uint32_t)i, idx, va, vb, k);
+        if (m1) k = extract32(m1, a1, b1, (uint32_t)i + 32, idx, va, vb, k);
+        if (m2) k = extract32(m2, a2, b2, (uint32_t)i + 64, idx, va, vb, k);
+        if (m3) k = extract32(m3, a3, b3, (uint32_t)i + 96, idx, va, vb, k);
+    }
+    for (; i < n; i += 32) {
+        __mmask32 lm = (__mmask32)tail_mask(n - i < 32 ? n - i : 32);
+        __m512i av = _mm512_maskz_loadu_epi16(lm, a + i), bv = _mm512_maskz_loadu_epi16(lm, b + i);
+        __mmask32 m = _mm512_mask_cmpneq_epi16_mask(lm, av, bv);
+        if (m)
+            k = extract32(m, av, bv, (uint32_t)i, idx, va, vb, k);
+    }
+    return k;
+}
+
 static size_t diff32_avx512(const uint32_t *a, const uint32_t *b, size_t n, uint32_t *idx)
 {
     size_t i = 0, k = 0;
@@ -404,6 +444,7 @@ int pulse_kernels_init_avx512(pulse_kernels *k)
     k->name = "avx512";
     k->diff8 = diff8_avx512;
     k->diff16 = diff16_avx512;
+    k->diff_extract16 = diff_extract16_avx512;
     k->diff32 = diff32_avx512;
     k->gather32 = gather32_avx512;
     k->scatter16 = scatter16_avx512;

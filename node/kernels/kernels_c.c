@@ -236,11 +236,25 @@ static void scatter_add_f32_c(float *acc, const uint32_t *idx, size_t k, const f
         acc[idx[j]] += v[j];
 }
 
+static size_t diff_extract16_c(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx,
+                               uint16_t *va, uint16_t *vb)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) {
+            idx[k] = (uint32_t)i;
+            va[k] = a[i];
+            vb[k++] = b[i];
+        }
+    return k;
+}
+
 void pulse_kernels_init_c(pulse_kernels *k)
 {
     *k = (pulse_kernels){
         .name = "c",
         .diff8 = diff8_c, .diff16 = diff16_c, .diff32 = diff32_c,
+        .diff_extract16 = diff_extract16_c,
         .gather8 = gather8_c, .gather16 = gather16_c, .gather32 = gather32_c,
         .scatter8 = scatter8_c, .scatter16 = scatter16_c, .scatter32 = scatter32_c,
         .ulp_encode8 = ulp_encode8_c, .ulp_encode16 = ulp_encode16_c, .ulp_encode32 = ulp_encode32_c,

@@ -83,7 +83,9 @@ patch_scratch *patch_pool_take(patch_pool *pool, int *err)
             /* Encoder gaps (4n bytes), or the fused apply's escape bytes (up to 5n). */
             s->gaps = malloc(n * PATCH_LEB_MAX + 8);
             s->leb = malloc(n * PATCH_LEB_MAX);
-            s->vals = malloc(n * 4);
+            /* 4n bytes of values; + 256: the diff's 16-bit path keeps the new and the old values
+             * of a chunk (n + 64 entries each, with the kernel's slack) side by side here. */
+            s->vals = malloc(n * 4 + 256);
             /* The compressed output of one stream may exceed its input a little. */
             s->planes = malloc(patch_chunk_bytes_bound(pool->chunk_elems));
             /* (planes: >= n + 8 bytes, so the fused apply may read 4 bytes past the packed symbols) */
@@ -188,24 +190,28 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
     size_t plen = (k * bits + 7) / 8, el = 0, j = 0;
     memset(packed, 0, plen);
     if (bits == 2 && unit == 2) {
-        /* Hot path (BF16/F16, mostly +-1): one packed byte per four changes. */
+        /* Hot path (BF16/F16, mostly +-1): one packed byte per four changes, in two passes
+         * that each compile to straight-line code: the symbols (no branch, vectorizable),
+         * then the escapes in order (rare; one-byte ones stored without a branch: the byte is
+         * always written and kept only when it is an escape, esc has room for 5k). */
         const uint16_t *v = (const uint16_t *)(const void *)vals;
-        for (; j + 4 <= k; j += 4) {
+        size_t k4 = k & ~(size_t)3;
+        for (size_t q = 0; q < k4; q += 4) {
             unsigned byte = 0;
             for (unsigned i = 0; i < 4; i++) {
-                uint32_t z = v[j + i];
-                if (z < 4 + 0x80) {
-                    /* Branch-free for the mix of +-1, +-2 and short escapes: the escape byte
-                     * is always stored and kept only when it is one (esc has room for 5k). */
-                    esc[el] = (uint8_t)(z - 4);
-                    el += z >= 4;
-                    byte |= (z >= 4 ? 3u : z - 1) << (2 * i);
-                } else {
-                    byte |= 3u << (2 * i);
-                    el += leb_put(esc + el, z - 4);
-                }
+                unsigned z = v[q + i];
+                byte |= (z >= 4 ? 3u : z - 1) << (2 * i);
             }
-            packed[j >> 2] = (uint8_t)byte;
+            packed[q >> 2] = (uint8_t)byte;
+        }
+        for (; j < k4; j++) {
+            uint32_t z = v[j];
+            if (z < 4 + 0x80) {
+                esc[el] = (uint8_t)(z - 4);
+                el += z >= 4;
+            } else {
+                el += leb_put(esc + el, z - 4);
+            }
         }
     }
     for (; j < k; j++) {

@@ -129,6 +129,23 @@ static int diff_chunk(void *ctx, size_t job)
         return err;
     const pulse_kernels *k = pulse_kernels_get();
     size_t n;
+    if (unit == 2 && !opaque) {
+        /* One pass: positions, new values (in place for the coder) and old values (after
+         * them), so the encoder never touches the chunk's elements again. */
+        uint16_t *vb = (uint16_t *)(void *)s->vals, *va = vb + d->o->chunk_elems + 64;
+        n = k->diff_extract16((const uint16_t *)pa, (const uint16_t *)pb, len, s->idx, va, vb);
+        if (n && d->o->values == PULSE_VALUES_ULP)
+            for (size_t j = 0; j < n; j++) {
+                uint16_t dd = (uint16_t)(vb[j] - va[j]);
+                vb[j] = (uint16_t)((uint16_t)(dd << 1) ^ (uint16_t)((int16_t)dd >> 15));
+            }
+        if (n)
+            err = patch_encode_changes(s, s->idx, n, s->vals, unit, d->o->values == PULSE_VALUES_ULP,
+                                       d->o->zstd_level, oc);
+        else
+            oc->count = 0;
+        goto coded;
+    }
     switch (unit) {
     case 1: n = k->diff8(pa, pb, len, s->idx); break;
     case 2: n = k->diff16((const uint16_t *)pa, (const uint16_t *)pb, len, s->idx); break;
@@ -156,6 +173,7 @@ static int diff_chunk(void *ctx, size_t job)
         }
         err = patch_encode_changes(s, s->idx, n, s->vals, unit, ulp, d->o->zstd_level, oc);
     }
+coded:
     patch_pool_give(&d->pool, s);
     if (!err)
         (void)spill(d, oc);

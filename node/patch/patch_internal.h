@@ -79,7 +79,7 @@ typedef struct patch_scratch {
     uint32_t *idx;          /* chunk_elems + 64 positions */
     uint32_t *gaps;         /* chunk_elems: the encoder's gaps (the decoder writes positions directly) */
     uint8_t *leb;           /* chunk_elems * 5 */
-    uint8_t *vals;          /* chunk_elems * 4: values, native width */
+    uint8_t *vals;          /* chunk_elems * 4 + 256: values, native width */
     uint8_t *planes;        /* chunk_elems * 4: byte planes / compressed output */
     uint8_t *dense;         /* chunk_elems * 4: squash's running chunk */
     uint8_t *mark;          /* chunk_elems: squash's changed flags */
