@@ -60,7 +60,8 @@ static void usage(FILE *f)
         "  --init-noise X (5e-4) --label-noise X (1e-3) --seed N (1) --view V (bf16)\n"
         "  --values fp32|bf16 (fp32; bf16 keeps the rounding remainder in e) --shard-elems N (65536)\n"
         "  --forward bf16|fp32 (bf16: gradients at the BF16 weights, FP32 master weights and Adam)\n"
-        "  --threads N\n");
+        "  --threads N --store-dir DIR (new directory: PULSELoCo once more through real rounds on a\n"
+        "  file:// store in DIR, one thread per trainer; must give the in-memory pass's bits)\n");
 }
 
 static int parse_float(const char *s, double *out)
@@ -249,6 +250,8 @@ static int do_sim(int argc, char **argv)
             if (strcmp(val, "fp32") && strcmp(val, "bf16"))
                 return cli_usage_error("loco", "--forward wants fp32 or bf16, not '%s'", val);
             c.bf16_forward = !strcmp(val, "bf16");
+        } else if (!strcmp(a, "--store-dir")) {
+            c.store_dir = val;
         } else if (!strcmp(a, "--values")) {
             if (strcmp(val, "fp32") && strcmp(val, "bf16"))
                 return cli_usage_error("loco", "--values wants fp32 or bf16, not '%s'", val);
@@ -278,6 +281,11 @@ static int do_sim(int argc, char **argv)
            res.sent_per_round > 0 ? res.shard_bytes_per_round / res.sent_per_round : 0.0, dense,
            res.shard_bytes_per_round > 0 ? dense / res.shard_bytes_per_round : 0.0, dense * c.inner_steps,
            c.inner_steps, res.shard_bytes_per_round > 0 ? dense * c.inner_steps / res.shard_bytes_per_round : 0.0);
+    if (res.store_ran)
+        printf("through the store (%s): %s theta_{r+1} as in memory every round, %.0f shard bytes per trainer and"
+               " round\n", c.store_dir, res.store_same ? "the same" : "NOT the same", res.store_shard_bytes_per_round);
+    if (res.store_ran && !res.store_same)
+        return cli_fail("loco", PULSE_ERR_MISMATCH, "sim: the rounds through the store differ from the in-memory pass");
     return cli_finish_stdout("loco");
 }
 
@@ -328,7 +336,7 @@ int cmd_loco(int argc, char **argv)
         else if (!strcmp(a, "--out-view")) o.out_view_path = val;
         else if (!strcmp(a, "--values")) {
             if (strcmp(val, "fp32") && strcmp(val, "bf16"))
-                rc = cli_usage_error("loco", "--values wants fp32 or bf16, not '%s'", val);
+                rc = cli_usage_error("loco", "--values wants fp32 or bf16, not '%s'", val ? val : "");
             o.bf16_values = !strcmp(val, "bf16");
         }
         else if (!strcmp(a, "--view")) {

@@ -52,6 +52,12 @@ typedef struct loco_sim_cfg {
     uint32_t shard_elems;
     int threads;
     int quiet;                /* no per-round lines */
+    /* NULL, or a directory (created; must not exist) where the PULSELoCo pass runs a third time
+     * through the real rounds: one key and state per trainer, a file:// store, every trainer's
+     * pulse_loco_round in its own thread on in-memory tensors. Trainer t's data goes to the key
+     * of rank t in node-id order, so the round's mean adds in the same order as the in-memory
+     * pass and must give the same bits. */
+    const char *store_dir;
 } loco_sim_cfg;
 
 typedef struct loco_sim_result {
@@ -60,6 +66,8 @@ typedef struct loco_sim_result {
     double sent_per_round;                  /* entries per trainer per round (mean) */
     double shard_bytes_per_round;           /* bytes per trainer per round (mean) */
     double dense_bytes_per_round;           /* 4 x params */
+    int store_ran, store_same;              /* the store pass ran; its theta equalled the in-memory one every round */
+    double store_shard_bytes_per_round;     /* as reported by the rounds */
 } loco_sim_result;
 
 /* Prints one line per round on stdout (unless quiet). */

@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* In-process LoCo simulation: K trainers x R rounds x H Adam steps, PULSELoCo vs dense DiLoCo on one objective. */
+#include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/fail.h"
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
 #include "node/loco/objective.h"
 #include "node/parallel.h"
+#include "pulseweights/keys.h"
 
 /* One trainer's memory: its local weights, Adam state, error feedback, gradient scratch. */
 typedef struct sim_trainer {
@@ -28,6 +32,14 @@ typedef struct sim {
     sim_trainer *tr;
     int dense;
     int fail;
+    /* the store pass */
+    char (*dir)[4096];          /* per trainer (in node-id order): key base path, state dir */
+    char (*state)[4096];
+    const char **pubs;
+    char url[4200];
+    float **outs;
+    double store_bytes;
+    unsigned round;
 } sim;
 
 /* H Adam steps from theta on trainer T's data (one job of pulse_parallel_for). */
@@ -83,6 +95,137 @@ static int loco_round(sim *s, double *sent, double *bytes)
     return 0;
 }
 
+/* One trainer's real round (a thread): theta_local from memory, theta_{r+1} into outs[t]. */
+typedef struct round_job {
+    sim *s;
+    unsigned t;
+    int rc;
+    pulse_loco_report rep;
+    char err[256];
+} round_job;
+
+static void *round_thread(void *arg)
+{
+    round_job *j = arg;
+    sim *s = j->s;
+    const loco_sim_cfg *c = s->cfg;
+    char key[4200];
+    snprintf(key, sizeof key, "%s.key", s->dir[j->t]);
+    pulse_loco_tensor lt = { "w", 2, { c->obj.rows, c->obj.cols }, s->tr[j->t].local };
+    pulse_loco_tensor ot = { "w", 2, { c->obj.rows, c->obj.cols }, s->outs[j->t] };
+    pulse_loco_round_opts o;
+    pulse_loco_round_default_opts(&o);
+    o.store_url = s->url;
+    o.run = "sim";
+    o.key_path = key;
+    o.trust_paths = s->pubs;
+    o.n_trust = c->obj.trainers;
+    o.state_dir = s->state[j->t];
+    o.local_tensors = &lt;
+    o.n_local = 1;
+    o.out_tensors = &ot;
+    o.n_out = 1;
+    o.deadline_s = 600;
+    o.outer_lr = c->outer_lr;
+    o.momentum = c->momentum;
+    o.nesterov = c->nesterov;
+    o.threads = 1;
+    o.shard_elems = c->shard_elems;
+    o.bf16_values = c->bf16_values;
+    j->rc = pulse_loco_round(&o, &j->rep);
+    if (j->rc)
+        snprintf(j->err, sizeof j->err, "%s", pulse_last_error());
+    return NULL;
+}
+
+/* Every trainer's round at once (they wait for each other through the store); theta = theirs. */
+static int store_round(sim *s)
+{
+    unsigned k = s->cfg->obj.trainers;
+    round_job *jobs = calloc(k, sizeof *jobs);
+    pthread_t *th = calloc(k, sizeof *th);
+    int r = jobs && th ? 0 : pulse_fail(PULSE_ERR_NOMEM, "round threads");
+    unsigned started = 0;
+    for (unsigned t = 0; !r && t < k; t++) {
+        jobs[t] = (round_job){ .s = s, .t = t };
+        if (pthread_create(&th[t], NULL, round_thread, &jobs[t]) != 0)
+            r = pulse_fail(PULSE_ERR_IO, "cannot start a round thread");
+        else
+            started++;
+    }
+    for (unsigned t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    for (unsigned t = 0; !r && t < k; t++) {
+        if (jobs[t].rc)
+            r = pulse_fail(jobs[t].rc, "round %u, trainer %u: %s", s->round, t, jobs[t].err);
+        else if (memcmp(s->outs[t], s->outs[0], s->n * 4))
+            r = pulse_fail(PULSE_ERR_MISMATCH, "round %u: trainer %u's theta differs from trainer 0's", s->round, t);
+        else
+            s->store_bytes += (double)jobs[t].rep.shard_bytes;
+    }
+    if (!r)
+        memcpy(s->theta, s->outs[0], s->n * 4);
+    free(jobs);
+    free(th);
+    return r;
+}
+
+typedef struct node_rank {
+    uint8_t node[32];
+    unsigned i;
+} node_rank;
+
+static int cmp_rank(const void *a, const void *b)
+{
+    return memcmp(((const node_rank *)a)->node, ((const node_rank *)b)->node, 32);
+}
+
+/* Keys (named in node-id order), states from theta_0 and the store for the store pass. */
+static int store_setup(sim *s)
+{
+    const loco_sim_cfg *c = s->cfg;
+    unsigned k = c->obj.trainers;
+    if (mkdir(c->store_dir, 0755) != 0)
+        return pulse_fail_errno(errno == EEXIST ? PULSE_ERR_EXISTS : PULSE_ERR_IO, "cannot create %s", c->store_dir);
+    s->dir = calloc(k, sizeof *s->dir);
+    s->state = calloc(k, sizeof *s->state);
+    s->pubs = calloc(k, sizeof *s->pubs);
+    s->outs = calloc(k, sizeof *s->outs);
+    node_rank *nr = calloc(k, sizeof *nr);
+    pulse_secret_key **keys = calloc(k, sizeof *keys);
+    int r = s->dir && s->state && s->pubs && s->outs && nr && keys ? 0 : pulse_fail(PULSE_ERR_NOMEM, "trainers");
+    for (unsigned t = 0; !r && t < k; t++) {
+        if ((r = pulse_key_generate(&keys[t])) == 0) {
+            pulse_key_public(keys[t], nr[t].node);
+            nr[t].i = t;
+        }
+    }
+    if (!r)
+        qsort(nr, k, sizeof *nr, cmp_rank);
+    pulse_loco_tensor w0 = { "w", 2, { c->obj.rows, c->obj.cols }, s->obj->w0 };
+    for (unsigned t = 0; !r && t < k; t++) {
+        char comment[32], pub[4200];
+        snprintf(s->dir[t], sizeof s->dir[t], "%.3000s/t%u", c->store_dir, t);
+        snprintf(s->state[t], sizeof s->state[t], "%.3000s/s%u", c->store_dir, t);
+        snprintf(comment, sizeof comment, "t%u", t);
+        snprintf(pub, sizeof pub, "%s.pub", s->dir[t]);
+        s->pubs[t] = strdup(pub);
+        s->outs[t] = malloc(s->n * 4);
+        if (!s->pubs[t] || !s->outs[t])
+            r = pulse_fail(PULSE_ERR_NOMEM, "trainer");
+        if (!r)
+            r = pulse_key_save(keys[nr[t].i], s->dir[t], comment);   /* t<rank>: rank t in node order */
+        if (!r)
+            r = pulse_loco_init_tensors(s->state[t], &w0, 1, c->view);
+    }
+    snprintf(s->url, sizeof s->url, "file://%.4000s/store", c->store_dir);
+    for (unsigned t = 0; keys && t < k; t++)
+        pulse_key_free(&keys[t]);
+    free(keys);
+    free(nr);
+    return r;
+}
+
 /* Dense DiLoCo: the FP32 pseudo-gradients summed in trainer order, the same outer step. */
 static void dense_round(sim *s)
 {
@@ -114,14 +257,25 @@ static void sim_free(sim *s)
         free(tr->val);
     }
     free(s->tr);
+    for (unsigned t = 0; t < s->cfg->obj.trainers; t++) {
+        if (s->pubs)
+            free((void *)s->pubs[t]);
+        if (s->outs)
+            free(s->outs[t]);
+    }
+    free(s->dir);
+    free(s->state);
+    free(s->pubs);
+    free(s->outs);
     free(s->theta);
     free(s->m);
     free(s->acc);
 }
 
 /* One whole run (LoCo or dense) from theta_0; the final loss into *loss, per-round losses into losses[]. */
+/* dense: 0 PULSELoCo in memory, 1 dense DiLoCo, 2 PULSELoCo through the store (store_bytes out). */
 static int sim_pass(const loco_sim_cfg *c, const loco_objective *obj, int dense, double *losses, double *losses16,
-                    double *sent, double *bytes)   /* sent, bytes: per round, summed over the trainers */
+                    double *sent, double *bytes, double *store_bytes, float *theta_out)
 {
     sim s = { .cfg = c, .obj = obj, .kt = pulse_kernels_get(), .n = (size_t)c->obj.rows * c->obj.cols, .dense = dense };
     int r = 0;
@@ -149,9 +303,14 @@ static int sim_pass(const loco_sim_cfg *c, const loco_objective *obj, int dense,
     }
     if (!r)
         memcpy(s.theta, obj->w0, s.n * 4);
+    if (!r && dense == 2)
+        r = store_setup(&s);
     for (unsigned round = 0; !r && round < c->rounds; round++) {
+        s.round = round;
         r = pulse_parallel_for(c->obj.trainers, c->threads, inner_steps, &s);
-        if (!r && dense)
+        if (!r && dense == 2)
+            r = store_round(&s);
+        else if (!r && dense)
             dense_round(&s);
         else if (!r)
             r = loco_round(&s, &sent[round], &bytes[round]);
@@ -161,8 +320,12 @@ static int sim_pass(const loco_sim_cfg *c, const loco_objective *obj, int dense,
             for (size_t i = 0; i < s.n; i++)
                 s.acc[i] = loco_bf16_round(s.theta[i]);
             losses16[round] = loco_objective_loss(obj, s.acc);
+            if (theta_out)   /* this round's theta_{r+1}: the store pass is compared with it */
+                memcpy(theta_out + (size_t)round * s.n, s.theta, s.n * 4);
         }
     }
+    if (store_bytes)
+        *store_bytes = s.store_bytes;
     sim_free(&s);
     return r;
 }
@@ -183,12 +346,30 @@ int loco_sim_run(const loco_sim_cfg *c, loco_sim_result *out)
     double *unused = calloc(c->rounds, sizeof *unused);
     if (!lo || !ld || !lo16 || !ld16 || !sent || !bytes || !unused)
         r = pulse_fail(PULSE_ERR_NOMEM, "losses");
+    size_t n = (size_t)c->obj.rows * c->obj.cols;
+    float *th_mem = NULL, *th_store = NULL;
+    if (!r && c->store_dir) {
+        th_mem = malloc((size_t)c->rounds * n * 4);
+        th_store = malloc((size_t)c->rounds * n * 4);
+        if (!th_mem || !th_store)
+            r = pulse_fail(PULSE_ERR_NOMEM, "thetas of %u rounds", c->rounds);
+    }
     if (!r)
-        r = sim_pass(c, &obj, 0, lo, lo16, sent, bytes);
+        r = sim_pass(c, &obj, 0, lo, lo16, sent, bytes, NULL, th_mem);
     if (!r)
-        r = sim_pass(c, &obj, 1, ld, ld16, unused, unused);
+        r = sim_pass(c, &obj, 1, ld, ld16, unused, unused, NULL, NULL);
+    if (!r && c->store_dir) {
+        double sb = 0;
+        r = sim_pass(c, &obj, 2, unused, unused, unused, unused, &sb, th_store);
+        if (!r) {
+            out->store_ran = 1;
+            out->store_same = memcmp(th_mem, th_store, (size_t)c->rounds * n * 4) == 0;
+            out->store_shard_bytes_per_round = sb / ((double)c->rounds * c->obj.trainers);
+        }
+    }
+    free(th_mem);
+    free(th_store);
     if (!r) {
-        size_t n = (size_t)c->obj.rows * c->obj.cols;
         double per = (double)c->rounds * c->obj.trainers;
         out->loss0 = loco_objective_loss(&obj, obj.w0);
         float *w16 = malloc(n * 4);

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # pulse loco sim: PULSELoCo against dense DiLoCo on the built-in least-squares objective (3 trainers,
 # 16 rounds, 8 Adam steps at an RL rate, 1e-6). Both must learn; LoCo's BF16 weights must end within
-# 2% of DiLoCo's loss, moving at most half of DiLoCo's bytes; BF16 values must not cost loss.
+# 2% of DiLoCo's loss, moving at most half of DiLoCo's bytes; BF16 values must not cost loss; the
+# real rounds through a file:// store must reproduce the simulation bit for bit.
 set -euo pipefail
 : "${PULSE_BIN:?PULSE_BIN must name the pulse binary (meson test sets it)}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -33,6 +34,21 @@ check "l16 <= 1.02 * d16" "BF16 values: more than 2% above dense DiLoCo"
 awk -v a="$l16" -v b="$fp32_l16" 'BEGIN { exit !(a <= 1.005 * b) }' || fail "BF16 values lose more than 0.5% against FP32 values ($l16 vs $fp32_l16)"
 awk -v a="$bl" -v b="$fp32_bl" 'BEGIN { exit !(a < 0.7 * b) }' || fail "BF16 values did not save 30% of the bytes ($bl vs $fp32_bl)"
 echo "ok   bf16 values: loss of the bf16 weights $l16 (fp32 values $fp32_l16), $bl bytes (fp32 values $fp32_bl)"
+
+# The same PULSELoCo runs once more through real rounds (file:// store, a key, a state and a
+# thread per trainer, in-memory tensors): the sim must get the in-memory pass's bits every round
+# (the sim's arithmetic is the round's), for plain averaging and for BF16 values with Nesterov.
+dir=$(mktemp -d "${TMPDIR:-/tmp}/pulse-loco-sim.XXXXXX")
+trap 'rm -f "$out"; rm -rf "$dir"' EXIT
+sim --store-dir "$dir/a"
+grep -q "^through the store ($dir/a): the same theta_{r+1} as in memory every round, $bl shard bytes" "$out" ||
+  fail "store pass: $(tail -1 "$out")"
+"$PULSE_BIN" loco sim --rounds 6 --values bf16 --outer-lr 0.7 --momentum 0.9 --nesterov --store-dir "$dir/b" >"$out" ||
+  fail "store pass with BF16 values and Nesterov: exit $?: $(tail -2 "$out")"
+grep -q "the same theta_{r+1} as in memory every round" "$out" || fail "store pass (bf16, Nesterov): $(tail -1 "$out")"
+"$PULSE_BIN" loco sim --rounds 1 --store-dir "$dir/b" 2>"$out" && fail "sim reused an existing store directory"
+grep -q "cannot create" "$out" || fail "sim over an existing directory: $(cat "$out")"
+echo "ok   the rounds through a file:// store give the in-memory bits"
 
 "$PULSE_BIN" loco sim --rounds 0 2>"$out" && fail "sim accepted 0 rounds"
 grep -q "rounds wants a number" "$out" || fail "sim --rounds 0: $(cat "$out")"
