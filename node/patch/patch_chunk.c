@@ -200,10 +200,7 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
     size_t plen = (k * bits + 7) / 8, el = 0, j = 0;
     memset(packed, 0, plen);
     if (bits == 2 && unit == 2) {
-        /* Hot path (BF16/F16, mostly +-1): one packed byte per four changes, in two passes
-         * that each compile to straight-line code: the symbols (no branch, vectorizable),
-         * then the escapes in order (rare; one-byte ones stored without a branch: the byte is
-         * always written and kept only when it is an escape, esc has room for 5k). */
+        /* Hot path (BF16/F16, mostly +-1): one packed byte per four changes. */
         const uint16_t *v = (const uint16_t *)(const void *)vals;
         size_t k4 = k & ~(size_t)3;
         for (; j < k4; j += 4) {
@@ -218,12 +215,38 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
             uint64_t sym = (t | (f >> 15) * 3) & 0x0003000300030003ull;
             sym |= sym >> 14;
             packed[j >> 2] = (uint8_t)(sym | sym >> 28);
-            if (f)   /* escapes, in order; rare */
-                for (unsigned i = 0; i < 4; i++) {
-                    uint32_t z = v[j + i];
-                    if (z >= 4)
-                        el += leb_put(esc + el, z - 4);
+            /* Escapes, in order. Short escapes (z < 4 + 0x80, nearly all) are stored without a
+             * branch: the byte is always written and kept only when it is one (esc has room
+             * for 5k); which lanes escape is data, not predictable, so no test on f either. */
+            for (unsigned i = 0; i < 4; i++) {
+                uint32_t z = v[j + i];
+                if (z < 4 + 0x80) {
+                    esc[el] = (uint8_t)(z - 4);
+                    el += z >= 4;
+                } else {
+                    el += leb_put(esc + el, z - 4);
                 }
+            }
+        }
+    } else if (unit == 2) {
+        /* The 4- and 8-bit trials of 16-bit chunks: one byte at a time, the same
+         * branch-free short escapes. */
+        const uint16_t *v = (const uint16_t *)(const void *)vals;
+        const unsigned per = 8 / bits;
+        size_t kb = k - k % per;
+        for (; j < kb; j += per) {
+            unsigned byte = 0;
+            for (unsigned i = 0; i < per; i++) {
+                uint32_t z = v[j + i];
+                if (z < m + 0x80) {
+                    esc[el] = (uint8_t)(z - m);
+                    el += z >= m;
+                } else {
+                    el += leb_put(esc + el, z - m);
+                }
+                byte |= (z >= m ? m - 1 : z - 1) << (bits * i);
+            }
+            packed[j / per] = (uint8_t)byte;
         }
     }
     for (; j < k; j++) {
