@@ -223,50 +223,22 @@ static void gate_jobs_free(gate_job *jobs, size_t n)
 
 /* ---- publish ------------------------------------------------------------------------ */
 
+/* A re-run's record must name the very same objects (shards, members), not only the same states. */
+static int same_objects(const pulse_record *prev, const pulse_record *rec)
+{
+    int same = sync_same_transition(prev, rec) && prev->n_objects == rec->n_objects;
+    for (uint32_t i = 0; same && i < rec->n_objects; i++)
+        same = !memcmp(prev->objects[i].digest, rec->objects[i].digest, 32) &&
+               prev->objects[i].range_offset == rec->objects[i].range_offset &&
+               !strcmp(prev->objects[i].tensor, rec->objects[i].tensor);
+    return same;
+}
+
 /* Puts a signed record create-if-absent; an existing one from this node must name the same objects. */
 static int put_record(round_ctx *c, pulse_record *rec, uint8_t **bytes, size_t *len)
 {
-    char rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX];
-    int r = pulse_record_sign(rec, c->key, bytes, len);
-    if (!r)
-        r = pulse_record_key(rec, rel, sizeof rel);
-    if (!r)
-        r = sync_run_key(c->o->run, rel, key);
-    if (!r)
-        r = pulse_store_put(c->store, key, *bytes, *len, PULSE_PUT_IF_ABSENT);
-    if (r == 0) {
-        c->rep->uploaded += *len;
-        return 0;
-    }
-    if (r != PULSE_ERR_EXISTS)
-        return r;
-    void *old = NULL;
-    size_t old_len = 0;
-    pulse_record prev = { 0 };
-    r = pulse_store_get(c->store, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &old, &old_len, NULL);
-    if (!r)
-        r = pulse_record_parse(old, old_len, &prev);
-    int same = !r && prev.kind == rec->kind && !memcmp(prev.base, rec->base, 32) &&
-               !memcmp(prev.result, rec->result, 32) && prev.n_objects == rec->n_objects;
-    for (uint32_t i = 0; same && i < rec->n_objects; i++)
-        same = !memcmp(prev.objects[i].digest, rec->objects[i].digest, 32) &&
-               prev.objects[i].range_offset == rec->objects[i].range_offset &&
-               !strcmp(prev.objects[i].tensor, rec->objects[i].tensor);
-    pulse_record_clear(&prev);
-    if (!r && !same)
-        r = pulse_fail(PULSE_ERR_EXISTS, "%s already holds a different %s record of this trainer for round %" PRIu64,
-                       key, pulse_record_kind_name(rec->kind), c->st.round);
-    if (!r) {   /* a re-run after a crash: keep the bytes already published */
-        free(*bytes);
-        *bytes = malloc(old_len ? old_len : 1);
-        if (!*bytes)
-            r = pulse_fail(PULSE_ERR_NOMEM, "record");
-        else
-            memcpy(*bytes, old, old_len);
-        *len = old_len;
-    }
-    pulse_store_free(old);
-    return r;
+    char rel[SYNC_KEY_MAX];
+    return sync_commit_record(c->store, c->o->run, c->key, rec, same_objects, rel, bytes, len, &c->rep->uploaded);
 }
 
 static int publish_own(round_ctx *c, const gate_job *jobs, size_t nj)

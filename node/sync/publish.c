@@ -91,50 +91,6 @@ static void last_path(const pulse_publisher *p, const uint8_t state[32], char ou
     snprintf(out, 4096, "%s/last-%s.safetensors", p->state_dir, hex);
 }
 
-/* Writes the signed record create-if-absent. A record already there for this step and node
- * (a re-run after a crash) is accepted when it says the same thing; its bytes are kept. */
-static int commit_record(pulse_publisher *p, pulse_record *rec, char rel[SYNC_KEY_MAX],
-                         uint8_t **bytes, size_t *len, uint64_t *moved)
-{
-    int r = pulse_record_sign(rec, p->key, bytes, len);
-    char key[SYNC_KEY_MAX];
-    if (!r)
-        r = pulse_record_key(rec, rel, SYNC_KEY_MAX);
-    if (!r)
-        r = sync_run_key(p->run, rel, key);
-    if (r)
-        return r;
-    r = pulse_store_put(p->st, key, *bytes, *len, PULSE_PUT_IF_ABSENT);
-    if (r == 0) {
-        *moved += *len;
-        return 0;
-    }
-    if (r != PULSE_ERR_EXISTS)
-        return r;
-
-    void *old = NULL;
-    size_t old_len = 0;
-    pulse_record prev = { 0 };
-    r = pulse_store_get(p->st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &old, &old_len, NULL);
-    if (!r)
-        r = pulse_record_parse(old, old_len, &prev);
-    if (!r && (prev.kind != rec->kind || memcmp(prev.base, rec->base, 32) || memcmp(prev.result, rec->result, 32) ||
-               memcmp(prev.node, rec->node, 32)))
-        r = pulse_fail(PULSE_ERR_EXISTS, "%s already holds a different record for step %llu", key,
-                       (unsigned long long)rec->step);
-    pulse_record_clear(&prev);
-    if (!r) {
-        free(*bytes);
-        *bytes = malloc(old_len);
-        if (!*bytes)
-            r = pulse_fail(PULSE_ERR_NOMEM, "record");
-        else
-            memcpy(*bytes, old, old_len), *len = old_len;
-    }
-    pulse_store_free(old);
-    return r;
-}
-
 static int move_head_and_index(pulse_publisher *p, const char *rel, const uint8_t *bytes, size_t len)
 {
     char head_rel[SYNC_KEY_MAX], head[SYNC_KEY_MAX], line[SYNC_KEY_MAX + 2];
@@ -241,7 +197,8 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
     size_t len = 0;
     char rel[SYNC_KEY_MAX];
     if (!r)
-        r = commit_record(p, &rec, rel, &bytes, &len, &s->moved_bytes);
+        r = sync_commit_record(p->st, p->run, p->key, &rec, sync_same_transition, rel, &bytes, &len,
+                               &s->moved_bytes);
     if (!r)
         r = move_head_and_index(p, rel, bytes, len);
     if (!r) {

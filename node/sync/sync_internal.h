@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "pulseweights/checkpoint.h"
+#include "pulseweights/keys.h"
 #include "pulseweights/record.h"
 #include "pulseweights/store.h"
 
@@ -47,6 +48,19 @@ int sync_keyframe_publish(pulse_store *st, const char *run, const pulse_ckpt *c,
  * into place. Nothing is left at PATH on failure. */
 int sync_keyframe_restore(pulse_store *st, const char *run, const pulse_record *r, int threads,
                           const char *path, uint64_t *moved);
+
+/* Whether an existing record PREV says what MINE says (the caller's rule for a re-run). */
+typedef int (*sync_same_fn)(const pulse_record *prev, const pulse_record *mine);
+/* Same kind, node, base and result: the publisher's rule (the objects are regenerated alike). */
+int sync_same_transition(const pulse_record *prev, const pulse_record *mine);
+
+/* Signs REC with KEY and writes it create-if-absent under <run>/<record key> (REL receives the
+ * key relative to the run; BYTES and LEN the signed record, malloc'd). When a record is already
+ * there and SAME accepts it, that record's bytes are returned instead (a re-run after a crash);
+ * otherwise PULSE_ERR_EXISTS naming the key. Adds the bytes sent to *moved. */
+int sync_commit_record(pulse_store *st, const char *run, const pulse_secret_key *key, pulse_record *rec,
+                       sync_same_fn same, char rel[SYNC_KEY_MAX], uint8_t **bytes, size_t *len,
+                       uint64_t *moved);
 
 /* mkdir -p of one level (EEXIST is fine). */
 int sync_mkdir(const char *dir);
