@@ -43,6 +43,7 @@ struct pulse_store {
     const struct store_ops *ops;
     pulse_store_settings settings;
     void *impl;
+    uint64_t retries;   /* requests repeated after a transient failure (s3) */
 };
 
 /* Backend constructors: `rest` is the URL after the scheme's "://". */

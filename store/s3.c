@@ -863,6 +863,7 @@ int store_s3_open(pulse_store *st, const char *rest)
         return rc;
     }
     s->settings = &st->settings;
+    s->retries = &st->retries;
     s->bucket = strndup(rest, blen);
     struct buf p = { 0 }, o = { 0 }, h = { 0 }, b = { 0 };
     buf_adds(&p, prefix);

@@ -564,6 +564,8 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
         uint32_t span = (uint32_t)ceil_ms + 1;
         r->next_at = now_s() + (double)randombytes_uniform(span) / 1000.0;
         r->attempt++;
+        if (s->retries)
+            (*s->retries)++;
         return;
     }
     fail_final(r, transient_err, "%s %s: %s (after %d attempts)", r->op, k, why, r->attempt + 1);

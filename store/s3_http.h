@@ -22,6 +22,7 @@
 struct s3_store {
     struct s3_config cfg;
     const pulse_store_settings *settings;
+    uint64_t *retries;  /* the handle's counter (pulse_store_retries) */
     char *bucket;
     char *prefix;      /* "" or ending in '/' */
     char *origin;      /* scheme://host[:port] */

@@ -154,6 +154,11 @@ void pulse_store_close(pulse_store **st)
     *st = NULL;
 }
 
+uint64_t pulse_store_retries(const pulse_store *st)
+{
+    return st ? st->retries : 0;
+}
+
 void pulse_store_free(void *p)
 {
     free(p);

@@ -226,6 +226,11 @@ int cmd_store(int argc, char **argv)
     } else {
         return cli_usage_error("store", "unknown subverb '%s' (ls, put, get, head, rm, presign)", sub);
     }
+    /* A success that needed retries says so: a flaky link or a busy server is worth knowing
+     * about. A failure already said everything in its one line. */
+    if (rc == 0 && st && pulse_store_retries(st) > 0)
+        fprintf(stderr, "pulse store: %" PRIu64 " retr%s after transient errors\n", pulse_store_retries(st),
+                pulse_store_retries(st) == 1 ? "y" : "ies");
     pulse_store_free(key);
     pulse_store_close(&st);
     return rc;

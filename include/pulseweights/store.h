@@ -134,6 +134,10 @@ typedef struct pulse_transfer {
  * first failed transfer's result (and its detail as the last error). */
 PULSE_API int pulse_store_batch(pulse_store *st, pulse_transfer *xfers, size_t n);
 
+/* Retries this handle has made since it was opened (each repeated request counts once; 0 on
+ * file://). For metrics: a rising count means a flaky link or an overloaded server. */
+PULSE_API uint64_t pulse_store_retries(const pulse_store *st);
+
 /* Frees what the store returned (buffers, URLs, split strings); NULL-safe. */
 PULSE_API void pulse_store_free(void *p);
 

@@ -46,9 +46,12 @@ int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
         "pulse_verify_failures_total %" PRIu64 "\n"
         "# HELP pulse_hook_failures_total On-update commands that failed or timed out.\n"
         "# TYPE pulse_hook_failures_total counter\n"
-        "pulse_hook_failures_total %" PRIu64 "\n",
+        "pulse_hook_failures_total %" PRIu64 "\n"
+        "# HELP pulse_store_retries_total Store requests repeated after a transient failure (5xx, SlowDown, resets, timeouts).\n"
+        "# TYPE pulse_store_retries_total counter\n"
+        "pulse_store_retries_total %" PRIu64 "\n",
         m->steps_applied, m->have_held ? (long long)m->held_step : -1LL, m->lag_steps, m->lag_seconds,
-        m->bytes_fetched, m->verify_failures, m->hook_failures);
+        m->bytes_fetched, m->verify_failures, m->hook_failures, m->store_retries);
     if (n < 0 || (size_t)n >= cap)
         return pulse_fail(PULSE_ERR_LIMIT, "metrics text");
     return 0;

@@ -112,8 +112,9 @@ void follower_configure(pulse_follower *f, unsigned max_behind, int log_events)
     f->log = log_events;
 }
 
-const follow_counters *follower_counters(const pulse_follower *f)
+const follow_counters *follower_counters(pulse_follower *f)
 {
+    f->c.store_retries = pulse_store_retries(f->st);
     return &f->c;
 }
 

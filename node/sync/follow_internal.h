@@ -12,6 +12,7 @@ typedef struct follow_counters {
     uint64_t steps_applied;
     uint64_t bytes_fetched;        /* records and objects */
     uint64_t verify_failures;      /* records or steps refused */
+    uint64_t store_retries;        /* requests the store repeated (pulse_store_retries) */
     uint64_t newest_step;          /* newest step seen in a trusted record or head */
     uint64_t newest_time;          /* its record's publication time (0: not known) */
     int have_newest;
@@ -24,7 +25,8 @@ typedef struct follow_counters {
  * (pulse pull stays quiet). */
 void follower_configure(pulse_follower *f, unsigned max_behind, int log_events);
 
-const follow_counters *follower_counters(const pulse_follower *f);
+/* The counters, the store's retry count brought up to date. */
+const follow_counters *follower_counters(pulse_follower *f);
 
 /* The state held (after the first pull or recovery): 0, or PULSE_ERR_NOTFOUND. */
 int follower_held(const pulse_follower *f, uint64_t *step, uint8_t state[32]);

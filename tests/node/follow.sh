@@ -69,6 +69,7 @@ ok "hook ran once per step with PULSE_STEP/STATE/RUN/WEIGHTS; the failing step 4
 
 # Metrics and the index.
 [ "$(metric f2.prom pulse_steps_applied_total)" = 7 ] || fail "steps applied metric: $(cat f2.prom)"
+[ "$(metric f2.prom pulse_store_retries_total)" = 0 ] || fail "store retries metric (file:// never retries): $(cat f2.prom)"
 [ "$(metric f2.prom pulse_lag_steps)" = 0 ] || fail "lag metric: $(cat f2.prom)"
 [ "$(metric f2.prom pulse_verify_failures_total)" = 0 ] || fail "verify failures: $(cat f2.prom)"
 fetched=$(metric f2.prom pulse_bytes_fetched_total)

@@ -10,15 +10,22 @@ s3 PUT "/$bucket/$prefix/small" -d "$work/small" >/dev/null
 
 set_rules "1 GET /$bucket/$prefix/small 503" "1 GET /$bucket/$prefix/small 500" \
           "1 GET /$bucket/$prefix/small slowdown"
-via_proxy pulse_store get "s3://$bucket/$prefix/small" -o "$work/got" || fail "get after 500/503"
+via_proxy pulse_store get "s3://$bucket/$prefix/small" -o "$work/got" 2>"$work/get.err" \
+  || fail "get after 500/503: $(cat "$work/get.err")"
 cmp "$work/small" "$work/got" || fail "get after 500/503: bytes differ"
 [ "$(injected 503)" = 1 ] && [ "$(injected 500)" = 1 ] && [ "$(injected slowdown)" = 1 ] \
   || fail "the proxy did not inject the three faults"
-ok "GET: 503, 500, SlowDown, then exact bytes"
+# The retry counter behind pulse_store_retries (and the follower's pulse_store_retries_total).
+grep -qx "pulse store: 3 retries after transient errors" "$work/get.err" \
+  || fail "get: wanted the 3 retries reported, got: $(cat "$work/get.err")"
+ok "GET: 503, 500, SlowDown, then exact bytes; 3 retries counted"
 
 set_rules "2 PUT /$bucket/$prefix/put 503" "1 PUT /$bucket/$prefix/put 500"
-via_proxy pulse_store put "s3://$bucket/$prefix/put" "$work/small" || fail "put after 500/503"
+via_proxy pulse_store put "s3://$bucket/$prefix/put" "$work/small" 2>"$work/put.err" \
+  || fail "put after 500/503: $(cat "$work/put.err")"
 [ "$(injected 503)" = 2 ] && [ "$(injected 500)" = 1 ] || fail "the proxy did not inject on PUT"
+grep -qx "pulse store: 3 retries after transient errors" "$work/put.err" \
+  || fail "put: wanted the 3 retries reported, got: $(cat "$work/put.err")"
 s3 GET "/$bucket/$prefix/put" -o "$work/put.back" | grep -qx 200 || fail "put object missing"
 cmp "$work/small" "$work/put.back" || fail "put after 500/503: stored bytes differ"
 ok "PUT: 503, 503, 500, then the server holds the exact bytes"
