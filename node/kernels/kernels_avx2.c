@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_tail.h"
 
 /* positions_of[m] lists the set bits of the byte m, ascending, padded with zeros: one
  * 8-byte load + widen + add turns 8 mask bits into up to 8 positions, so a dense mask
@@ -348,14 +349,7 @@ static int gaps_decode_avx2(const uint32_t *gaps, size_t k, uint32_t limit, uint
     }
     if (!_mm256_testz_si256(bad, bad))
         return -1;
-    for (; j < k; j++) {
-        uint64_t pos = next + gaps[j];
-        if (pos >= limit)
-            return -1;
-        idx[j] = (uint32_t)pos;
-        next = pos + 1;
-    }
-    return 0;
+    return gaps_decode_tail(gaps, j, k, next, limit, idx);
 }
 
 

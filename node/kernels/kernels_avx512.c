@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_tail.h"
 
 /* Appends base + bit for each set bit of a 16-bit mask. vpcompressd into a register and a
  * full 16-lane store: compress-to-memory is microcoded and slow on AMD Zen 4, and the
@@ -301,14 +302,7 @@ static int gaps_decode_avx512(const uint32_t *gaps, size_t k, uint32_t limit, ui
     }
     if (bad)
         return -1;
-    for (; j < k; j++) {
-        uint64_t pos = next + gaps[j];
-        if (pos >= limit)
-            return -1;
-        idx[j] = (uint32_t)pos;
-        next = pos + 1;
-    }
-    return 0;
+    return gaps_decode_tail(gaps, j, k, next, limit, idx);
 }
 
 

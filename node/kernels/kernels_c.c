@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_tail.h"
 
 /* One template per element width keeps the three widths identical by construction.
  * T is the element type, ST the signed type of the same width. The arithmetic is
@@ -65,18 +66,7 @@ static void gaps_encode_c(const uint32_t *idx, size_t k, uint32_t *gaps)
 
 static int gaps_decode_c(const uint32_t *gaps, size_t k, uint32_t limit, uint32_t *idx)
 {
-    /* 64-bit running position: a sum of 32-bit gaps cannot wrap it for any k that fits
-     * in memory, and every stored position is < limit <= UINT32_MAX, so the single
-     * comparison catches both "past the end" and "wrapped 2^32". */
-    uint64_t next = 0;
-    for (size_t j = 0; j < k; j++) {
-        uint64_t pos = next + gaps[j];
-        if (pos >= limit)
-            return -1;
-        idx[j] = (uint32_t)pos;
-        next = pos + 1;
-    }
-    return 0;
+    return gaps_decode_tail(gaps, 0, k, 0, limit, idx);
 }
 
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_tail.h"
 
 /* NEON has no movemask: a compare result is narrowed into a 64-bit word holding a fixed
  * number of bits per element (4 for bytes, 8 for halfwords, 16 for words); one bit per
@@ -114,14 +115,7 @@ static int gaps_decode_neon(const uint32_t *gaps, size_t k, uint32_t limit, uint
     }
     if (vmaxvq_u32(bad))
         return -1;
-    for (; j < k; j++) {
-        uint64_t pos = next + gaps[j];
-        if (pos >= limit)
-            return -1;
-        idx[j] = (uint32_t)pos;
-        next = pos + 1;
-    }
-    return 0;
+    return gaps_decode_tail(gaps, j, k, next, limit, idx);
 }
 
 
