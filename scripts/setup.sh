@@ -15,6 +15,11 @@ if [ "${PULSE_SETUP_TESTS:-0}" = 1 ]; then
   packages+=(ceph-mon ceph-osd radosgw ceph-common
              gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 fi
+# The Python bindings' tests and the PyTorch RL examples (examples/rl/): Debian's own numpy,
+# PyTorch and matplotlib, imported by /usr/bin/python3 (no PyPI here).
+if [ "${PULSE_SETUP_TESTS:-0}" = 1 ] || [ "${PULSE_SETUP_PYTHON:-0}" = 1 ]; then
+  packages+=(python3-numpy python3-torch python3-matplotlib)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
