@@ -101,6 +101,31 @@ PULSE_API int pulse_ckpt_create_like(pulse_ckpt **out, const char *path, const p
  * The checkpoint stays open and now refers to the final path. */
 PULSE_API int pulse_ckpt_commit(pulse_ckpt *c);
 
+/* --- Tensors in the caller's memory ------------------------------------------------ */
+
+/* One tensor living in the caller's memory (a numpy array, a torch tensor, ...). */
+typedef struct pulse_mem_tensor {
+    const char *name;            /* copied by pulse_ckpt_wrap */
+    const char *dtype_name;      /* a safetensors dtype name: "BF16", "F32", "I64", ... */
+    int ndim;
+    uint64_t shape[PULSE_MAX_DIMS];
+    void *data;                  /* borrowed: nbytes bytes, C order, as a safetensors file holds them */
+    uint64_t nbytes;             /* must equal the shape's element count times the dtype's width */
+} pulse_mem_tensor;
+
+/* Makes a checkpoint over the caller's buffers, without copying the data: the tensors are
+ * validated (dtype name known, nbytes agreeing with shape and dtype, names distinct and not
+ * "__metadata__", data non-NULL when nbytes > 0) and presented sorted by name like an opened
+ * file's. flags: PULSE_CKPT_READ, or PULSE_CKPT_WRITE to let a patch or a follower write the
+ * buffers in place (then no two tensors may share a byte: an in-place ulp apply would add a
+ * delta twice). The buffers must stay alive and unmoved until pulse_ckpt_close; the library
+ * writes them only during calls that take the checkpoint as their target.
+ * Everything that reads tensors works on it (state ids, diff, patch verify and apply, publish
+ * through pulse_publisher_publish_ckpt, follow through pulse_follow_opts.weights); it has no
+ * files: pulse_ckpt_nfiles is 0, pulse_ckpt_sync does nothing, pulse_ckpt_commit and
+ * pulse_ckpt_create_like refuse it (PULSE_ERR_INVALID). Metadata is "{}". */
+PULSE_API int pulse_ckpt_wrap(pulse_ckpt **out, const pulse_mem_tensor *t, size_t n, int flags);
+
 /* --- Identity --------------------------------------------------------------------- */
 
 /* Chunk size of the state id's hash tree, in bytes of tensor data. */

@@ -64,6 +64,12 @@ PULSE_API void pulse_publisher_close(pulse_publisher **p);
 PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt, int64_t step,
                                       unsigned flags, pulse_sync_step *out);
 
+/* The same for a checkpoint already open: a file one, or tensors in memory (pulse_ckpt_wrap).
+ * Tensors in memory are copied once into the state directory (the next diff's base, as for a
+ * file); the caller must not change them during the call. C is only read; it stays the caller's. */
+PULSE_API int pulse_publisher_publish_ckpt(pulse_publisher *p, const pulse_ckpt *c, int64_t step,
+                                           unsigned flags, pulse_sync_step *out);
+
 /* --- Follower ----------------------------------------------------------------------- */
 
 typedef struct pulse_follow_opts {
@@ -77,6 +83,14 @@ typedef struct pulse_follow_opts {
     /* Called after each applied step (may be NULL); a non-zero return stops the pull. */
     int (*on_step)(void *ctx, const pulse_sync_step *step);
     void *ctx;
+    /* Instead of weights_path (exactly one of the two): tensors in memory, updated in place
+     * (borrowed; a pulse_ckpt_wrap made with PULSE_CKPT_WRITE). Names, dtypes and shapes must be
+     * the run's (PULSE_ERR_MISMATCH before anything is written otherwise). When they hold the
+     * state this state directory last applied, the pull goes on from it; any other content is
+     * replaced by the newest keyframe, verified in the state directory before it is copied in.
+     * Each step is verified in full before the first write, so a refused step leaves the tensors
+     * as they were. Nothing is journalled: memory does not outlive a crash. */
+    pulse_ckpt *weights;
 } pulse_follow_opts;
 
 PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o);

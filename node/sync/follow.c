@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The follower: list a run's records, pick the cheapest verified path, then apply each step in place, journalled. */
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "node/checkpoint/ckpt_internal.h"
 #include "node/daemon/journal.h"
 #include "node/daemon/log.h"
 #include "node/sync/follow_internal.h"
@@ -76,9 +78,15 @@ PULSE_API void pulse_follower_close(pulse_follower **pf)
 PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts *opts)
 {
     *out = NULL;
-    if (!opts || opts->size < sizeof *opts || !opts->store_url || !opts->run || !opts->trust ||
-        !opts->state_dir || !opts->weights_path)
-        return pulse_fail(PULSE_ERR_INVALID, "follower needs a store, a run, trusted keys, a state directory and a weights path");
+    /* A caller built before `weights` was appended passes the shorter size: no weights then. */
+    if (!opts || opts->size < offsetof(pulse_follow_opts, weights) || !opts->store_url || !opts->run ||
+        !opts->trust || !opts->state_dir)
+        return pulse_fail(PULSE_ERR_INVALID, "follower needs a store, a run, trusted keys and a state directory");
+    pulse_ckpt *weights = opts->size >= sizeof *opts ? opts->weights : NULL;
+    if (!weights == !opts->weights_path)
+        return pulse_fail(PULSE_ERR_INVALID, "follower needs a weights path or tensors in memory (exactly one)");
+    if (weights && (weights->nfiles || !(weights->flags & PULSE_CKPT_WRITE)))
+        return pulse_fail(PULSE_ERR_INVALID, "follower weights in memory must be a writable pulse_ckpt_wrap");
     if (pulse_trust_count(opts->trust) == 0)
         return pulse_fail(PULSE_ERR_INVALID, "follower trusts no key");
     pulse_follower *f = calloc(1, sizeof *f);
@@ -86,7 +94,9 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
         free(f);
         return pulse_fail(PULSE_ERR_NOMEM, "follower");
     }
-    f->o = *opts;
+    memcpy(&f->o, opts, opts->size < sizeof f->o ? opts->size : sizeof f->o);
+    f->o.size = sizeof f->o;
+    f->o.weights = weights;
     f->max_behind = FOLLOW_DEFAULT_MAX_BEHIND;
     int r = sync_mkdir(opts->state_dir);
     if (!r)
@@ -327,8 +337,35 @@ static int get_listed(pulse_follower *f, listed *e)
     return 0;
 }
 
+/* Tensors in memory (pulse_follow_opts.weights) rather than a file. */
+static int in_memory(const pulse_follower *f)
+{
+    return f->o.weights != NULL;
+}
+
+static const char *weights_name(const pulse_follower *f)
+{
+    return in_memory(f) ? "(memory)" : f->o.weights_path;
+}
+
+/* A journal protects a file against a crash in the middle of a write; memory does not
+ * outlive the crash, so in memory nothing is journalled. */
+static int step_journal_write(pulse_follower *f, const node_journal *j)
+{
+    return in_memory(f) ? 0 : journal_write(f->o.state_dir, j);
+}
+
+static int step_journal_clear(pulse_follower *f)
+{
+    return in_memory(f) ? 0 : journal_clear(f->o.state_dir);
+}
+
 static int hash_weights(pulse_follower *f, uint8_t state[32])
 {
+    if (in_memory(f)) {
+        int r = pulse_ckpt_state_id(f->o.weights, f->o.threads, state);
+        return r ? fail_prefixed(r, "weights in memory") : 0;
+    }
     pulse_ckpt *c = NULL;
     int r = pulse_ckpt_open(&c, f->o.weights_path, PULSE_CKPT_READ);
     if (!r)
@@ -348,6 +385,22 @@ static int hash_weights(pulse_follower *f, uint8_t state[32])
 static int held_state(pulse_follower *f, listing *l)
 {
     f->have = 0;
+    if (in_memory(f)) {
+        /* Only the state this index last applied is recognised: anything else in memory (a
+         * fresh model) is replaced from a keyframe, without fetching every record to look. */
+        uint8_t state[32];
+        pulse_index_applied a;
+        int r = hash_weights(f, state);
+        if (r)
+            return r;
+        f->known = 1;
+        if (pulse_index_last_applied(f->ix, f->run, &a) == 0 && !memcmp(a.state, state, 32)) {
+            f->have = 1;
+            f->step = a.step;
+            memcpy(f->state, state, 32);
+        }
+        return 0;
+    }
     if (access(f->o.weights_path, F_OK) != 0) {
         f->known = 1;
         return 0;
@@ -398,14 +451,14 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
     pulse_index_applied a;
     int r = 0;
     if (pulse_index_last_applied(f->ix, f->run, &a) != 0 || a.step != j->step || memcmp(a.state, j->result, 32))
-        r = pulse_index_mark_applied(f->ix, f->run, j->step, j->result, (uint64_t)time(NULL), f->o.weights_path);
+        r = pulse_index_mark_applied(f->ix, f->run, j->step, j->result, (uint64_t)time(NULL), weights_name(f));
     f->known = f->have = 1;
     f->step = j->step;
     memcpy(f->state, j->result, 32);
     node_journal done = *j;
     done.phase = JOURNAL_APPLIED;
     if (!r && j->phase != JOURNAL_APPLIED)
-        r = journal_write(f->o.state_dir, &done);
+        r = step_journal_write(f, &done);
     if (!r) {
         f->c.steps_applied++;
         if (f->log) {
@@ -419,7 +472,7 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
     /* The callback runs before the journal goes: a crash during it runs it again on restart. */
     int stop = !r && f->o.on_step && f->o.on_step(f->o.ctx, s) != 0;
     if (!r)
-        r = journal_clear(f->o.state_dir);
+        r = step_journal_clear(f);
     if (!r && stop) {
         f->stopped = 1;
         r = pulse_fail(PULSE_ERR_INVALID, "stopped by the caller after step %" PRIu64, s->step);
@@ -429,12 +482,49 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
 
 /* Verified and chained sync-patch step: fetch the patch, turn it into its absolute form in
  * the journal, then apply that in place. The journal is durable before the first write. */
+/* The same into memory: the patch is verified in full (layout, every chunk), then applied with
+ * the base hashed first, so a step that does not fit leaves the tensors as they were. */
+static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
+{
+    void *data = NULL;
+    int r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
+    pulse_patch *p = NULL;
+    if (!r)
+        r = pulse_patch_open_mem(&p, data, rec->objects[0].size);
+    pulse_store_free(data);
+    if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
+        r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
+    if (!r)
+        r = pulse_patch_verify(p, f->o.weights, f->o.threads);
+    if (!r) {
+        /* Not trust_base_id: nothing stops the caller writing its own buffers between pulls. */
+        pulse_patch_apply_opts ao;
+        pulse_patch_apply_opts_default(&ao);
+        ao.threads = f->o.threads;
+        r = pulse_patch_apply_ex(p, f->o.weights, &ao);
+    }
+    pulse_patch_close(&p);
+    if (r) {
+        f->known = 0;
+        return r;
+    }
+    node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
+    memcpy(j.base, rec->base, 32);
+    memcpy(j.result, rec->result, 32);
+    snprintf(j.rel, sizeof j.rel, "%s", rel);
+    pulse_sync_step s;
+    sync_step_of(rec, rel, *moved, &s);
+    return finish_step(f, &j, &s);
+}
+
 static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
     if (rec->n_objects != 1 || strcmp(rec->objects[0].role, "patch") != 0)
         return pulse_fail(PULSE_ERR_FORMAT, "sync-patch record names %u objects, wanted one 'patch'", rec->n_objects);
     if (memcmp(rec->base, f->state, 32) != 0)
         return pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold");
+    if (in_memory(f))
+        return apply_patch_memory(f, rec, rel, moved);
     char jpath[4096];
     int r = journal_patch_path(f->o.state_dir, jpath, sizeof jpath);
     void *data = NULL;
@@ -497,8 +587,68 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     return finish_step(f, &j, &s);
 }
 
+/* Whether the keyframe's checkpoint K has exactly the tensors of the weights in memory W. */
+static int same_layout(const pulse_ckpt *k, const pulse_ckpt *w)
+{
+    size_t n = pulse_ckpt_count(k);
+    for (size_t i = 0; i < n; i++) {
+        const pulse_tensor *a = pulse_ckpt_tensor(k, i);
+        const pulse_tensor *b = pulse_ckpt_find(w, a->name);
+        if (!b)
+            return pulse_fail(PULSE_ERR_MISMATCH, "the run's tensor %s is not in the weights in memory", a->name);
+        int same = !strcmp(a->dtype_name, b->dtype_name) && a->ndim == b->ndim;
+        for (int d = 0; same && d < a->ndim; d++)
+            same = a->shape[d] == b->shape[d];
+        if (!same)
+            return pulse_fail(PULSE_ERR_MISMATCH, "tensor %s: the run has %s with %d dimensions (first %llu), "
+                              "the weights in memory %s with %d (first %llu)", a->name, a->dtype_name, a->ndim,
+                              (unsigned long long)(a->ndim ? a->shape[0] : 1), b->dtype_name, b->ndim,
+                              (unsigned long long)(b->ndim ? b->shape[0] : 1));
+    }
+    if (pulse_ckpt_count(w) != n) {
+        for (size_t i = 0; i < pulse_ckpt_count(w); i++)
+            if (!pulse_ckpt_find(k, pulse_ckpt_tensor(w, i)->name))
+                return pulse_fail(PULSE_ERR_MISMATCH, "tensor %s of the weights in memory is not in the run",
+                                  pulse_ckpt_tensor(w, i)->name);
+    }
+    return 0;
+}
+
+/* A keyframe into memory: restored and verified as a file in the state directory (its state
+ * id is the record's result), checked against the tensors' layout, then copied in. */
+static int apply_keyframe_memory(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/keyframe.safetensors", f->o.state_dir);
+    int r = sync_keyframe_restore(f->st, f->run, rec, f->o.threads, path, moved);
+    pulse_ckpt *k = NULL;
+    if (!r)
+        r = pulse_ckpt_open(&k, path, PULSE_CKPT_READ);
+    if (!r)
+        r = same_layout(k, f->o.weights);
+    for (size_t i = 0; !r && i < pulse_ckpt_count(k); i++) {
+        const pulse_tensor *src = pulse_ckpt_tensor(k, i);
+        const pulse_tensor *dst = pulse_ckpt_find(f->o.weights, src->name);
+        if (src->nbytes)
+            memcpy(dst->data, src->data, src->nbytes);
+    }
+    pulse_ckpt_close(&k);
+    unlink(path);
+    f->known = 0;
+    if (r)
+        return r;
+    node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
+    memcpy(j.result, rec->result, 32);
+    snprintf(j.rel, sizeof j.rel, "%s", rel);
+    pulse_sync_step s;
+    sync_step_of(rec, rel, *moved, &s);
+    return finish_step(f, &j, &s);
+}
+
 static int apply_keyframe_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
+    if (in_memory(f))
+        return apply_keyframe_memory(f, rec, rel, moved);
     node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
     memcpy(j.result, rec->result, 32);
     snprintf(j.rel, sizeof j.rel, "%s", rel);
@@ -547,6 +697,8 @@ int follower_recover(pulse_follower *f, int *did)
     if (did)
         *did = 0;
     f->recovered = 1;
+    if (in_memory(f))
+        return 0;   /* a journal in the directory speaks of a file, not of these buffers */
     int r = journal_read(f->o.state_dir, &j, &found);
     if (r || !found)
         return r;

@@ -9,6 +9,7 @@
 
 #include "base/fail.h"
 #include "crypto/sha256.h"
+#include "node/checkpoint/ckpt_internal.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/manifest.h"
 #include "pulseweights/sync.h"
@@ -240,38 +241,78 @@ static int keyframe_exists(pulse_publisher *p, uint64_t step, int *err)
 }
 
 /* Keeps a copy of what was published as the next diff's base, named by its state id so a
- * crash between the index and this copy is noticed (the name would not match the head). */
-static int keep_last(pulse_publisher *p, const pulse_ckpt *c, const uint8_t state[32],
+ * crash between the index and this copy is noticed (the name would not match the head).
+ * SNAP, when given, is C itself: an uncommitted single-file copy of tensors in memory, which
+ * is committed under that name instead of being copied once more. */
+static int keep_last(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, const uint8_t state[32],
                      const char *old_path)
 {
     char path[4096];
     last_path(p, state, path);
     if (old_path && !strcmp(old_path, path))
         return 0;
-    pulse_ckpt *copy = NULL;
-    int r = pulse_ckpt_create_like(&copy, path, c);
-    if (!r)
-        r = pulse_ckpt_commit(copy);
-    pulse_ckpt_close(&copy);
+    int r;
+    if (snap) {
+        char *final = strdup(path);
+        if (!final)
+            return pulse_fail(PULSE_ERR_NOMEM, "path");
+        free(snap->final_path);
+        snap->final_path = final;
+        r = pulse_ckpt_commit(snap);
+    } else {
+        pulse_ckpt *copy = NULL;
+        r = pulse_ckpt_create_like(&copy, path, c);
+        if (!r)
+            r = pulse_ckpt_commit(copy);
+        pulse_ckpt_close(&copy);
+    }
     if (!r && old_path)
         unlink(old_path);
     return r;
 }
 
-PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt_path, int64_t step,
-                                      unsigned flags, pulse_sync_step *out)
+/* Tensors in memory are first copied into one file in the state directory (uncommitted, so a
+ * failure leaves nothing): the keyframe is cut from a file, and the copy becomes the next
+ * diff's base, so memory is read once and the state published is the one copied even if the
+ * caller's buffers change afterwards. */
+static int snapshot(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt **out)
 {
-    pulse_clear_error();
+    size_t n = pulse_ckpt_count(c);
+    pulse_tensor_spec *specs = calloc(n ? n : 1, sizeof *specs);
+    if (!specs)
+        return pulse_fail(PULSE_ERR_NOMEM, "snapshot layout");
+    for (size_t i = 0; i < n; i++) {
+        const pulse_tensor *t = pulse_ckpt_tensor(c, i);
+        specs[i].name = t->name;
+        specs[i].dtype_name = t->dtype_name;
+        specs[i].ndim = t->ndim;
+        memcpy(specs[i].shape, t->shape, sizeof t->shape);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/snapshot.safetensors", p->state_dir);
+    int r = pulse_ckpt_create(out, path, specs, n, pulse_ckpt_metadata(c));
+    free(specs);
+    for (size_t i = 0; !r && i < n; i++) {
+        const pulse_tensor *src = pulse_ckpt_tensor(c, i);
+        const pulse_tensor *dst = pulse_ckpt_find(*out, src->name);
+        if (src->nbytes)
+            memcpy(dst->data, src->data, src->nbytes);
+    }
+    return r;
+}
+
+/* One publish of C, a checkpoint with files (SNAP: C is the uncommitted copy of tensors in memory). */
+static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, int64_t step,
+                         unsigned flags, pulse_sync_step *out)
+{
     pulse_sync_step s = { 0 };
-    pulse_ckpt *c = NULL, *last = NULL;
+    pulse_ckpt *last = NULL;
     uint8_t state[32], last_state[32];
     uint64_t last_step = 0;
     char lpath[4096] = "";
     int have_last = 0;
 
-    int r = pulse_ckpt_open(&c, ckpt_path, PULSE_CKPT_READ);
-    if (!r)
-        r = pulse_ckpt_state_id(c, p->o.threads, state);
+    int r = pulse_ckpt_state_id(c, p->o.threads, state);
     if (!r) {
         int h = pulse_index_head(p->ix, p->run, &last_step, last_state);
         if (h == 0) {
@@ -310,7 +351,7 @@ PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt_path,
             }
         }
         if (!r)
-            r = keep_last(p, c, state, NULL);
+            r = keep_last(p, c, snap, state, NULL);
         goto done;
     }
     if (!r) {
@@ -344,10 +385,39 @@ PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt_path,
     }
     pulse_ckpt_close(&last);
     if (!r)
-        r = keep_last(p, c, state, lpath[0] ? lpath : NULL);
+        r = keep_last(p, c, snap, state, lpath[0] ? lpath : NULL);
 done:
-    pulse_ckpt_close(&c);
     if (!r && out)
         *out = s;
+    return r;
+}
+
+PULSE_API int pulse_publisher_publish_ckpt(pulse_publisher *p, const pulse_ckpt *c, int64_t step,
+                                           unsigned flags, pulse_sync_step *out)
+{
+    pulse_clear_error();
+    if (!p || !c)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_publisher_publish_ckpt: no publisher or no checkpoint");
+    if (pulse_ckpt_nfiles(c) > 0)
+        return publish_files(p, c, NULL, step, flags, out);
+    pulse_ckpt *snap = NULL;
+    int r = snapshot(p, c, &snap);
+    if (!r)
+        r = publish_files(p, snap, snap, step, flags, out);
+    pulse_ckpt_close(&snap);   /* removes the copy when it was not kept */
+    return r;
+}
+
+PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt_path, int64_t step,
+                                      unsigned flags, pulse_sync_step *out)
+{
+    pulse_clear_error();
+    if (!p || !ckpt_path)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_publisher_publish: no publisher or no checkpoint path");
+    pulse_ckpt *c = NULL;
+    int r = pulse_ckpt_open(&c, ckpt_path, PULSE_CKPT_READ);
+    if (!r)
+        r = pulse_publisher_publish_ckpt(p, c, step, flags, out);
+    pulse_ckpt_close(&c);
     return r;
 }

@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Loads libpulseweights with ctypes and declares the C structs and prototypes the package uses."""
+import ctypes
+import ctypes.util
+import glob
+import os
+
+# The C enum pulse_err (include/pulseweights/error.h): append only, never renumbered.
+ERROR_NAMES = {
+    -1: "PULSE_ERR_INVALID", -2: "PULSE_ERR_NOMEM", -3: "PULSE_ERR_IO", -4: "PULSE_ERR_FORMAT",
+    -5: "PULSE_ERR_CORRUPT", -6: "PULSE_ERR_MISMATCH", -7: "PULSE_ERR_LIMIT", -8: "PULSE_ERR_NOTFOUND",
+    -9: "PULSE_ERR_EXISTS", -10: "PULSE_ERR_AUTH", -11: "PULSE_ERR_NETWORK", -12: "PULSE_ERR_SERVER",
+    -13: "PULSE_ERR_UNSUPPORTED", -14: "PULSE_ERR_NOT_MODIFIED", -15: "PULSE_ERR_PRECONDITION",
+}
+
+MAX_DIMS = 8          # PULSE_MAX_DIMS
+INDEX_MAX_KEY = 512   # PULSE_INDEX_MAX_KEY
+CKPT_READ, CKPT_WRITE = 0, 1
+PUBLISH_KEYFRAME = 1
+VALUES_ABS, VALUES_ULP = 0, 1
+RECORD_SYNC_PATCH, RECORD_KEYFRAME = 1, 2
+
+
+class PulseError(Exception):
+    """A libpulseweights call failed: .code is the negative PULSE_ERR_* value, .name its name,
+    str() the library's detail (pulse_last_error) after the code's text."""
+
+    def __init__(self, code, message):
+        self.code = code
+        self.name = ERROR_NAMES.get(code, "PULSE_ERR_%d" % code)
+        super().__init__(message)
+
+
+def _candidates():
+    env = os.environ.get("PULSE_LIB")
+    if env:
+        return [env]   # named explicitly: no silent fallback to another build
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = [os.path.join(repo, "build", "libpulseweights.so")]
+    others = glob.glob(os.path.join(repo, "build*", "libpulseweights.so"))
+    others.sort(key=lambda p: os.path.getmtime(p), reverse=True)
+    found += [p for p in others if p not in found]
+    system = ctypes.util.find_library("pulseweights")
+    if system:
+        found.append(system)
+    return found
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if not os.path.exists(path) and "/" in path:
+            tried.append(path)
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise ImportError("libpulseweights not found: set PULSE_LIB to the path of libpulseweights.so "
+                      "(tried: %s)" % ", ".join(tried or ["nothing"]))
+
+
+lib, lib_path = _load()
+
+c_u64 = ctypes.c_uint64
+c_str = ctypes.c_char_p
+c_void = ctypes.c_void_p
+c_size = ctypes.c_size_t
+c_int = ctypes.c_int
+
+
+class MemTensor(ctypes.Structure):
+    """pulse_mem_tensor (checkpoint.h)."""
+    _fields_ = [("name", c_str), ("dtype_name", c_str), ("ndim", c_int), ("shape", c_u64 * MAX_DIMS),
+                ("data", c_void), ("nbytes", c_u64)]
+
+
+class LocoTensor(ctypes.Structure):
+    """pulse_loco_tensor (loco.h)."""
+    _fields_ = [("name", c_str), ("ndim", c_int), ("shape", c_u64 * MAX_DIMS), ("data", c_void)]
+
+
+class SyncStep(ctypes.Structure):
+    """pulse_sync_step (sync.h)."""
+    _fields_ = [("step", c_u64), ("kind", c_int), ("base", ctypes.c_uint8 * 32), ("result", ctypes.c_uint8 * 32),
+                ("changes", c_u64), ("dense_bytes", c_u64), ("object_bytes", c_u64), ("moved_bytes", c_u64),
+                ("already", c_int), ("record_key", ctypes.c_char * (INDEX_MAX_KEY + 1))]
+
+
+# Options structs carry their own size and only ever grow at the end: each is declared here up
+# to the fields the package sets, followed by room for fields appended later, which keep the
+# values the library's *_default function gave them. _check_size refuses a library whose struct
+# outgrew that room.
+_TAIL = 1024
+
+
+class PublishOpts(ctypes.Structure):
+    _fields_ = [("size", c_size), ("store_url", c_str), ("run", c_str), ("key_path", c_str),
+                ("state_dir", c_str), ("values", c_int), ("threads", c_int), ("zstd_level", c_int),
+                ("_tail", ctypes.c_uint8 * _TAIL)]
+
+
+ON_STEP = ctypes.CFUNCTYPE(c_int, c_void, ctypes.POINTER(SyncStep))
+
+
+class FollowOpts(ctypes.Structure):
+    _fields_ = [("size", c_size), ("store_url", c_str), ("run", c_str), ("trust", c_void),
+                ("state_dir", c_str), ("weights_path", c_str), ("threads", c_int), ("on_step", ON_STEP),
+                ("ctx", c_void), ("weights", c_void), ("_tail", ctypes.c_uint8 * _TAIL)]
+
+
+class LocoRoundOpts(ctypes.Structure):
+    _fields_ = [("size", c_size), ("store_url", c_str), ("run", c_str), ("key_path", c_str),
+                ("state_dir", c_str), ("trust_paths", ctypes.POINTER(c_str)), ("n_trust", c_size),
+                ("local_path", c_str), ("out_path", c_str), ("out_view_path", c_str),
+                ("deadline_s", ctypes.c_double), ("quorum", ctypes.c_uint), ("outer_lr", ctypes.c_float),
+                ("momentum", ctypes.c_float), ("nesterov", c_int), ("threads", c_int), ("verbose", c_int),
+                ("shard_elems", ctypes.c_uint32), ("local_tensors", c_void), ("n_local", c_size),
+                ("out_tensors", c_void), ("n_out", c_size), ("bf16_values", c_int),
+                ("_tail", ctypes.c_uint8 * _TAIL)]
+
+
+class LocoReport(ctypes.Structure):
+    _fields_ = [("round", c_u64), ("params", c_u64), ("sent", c_u64), ("shard_bytes", c_u64),
+                ("uploaded", c_u64), ("downloaded", c_u64), ("trainers", ctypes.c_uint),
+                ("included", ctypes.c_uint), ("self_included", c_int), ("excluded", ctypes.c_uint),
+                ("results_compared", ctypes.c_uint), ("results_mismatched", ctypes.c_uint),
+                ("adopted", c_int), ("base", ctypes.c_uint8 * 32), ("result", ctypes.c_uint8 * 32),
+                ("_tail", ctypes.c_uint8 * 256)]
+
+
+def _proto(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+P = ctypes.POINTER
+strerror = _proto("pulse_strerror", c_str, c_int)
+last_error = _proto("pulse_last_error", c_str)
+
+ckpt_wrap = _proto("pulse_ckpt_wrap", c_int, P(c_void), P(MemTensor), c_size, c_int)
+ckpt_close = _proto("pulse_ckpt_close", None, P(c_void))
+ckpt_state_id = _proto("pulse_ckpt_state_id", c_int, c_void, c_int, ctypes.c_uint8 * 32)
+
+key_generate = _proto("pulse_key_generate", c_int, P(c_void))
+key_free = _proto("pulse_key_free", None, P(c_void))
+key_save = _proto("pulse_key_save", c_int, c_void, c_str, c_str)
+key_public = _proto("pulse_key_public", None, c_void, ctypes.c_uint8 * 32)
+trust_new = _proto("pulse_trust_new", c_int, P(c_void))
+trust_load = _proto("pulse_trust_load", c_int, c_void, c_str)
+trust_free = _proto("pulse_trust_free", None, P(c_void))
+
+publish_opts_default = _proto("pulse_publish_opts_default", None, P(PublishOpts))
+publisher_open = _proto("pulse_publisher_open", c_int, P(c_void), P(PublishOpts))
+publisher_close = _proto("pulse_publisher_close", None, P(c_void))
+publisher_publish = _proto("pulse_publisher_publish", c_int, c_void, c_str, ctypes.c_int64, ctypes.c_uint,
+                           P(SyncStep))
+publisher_publish_ckpt = _proto("pulse_publisher_publish_ckpt", c_int, c_void, c_void, ctypes.c_int64,
+                                ctypes.c_uint, P(SyncStep))
+follow_opts_default = _proto("pulse_follow_opts_default", None, P(FollowOpts))
+follower_open = _proto("pulse_follower_open", c_int, P(c_void), P(FollowOpts))
+follower_close = _proto("pulse_follower_close", None, P(c_void))
+follower_pull = _proto("pulse_follower_pull", c_int, c_void, P(c_size), P(SyncStep))
+
+loco_view_from_name = _proto("pulse_loco_view_from_name", c_int, c_str)
+loco_init_tensors = _proto("pulse_loco_init_tensors", c_int, c_str, P(LocoTensor), c_size, c_int)
+loco_round_default_opts = _proto("pulse_loco_round_default_opts", None, P(LocoRoundOpts))
+loco_round_ = _proto("pulse_loco_round", c_int, P(LocoRoundOpts), P(LocoReport))
+
+
+def check(rc):
+    """Raises PulseError for a negative return code, with the calling thread's detail."""
+    if rc == 0:
+        return 0
+    detail = (last_error() or b"").decode("utf-8", "replace")
+    text = (strerror(rc) or b"").decode("utf-8", "replace")
+    raise PulseError(rc, "%s: %s" % (text, detail) if detail else text)
+
+
+def check_size(opts, what):
+    """The struct the library filled must fit the declaration above (see _TAIL)."""
+    if opts.size > ctypes.sizeof(opts):
+        raise ImportError("%s: the library's struct (%d bytes) is larger than this package knows (%d); "
+                          "update python/pulseweights" % (what, opts.size, ctypes.sizeof(opts)))
+
+
+def enc(s):
+    """str or path -> bytes for a const char * argument (None stays NULL)."""
+    if s is None:
+        return None
+    return os.fsencode(s)
+
+
+def hex32(arr):
+    return bytes(arr).hex()

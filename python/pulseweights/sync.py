@@ -1,0 +1,193 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Publisher and Follower over a store: publish tensors from memory, pull verified steps into tensors in place."""
+import ctypes
+from collections import namedtuple
+
+from . import _lib
+from .tensors import Wrapped, as_tensors
+
+StepInfo = namedtuple("StepInfo", "step kind base result changes dense_bytes object_bytes moved_bytes already record_key")
+StepInfo.__doc__ = """What one publish or one applied step did: kind "patch" or "keyframe" (None when only
+the state is known), base and result as hex state ids (base all zeros for a keyframe), changes
+(changed elements; a keyframe: all), dense_bytes (tensor data), object_bytes (the record's objects),
+moved_bytes (bytes that crossed the network), already (the state was already published)."""
+
+_KINDS = {_lib.RECORD_SYNC_PATCH: "patch", _lib.RECORD_KEYFRAME: "keyframe"}
+_VALUES = {"ulp": _lib.VALUES_ULP, "abs": _lib.VALUES_ABS}
+
+
+def _step_info(s):
+    return StepInfo(step=int(s.step), kind=_KINDS.get(s.kind), base=_lib.hex32(s.base), result=_lib.hex32(s.result),
+                    changes=int(s.changes), dense_bytes=int(s.dense_bytes), object_bytes=int(s.object_bytes),
+                    moved_bytes=int(s.moved_bytes), already=bool(s.already),
+                    record_key=s.record_key.decode("utf-8", "replace"))
+
+
+def keygen(path_prefix, comment=""):
+    """Writes PREFIX.key (mode 0600) and PREFIX.pub; never overwrites either. Returns the node id (hex)."""
+    k = ctypes.c_void_p()
+    _lib.check(_lib.key_generate(ctypes.byref(k)))
+    try:
+        _lib.check(_lib.key_save(k, _lib.enc(path_prefix), comment.encode("utf-8") if comment else None))
+        pub = (ctypes.c_uint8 * 32)()
+        _lib.key_public(k, pub)
+        return _lib.hex32(pub)
+    finally:
+        _lib.key_free(ctypes.byref(k))
+
+
+class Publisher:
+    """Signs and publishes checkpoints of a run (docs/sync.md). One publisher per run and key;
+    STATE_DIR keeps its index and the last published state (the next diff's base)."""
+
+    def __init__(self, store, run, key, state_dir, values="ulp", threads=0, zstd_level=0):
+        if values not in _VALUES:
+            raise ValueError("values must be 'ulp' or 'abs', not %r" % (values,))
+        o = _lib.PublishOpts()
+        _lib.publish_opts_default(ctypes.byref(o))
+        _lib.check_size(o, "pulse_publish_opts")
+        self._keep = [_lib.enc(store), _lib.enc(run), _lib.enc(key), _lib.enc(state_dir)]
+        o.store_url, o.run, o.key_path, o.state_dir = self._keep
+        o.values = _VALUES[values]
+        o.threads = int(threads)
+        o.zstd_level = int(zstd_level)
+        self._p = ctypes.c_void_p()
+        _lib.check(_lib.publisher_open(ctypes.byref(self._p), ctypes.byref(o)))
+
+    def _handle(self):
+        if not self._p:
+            raise ValueError("publisher is closed")
+        return self._p
+
+    def publish(self, state_dict, step=None, keyframe=False):
+        """Publishes the tensors (a mapping name -> numpy array / torch tensor, read in place and
+        copied once into state_dir; do not change them during the call) as STEP (None: one more
+        than the last). Returns a StepInfo."""
+        s = _lib.SyncStep()
+        with Wrapped(as_tensors(state_dict), writable=False) as w:
+            _lib.check(_lib.publisher_publish_ckpt(self._handle(), w.ptr, -1 if step is None else int(step),
+                                                   _lib.PUBLISH_KEYFRAME if keyframe else 0, ctypes.byref(s)))
+        return _step_info(s)
+
+    def publish_file(self, path, step=None, keyframe=False):
+        """The same for a safetensors checkpoint on disk (file, index or directory)."""
+        s = _lib.SyncStep()
+        _lib.check(_lib.publisher_publish(self._handle(), _lib.enc(path), -1 if step is None else int(step),
+                                          _lib.PUBLISH_KEYFRAME if keyframe else 0, ctypes.byref(s)))
+        return _step_info(s)
+
+    def close(self):
+        if getattr(self, "_p", None):
+            _lib.publisher_close(ctypes.byref(self._p))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _load_trust(trust):
+    if isinstance(trust, (str, bytes)) or hasattr(trust, "__fspath__"):
+        trust = [trust]
+    t = ctypes.c_void_p()
+    _lib.check(_lib.trust_new(ctypes.byref(t)))
+    try:
+        for path in trust:
+            _lib.check(_lib.trust_load(t, _lib.enc(path)))
+    except BaseException:
+        _lib.trust_free(ctypes.byref(t))
+        raise
+    return t
+
+
+class Follower:
+    """Follows a run: each pull() verifies every step (signature, digests, base state, the whole
+    patch) before the weights are written. weights=mapping updates those tensors IN PLACE (their
+    buffers are held from here until close(); names, dtypes and shapes must be the run's);
+    weights_path=FILE keeps a safetensors file instead (created from a keyframe when absent)."""
+
+    def __init__(self, store, run, trust, state_dir, weights=None, weights_path=None, threads=0):
+        if (weights is None) == (weights_path is None):
+            raise ValueError("give exactly one of weights (tensors updated in place) and weights_path")
+        self._f = ctypes.c_void_p()
+        self._trust = _load_trust(trust)
+        self._wrapped = None
+        self._steps = []
+        try:
+            if weights is not None:
+                self._wrapped = Wrapped(as_tensors(weights), writable=True)
+            o = _lib.FollowOpts()
+            _lib.follow_opts_default(ctypes.byref(o))
+            _lib.check_size(o, "pulse_follow_opts")
+            self._keep = [_lib.enc(store), _lib.enc(run), _lib.enc(state_dir), _lib.enc(weights_path)]
+            o.store_url, o.run, o.state_dir, o.weights_path = self._keep
+            o.trust = self._trust
+            o.threads = int(threads)
+            o.weights = self._wrapped.ptr if self._wrapped else None
+            self._cb = _lib.ON_STEP(self._on_step)   # referenced as long as the follower
+            o.on_step = self._cb
+            _lib.check(_lib.follower_open(ctypes.byref(self._f), ctypes.byref(o)))
+        except BaseException:
+            self.close()
+            raise
+
+    def _on_step(self, ctx, step):
+        self._steps.append(_step_info(step.contents))
+        return 0
+
+    def pull(self):
+        """Brings the weights to the newest published state. Returns (applied, held): the number
+        of steps applied and the StepInfo of the state now held (None when none). A refused step
+        raises PulseError (.applied: the steps applied before it); the weights stay at the last
+        good state."""
+        if not self._f:
+            raise ValueError("follower is closed")
+        self._steps = []
+        n = ctypes.c_size_t(0)
+        held = _lib.SyncStep()
+        rc = _lib.follower_pull(self._f, ctypes.byref(n), ctypes.byref(held))
+        try:
+            _lib.check(rc)
+        except _lib.PulseError as e:
+            e.applied = int(n.value)
+            e.steps = list(self._steps)
+            raise
+        info = None
+        if any(held.result):
+            info = _step_info(held)
+            done = [s for s in self._steps if s.step == info.step and s.result == info.result]
+            info = done[-1] if done else info._replace(base=None, already=False)
+        return int(n.value), info
+
+    @property
+    def steps(self):
+        """StepInfo of each step the last pull applied, in order."""
+        return list(self._steps)
+
+    def close(self):
+        if getattr(self, "_f", None):
+            _lib.follower_close(ctypes.byref(self._f))
+        if getattr(self, "_wrapped", None):
+            self._wrapped.close()
+            self._wrapped = None
+        if getattr(self, "_trust", None):
+            _lib.trust_free(ctypes.byref(self._trust))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
