@@ -49,6 +49,10 @@ static void usage(FILE *f)
         "  --local-steps H    only for the printed DDP comparison (H dense gradients per round)\n"
         "  --shard-elems N    elements per shard range (default 1M; receivers accept up to 16M)\n"
         "  --threads N        threads for hashing (default: all cores)\n"
+        "  --reduce-scatter   owners sum ranges from everyone, all fetch the sums (same bits; every\n"
+        "                     trainer of the round must use it, with the same --shard-elems)\n"
+        "  --publish-run RUN  after the round, publish theta_{r+1}'s view as step r+1 of sync run RUN\n"
+        "  --publish-store URL  its store (default --store); --publish-state DIR (default STATE/publish)\n"
         "  -v, --verbose      progress on stderr\n"
         "  (init: --from is the same as --global)\n"
         "\n"
@@ -318,9 +322,13 @@ int cmd_loco(int argc, char **argv)
         uint64_t v;
         if (!strcmp(a, "--nesterov")) { o.nesterov = 1; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o.verbose = 1; continue; }
+        if (!strcmp(a, "--reduce-scatter")) { o.reduce_scatter = 1; continue; }
         if (i + 1 >= argc) { rc = cli_usage_error("loco", "%s needs a value", a); break; }
         const char *val = argv[++i];
         if (!strcmp(a, "--store")) o.store_url = val;
+        else if (!strcmp(a, "--publish-run")) o.publish_run = val;
+        else if (!strcmp(a, "--publish-store")) o.publish_store = val;
+        else if (!strcmp(a, "--publish-state")) o.publish_state = val;
         else if (!strcmp(a, "--run")) o.run = val;
         else if (!strcmp(a, "--key")) o.key_path = val;
         else if (!strcmp(a, "--trust")) trust[o.n_trust++] = val;
@@ -424,7 +432,13 @@ int cmd_loco(int argc, char **argv)
                              pulse_loco_view_name(view));
         goto out;
     }
+    if ((o.publish_store || o.publish_state) && !o.publish_run) {
+        rc = cli_usage_error("loco", "--publish-store and --publish-state go with --publish-run");
+        goto out;
+    }
     pulse_loco_report rep;
+    pulse_loco_round_extra x;
+    o.extra = &x;
     r = pulse_loco_round(&o, &rep);
     if (r && !(r == PULSE_ERR_MISMATCH && rep.results_mismatched)) {
         rc = cli_fail("loco", r, "round");
@@ -447,6 +461,14 @@ int cmd_loco(int argc, char **argv)
            rep.adopted ? " (members adopted from an earlier result)" : "",
            rep.uploaded, rep.downloaded, pulse_loco_view_name(sview), pulse_id_hex(rep.result, hex),
            rep.results_compared);
+    if (o.reduce_scatter)
+        printf("round %" PRIu64 ": reduce-scatter attempt %u, %u vetoed, owned %u ranges (%" PRIu64
+               " reduced bytes published), downloaded %" PRIu64 " bytes\n",
+               rep.round, x.rs_attempt, x.vetoed, x.rs_owned, x.rs_reduced_bytes, rep.downloaded);
+    if (x.published)
+        printf("round %" PRIu64 ": published theta_%" PRIu64 "'s view as step %" PRIu64 " of run %s (%" PRIu64
+               " bytes%s)\n", rep.round, x.published_step, x.published_step, o.publish_run, x.publish_bytes,
+               x.publish_already ? ", already there" : "");
     if (r) {
         rc = cli_fail("loco", r, "result mismatch");
         goto out;

@@ -65,7 +65,31 @@ typedef struct pulse_loco_round_opts {
      * An entry whose rounded value would not change the view is kept back whole. Receivers need
      * nothing new: the values are FP32 numbers whose low 16 bits are zero. */
     int bf16_values;
+    /* The reduce-scatter instead of the all-gather (docs/loco.md "The reduce-scatter"): the members
+     * are fixed from the shard records by a plan, each member owns some ranges, sums them from
+     * everyone and publishes the sums; everyone fetches the sums. Same theta_{r+1} bits. Every
+     * trainer of a round must use it, with the same shard_elems. */
+    int reduce_scatter;
+    /* Non-NULL: after the round commits (and its results compared equal), publish theta_{r+1}'s
+     * view as step round + 1 of this sync run (docs/sync.md), signed with key_path, so `pulse pull`
+     * followers see the rounds as ordinary steps. publish_store: NULL = store_url; publish_state:
+     * the publisher's state directory, NULL = <state_dir>/publish. */
+    const char *publish_run, *publish_store, *publish_state;
+    /* NULL, or where the round reports what the fields above did (pulse_loco_report keeps its
+     * layout, so callers built against it stay valid). */
+    struct pulse_loco_round_extra *extra;
 } pulse_loco_round_opts;
+
+/* What the reduce-scatter and the publication did (opts.extra; zeroed by the round). */
+typedef struct pulse_loco_round_extra {
+    unsigned rs_attempt;              /* the reduce-scatter attempt that completed (0: the first) */
+    unsigned rs_owned;                /* ranges this trainer owned and summed in it */
+    uint64_t rs_reduced_bytes;        /* bytes of the reduced shards it published */
+    unsigned vetoed;                  /* members dropped from a plan: vetoed by an owner, or late as owners */
+    int published, publish_already;   /* theta_{r+1}'s view was published (already: it was there) */
+    uint64_t published_step;          /* = round + 1 */
+    uint64_t publish_bytes;           /* bytes uploaded by that publication */
+} pulse_loco_round_extra;
 
 PULSE_API void pulse_loco_round_default_opts(pulse_loco_round_opts *o);
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* One PULSELoCo round through a store: gate, publish, wait, validate, fixed-order mean, outer step, result. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "crypto/sha256.h"
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
+#include "node/loco/round_internal.h"
 #include "node/parallel.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/keys.h"
@@ -21,41 +23,8 @@
 #define MEMBERS_MAGIC "PLSM"
 #define LIST_MAX_KEYS (2u * PULSE_TRUST_MAX_KEYS + 64u)
 
-/* One trainer of the round (the trusted keys plus this one), kept sorted by node id. */
-typedef struct trainer {
-    uint8_t node[32];
-    char hex[PULSE_NODE_ID_HEX];
-    const char *name;          /* the .pub comment */
-    int listed;                /* its shard record is in the store */
-    int valid;                 /* its record and every shard passed the checks */
-    int included;              /* in the mean */
-    int checked;               /* validation ran (valid says how it went) */
-    int in_result;             /* in the member list of an earlier result of this round */
-    uint8_t want[32];          /* ... with this shard-record digest */
-    uint8_t rec_digest[32];    /* SHA-256 of its shard record's bytes */
-    uint64_t shard_bytes, entries;
-    loco_shard *shards;
-    size_t n_shards;
-} trainer;
 
-typedef struct round_ctx {
-    const pulse_loco_round_opts *o;
-    pulse_loco_report *rep;
-    const pulse_kernels *kt;
-    loco_state st;
-    pulse_ckpt *local, *e_new;       /* local: open when theta_local is a file */
-    const float **local_data;        /* theta_local per tensor of theta_r (file or caller memory) */
-    pulse_secret_key *key;
-    pulse_trust *trust;
-    pulse_store *store;
-    trainer *tr;
-    size_t n_tr, self;
-    uint8_t *own_rec;
-    size_t own_rec_len;
-} round_ctx;
-
-static void say(const round_ctx *c, int always, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(const round_ctx *c, int always, const char *fmt, ...)
+void loco_say(const round_ctx *c, int always, const char *fmt, ...)
 {
     if (!always && !c->o->verbose)
         return;
@@ -67,14 +36,14 @@ static void say(const round_ctx *c, int always, const char *fmt, ...)
     va_end(ap);
 }
 
-static double now_s(void)
+double loco_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void sleep_s(double s)
+void loco_sleep_s(double s)
 {
     struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
     nanosleep(&ts, NULL);
@@ -85,7 +54,7 @@ static int cmp_node(const void *a, const void *b)
     return memcmp(((const trainer *)a)->node, ((const trainer *)b)->node, 32);
 }
 
-static trainer *find_trainer(round_ctx *c, const uint8_t node[32])
+trainer *loco_find_trainer(round_ctx *c, const uint8_t node[32])
 {
     for (size_t i = 0; i < c->n_tr; i++)
         if (!memcmp(c->tr[i].node, node, 32))
@@ -301,14 +270,14 @@ static int on_record_key(void *ctx, const char *key, const pulse_object_info *in
     uint8_t node[32];
     if (strlen(name) != 64 || pulse_hex_decode(name, 64, node, 32) != 0)
         return 0;   /* not a record key: ignored */
-    if (!find_trainer(l->c, node))
+    if (!loco_find_trainer(l->c, node))
         return 0;   /* an untrusted writer's record: never read */
     memcpy(l->nodes[l->n++], node, 32);
     return 0;
 }
 
 /* The trusted nodes with a record of KIND for this round (at most n_tr). */
-static int list_round(round_ctx *c, int kind, uint8_t (*nodes)[32], size_t *n)
+int loco_list_round(round_ctx *c, int kind, uint8_t (*nodes)[32], size_t *n)
 {
     char prefix[SYNC_KEY_MAX];
     round_prefix(c, kind, prefix);
@@ -320,8 +289,8 @@ static int list_round(round_ctx *c, int kind, uint8_t (*nodes)[32], size_t *n)
 
 /* Fetches and verifies the record of KIND for this round by NODE: signature by that trusted key,
  * run, round, base = theta_r's view. *bytes receives its bytes (malloc'ed) when wanted. */
-static int fetch_record(round_ctx *c, int kind, const uint8_t node[32], pulse_record *rec, void **bytes,
-                        size_t *len)
+int loco_fetch_record(round_ctx *c, int kind, const uint8_t node[32], pulse_record *rec, void **bytes,
+                      size_t *len)
 {
     char rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX], hex[PULSE_NODE_ID_HEX];
     pulse_node_id_hex(node, hex);
@@ -366,14 +335,9 @@ typedef struct check_ctx {
     void **objs;
 } check_ctx;
 
-static int check_shard(void *ctx, size_t i)
+int loco_check_shard_object(round_ctx *c, const pulse_record_object *o, const void *obj, size_t ti, loco_shard *s)
 {
-    check_ctx *k = ctx;
-    round_ctx *c = k->c;
-    const pulse_record_object *o = &k->rec->objects[i];
-    loco_shard *s = &k->t->shards[i];
-    size_t ti = s->tensor;
-    int r = loco_shard_decode(k->objs[i], o->size, c->st.view, o->range_offset, o->range_length, s);
+    int r = loco_shard_decode(obj, o->size, c->st.view, o->range_offset, o->range_length, s);
     s->tensor = ti;
     if (r)
         return pulse_fail(r, "tensor %s shard at %" PRIu64 ": %s", o->tensor, o->range_offset, pulse_last_error());
@@ -390,12 +354,18 @@ static int check_shard(void *ctx, size_t i)
     return 0;
 }
 
+static int check_shard(void *ctx, size_t i)
+{
+    check_ctx *k = ctx;
+    return loco_check_shard_object(k->c, &k->rec->objects[i], k->objs[i], k->t->shards[i].tensor, &k->t->shards[i]);
+}
+
 static int validate_trainer(round_ctx *c, trainer *t)
 {
     pulse_record rec;
     void *bytes = NULL;
     size_t len = 0;
-    int r = fetch_record(c, PULSE_RECORD_LOCO_SHARD, t->node, &rec, &bytes, &len);
+    int r = loco_fetch_record(c, PULSE_RECORD_LOCO_SHARD, t->node, &rec, &bytes, &len);
     if (r)
         return r;
     pulse_sha256(bytes, len, t->rec_digest);
@@ -484,7 +454,7 @@ static int members_decode(round_ctx *c, const uint8_t *b, size_t n)
     if (k == 0 || k > c->n_tr || n != 12 + 64 * (size_t)k + 32)
         return pulse_fail(PULSE_ERR_FORMAT, "members object of %zu bytes for %u members", n, k);
     for (uint32_t j = 0; j < k; j++) {
-        trainer *t = find_trainer(c, b + 12 + 64 * j);
+        trainer *t = loco_find_trainer(c, b + 12 + 64 * j);
         if (!t || (j > 0 && memcmp(b + 12 + 64 * (j - 1), b + 12 + 64 * j, 32) >= 0))
             return pulse_fail(PULSE_ERR_FORMAT, "member %u: not a trainer of this round, or out of order", j);
         t->in_result = 1;
@@ -500,10 +470,10 @@ static int find_result(round_ctx *c, int *found)
     *found = 0;
     uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
     size_t n = 0;
-    int r = nodes ? list_round(c, PULSE_RECORD_LOCO_RESULT, nodes, &n) : pulse_fail(PULSE_ERR_NOMEM, "list");
+    int r = nodes ? loco_list_round(c, PULSE_RECORD_LOCO_RESULT, nodes, &n) : pulse_fail(PULSE_ERR_NOMEM, "list");
     for (size_t i = 0; !r && i < n && !*found; i++) {
         pulse_record rec;
-        if (fetch_record(c, PULSE_RECORD_LOCO_RESULT, nodes[i], &rec, NULL, NULL) != 0)
+        if (loco_fetch_record(c, PULSE_RECORD_LOCO_RESULT, nodes[i], &rec, NULL, NULL) != 0)
             continue;   /* a bad result is reported when results are compared */
         void *obj = NULL;
         if (rec.n_objects == 1 && !strcmp(rec.objects[0].role, LOCO_MEMBERS_ROLE) &&
@@ -515,7 +485,7 @@ static int find_result(round_ctx *c, int *found)
                 *found = 1;
                 char hex[PULSE_NODE_ID_HEX];
                 pulse_node_id_hex(nodes[i], hex);
-                say(c, 0, "adopting the member list of trainer %.16s's result", hex);
+                loco_say(c, 0, "adopting the member list of trainer %.16s's result", hex);
             }
             pulse_store_free(obj);
         }
@@ -535,20 +505,20 @@ static int wait_round(round_ctx *c, int *adopted)
 {
     uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
     int r = nodes ? 0 : pulse_fail(PULSE_ERR_NOMEM, "trainers");
-    double deadline = now_s() + c->o->deadline_s, pause = 0.05;
+    double deadline = loco_now_s() + c->o->deadline_s, pause = 0.05;
     while (!r) {
         if ((r = find_result(c, adopted)) || *adopted)
             break;
         size_t n = 0, listed = 0;
-        if ((r = list_round(c, PULSE_RECORD_LOCO_SHARD, nodes, &n)))
+        if ((r = loco_list_round(c, PULSE_RECORD_LOCO_SHARD, nodes, &n)))
             break;
         for (size_t i = 0; i < n; i++)
-            find_trainer(c, nodes[i])->listed = 1;
+            loco_find_trainer(c, nodes[i])->listed = 1;
         for (size_t i = 0; i < c->n_tr; i++)
             listed += c->tr[i].listed;
-        if (listed >= c->n_tr || now_s() >= deadline)
+        if (listed >= c->n_tr || loco_now_s() >= deadline)
             break;
-        sleep_s(pause);
+        loco_sleep_s(pause);
         pause = pause * 2 > 1.0 ? 1.0 : pause * 2;
     }
     free(nodes);
@@ -579,7 +549,7 @@ static int choose(round_ctx *c, int adopted)
             } else if (validate_trainer(c, t) == 0) {
                 t->valid = 1;
             } else {
-                say(c, 1, "trainer %.16s (%s) excluded: %s", t->hex, t->name, pulse_last_error());
+                loco_say(c, 1, "trainer %.16s (%s) excluded: %s", t->hex, t->name, pulse_last_error());
                 c->rep->excluded++;
             }
         }
@@ -610,7 +580,7 @@ static int wait_and_choose(round_ctx *c)
         for (size_t i = 0; i < c->n_tr; i++)
             differs |= c->tr[i].in_result != c->tr[i].included;
         if (differs) {
-            say(c, 1, "another trainer's result has fixed a different member list meanwhile: following it");
+            loco_say(c, 1, "another trainer's result has fixed a different member list meanwhile: following it");
             r = choose(c, 1);
         }
     }
@@ -649,8 +619,12 @@ static int aggregate_tensor(void *ctx, size_t t)
     if (th->nelems == 0)
         return 0;
     memset(acc, 0, th->nelems * 4);   /* all +0.0f */
+    /* Reduce-scatter: the owners' sums, each computed as the loop below computes it (0 + the same
+     * values in the same order), added once to +0. */
+    if (c->rs)
+        loco_rs_add_tensor(c, t, acc);
     /* Fixed order: trainers by node id, each one's shards of this tensor in record order. */
-    for (size_t k = 0; k < c->n_tr; k++) {
+    for (size_t k = 0; !c->rs && k < c->n_tr; k++) {
         const trainer *tr = &c->tr[k];
         if (!tr->included)
             continue;
@@ -701,15 +675,15 @@ static int compare_results(round_ctx *c, const uint8_t members_digest[32])
 {
     uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
     size_t n = 0;
-    int r = nodes ? list_round(c, PULSE_RECORD_LOCO_RESULT, nodes, &n) : pulse_fail(PULSE_ERR_NOMEM, "list");
+    int r = nodes ? loco_list_round(c, PULSE_RECORD_LOCO_RESULT, nodes, &n) : pulse_fail(PULSE_ERR_NOMEM, "list");
     int bad = 0;
     char first[256] = "";
     for (size_t i = 0; !r && i < n; i++) {
-        trainer *t = find_trainer(c, nodes[i]);
+        trainer *t = loco_find_trainer(c, nodes[i]);
         if (t == &c->tr[c->self])
             continue;
         pulse_record rec;
-        int v = fetch_record(c, PULSE_RECORD_LOCO_RESULT, nodes[i], &rec, NULL, NULL);
+        int v = loco_fetch_record(c, PULSE_RECORD_LOCO_RESULT, nodes[i], &rec, NULL, NULL);
         const char *why = NULL;
         if (v)
             why = pulse_last_error();
@@ -719,7 +693,7 @@ static int compare_results(round_ctx *c, const uint8_t members_digest[32])
             why = "a different member list or FP32 theta_{r+1}";
         if (why) {
             bad++;
-            say(c, 1, "MISMATCH: trainer %.16s (%s) reports %s", t->hex, t->name, why);
+            loco_say(c, 1, "MISMATCH: trainer %.16s (%s) reports %s", t->hex, t->name, why);
             if (!first[0])
                 snprintf(first, sizeof first, "trainer %.16s (%s): %s", t->hex, t->name, why);
         } else {
@@ -752,7 +726,7 @@ static int finish_round(round_ctx *c)
         r = aggregate(c, theta_new, m_new);
     c->rep->self_included = c->tr[c->self].included;
     if (!r && !c->tr[c->self].included) {
-        say(c, 1, "this trainer's shard is not in the round: its whole a goes back into e");
+        loco_say(c, 1, "this trainer's shard is not in the round: its whole a goes back into e");
         fold_back(c);
     }
     if (!r)
@@ -944,7 +918,7 @@ static int setup(round_ctx *c)
     if (n)
         qsort(c->tr, n, sizeof *c->tr, cmp_node);
     if (!r)
-        c->self = (size_t)(find_trainer(c, self.key) - c->tr);
+        c->self = (size_t)(loco_find_trainer(c, self.key) - c->tr);
     c->rep->trainers = (unsigned)n;
     if (!r && o->quorum > n)
         r = pulse_fail(PULSE_ERR_INVALID, "--quorum %u is more than the %zu trainers", o->quorum, n);
@@ -957,7 +931,21 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
 {
     pulse_clear_error();
     memset(rep, 0, sizeof *rep);
-    if (!o || o->size < sizeof *o || o->shard_elems > LOCO_SHARD_MAX_ELEMS || !o->store_url || !o->run ||
+    /* A caller built before reduce_scatter was added passes the older, shorter size: its fields
+     * are read, the newer ones keep their defaults. */
+    pulse_loco_round_opts full;
+    pulse_loco_round_default_opts(&full);
+    if (o && o->size == sizeof *o)
+        full = *o;
+    else if (o && o->size >= offsetof(pulse_loco_round_opts, bf16_values) + sizeof o->bf16_values &&
+             o->size < sizeof *o)
+        memcpy(&full, o, offsetof(pulse_loco_round_opts, bf16_values) + sizeof o->bf16_values);
+    else
+        o = NULL;
+    full.size = sizeof full;
+    if (o)
+        o = &full;
+    if (!o || o->shard_elems > LOCO_SHARD_MAX_ELEMS || !o->store_url || !o->run ||
         !o->key_path || !o->state_dir || (!o->local_path && !o->local_tensors) || (o->n_out && !o->out_tensors) ||
         !(o->deadline_s >= 0) || !(o->outer_lr == o->outer_lr) || !(o->momentum == o->momentum))
         return pulse_fail(PULSE_ERR_INVALID, "loco round needs store, run, key, state and theta_local");
@@ -971,17 +959,22 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
         r = publish_own(&c, jobs, nj);
     gate_jobs_free(jobs, nj);
     if (!r)
-        say(&c, 0, "published %" PRIu64 " entries of %" PRIu64 " (%" PRIu64 " bytes)", rep->sent, rep->params,
+        loco_say(&c, 0, "published %" PRIu64 " entries of %" PRIu64 " (%" PRIu64 " bytes)", rep->sent, rep->params,
             rep->shard_bytes);
     if (!r)
-        r = wait_and_choose(&c);
+        r = o->reduce_scatter ? loco_rs_round(&c) : wait_and_choose(&c);
     if (!r)
         r = finish_round(&c);
+    if (!r && o->publish_run)
+        r = loco_publish_view(&c);
     for (size_t i = 0; i < c.n_tr; i++) {
         for (size_t s = 0; s < c.tr[i].n_shards; s++)
             loco_shard_free(&c.tr[i].shards[s]);
         free(c.tr[i].shards);
     }
+    if (o->extra)
+        *o->extra = c.x;
+    loco_rs_free(&c);
     free(c.tr);
     free(c.own_rec);
     free(c.local_data);

@@ -22,7 +22,7 @@ static int die(const char *what, int rc)
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fputs("usage: loco_forge STORE-URL RUN KEY.key STATE-DIR invisible|nan|replay|result [SRC-ROUND]\n"
+        fputs("usage: loco_forge STORE-URL RUN KEY.key STATE-DIR invisible|nan|replay|result [SRC-ROUND | OFFSET LEN]\n"
               "  signs with KEY a loco-shard record for STATE-DIR's round (theta_r and its view id from there):\n"
               "  invisible: one good entry and one the BF16 gate keeps back; nan: a NaN value;\n"
               "  replay: KEY's own record of SRC-ROUND copied byte for byte under this round's key;\n"
@@ -92,9 +92,15 @@ int main(int argc, char **argv)
         pulse_key_free(&k);
         return 0;
     }
+    /* invisible|nan [OFFSET LEN]: the shard covers [OFFSET, OFFSET + LEN) of the first tensor
+     * (default [0, 4096)), so a reduce-scatter test can put it in a range another trainer owns. */
     const pulse_tensor *t = pulse_ckpt_tensor(s.theta, 0);
-    const float *theta = (const float *)(const void *)t->data;
-    uint32_t len = t->nelems < 4096 ? (uint32_t)t->nelems : 4096, idx[2];
+    uint64_t start = argc >= 8 ? strtoull(argv[6], NULL, 10) : 0;
+    uint32_t len = argc >= 8 ? (uint32_t)strtoul(argv[7], NULL, 10) : (t->nelems < 4096 ? (uint32_t)t->nelems : 4096);
+    if (len == 0 || start > t->nelems || len > t->nelems - start)
+        return die("range outside the first tensor", PULSE_ERR_INVALID);
+    const float *theta = (const float *)(const void *)t->data + start;
+    uint32_t idx[2];
     float val[2];
     uint32_t n = 0;
     if (!strcmp(mode, "nan")) {
@@ -112,7 +118,7 @@ int main(int argc, char **argv)
     }
     uint8_t *obj = NULL;
     size_t olen = 0;
-    if ((rc = loco_shard_encode(s.view, 0, len, idx, val, n, &obj, &olen)))
+    if ((rc = loco_shard_encode(s.view, start, len, idx, val, n, &obj, &olen)))
         return die("encode", rc);
     sync_blob b = { .data = obj, .len = olen };
     pulse_sha256(obj, olen, b.digest);
@@ -126,7 +132,7 @@ int main(int argc, char **argv)
     memcpy(r.base, s.view_id, 32);
     r.time = (uint64_t)time(NULL);
     r.changes = n;
-    if ((rc = pulse_record_add_object(&r, b.digest, olen, "loco-shard", t->name, 0, len)) ||
+    if ((rc = pulse_record_add_object(&r, b.digest, olen, "loco-shard", t->name, start, len)) ||
         (rc = pulse_record_sign(&r, k, &bytes, &blen)) || (rc = pulse_store_put(st, key, bytes, blen, PULSE_PUT_IF_ABSENT)))
         return die(key, rc);
     puts(rel);

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# PULSELoCo's reduce-scatter (docs/loco.md): three trainer processes per round with --reduce-scatter
+# must end with the same theta_{r+1} bits, equal to an all-gather round run from copies of the same
+# states (and to locogen.py's independent recomputation); a byzantine shard in a range another
+# trainer owns is vetoed and the round completes without its trainer; t1 publishes every round's
+# view by the sync protocol and a follower pulls the same bits. Bytes downloaded per trainer printed.
+#
+# usage: reduce.sh file|s3 LOCO_FORGE LOCOGEN_PY   (s3: the test RGW named by PULSE_RGW_ENV, else skip)
+set -euo pipefail
+mode=${1:?usage: reduce.sh file|s3 LOCO_FORGE LOCOGEN_PY}
+forge=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+gen=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+: "${PULSE_BIN:?PULSE_BIN must name the pulse binary (meson test sets it)}"
+if [ "$mode" = s3 ]; then
+  if [ -z "${PULSE_RGW_ENV:-}" ] || [ ! -f "${PULSE_RGW_ENV:-}" ]; then
+    echo "SKIP: PULSE_RGW_ENV is not set to an RGW env file (scripts/test.sh starts one; docs/testing-s3.md)"
+    exit 77
+  fi
+  # shellcheck source=../s3/lib.sh
+  . "$here/../s3/lib.sh"   # work, prefix, bucket, fail, ok, cleanup trap
+  store="s3://$bucket/$prefix"
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/pulse-loco-rs.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  fail() { echo "FAIL: $*" >&2; exit 1; }
+  ok() { echo "ok   $*"; }
+  store="file://$work/store"
+fi
+cd "$work"
+P() { timeout 120 "$PULSE_BIN" "$@"; }
+py=$(python3 -c 'import sys; print(sys.executable)')
+G() { "$py" "$gen" "$@"; }
+LR=1e-6 H=8 CUT=1024
+
+mkdir trust
+for k in 1 2 3; do
+  P keygen --comment "t$k" "t$k" >/dev/null
+  cp "t$k.pub" trust/
+done
+node() { awk '{print $2}' "t$1.pub"; }
+order=$(for k in 1 2 3; do echo "$(node $k) $k"; done | sort | awk '{print $2}' | tr '\n' ' ')
+
+G init theta0.safetensors 11
+for k in 1 2 3; do
+  P loco init --state "s$k" --global theta0.safetensors >/dev/null   # reduce-scatter
+  P loco init --state "a$k" --global theta0.safetensors >/dev/null   # all-gather, the reference
+done
+th() { printf '%s/theta-%012d.safetensors' "$1" "$2"; }
+ef() { printf '%s/e-%012d.safetensors' "$1" "$2"; }
+vw() { printf '%s/view-%012d.safetensors' "$1" "$2"; }
+
+prepare() {   # prepare R [TRAINERS]
+  local r=$1 k outs=()
+  for k in ${2:-1 2 3}; do outs+=("l$k-$r.safetensors"); done
+  G local "$(th s1 "$r")" "$((r * 10 + 3))" "$LR" "$H" "${outs[@]}"
+  for k in ${2:-1 2 3}; do
+    cp "$(th s$k "$r")" "pre-theta$k-$r.safetensors"
+    cp "$(ef s$k "$r")" "pre-e$k-$r.safetensors"
+  done
+}
+# run R WAY "TRAINERS" ARGS...: concurrent rounds; WAY rs (states s*, run rs) or ag (states a*, run ag)
+run() {
+  local r=$1 way=$2 who=$3 k pids=() rc=0 st=s run=rs extra=(--reduce-scatter)
+  shift 3
+  if [ "$way" = ag ]; then st=a run=ag extra=(); fi
+  for k in $who; do
+    P loco round --store "$store" --run $run --key "t$k.key" --trainers trust/t1.pub trust/t2.pub trust/t3.pub \
+      --state "$st$k" --local "l$k-$r.safetensors" --shard-elems $CUT --local-steps $H "${extra[@]}" \
+      "$@" >"$way-out$k-$r" 2>"$way-err$k-$r" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  if [ $rc != 0 ]; then cat "$way"-err*-"$r" >&2; fail "round $r ($way) failed"; fi
+}
+# same R "TRAINERS": every rs trainer and every ag trainer holds the same theta_{R+1}, momentum, state line
+same() {
+  local r=$1 k n=$(($1 + 1))
+  local ref
+  ref=$(P loco show --state s${2%% *})
+  for k in $2; do
+    for d in s a; do
+      cmp -s "$(th s${2%% *} $n)" "$(th $d$k $n)" || fail "round $r: theta of $d$k differs from s${2%% *}'s"
+      cmp -s "s${2%% *}/m-$(printf %012d $n).safetensors" "$d$k/m-$(printf %012d $n).safetensors" ||
+        fail "round $r: momentum of $d$k differs"
+      cmp -s "$(ef s$k $n)" "$(ef $d$k $n)" || fail "round $r: e of trainer $k differs between the two ways"
+      [ "$(P loco show --state $d$k)" = "$ref" ] || fail "round $r: state line of $d$k differs"
+    done
+  done
+  echo "$ref" | grep -q "^round $n " || fail "round $r: state did not advance"
+}
+down() {   # down WAY R K: bytes trainer K downloaded
+  sed -n 's/.* downloaded \([0-9]*\) bytes;.*/\1/p' "$1-out$3-$2"
+}
+
+# Round 0: plain averaging; t1 publishes the view as step 1 of run "serve".
+prepare 0
+run 0 rs "1 2 3" --deadline 60 --publish-run serve
+run 0 ag "1 2 3" --deadline 60
+same 0 "1 2 3"
+args=()
+for k in $order; do args+=("l$k-0.safetensors" "pre-e$k-0.safetensors" "$(ef s$k 1)" 1); done
+G verify "pre-theta1-0.safetensors" "$(th s1 1)" "${args[@]}"
+for k in 1 2 3; do
+  grep -q "reduce-scatter attempt 0, 0 vetoed, owned [1-9]" "rs-out$k-0" || fail "round 0 t$k: $(cat "rs-out$k-0")"
+done
+grep -q "published theta_1's view as step 1 of run serve" rs-out1-0 || fail "round 0: t1 did not publish: $(cat rs-out1-0)"
+ok "round 0: reduce-scatter gives the all-gather's theta_1 bits on all three (and locogen.py's)"
+echo "  bytes downloaded per trainer, round 0: reduce-scatter $(down rs 0 1) $(down rs 0 2) $(down rs 0 3)," \
+  "all-gather $(down ag 0 1) $(down ag 0 2) $(down ag 0 3)"
+
+# Round 1: BF16 values, outer lr 0.7 with Nesterov momentum 0.9; t1 publishes step 2.
+prepare 1
+run 1 rs "1 2 3" --deadline 60 --values bf16 --outer-lr 0.7 --momentum 0.9 --nesterov --publish-run serve
+run 1 ag "1 2 3" --deadline 60 --values bf16 --outer-lr 0.7 --momentum 0.9 --nesterov
+same 1 "1 2 3"
+ok "round 1: BF16 values and Nesterov momentum, the same bits both ways"
+
+# A follower of run "serve" (trusting t1) pulls both rounds as ordinary steps.
+P pull --store "$store" --run serve --trust t1.pub --state follower --weights served.safetensors >pull-out ||
+  fail "pull: $(cat pull-out)"
+cmp -s served.safetensors "$(vw s1 2)" || fail "the follower's weights differ from the state's view of theta_2"
+P pull --store "$store" --run serve --trust t1.pub --state follower --weights served.safetensors >/dev/null
+ok "a follower pulled the two rounds' views (steps 1-2) and holds theta_2's view bit for bit"
+
+# Round 2: t3's trusted key signs a shard (on the cut) with an entry the gate keeps back, in a
+# range that another trainer owns (ranges go round-robin to the members in node-id order), so an
+# owner vetoes t3 and everybody goes on to attempt 1 without it. t3's process never runs.
+prepare 2 "1 2"
+pos=0
+for k in $order; do [ "$k" = 3 ] && break; pos=$((pos + 1)); done
+g=$(((pos + 1) % 3))   # a range of the first tensor (attn.q.weight, 6 ranges) owned by t1 or t2
+"$forge" "$store" rs t3.key s1 invisible $((g * CUT)) $CUT >/dev/null
+"$forge" "$store" ag t3.key a1 invisible $((g * CUT)) $CUT >/dev/null
+run 2 rs "1 2" --deadline 60 --quorum 2
+run 2 ag "1 2" --deadline 60 --quorum 2
+same 2 "1 2"
+args=()
+for k in $order; do [ "$k" = 3 ] || args+=("l$k-2.safetensors" "pre-e$k-2.safetensors" "$(ef s$k 3)" 1); done
+G verify "pre-theta1-2.safetensors" "$(th s1 3)" "${args[@]}"
+grep -q "vetoed: .*does not pass the gate" rs-err1-2 rs-err2-2 || fail "round 2: no owner vetoed t3: $(cat rs-err*-2)"
+for k in 1 2; do
+  grep -q "vetoes trainer .*(t3) in attempt 0" "rs-err$k-2" ||
+    grep -q "(t3) vetoed: .*does not pass the gate" "rs-err$k-2" || fail "round 2 t$k: $(cat "rs-err$k-2")"
+  grep -q "2 of 3 trainers included" "rs-out$k-2" || fail "round 2 t$k: $(cat "rs-out$k-2")"
+  grep -q "reduce-scatter attempt 1, 1 vetoed" "rs-out$k-2" || fail "round 2 t$k: $(cat "rs-out$k-2")"
+done
+ok "round 2: the byzantine shard was vetoed by its range's owner; attempt 1 without t3 gives the all-gather's bits"
+echo "  bytes downloaded per trainer, round 2: reduce-scatter $(down rs 2 1) $(down rs 2 2)," \
+  "all-gather $(down ag 2 1) $(down ag 2 2)"
+
+# Refusals: --reduce-scatter with another --shard-elems than the plan's leaves a trainer out of the
+# plan (its record is not on the plan's cut); --publish-state without --publish-run is a usage error.
+P loco round --store "$store" --run rs --key t1.key --trust trust --state s1 --local l1-2.safetensors \
+  --publish-state x 2>err && fail "--publish-state without --publish-run"
+grep -q "go with --publish-run" err || fail "usage: $(cat err)"
+ok "all"
