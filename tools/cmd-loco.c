@@ -65,7 +65,8 @@ static void usage(FILE *f)
         "  --values fp32|bf16 (fp32; bf16 keeps the rounding remainder in e) --shard-elems N (65536)\n"
         "  --forward bf16|fp32 (bf16: gradients at the BF16 weights, FP32 master weights and Adam)\n"
         "  --threads N --store-dir DIR (new directory: PULSELoCo once more through real rounds on a\n"
-        "  file:// store in DIR, one thread per trainer; must give the in-memory pass's bits)\n");
+        "  file:// store in DIR, one thread per trainer; must give the in-memory pass's bits)\n"
+        "  --reduce-scatter (the store pass's rounds use the reduce-scatter; prints bytes downloaded)\n");
 }
 
 static int parse_float(const char *s, double *out)
@@ -214,6 +215,7 @@ static int do_sim(int argc, char **argv)
         uint64_t v = 0;
         if (!strcmp(a, "--nesterov")) { c.nesterov = 1; continue; }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { c.quiet = 1; continue; }
+        if (!strcmp(a, "--reduce-scatter")) { c.reduce_scatter = 1; continue; }
         if (i + 1 >= argc)
             return cli_usage_error("loco", "%s needs a value", a);
         const char *val = argv[++i];
@@ -288,6 +290,9 @@ static int do_sim(int argc, char **argv)
     if (res.store_ran)
         printf("through the store (%s): %s theta_{r+1} as in memory every round, %.0f shard bytes per trainer and"
                " round\n", c.store_dir, res.store_same ? "the same" : "NOT the same", res.store_shard_bytes_per_round);
+    if (res.store_ran)
+        printf("downloaded per trainer and round (%s): %.0f bytes on average, %.0f at most\n",
+               c.reduce_scatter ? "reduce-scatter" : "all-gather", res.store_down_per_round, res.store_down_max);
     if (res.store_ran && !res.store_same)
         return cli_fail("loco", PULSE_ERR_MISMATCH, "sim: the rounds through the store differ from the in-memory pass");
     return cli_finish_stdout("loco");

@@ -58,6 +58,7 @@ typedef struct loco_sim_cfg {
      * of rank t in node-id order, so the round's mean adds in the same order as the in-memory
      * pass and must give the same bits. */
     const char *store_dir;
+    int reduce_scatter;       /* the store pass's rounds use the reduce-scatter */
 } loco_sim_cfg;
 
 typedef struct loco_sim_result {
@@ -68,6 +69,8 @@ typedef struct loco_sim_result {
     double dense_bytes_per_round;           /* 4 x params */
     int store_ran, store_same;              /* the store pass ran; its theta equalled the in-memory one every round */
     double store_shard_bytes_per_round;     /* as reported by the rounds */
+    double store_down_per_round;            /* bytes downloaded per trainer and round (mean over both) */
+    double store_down_max;                  /* the most one trainer downloaded in one round */
 } loco_sim_result;
 
 /* Prints one line per round on stdout (unless quiet). */

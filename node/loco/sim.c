@@ -38,7 +38,7 @@ typedef struct sim {
     const char **pubs;
     char url[4200];
     float **outs;
-    double store_bytes;
+    double store_bytes, store_down, store_down_max;
     unsigned round;
 } sim;
 
@@ -132,6 +132,7 @@ static void *round_thread(void *arg)
     o.threads = 1;
     o.shard_elems = c->shard_elems;
     o.bf16_values = c->bf16_values;
+    o.reduce_scatter = c->reduce_scatter;
     j->rc = pulse_loco_round(&o, &j->rep);
     if (j->rc)
         snprintf(j->err, sizeof j->err, "%s", pulse_last_error());
@@ -161,7 +162,12 @@ static int store_round(sim *s)
         else if (memcmp(s->outs[t], s->outs[0], s->n * 4))
             r = pulse_fail(PULSE_ERR_MISMATCH, "round %u: trainer %u's theta differs from trainer 0's", s->round, t);
         else
+        {
             s->store_bytes += (double)jobs[t].rep.shard_bytes;
+            s->store_down += (double)jobs[t].rep.downloaded;
+            if ((double)jobs[t].rep.downloaded > s->store_down_max)
+                s->store_down_max = (double)jobs[t].rep.downloaded;
+        }
     }
     if (!r)
         memcpy(s->theta, s->outs[0], s->n * 4);
@@ -275,7 +281,7 @@ static void sim_free(sim *s)
 /* One whole run (LoCo or dense) from theta_0; the final loss into *loss, per-round losses into losses[]. */
 /* dense: 0 PULSELoCo in memory, 1 dense DiLoCo, 2 PULSELoCo through the store (store_bytes out). */
 static int sim_pass(const loco_sim_cfg *c, const loco_objective *obj, int dense, double *losses, double *losses16,
-                    double *sent, double *bytes, double *store_bytes, float *theta_out)
+                    double *sent, double *bytes, double *store_bytes, double *store_down, float *theta_out)
 {
     sim s = { .cfg = c, .obj = obj, .kt = pulse_kernels_get(), .n = (size_t)c->obj.rows * c->obj.cols, .dense = dense };
     int r = 0;
@@ -326,6 +332,10 @@ static int sim_pass(const loco_sim_cfg *c, const loco_objective *obj, int dense,
     }
     if (store_bytes)
         *store_bytes = s.store_bytes;
+    if (store_down) {
+        store_down[0] = s.store_down;
+        store_down[1] = s.store_down_max;
+    }
     sim_free(&s);
     return r;
 }
@@ -355,16 +365,18 @@ int loco_sim_run(const loco_sim_cfg *c, loco_sim_result *out)
             r = pulse_fail(PULSE_ERR_NOMEM, "thetas of %u rounds", c->rounds);
     }
     if (!r)
-        r = sim_pass(c, &obj, 0, lo, lo16, sent, bytes, NULL, th_mem);
+        r = sim_pass(c, &obj, 0, lo, lo16, sent, bytes, NULL, NULL, th_mem);
     if (!r)
-        r = sim_pass(c, &obj, 1, ld, ld16, unused, unused, NULL, NULL);
+        r = sim_pass(c, &obj, 1, ld, ld16, unused, unused, NULL, NULL, NULL);
     if (!r && c->store_dir) {
-        double sb = 0;
-        r = sim_pass(c, &obj, 2, unused, unused, unused, unused, &sb, th_store);
+        double sb = 0, down[2] = { 0, 0 };
+        r = sim_pass(c, &obj, 2, unused, unused, unused, unused, &sb, down, th_store);
         if (!r) {
             out->store_ran = 1;
             out->store_same = memcmp(th_mem, th_store, (size_t)c->rounds * n * 4) == 0;
             out->store_shard_bytes_per_round = sb / ((double)c->rounds * c->obj.trainers);
+            out->store_down_per_round = down[0] / ((double)c->rounds * c->obj.trainers);
+            out->store_down_max = down[1];
         }
     }
     free(th_mem);
