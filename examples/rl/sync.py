@@ -132,7 +132,7 @@ class Follower:
             try:
                 applied, held = self.fol.pull()
             except self.pw.PulseError as e:
-                if self.held is None and e.name == "PULSE_ERR_NOT_FOUND":
+                if self.held is None and e.name == "PULSE_ERR_NOTFOUND":
                     return 0, None      # the trainer has not published its first step yet
                 raise
             self.held = held.step if held is not None else None
