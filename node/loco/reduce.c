@@ -1102,10 +1102,18 @@ int loco_rs_round(round_ctx *c)
             r = fetch_reduced(c, p);
             break;
         }
-        /* Another attempt: nothing of this one is kept but the vetoes. */
-        for (size_t j = 0; j < p->k; j++)
-            if (s->vetoed[p->m[j]])
+        /* Another attempt, without the members the decision dropped (whoever wrote it saw why). */
+        for (size_t j = 0; j < p->k; j++) {
+            int kept = 0;
+            for (size_t q = 0; q < next.k; q++)
+                kept |= next.m[q] == p->m[j];
+            if (!kept) {
+                trainer *t = &c->tr[p->m[j]];
                 c->x.vetoed++;
+                loco_say(c, 1, "trainer %.16s (%s) is left out of attempt %u (vetoed by an owner, or late as one)",
+                         t->hex, t->name, next.attempt);
+            }
+        }
         reduced_clear(c);
         owners_clear(c);
         plan_clear(p);
