@@ -118,6 +118,12 @@ typedef struct pulse_kernels {
      * add; repeated positions add in order). Positions must be < the length of acc (the caller
      * checked them with gate_check). */
     void (*scatter_add_f32)(float *acc, const uint32_t *idx, size_t k, const float *v);
+
+    /* LEB128 gap streams (patch positions): the length r of the run of bytes < 0x80 (gaps
+     * coded in one byte) at the start of src[0..n), i.e. the index of the first byte >= 0x80,
+     * or n; adds the sum of those r bytes to *sum. Reads no byte at or past n. Apply's check
+     * pass: r gaps at once, their positions advance by sum + r. */
+    size_t (*leb1_run)(const uint8_t *src, size_t n, uint64_t *sum);
 } pulse_kernels;
 
 /* The best table for this CPU (honouring PULSE_CPU_MASK), filled once; never NULL. */

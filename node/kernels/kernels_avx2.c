@@ -465,6 +465,37 @@ static size_t gate_##V##_avx2(const float *theta, const float *delta, float *e, 
 DEFINE_GATE_AVX2(bf16, KEEP8_BF16, bf16_of)
 DEFINE_GATE_AVX2(fp16, KEEP8_FP16, fp16_of)
 
+static inline uint64_t hsum64_avx2(__m256i v)
+{
+    __m128i s = _mm_add_epi64(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return (uint64_t)_mm_cvtsi128_si64(s) + (uint64_t)_mm_extract_epi64(s, 1);
+}
+
+/* 32 bytes a step: the sign bits say whether a byte ends the run, vpsadbw sums the bytes
+ * (four 64-bit lanes, no overflow for any length in memory). */
+static size_t leb1_run_avx2(const uint8_t *src, size_t n, uint64_t *sum)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i iota = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+                                          19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+    __m256i acc = zero;
+    size_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(src + j));
+        unsigned m = (unsigned)_mm256_movemask_epi8(v);
+        if (m) {
+            unsigned r = _tzcnt_u32(m);
+            __m256i keep = _mm256_cmpgt_epi8(_mm256_set1_epi8((char)r), iota);   /* lanes < r */
+            acc = _mm256_add_epi64(acc, _mm256_sad_epu8(_mm256_and_si256(v, keep), zero));
+            *sum += hsum64_avx2(acc);
+            return j + r;
+        }
+        acc = _mm256_add_epi64(acc, _mm256_sad_epu8(v, zero));
+    }
+    *sum += hsum64_avx2(acc);
+    return leb1_run_tail(src, j, n, sum);
+}
+
 int pulse_kernels_init_avx2(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_AVX2))
@@ -485,5 +516,6 @@ int pulse_kernels_init_avx2(pulse_kernels *k)
     k->gaps_decode = gaps_decode_avx2;
     k->gate[PULSE_VIEW_BF16] = gate_bf16_avx2;
     k->gate[PULSE_VIEW_FP16] = gate_fp16_avx2;
+    k->leb1_run = leb1_run_avx2;
     return 0;
 }

@@ -226,6 +226,11 @@ static void scatter_add_f32_c(float *acc, const uint32_t *idx, size_t k, const f
         acc[idx[j]] += v[j];
 }
 
+static size_t leb1_run_c(const uint8_t *src, size_t n, uint64_t *sum)
+{
+    return leb1_run_tail(src, 0, n, sum);
+}
+
 static size_t diff_extract16_c(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx,
                                uint16_t *va, uint16_t *vb)
 {
@@ -255,5 +260,6 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .gate = {gate_bf16_c, gate_fp16_c, gate_e4m3_c, gate_e5m2_c},
         .gate_check = {gate_check_bf16_c, gate_check_fp16_c, gate_check_e4m3_c, gate_check_e5m2_c},
         .scatter_add_f32 = scatter_add_f32_c,
+        .leb1_run = leb1_run_c,
     };
 }

@@ -23,4 +23,15 @@ static inline int gaps_decode_tail(const uint32_t *gaps, size_t j, size_t k, uin
     return 0;
 }
 
+/* leb1_run from src[j..n) on: the bytes < 0x80 up to the first other one, summed into *sum;
+ * returns the index where the run stops. */
+static inline size_t leb1_run_tail(const uint8_t *src, size_t j, size_t n, uint64_t *sum)
+{
+    uint64_t s = 0;
+    for (; j < n && src[j] < 0x80; j++)
+        s += src[j];
+    *sum += s;
+    return j;
+}
+
 #endif

@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE   /* RUSAGE_THREAD */
+#endif
 /* Verifying and applying a patch: everything is checked in a first pass, the target is written only in the second. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/fail.h"
@@ -41,9 +46,12 @@ typedef struct apply_job {
     const pulse_patch *p;
     pulse_ckpt *target;
     int write;
-    int checked;        /* pass 1 already checked every digest of p */
-    int populate;       /* fault the chunk's pages in with one madvise before writing */
-    patch_pool pool;
+    int checked;        /* pass 1 already checked every chunk of p */
+    patch_cache *cache; /* pass 1 fills it, pass 2 adds from it; may be NULL */
+    int populate;       /* 0: never, 1: always, 2: once the written chunks are seen to fault */
+    atomic_int populating;   /* mode 2: decided to populate */
+    atomic_int probes;       /* mode 2: chunks left to measure the faults of */
+    patch_pool *pool;
 } apply_job;
 
 static void scatter(const pulse_patch *p, const patch_chunk *c, const patch_scratch *s, uint8_t *dst)
@@ -88,57 +96,163 @@ static void populate_write(uint8_t *dst, size_t n)
     (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
 }
 
+/* Minor faults of the calling thread so far. */
+static long thread_faults(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_THREAD, &u) == 0 ? u.ru_minflt : 0;
+}
+
+/* Pass 2's writing of chunk c into dst: from pass 1's cache when it is there, else the
+ * chunk is read and decoded again (the common case in one fused loop). */
+static int write_chunk(apply_job *a, size_t i, patch_scratch *s, uint8_t *dst)
+{
+    const patch_chunk *c = &a->p->chunks[i];
+    int err = patch_write_cached_chunk(a->p, i, s, a->cache, dst);
+    if (err != 1)
+        return err;
+    err = patch_apply_checked_chunk(a->p, c, s, dst);
+    if (err == 1)
+        err = patch_decode_checked_chunk(a->p, c, s);
+    else if (err == 2)
+        err = 0;   /* decoded by the fused path, not applied */
+    else
+        return err;
+    if (!err)
+        scatter(a->p, c, s, dst);
+    return err;
+}
+
 static int apply_chunk(void *ctx, size_t i)
 {
     apply_job *a = ctx;
     const patch_chunk *c = &a->p->chunks[i];
     int err = 0;
-    patch_scratch *s = patch_pool_take(&a->pool, &err);
+    patch_scratch *s = patch_pool_take(a->pool, &err);
     if (!s)
         return err;
-    uint8_t *dst = a->write ? pulse_ckpt_tensor(a->target, c->tensor)->data
-                                  + c->first * a->p->tensors[c->tensor].unit : NULL;
-    size_t span = (size_t)c->len * a->p->tensors[c->tensor].unit;
-    /* Only where nearly every page gets a write (a change per page on average): populating
-     * also dirties the pages nothing is written to, which then go to disk for nothing. */
-    if (dst && a->populate && (size_t)c->count >= span / 4096)
-        populate_write(dst, span);
-    /* Pass 2's common case decodes and adds in one loop; everything else decodes, then scatters. */
-    err = a->checked && a->write ? patch_apply_checked_chunk(a->p, c, s, dst) : 1;
-    if (err == 1)
-        err = a->checked ? patch_decode_checked_chunk(a->p, c, s) : patch_decode_chunk(a->p, c, s);
-    else if (err == 2)
-        err = 0;   /* decoded by the fused path, not applied */
-    else
-        goto done;
-    if (!err && a->write)
-        scatter(a->p, c, s, dst);
-done:
-    patch_pool_give(&a->pool, s);
+    if (!a->write) {
+        err = patch_check_chunk(a->p, i, s, a->cache);
+    } else if (!a->checked) {
+        /* Decode (digests checked) then scatter: a benchmark's unfused reference. */
+        uint8_t *dst = pulse_ckpt_tensor(a->target, c->tensor)->data + c->first * a->p->tensors[c->tensor].unit;
+        if ((err = patch_decode_chunk(a->p, c, s)) == 0)
+            scatter(a->p, c, s, dst);
+    } else {
+        uint8_t *dst = pulse_ckpt_tensor(a->target, c->tensor)->data + c->first * a->p->tensors[c->tensor].unit;
+        size_t span = (size_t)c->len * a->p->tensors[c->tensor].unit, pages = span / 4096;
+        /* Populating only pays where nearly every page gets a write (a change per page on
+         * average): it also dirties the pages nothing is written to. And only where the
+         * writes would fault: a fresh mapping, or one write-protected again by msync. A
+         * mapping already written since (a node applying twice without a sync, the
+         * benchmark's rounds) has writable pages, and the call then costs ~1 us a page for
+         * nothing. Mode 2 measures the faults of the first chunks it writes and populates
+         * the rest once they fault on more than an eighth of their pages. */
+        int want = a->populate && (size_t)c->count >= pages && pages > 0;
+        long f0 = -1;
+        if (want && a->populate == 2 && !atomic_load_explicit(&a->populating, memory_order_relaxed)) {
+            want = 0;
+            if (atomic_fetch_sub_explicit(&a->probes, 1, memory_order_relaxed) > 0)
+                f0 = thread_faults();
+        }
+        if (want)
+            populate_write(dst, span);
+        err = write_chunk(a, i, s, dst);
+        if (f0 >= 0 && (size_t)(thread_faults() - f0) * 8 > pages)
+            atomic_store_explicit(&a->populating, 1, memory_order_relaxed);
+    }
+    patch_pool_give(a->pool, s);
     return err;
 }
 
-static int run(const pulse_patch *p, pulse_ckpt *target, int write, int checked, int threads)
+/* PULSE_APPLY_POPULATE: "0" never, "1" always, unset: when the writes are seen to fault. */
+static int populate_mode(void)
 {
-    const char *e = getenv("PULSE_APPLY_POPULATE");   /* "0" turns it off, for measuring */
-    apply_job a = { .p = p, .target = target, .write = write, .checked = checked,
-                    .populate = !(e && !strcmp(e, "0")) };
-    int err = patch_pool_init(&a.pool, threads, p->chunk_elems, 0);
-    if (err)
+    const char *e = getenv("PULSE_APPLY_POPULATE");
+    return !e || !*e ? 2 : !strcmp(e, "0") ? 0 : !strcmp(e, "1") ? 1 : 2;
+}
+
+static int run_with(const pulse_patch *p, pulse_ckpt *target, int write, int checked, int threads,
+                    patch_cache *cache, patch_pool *pool)
+{
+    apply_job a = { .p = p, .target = target, .write = write, .checked = checked, .cache = cache,
+                    .populate = populate_mode(), .pool = pool };
+    atomic_init(&a.populating, 0);
+    atomic_init(&a.probes, 4);
+    return pulse_parallel_for(p->nchunks, threads, apply_chunk, &a);
+}
+
+/* The scratch pool of the last apply is kept for the next one, like the cache's arena (and
+ * for the same reason: its zstd contexts and buffers are then not faulted in again). One
+ * apply at a time uses it; a concurrent one, or one with another chunk size or more
+ * threads, gets a pool of its own for the call. */
+static atomic_flag kept_pool_busy = ATOMIC_FLAG_INIT;
+static patch_pool kept_pool;   /* guarded by kept_pool_busy */
+
+static patch_pool *pool_take(const pulse_patch *p, int threads, patch_pool *own, int *err)
+{
+    size_t n = (size_t)patch_threads(threads) + 1;
+    if (!atomic_flag_test_and_set(&kept_pool_busy)) {
+        if (kept_pool.slots && (kept_pool.chunk_elems != p->chunk_elems || kept_pool.n < n))
+            patch_pool_free(&kept_pool);
+        if (kept_pool.slots || (*err = patch_pool_init(&kept_pool, threads, p->chunk_elems, 0)) == 0)
+            return &kept_pool;
+        atomic_flag_clear(&kept_pool_busy);
+        return NULL;
+    }
+    if ((*err = patch_pool_init(own, threads, p->chunk_elems, 0)) != 0)
+        return NULL;
+    return own;
+}
+
+static void pool_give(patch_pool *pool, patch_pool *own)
+{
+    if (pool == own)
+        patch_pool_free(own);
+    else
+        atomic_flag_clear(&kept_pool_busy);
+}
+
+void patch_apply_release(void)
+{
+    if (!atomic_flag_test_and_set(&kept_pool_busy)) {
+        patch_pool_free(&kept_pool);
+        atomic_flag_clear(&kept_pool_busy);
+    }
+    patch_cache_release();
+}
+
+static int run(const pulse_patch *p, pulse_ckpt *target, int write, int checked, int threads,
+               patch_cache *cache)
+{
+    int err = 0;
+    patch_pool own, *pool = pool_take(p, threads, &own, &err);
+    if (!pool)
         return err;
-    err = pulse_parallel_for(p->nchunks, threads, apply_chunk, &a);
-    patch_pool_free(&a.pool);
+    err = run_with(p, target, write, checked, threads, cache, pool);
+    pool_give(pool, &own);
     return err;
 }
 
 int patch_run_chunks(const pulse_patch *p, pulse_ckpt *target, int write, int threads)
 {
-    return run(p, target, write, 0, threads);
+    return run(p, target, write, 0, threads, NULL);
 }
 
 int patch_run_checked_chunks(const pulse_patch *p, pulse_ckpt *target, int threads)
 {
-    return run(p, target, 1, 1, threads);
+    return run(p, target, 1, 1, threads, NULL);
+}
+
+int patch_run_pass1(const pulse_patch *p, int threads, patch_cache *cache)
+{
+    return run(p, NULL, 0, 0, threads, cache);
+}
+
+int patch_run_pass2(const pulse_patch *p, pulse_ckpt *target, int threads, const patch_cache *cache)
+{
+    /* Pass 2 only reads the cache; the job's pointer is not const because pass 1 fills it. */
+    return run(p, target, 1, 1, threads, (patch_cache *)cache);
 }
 
 int pulse_patch_verify(const pulse_patch *p, const pulse_ckpt *base, int threads)
@@ -190,15 +304,27 @@ int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, const pulse_p
     if (memcmp(id, p->base_id, 32) != 0)
         return pulse_fail(PULSE_ERR_MISMATCH, "patch is for base %.16s.., the checkpoint is %.16s..",
                           pulse_id_hex(p->base_id, h1), pulse_id_hex(id, h2));
-    /* Pass 1 decodes and checks every chunk; nothing is written unless all pass. */
-    if ((err = patch_run_chunks(p, NULL, 0, threads)) != 0)
-        return err;
     for (size_t i = 0; i < p->ntensors; i++)
         if (p->tensors[i].ncoded && !(pulse_ckpt_tensor(target, i)->data))
             return pulse_fail(PULSE_ERR_INVALID, "tensor %s: checkpoint not writable", p->tensors[i].name);
-    /* Pass 2 decodes again (memory stays bounded by the chunk size) and writes. The
-     * digests are not recomputed: p's buffer is the private copy pass 1 checked. */
-    if ((err = patch_run_checked_chunks(p, target, threads)) != 0)
+    /* Pass 1 checks every chunk (digest, frames, gaps, values) and keeps the decompressed
+     * streams of as many as the capped cache holds; nothing is written unless all pass.
+     * Pass 2 adds from the cache, and reads, checks and decodes again only the chunks past
+     * its cap (their digests again when they come from a file, which may have changed). */
+    patch_cache cache;
+    if ((err = patch_cache_open(&cache, p)) != 0)
+        return err;
+    patch_pool own, *pool = pool_take(p, threads, &own, &err);
+    if (!pool) {
+        patch_cache_close(&cache);
+        return err;
+    }
+    err = run_with(p, NULL, 0, 0, threads, &cache, pool);
+    if (!err)
+        err = run_with(p, target, 1, 1, threads, &cache, pool);
+    pool_give(pool, &own);
+    patch_cache_close(&cache);
+    if (err)
         return err;
     if (o.skip_result_check)
         return 0;

@@ -434,11 +434,8 @@ int patch_encode_replace(patch_scratch *s, const uint8_t *bytes, uint32_t len, u
 
 /* ---- decoder --------------------------------------------------------------------- */
 
-/* Decompresses exactly one frame of exactly `want` bytes starting at src (avail bytes);
- * returns the frame's compressed size or a negative error. */
-static int64_t unzstd_frame(patch_scratch *s, const patch_tensor *t, const patch_chunk *c,
-                            const char *what, const uint8_t *src, size_t avail, uint8_t *dst,
-                            size_t want_min, size_t want_max, size_t *got)
+int64_t patch_frame_probe(const patch_tensor *t, const patch_chunk *c, const char *what, const uint8_t *src,
+                          size_t avail, size_t want_min, size_t want_max, size_t *content)
 {
     size_t fsz = ZSTD_findFrameCompressedSize(src, avail);
     if (ZSTD_isError(fsz))
@@ -449,19 +446,38 @@ static int64_t unzstd_frame(patch_scratch *s, const patch_tensor *t, const patch
         || csz < want_min || csz > want_max)
         return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s stream declares %llu bytes",
                           t->name, (unsigned long long)c->index, what, csz);
-    size_t r = ZSTD_decompressDCtx(s->dctx, dst, (size_t)csz, src, fsz);
-    if (ZSTD_isError(r) || r != csz)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s stream does not decompress",
-                          t->name, (unsigned long long)c->index, what);
-    *got = r;
+    *content = (size_t)csz;
     return (int64_t)fsz;
 }
 
-/* Decodes exactly k LEB128 gaps (< 2^32 each) that fill src[0..len) exactly, straight into
- * ascending positions (position = previous + gap + 1; one pass, no gap array). Returns 0,
- * -1 (ends early), -2 (a gap overflows 32 bits), -3 (bytes left over) or -4 (a position
- * reaches limit). */
-static int leb_positions(const uint8_t *src, size_t len, size_t k, uint32_t limit, uint32_t *idx)
+int patch_frame_unzstd(patch_scratch *s, const patch_tensor *t, const patch_chunk *c, const char *what,
+                       const uint8_t *src, size_t fsz, uint8_t *dst, size_t content)
+{
+    size_t r = ZSTD_decompressDCtx(s->dctx, dst, content, src, fsz);
+    if (ZSTD_isError(r) || r != content)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s stream does not decompress",
+                          t->name, (unsigned long long)c->index, what);
+    return 0;
+}
+
+/* Decompresses exactly one frame of want_min..want_max bytes starting at src (avail bytes);
+ * returns the frame's compressed size or a negative error. */
+static int64_t unzstd_frame(patch_scratch *s, const patch_tensor *t, const patch_chunk *c,
+                            const char *what, const uint8_t *src, size_t avail, uint8_t *dst,
+                            size_t want_min, size_t want_max, size_t *got)
+{
+    size_t csz = 0;
+    int64_t fsz = patch_frame_probe(t, c, what, src, avail, want_min, want_max, &csz);
+    if (fsz < 0)
+        return fsz;
+    int err = patch_frame_unzstd(s, t, c, what, src, (size_t)fsz, dst, csz);
+    if (err)
+        return err;
+    *got = csz;
+    return fsz;
+}
+
+int patch_leb_positions(const uint8_t *src, size_t len, size_t k, uint32_t limit, uint32_t *idx)
 {
     size_t at = 0, j = 0;
     uint64_t next = 0;   /* position of the next change if its gap is 0; 64 bits cannot wrap */
@@ -501,22 +517,14 @@ static int leb_positions(const uint8_t *src, size_t len, size_t k, uint32_t limi
     return at == len ? 0 : -3;
 }
 
-/* One LEB128 value from src[*at..len): 0, or -1 (ends early) / -2 (overflow). */
-static int leb_next(const uint8_t *src, size_t len, size_t *at, uint32_t *v)
+int patch_gap_error(const patch_tensor *t, const patch_chunk *c, int code)
 {
-    uint32_t val = 0;
-    for (unsigned sh = 0;; sh += 7) {
-        if (*at >= len)
-            return -1;
-        uint8_t byte = src[(*at)++];
-        if (sh == 28 && (byte & 0xf0))
-            return -2;
-        val |= (uint32_t)(byte & 0x7f) << sh;
-        if (!(byte & 0x80))
-            break;
-    }
-    *v = val;
-    return 0;
+    if (code == -4)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: position past the chunk end (%u elements)",
+                          t->name, (unsigned long long)c->index, c->len);
+    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s", t->name, (unsigned long long)c->index,
+                      code == -1 ? "position stream ends early" : code == -2 ? "gap overflow"
+                                                                             : "stray bytes after the gaps");
 }
 
 static void store_unit(uint8_t *vals, size_t j, unsigned unit, uint32_t z)
@@ -537,9 +545,7 @@ static void store_unit(uint8_t *vals, size_t j, unsigned unit, uint32_t z)
 #define LANES64(b) LANES16(b), LANES16((b) + 16), LANES16((b) + 32), LANES16((b) + 48)
 static const uint64_t ulp2_lanes[256] = { LANES64(0), LANES64(64), LANES64(128), LANES64(192) };
 
-/* Expands packed ulp symbols into zigzag values (s->vals, native width), taking escapes
- * from the LEB128 bytes esc[0..esc_len). Returns 0 or a FORMAT error. */
-static int unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch *s, unsigned bits,
+int patch_unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch *s, unsigned bits,
                       const uint8_t *packed, const uint8_t *esc, size_t esc_len)
 {
     const size_t k = c->count;
@@ -557,7 +563,7 @@ static int unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch
                 unsigned i = (unsigned)__builtin_ctz(escapes) >> 1;
                 escapes &= escapes - 1;
                 uint32_t e;
-                if (leb_next(esc, esc_len, &at, &e) < 0 || e > maxz - m)
+                if (patch_leb_next(esc, esc_len, &at, &e) < 0 || e > maxz - m)
                     goto bad_escape;
                 out[j + i] = (uint16_t)(e + m);
             }
@@ -568,7 +574,7 @@ static int unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch
         uint32_t sym = (uint32_t)(packed[bit >> 3] >> (bit & 7)) & (m - 1), z = sym + 1;
         if (sym == m - 1) {
             uint32_t e;
-            if (leb_next(esc, esc_len, &at, &e) < 0 || e > maxz - m)
+            if (patch_leb_next(esc, esc_len, &at, &e) < 0 || e > maxz - m)
                 goto bad_escape;
             z = e + m;
         }
@@ -618,7 +624,7 @@ static int decode_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in value stream",
                               t->name, (unsigned long long)c->index);
     }
-    return unpack_ulp(t, c, s, bits, packed, s->leb, esc_len);
+    return patch_unpack_ulp(t, c, s, bits, packed, s->leb, esc_len);
 }
 
 static int decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes);
@@ -664,14 +670,9 @@ static int decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratc
                           t->name, (unsigned long long)c->index);
     /* LEB128 gaps: exactly k of them, each fitting 32 bits, filling the stream, every
      * position inside the chunk. */
-    int lr = leb_positions(s->leb, got, k, c->len, s->idx);
-    if (lr == -4)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: position past the chunk end (%u elements)",
-                          t->name, (unsigned long long)c->index, c->len);
+    int lr = patch_leb_positions(s->leb, got, k, c->len, s->idx);
     if (lr < 0)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s", t->name, (unsigned long long)c->index,
-                          lr == -1 ? "position stream ends early" : lr == -2 ? "gap overflow"
-                                                                             : "stray bytes after the gaps");
+        return patch_gap_error(t, c, lr);
 
     unsigned unit = t->unit;
     const uint8_t *v = bytes + c->pos_len;
@@ -767,7 +768,7 @@ int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_
         }
         /* One change: a gap of any length, a symbol that may be an escape. */
         uint32_t gap;
-        int lr = leb_next(g, glen, &at, &gap);
+        int lr = patch_leb_next(g, glen, &at, &gap);
         if (lr < 0)
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s", t->name, (unsigned long long)c->index,
                               lr == -1 ? "position stream ends early" : "gap overflow");
@@ -779,7 +780,7 @@ int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_
         uint16_t dz;
         if (sy == 3) {
             uint32_t e;
-            if (leb_next(esc, esc_len, &eat, &e) < 0 || e > 0xffffu - 4)
+            if (patch_leb_next(esc, esc_len, &eat, &e) < 0 || e > 0xffffu - 4)
                 return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: escape stream short, overlong or out of range",
                                   t->name, (unsigned long long)c->index);
             uint32_t z = e + 4;

@@ -151,6 +151,91 @@ int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch
  * else 0 or an error. */
 int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, uint8_t *dst);
 
+/* ---- decoding pieces shared by the chunk decoder and the apply passes ---------------- */
+
+/* Checks that src[0..avail) starts with one zstd frame declaring want_min..want_max bytes of
+ * content (*content); returns the frame's compressed size or a FORMAT error naming `what`. */
+int64_t patch_frame_probe(const patch_tensor *t, const patch_chunk *c, const char *what, const uint8_t *src,
+                          size_t avail, size_t want_min, size_t want_max, size_t *content);
+/* Decompresses that frame (fsz bytes) into exactly `content` bytes at dst; 0 or FORMAT. */
+int patch_frame_unzstd(patch_scratch *s, const patch_tensor *t, const patch_chunk *c, const char *what,
+                       const uint8_t *src, size_t fsz, uint8_t *dst, size_t content);
+/* Decodes exactly k LEB128 gaps (< 2^32 each) that fill src[0..len) exactly, straight into
+ * ascending positions (position = previous + gap + 1; one pass, no gap array). Returns 0,
+ * -1 (ends early), -2 (a gap overflows 32 bits), -3 (bytes left over) or -4 (a position
+ * reaches limit). */
+int patch_leb_positions(const uint8_t *src, size_t len, size_t k, uint32_t limit, uint32_t *idx);
+/* The same checks without writing positions (pass 1 of an apply), same return codes. */
+int patch_leb_check(const uint8_t *src, size_t len, size_t k, uint32_t limit);
+/* The FORMAT error for a patch_leb_positions / patch_leb_check code < 0. */
+int patch_gap_error(const patch_tensor *t, const patch_chunk *c, int code);
+/* Expands packed ulp symbols (k = c->count of them, `bits` wide) into zigzag values in
+ * s->vals (native width), taking escapes from the LEB128 bytes esc[0..esc_len); checks
+ * escapes, stray escape bytes and zero padding. 0 or a FORMAT error. */
+int patch_unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch *s, unsigned bits,
+                     const uint8_t *packed, const uint8_t *esc, size_t esc_len);
+
+/* One LEB128 value (< 2^32) from src[*at..len): 0, or -1 (ends early) / -2 (overflow). */
+static inline int patch_leb_next(const uint8_t *src, size_t len, size_t *at, uint32_t *v)
+{
+    uint32_t val = 0;
+    for (unsigned sh = 0;; sh += 7) {
+        if (*at >= len)
+            return -1;
+        uint8_t byte = src[(*at)++];
+        if (sh == 28 && (byte & 0xf0))
+            return -2;
+        val |= (uint32_t)(byte & 0x7f) << sh;
+        if (!(byte & 0x80))
+            break;
+    }
+    *v = val;
+    return 0;
+}
+
+/* ---- pass 1's decoded streams, kept for pass 2 (patch_cache.c) ------------------------ */
+
+/* Where a ulp chunk's decompressed streams lie in the cache, once pass 1 has checked them. */
+typedef struct patch_cache_entry {
+    uint64_t off;           /* gap bytes at mem + off, then the packed symbols (+ 4 zero bytes), then escapes */
+    uint32_t glen, plen, elen;
+    uint8_t bits;
+    uint8_t cached;         /* 0: not kept (the cache was full, or not a ulp chunk): pass 2 decodes again */
+} patch_cache_entry;
+
+/* Pass 1 decompresses the streams of each element-wise ulp chunk straight into this arena
+ * while room is left, checks them there, and pass 2 adds from them without reading,
+ * hashing or decompressing the chunk again. The arena has a fixed cap (PATCH_CACHE_CAP, or
+ * PULSE_APPLY_CACHE=<bytes>[K|M], 0 = off), so memory never grows with the model: chunks
+ * past the cap are decoded again in pass 2, as before. Its pages are kept for the next
+ * apply in the process (a follower applies patch after patch), so that only the first
+ * apply pays their first touch. */
+#define PATCH_CACHE_CAP (64u << 20)
+typedef struct patch_cache {
+    uint8_t *mem;
+    size_t cap;
+    atomic_size_t used;
+    patch_cache_entry *ent; /* one per coded chunk (pulse_patch.chunks) */
+    size_t nent;
+    int kept;               /* mem is the process's kept arena (given back at close) */
+} patch_cache;
+
+/* A cache for p (entries zeroed). On allocation failure it has no arena and caches nothing. */
+int patch_cache_open(patch_cache *cache, const pulse_patch *p);
+void patch_cache_close(patch_cache *cache);
+/* Frees the process's kept arena (it is taken again on the next apply). */
+void patch_cache_release(void);
+/* Frees what pulse_patch_apply_ex keeps between calls: the arena and the scratch pool. */
+void patch_apply_release(void);
+
+/* Pass 1 for chunk i: digest, frames, gaps and values checked; a ulp chunk's streams are kept
+ * in cache (may be NULL) while it has room. Nothing is written. */
+int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache);
+/* Pass 2 for chunk i from the cache: adds the changes into dst (the chunk's first byte).
+ * Returns 1 when the chunk is not cached (the caller decodes it again), else 0 or an error. */
+int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, const patch_cache *cache,
+                             uint8_t *dst);
+
 /* The layout of an output tensor, for the writer. */
 typedef struct patch_out_tensor {
     const char *name;
@@ -182,6 +267,10 @@ int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t c
 int patch_run_chunks(const pulse_patch *p, pulse_ckpt *target, int write, int threads);
 /* Pass 2 after a successful pass 1 on the same p: chunk digests are not recomputed. */
 int patch_run_checked_chunks(const pulse_patch *p, pulse_ckpt *target, int threads);
+/* The two passes of pulse_patch_apply_ex with a cache between them (cache may be NULL):
+ * pass 1 checks every chunk and fills the cache, pass 2 (only after pass 1 succeeded) writes. */
+int patch_run_pass1(const pulse_patch *p, int threads, patch_cache *cache);
+int patch_run_pass2(const pulse_patch *p, pulse_ckpt *target, int threads, const patch_cache *cache);
 
 /* Layout equality of a patch tensor and a checkpoint tensor (MISMATCH naming it). */
 int patch_check_layout(const pulse_patch *p, const pulse_ckpt *c);

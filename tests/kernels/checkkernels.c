@@ -280,6 +280,40 @@ static void check_gaps_errors(const pulse_kernels *t, const pulse_kernels *r)
     canary_free(g); canary_free(i_r); canary_free(i_t);
 }
 
+/* leb1_run on byte strings ending at a guard page (a read at or past n faults): runs of
+ * bytes < 0x80 of every length up to 300 (and a long one), stopped by a byte >= 0x80 at
+ * every offset, or by the end; each with a nonzero starting sum, which must be added to. */
+static void check_leb1_run(const pulse_kernels *t, const pulse_kernels *r)
+{
+    cur_pattern = "leb1_run";
+    static const size_t extra[] = {1000, 4096, 65537};
+    for (size_t li = 0; li < 301 + sizeof extra / sizeof extra[0]; li++) {
+        size_t n = li < 301 ? li : extra[li - 301];
+        for (int kind = 0; kind < 4; kind++) {
+            cur_n = n;
+            cur_placement = kind;
+            guarded g;
+            uint8_t *src = guard_alloc(&g, n);
+            for (size_t i = 0; i < n; i++)   /* kind 0: small bytes, 1: up to 0x7f, 2-3: a stop byte */
+                src[i] = (uint8_t)(kind == 0 ? rnd() % 4 : rnd() % 128);
+            if (kind >= 2 && n)
+                src[kind == 2 ? (size_t)(rnd() % n) : n - 1] = (uint8_t)(0x80 | rnd());
+            if (kind == 3 && n > 2)   /* a second stop byte after the first */
+                src[n / 2] = 0x80;
+            uint64_t s_r = 12345, s_t = 12345;
+            size_t k_r = r->leb1_run(src, n, &s_r), k_t = t->leb1_run(src, n, &s_t);
+            CHECK_SAME(k_r == k_t && s_r == s_t, "leb1_run");
+            /* the definition itself: the reference's run ends at the first byte >= 0x80 */
+            size_t stop = 0;
+            uint64_t want = 12345;
+            while (stop < n && src[stop] < 0x80)
+                want += src[stop++];
+            CHECK_SAME(k_r == stop && s_r == want, "leb1_run definition");
+            guard_free(&g);
+        }
+    }
+}
+
 static const size_t lengths[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 96,
     127, 128, 129, 191, 255, 256, 257, 511, 1000, 4097, 65537, 100003};
 
@@ -946,6 +980,7 @@ int main(int argc, char **argv)
     check_width16(&ref, &ref);
     check_width32(&ref, &ref);
     check_gaps_errors(&ref, &ref);
+    check_leb1_run(&ref, &ref);
     check_views();
     check_gate(&ref, &ref);
     printf("tested: c\n");
@@ -968,6 +1003,7 @@ int main(int argc, char **argv)
         check_width16(&t, &ref);
         check_width32(&t, &ref);
         check_gaps_errors(&t, &ref);
+        check_leb1_run(&t, &ref);
         check_gate(&t, &ref);
         printf("tested: %s\n", isas[i].name);
     }

@@ -1,0 +1,356 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Apply's pass 1 checks (digest, frames, gaps, values) keeping each ulp chunk's decompressed streams in a capped arena, and pass 2's add from them. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "base/fail.h"
+#include "node/patch/patch_internal.h"
+
+/* ---- the arena ----------------------------------------------------------------------- */
+
+/* The process keeps one arena between applies: in a long-running node every apply would
+ * otherwise touch fresh pages again (a page fault and a zeroed page each; ~15 us a page in
+ * the VMs measured in docs/performance.md). Used by one apply at a time; a concurrent apply
+ * maps its own for the call. */
+static atomic_flag kept_busy = ATOMIC_FLAG_INIT;
+static uint8_t *kept_mem;   /* guarded by kept_busy */
+static size_t kept_cap;
+
+/* PULSE_APPLY_CACHE=<bytes>[K|M]: the cap (0 = no cache); unset: PATCH_CACHE_CAP. */
+static size_t cache_cap(void)
+{
+    const char *e = getenv("PULSE_APPLY_CACHE");
+    if (!e || !*e)
+        return PATCH_CACHE_CAP;
+    char *end;
+    unsigned long long v = strtoull(e, &end, 10);
+    if (*end == 'K' || *end == 'k')
+        v <<= 10;
+    else if (*end == 'M' || *end == 'm')
+        v <<= 20;
+    /* Never more than the default: the cap is what keeps memory independent of the model. */
+    return v > PATCH_CACHE_CAP ? PATCH_CACHE_CAP : (size_t)v;
+}
+
+static uint8_t *map_arena(size_t cap)
+{
+    /* Untouched pages cost nothing: only what the chunks fill becomes resident. */
+    void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+int patch_cache_open(patch_cache *cache, const pulse_patch *p)
+{
+    memset(cache, 0, sizeof *cache);
+    atomic_init(&cache->used, 0);
+    size_t cap = cache_cap();
+    if (!cap || !p->nchunks || p->values != PULSE_VALUES_ULP)
+        return 0;
+    cache->ent = calloc(p->nchunks, sizeof *cache->ent);
+    if (!cache->ent)
+        return pulse_fail(PULSE_ERR_NOMEM, "apply cache entries (%zu chunks)", p->nchunks);
+    cache->nent = p->nchunks;
+    cache->cap = cap;
+    if (!atomic_flag_test_and_set(&kept_busy)) {
+        if (kept_mem && kept_cap != cap) {
+            munmap(kept_mem, kept_cap);
+            kept_mem = NULL;
+        }
+        if (!kept_mem && (kept_mem = map_arena(cap)) != NULL)
+            kept_cap = cap;
+        if (kept_mem) {
+            cache->mem = kept_mem;
+            cache->kept = 1;
+            return 0;
+        }
+        atomic_flag_clear(&kept_busy);
+    }
+    /* Busy (another apply holds it) or unmappable: a private arena, or no cache at all. */
+    cache->mem = map_arena(cap);
+    return 0;
+}
+
+void patch_cache_close(patch_cache *cache)
+{
+    free(cache->ent);
+    if (cache->kept)
+        atomic_flag_clear(&kept_busy);
+    else if (cache->mem)
+        munmap(cache->mem, cache->cap);
+    memset(cache, 0, sizeof *cache);
+}
+
+void patch_cache_release(void)
+{
+    if (atomic_flag_test_and_set(&kept_busy))
+        return;   /* in use: its apply keeps it */
+    if (kept_mem)
+        munmap(kept_mem, kept_cap);
+    kept_mem = NULL;
+    kept_cap = 0;
+    atomic_flag_clear(&kept_busy);
+}
+
+/* Reserves n bytes (a multiple of 8); their offset, or SIZE_MAX when the cap is reached. */
+static size_t cache_reserve(patch_cache *cache, size_t n)
+{
+    if (!cache || !cache->mem)
+        return SIZE_MAX;
+    size_t used = atomic_load_explicit(&cache->used, memory_order_relaxed);
+    do {
+        if (n > cache->cap - used)
+            return SIZE_MAX;
+    } while (!atomic_compare_exchange_weak_explicit(&cache->used, &used, used + n, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    return used;
+}
+
+static size_t align8(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
+}
+
+/* ---- pass 1: checks -------------------------------------------------------------------- */
+
+int patch_leb_check(const uint8_t *src, size_t len, size_t k, uint32_t limit)
+{
+    const pulse_kernels *kn = pulse_kernels_get();
+    size_t at = 0, j = 0;
+    uint64_t next = 0;   /* as in patch_leb_positions: the position after the previous change */
+    while (j < k) {
+        /* A run of one-byte gaps (nearly all of them) at SIMD speed: only its sum matters
+         * for the range check, since positions ascend. */
+        size_t avail = len - at < k - j ? len - at : k - j;
+        uint64_t sum = 0;
+        size_t r = kn->leb1_run(src + at, avail, &sum);
+        j += r;
+        at += r;
+        next += sum + r;
+        if (next > limit)
+            return -4;
+        if (j == k)
+            break;
+        uint32_t val;
+        int rc = patch_leb_next(src, len, &at, &val);
+        if (rc < 0)
+            return rc;
+        next += val;
+        if (next >= limit)
+            return -4;
+        next++;
+        j++;
+    }
+    return at == len ? 0 : -3;
+}
+
+/* Set bits of x (no POPCNT instruction in the generic build). */
+static unsigned popcount64(uint64_t x)
+{
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+/* The checks patch_unpack_ulp makes for 16-bit values in 2-bit symbols (the common chunk),
+ * without expanding them: as many escapes in the stream as symbols 3 among the k symbols,
+ * each in range (z = e + 4 <= 65535), nothing after them, zero padding. Same errors. */
+static int ulp2_check16(const patch_tensor *t, const patch_chunk *c, const uint8_t *packed, size_t k,
+                        const uint8_t *esc, size_t elen)
+{
+    size_t full = k / 4, i = 0, nesc = 0;
+    for (; i + 8 <= full; i += 8) {
+        uint64_t w;
+        memcpy(&w, packed + i, 8);
+        nesc += popcount64(w & (w >> 1) & 0x5555555555555555ull);
+    }
+    for (; i < full; i++)
+        nesc += popcount64(packed[i] & (packed[i] >> 1) & 0x55u);
+    if (k % 4) {
+        unsigned b = packed[full] & ((1u << (2 * (k % 4))) - 1);
+        nesc += popcount64(b & (b >> 1) & 0x55u);
+    }
+    size_t at = 0;
+    for (size_t e = 0; e < nesc; e++) {
+        if (at < elen && esc[at] < 0x80) {   /* one byte: z < 132, always in range */
+            at++;
+            continue;
+        }
+        uint32_t v;
+        if (patch_leb_next(esc, elen, &at, &v) < 0 || v > 0xffffu - 4)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: escape stream short, overlong or out of range",
+                              t->name, (unsigned long long)c->index);
+    }
+    if (at != elen)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %zu stray bytes in the escape stream",
+                          t->name, (unsigned long long)c->index, elen - at);
+    if ((k * 2) % 8 && (packed[(k * 2) / 8] >> ((k * 2) % 8)))
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: nonzero padding after the last symbol",
+                          t->name, (unsigned long long)c->index);
+    return 0;
+}
+
+int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache)
+{
+    const patch_chunk *c = &p->chunks[i];
+    const patch_tensor *t = &p->tensors[c->tensor];
+    if (p->values != PULSE_VALUES_ULP || t->dtype == PULSE_DT_OPAQUE || t->unit == 0)
+        return patch_decode_chunk(p, c, s);
+    const uint8_t *bytes;
+    int err = patch_chunk_bytes(p, c, s, 1, &bytes);
+    if (err)
+        return err;
+    /* The frames first (sizes bounded as in patch_decode_chunk), so that the room they need
+     * is known before anything is decompressed. */
+    const size_t k = c->count;
+    size_t glen, plen, pcs, elen = 0;
+    int64_t fg = patch_frame_probe(t, c, "position", bytes, c->pos_len, k, k * PATCH_LEB_MAX, &glen);
+    if (fg < 0)
+        return (int)fg;
+    if ((uint64_t)fg != c->pos_len)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
+                          t->name, (unsigned long long)c->index);
+    const uint8_t *v = bytes + c->pos_len;
+    size_t left = c->val_len;
+    if (left < 1)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: empty value stream",
+                          t->name, (unsigned long long)c->index);
+    unsigned bits = v[0];
+    if (bits != 2 && bits != 4 && bits != 8)
+        return pulse_fail(PULSE_ERR_UNSUPPORTED, "tensor %s chunk %llu: value coding %u unknown (known: 2, 4, 8-bit symbols)",
+                          t->name, (unsigned long long)c->index, bits);
+    v++;
+    left--;
+    plen = (k * bits + 7) / 8;
+    int64_t fv = patch_frame_probe(t, c, "value", v, left, plen, plen, &pcs), fe = 0;
+    if (fv < 0)
+        return (int)fv;
+    if (left > (size_t)fv) {
+        fe = patch_frame_probe(t, c, "escape", v + fv, left - (size_t)fv, 1, k * PATCH_LEB_MAX, &elen);
+        if (fe < 0)
+            return (int)fe;
+        if ((uint64_t)fe != left - (size_t)fv)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in value stream",
+                              t->name, (unsigned long long)c->index);
+    }
+    /* Into the cache while it has room, else into the scratch buffers (gaps <= 5k bytes in
+     * leb, packed + 4 in planes, escapes <= 5k in gaps: each large enough). */
+    size_t gsz = align8(glen), psz = align8(plen + 4);
+    size_t off = cache_reserve(cache, gsz + psz + align8(elen));
+    uint8_t *g, *pk, *es;
+    if (off != SIZE_MAX) {
+        g = cache->mem + off;
+        pk = g + gsz;
+        es = pk + psz;
+    } else {
+        g = s->leb;
+        pk = s->planes;
+        es = (uint8_t *)s->gaps;
+    }
+    if ((err = patch_frame_unzstd(s, t, c, "position", bytes, (size_t)fg, g, glen)) != 0
+        || (err = patch_frame_unzstd(s, t, c, "value", v, (size_t)fv, pk, plen)) != 0
+        || (elen && (err = patch_frame_unzstd(s, t, c, "escape", v + fv, (size_t)fe, es, elen)) != 0))
+        return err;
+    memset(pk + plen, 0, 4);   /* pass 2 loads 32 bits of symbols at a time */
+    int lr = patch_leb_check(g, glen, k, c->len);
+    if (lr < 0)
+        return patch_gap_error(t, c, lr);
+    err = t->unit == 2 && bits == 2 ? ulp2_check16(t, c, pk, k, es, elen)
+                                    : patch_unpack_ulp(t, c, s, bits, pk, es, elen);
+    if (err || off == SIZE_MAX)
+        return err;
+    patch_cache_entry *e = &cache->ent[i];
+    e->off = off;
+    e->glen = (uint32_t)glen;
+    e->plen = (uint32_t)plen;
+    e->elen = (uint32_t)elen;
+    e->bits = (uint8_t)bits;
+    e->cached = 1;
+    return 0;
+}
+
+/* ---- pass 2: writes -------------------------------------------------------------------- */
+
+/* A LEB128 value that pass 1 has checked (any length up to 5 bytes). */
+static inline uint32_t leb_checked(const uint8_t *src, size_t *at)
+{
+    uint32_t v = 0;
+    for (unsigned sh = 0;; sh += 7) {
+        uint8_t b = src[(*at)++];
+        v |= (uint32_t)(b & 0x7f) << sh;
+        if (!(b & 0x80))
+            return v;
+    }
+}
+
+/* Adds k changes of a 16-bit ulp chunk in 2-bit symbols to d: the streams passed every check
+ * of pass 1 (patch_leb_check, ulp2_check16) and lie in private memory, so nothing is checked
+ * again. Eight changes a step when their gaps are one byte each (nearly always); escapes are
+ * patched in after the step's eight adds, so they never leave the fast path. */
+static void add_ulp2_16(uint16_t *d, const uint8_t *g, size_t glen, const uint8_t *packed, const uint8_t *esc,
+                        size_t k)
+{
+    static const uint16_t delta[4] = { 0xffff, 1, 0xfffe, 0 };   /* unzigzag(symbol + 1); escape: 0 for now */
+    uint64_t next = 0;
+    size_t at = 0, eat = 0, j = 0;
+    while (j < k) {
+        if (j + 8 <= k && at + 8 <= glen) {
+            uint64_t x;
+            memcpy(&x, g + at, 8);
+            if (!(x & 0x8080808080808080ull)) {
+                uint32_t w;
+                memcpy(&w, packed + (j >> 2), 4);
+                uint32_t sym = w >> (2 * (j & 3));
+                uint32_t pos[8];
+                for (unsigned i = 0; i < 8; i++) {
+                    next += (x >> (8 * i)) & 0xff;
+                    pos[i] = (uint32_t)next++;
+                    d[pos[i]] = (uint16_t)(d[pos[i]] + delta[(sym >> (2 * i)) & 3]);
+                }
+                for (uint32_t em = sym & (sym >> 1) & 0x5555u; em; em &= em - 1) {
+                    uint32_t z = leb_checked(esc, &eat) + 4, q = pos[__builtin_ctz(em) >> 1];
+                    d[q] = (uint16_t)(d[q] + ((z >> 1) ^ (0u - (z & 1))));
+                }
+                j += 8;
+                at += 8;
+                continue;
+            }
+        }
+        next += leb_checked(g, &at);
+        uint64_t q = next++;
+        unsigned sy = (unsigned)(packed[j >> 2] >> (2 * (j & 3))) & 3;
+        uint32_t z = sy == 3 ? leb_checked(esc, &eat) + 4 : sy + 1;
+        d[q] = (uint16_t)(d[q] + ((z >> 1) ^ (0u - (z & 1))));
+        j++;
+    }
+}
+
+int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, const patch_cache *cache,
+                             uint8_t *dst)
+{
+    if (!cache || !cache->mem || i >= cache->nent || !cache->ent[i].cached)
+        return 1;
+    const patch_cache_entry *e = &cache->ent[i];
+    const patch_chunk *c = &p->chunks[i];
+    const patch_tensor *t = &p->tensors[c->tensor];
+    const uint8_t *g = cache->mem + e->off, *pk = g + align8(e->glen), *es = pk + align8((size_t)e->plen + 4);
+    if (t->unit == 2 && e->bits == 2) {
+        add_ulp2_16((uint16_t *)(void *)dst, g, e->glen, pk, es, c->count);
+        return 0;
+    }
+    /* Other widths and element sizes (rare): expand from the kept streams, then add. */
+    int lr = patch_leb_positions(g, e->glen, c->count, c->len, s->idx);
+    if (lr < 0)
+        return patch_gap_error(t, c, lr);
+    int err = patch_unpack_ulp(t, c, s, e->bits, pk, es, e->elen);
+    if (err)
+        return err;
+    const pulse_kernels *kn = pulse_kernels_get();
+    switch (t->unit) {
+    case 1: kn->ulp_apply8(dst, s->idx, c->count, s->vals); break;
+    case 2: kn->ulp_apply16((uint16_t *)(void *)dst, s->idx, c->count, (const uint16_t *)(void *)s->vals); break;
+    default: kn->ulp_apply32((uint32_t *)(void *)dst, s->idx, c->count, (const uint32_t *)(void *)s->vals); break;
+    }
+    return 0;
+}
