@@ -57,6 +57,43 @@ def params_np(model):
     return out
 
 
+def visible_bound(params, shift):
+    """The mechanism's prediction of the gate's density when every weight moves by `shift` (Adam
+    moves a weight by at most about lr per step, so H x lr bounds a round's pseudo-gradient): a
+    weight sits uniformly inside its BF16 cell (width ulp(w) = 2^(floor(log2|w|) - 7)), so a shift
+    crosses a rounding boundary with probability min(1, shift / ulp(w)). Mean over all weights."""
+    tot, n = 0.0, 0
+    for a in params.values():
+        w = np.abs(a.astype(np.float64).ravel())
+        _, ex = np.frexp(w)                      # w = m 2^ex, m in [0.5, 1): floor(log2 w) = ex - 1
+        ulp = np.ldexp(1.0, ex - 8)
+        p = np.where(w > 0, np.minimum(1.0, shift / ulp), 1.0)
+        tot += float(p.sum())
+        n += w.size
+    return tot / n
+
+
+def bf16_bits(a):
+    """BF16 round-to-nearest-even of float32 values, as uint16 bit patterns (finite inputs)."""
+    b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def gate_check(theta_r, theta_local, e):
+    """Recomputes a round's gate in numpy from theta_r, theta_local and the error feedback e:
+    a = (theta_r - theta_local) + e (FP32); returns (entries whose BF16 view changes, i.e. what the
+    library must send; the mechanism's expectation sum min(1, |a| / ulp_bf16(theta_r)))."""
+    sent, expect = 0, 0.0
+    for name, t in theta_r.items():
+        a = (t - theta_local[name]) + e[name]
+        sent += int(np.count_nonzero(bf16_bits(t - a) != bf16_bits(t)))
+        w = np.abs(t.astype(np.float64))
+        _, ex = np.frexp(w)
+        ulp = np.ldexp(1.0, ex - 8)
+        expect += float(np.where(w > 0, np.minimum(1.0, np.abs(a) / ulp), 1.0).sum())
+    return sent, expect
+
+
 def n_params(model):
     return sum(p.numel() for p in model.parameters())
 

@@ -38,14 +38,15 @@ def plot_reward(runs, path):
             x = [0] + [e["round"] + 1 for e in log]
             axes[0][col].plot(x, [run["eval0"]] + [e["eval_reward"] for e in log], color=color, label=name,
                               marker="o", ms=3)
-            axes[1][col].plot([e["round"] + 1 for e in log], [e["train_reward"] for e in log], color=color,
+            axes[1][col].plot([e["round"] for e in log], [e["train_reward"] for e in log], color=color,
                               label=name, marker="o", ms=3)
         h = runs[0]["H"]
         axes[0][col].set_title(f"{k} trainers, H = {h} local steps, lr {runs[0]['lr']:g}")
-        axes[0][col].set_ylabel("eval reward of theta_r (greedy, fixed prompts)")
-        axes[1][col].set_ylabel("training reward (mean of round's rollouts)")
+        axes[0][col].set_ylabel(f"eval reward of theta_r ({runs[0]['hp']['eval_n']} fixed prompts, T = 1)")
+        axes[1][col].set_ylabel("training reward (round r's rollouts, all trainers)")
         axes[1][col].set_xlabel(f"round r (DDP: step {h} x r)")
         for ax in axes[:, col]:
+            ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     fig.tight_layout()
@@ -64,10 +65,18 @@ def plot_sparsity(runs, path):
         color = "tab:red" if run["trainers"] == 2 else "tab:purple"
         ax.plot(x, mean, color=color, marker="o", ms=3, label=f"{run['trainers']} trainers (mean)")
         ax.fill_between(x, lo, hi, color=color, alpha=0.2, label=f"{run['trainers']} trainers (min-max)")
+        if all(e.get("gate_expect_frac") is not None for e in log):
+            ax.plot(x, [100.0 * e["gate_expect_frac"] for e in log], color=color, linestyle="--", linewidth=1,
+                    label=f"{run['trainers']} trainers: mechanism, mean of min(1, |a| / ulp_bf16(theta_r))")
+    bound = next((r.get("visible_bound") for r in runs if r.get("visible_bound") is not None), None)
+    if bound is not None:
+        ax.axhline(100.0 * bound, color="black", linestyle=":", linewidth=1,
+                   label=f"bound if every weight moved H x lr: mean min(1, H lr / ulp(w)) = {100 * bound:.0f} %")
     ax.set_xlabel("round")
     ax.set_ylabel("entries sent per trainer (% of parameters)")
     ax.set_title("PULSELoCo payload density (100 % - sparsity)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, 105)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -77,6 +86,7 @@ def plot_sparsity(runs, path):
 
 def plot_bytes(runs, path):
     fig, ax = plt.subplots(figsize=(6.4, 4))
+    ax.xaxis.get_major_locator().set_params(integer=True)
     for run in runs:
         log = run["log"]
         name, color, _ = STYLE[run["method"]]

@@ -24,7 +24,7 @@ import train as TR  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-FULL = dict(size="small", sft_steps=600, sft_stages=4, sft_target=0.4, rounds=12, H=8, lr=3e-5, n_prompts=8, group=8,
+FULL = dict(size="small", sft_steps=600, sft_stages=4, sft_target=0.4, rounds=16, H=8, lr=3e-5, n_prompts=8, group=8,
             eval_n=512, seed=1, reward="exact")
 QUICK = dict(size="tiny", sft_steps=20, sft_stages=1, sft_target=None, rounds=2, H=2, lr=3e-5, n_prompts=4, group=4,
              eval_n=64, seed=1, reward="digits")
@@ -78,6 +78,11 @@ def run_loco(out, init, K, hp, via, log):
             with open(os.path.join(d, f"trainer-{k}.out")) as f:
                 sys.stderr.write(f"--- trainer {k} ---\n" + f.read()[-3000:])
         raise SystemExit(f"loco K={K}: trainer(s) {failed} failed")
+    return merge_loco(d, K, hp, seconds, log)
+
+
+def merge_loco(d, K, hp, seconds, log):
+    """One run summary from the trainers' logs, asserting that they agree on theta every round."""
     logs = [C.read_jsonl(os.path.join(d, f"trainer-{k}.jsonl")) for k in range(K)]
     heads = [lg[0] for lg in logs]
     assert len({h["digest0"] for h in heads}) == 1, "trainers started from different theta_0"
@@ -101,6 +106,8 @@ def run_loco(out, init, K, hp, via, log):
             "bytes_up_store": sum(ln["rep"]["bytes_up"] for ln in lines) / K,
             "bytes_down_store": sum(ln["rep"]["bytes_down"] for ln in lines) / K,
             "sent_frac": sum(fracs) / K, "sent_frac_min": min(fracs), "sent_frac_max": max(fracs),
+            "gate_expect_frac": (sum(ln["gate_expect"] for ln in lines) / K / P
+                                 if all("gate_expect" in ln for ln in lines) else None),
             "members_min": min(members), "excluded": sum(ln["rep"]["excluded"] for ln in lines),
             "digest": digests.pop(), "view_state": views.pop(),
             "local_s": max(ln["local_s"] for ln in lines), "round_s": max(ln["round_s"] for ln in lines)})
@@ -123,6 +130,8 @@ def main():
         if k not in ("size", "reward"):
             ap.add_argument("--" + k.replace("_", "-"), type=type(v) if v is not None else float, default=None)
     ap.add_argument("--size", choices=sorted(C.SIZES), default=None)
+    ap.add_argument("--merge-only", action="store_true",
+                    help="rebuild runs/loco-K*.json from OUT/loco-K*/ trainer logs (no training)")
     args = ap.parse_args()
     hp = dict(QUICK if args.quick else FULL)
     for k in hp:
@@ -139,10 +148,22 @@ def main():
         logf.write(line + "\n")
         logf.flush()
 
+    if args.merge_only:
+        for K in trainers:
+            path = os.path.join(args.out, "runs", f"loco-K{K}.json")
+            with open(path) as f:
+                old = json.load(f)
+            hp = old["hp"]
+            run = merge_loco(os.path.join(args.out, f"loco-K{K}"), K, hp, old["seconds"], log)
+            run.update(H=hp["H"], lr=hp["lr"], rounds=hp["rounds"], hp=hp, visible_bound=old.get("visible_bound"))
+            C.write_json(path, run)
+        return
     M.set_deterministic(1)
     C.use_reward(hp["reward"])
     log(f"hyper-parameters: {json.dumps(hp)}; trainers {trainers}; methods {args.methods}")
     init = args.init or sft_checkpoint(args.out, hp, log)
+    bound = C.visible_bound(C.params_np(C.load_init(init)), hp["H"] * hp["lr"])
+    log(f"mechanism bound on the round-0 gate density (shift H x lr = {hp['H'] * hp['lr']:g}): {100 * bound:.1f} %")
     for K in trainers:
         for method in args.methods:
             t0 = time.time()
@@ -152,7 +173,7 @@ def main():
                 run = B.run_diloco(init, K, hp, log)
             else:
                 run = B.run_ddp(init, K, hp, log)
-            run.update(H=hp["H"], lr=hp["lr"], rounds=hp["rounds"], hp=hp)
+            run.update(H=hp["H"], lr=hp["lr"], rounds=hp["rounds"], hp=hp, visible_bound=bound)
             C.write_json(os.path.join(args.out, "runs", f"{method}-K{K}.json"), run)
             log(f"{method} K={K}: done in {time.time() - t0:.0f} s")
     log("all runs done")

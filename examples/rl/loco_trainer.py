@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loco_common as C  # noqa: E402
 import model as M  # noqa: E402
 import train as TR  # noqa: E402
-from loco_exchange import LocoExchange, theta_digest  # noqa: E402
+from loco_exchange import LocoExchange, st_read, theta_digest  # noqa: E402
 
 
 def main():
@@ -56,14 +56,22 @@ def main():
 
     for r in range(hp["rounds"]):
         t0 = time.time()
+        theta_r = {n: a.copy() for n, a in params.items()}
         rewards = C.local_steps(model, opt, rng, hp["H"], policy, hp)
+        # The gate recomputed here from theta_r, theta_local and the state's e entering round r.
+        e = st_read(os.path.join(ex.state_dir, f"e-{r:012d}.safetensors"))
+        gate_sent, gate_expect = C.gate_check(theta_r, params, e)
+        del theta_r, e
         t1 = time.time()
         rep = ex.round(params, hp["H"])  # theta_local in, theta_{r+1} out, in the model's own storage
         t2 = time.time()
         if rep["round"] != r:
             raise SystemExit(f"trainer {args.rank}: state at round {rep['round']}, expected {r}")
+        if rep["sent"] != gate_sent:
+            raise SystemExit(f"trainer {args.rank} round {r}: the library sent {rep['sent']} entries, "
+                             f"the gate recomputed in numpy gives {gate_sent}")
         line = {"round": r, "rewards": rewards, "rep": rep, "digest": theta_digest(params),
-                "local_s": t1 - t0, "round_s": t2 - t1}
+                "gate_expect": gate_expect, "local_s": t1 - t0, "round_s": t2 - t1}
         if args.rank == 0:
             line["eval"] = C.evaluate(model, hp, policy)
         C.append_jsonl(log, line)
