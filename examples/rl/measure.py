@@ -76,7 +76,8 @@ def payload(pulse, prev, cur, tmp):
     return out
 
 
-def measure_lr(init, lr, steps, out_path, seed=1, prompts=16, group=8, with_payload=True, log=print):
+def measure_lr(init, lr, steps, out_path, seed=1, prompts=16, group=8, with_payload=True, log=print,
+               reward_kind="exact"):
     model, _ = TR.load_checkpoint(init)
     opt = TR.make_optimizer(model, lr)
     rng = np.random.default_rng(seed)
@@ -97,7 +98,8 @@ def measure_lr(init, lr, steps, out_path, seed=1, prompts=16, group=8, with_payl
         for step in range(1, steps + 1):
             t0 = time.time()
             st = {}
-            TR.grpo_step(model, opt, rng, n_prompts=prompts, group=group, policy=policy, stats=st)
+            TR.grpo_step(model, opt, rng, n_prompts=prompts, group=group, policy=policy, stats=st,
+                         reward_kind=reward_kind)
             t_train = time.time() - t0
             cur = fp32_params(model)
             cv = Views(cur, scales)
@@ -152,13 +154,15 @@ def main(argv=None):
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-payload", action="store_true")
+    ap.add_argument("--reward", default="exact", choices=["exact", "digits"], help="digits: smoke test only")
     args = ap.parse_args(argv)
     M.set_deterministic()
     os.makedirs(args.out, exist_ok=True)
     for lr in (float(x) for x in args.lrs.split(",")):
         measure_lr(args.init, lr, args.steps, os.path.join(args.out, f"measure-lr{lr_tag(lr)}.jsonl"),
                    seed=args.seed, prompts=args.prompts, group=args.group,
-                   with_payload=not args.no_payload, log=lambda s: print(s, flush=True))
+                   with_payload=not args.no_payload, log=lambda s: print(s, flush=True),
+                   reward_kind=args.reward)
 
 
 if __name__ == "__main__":
