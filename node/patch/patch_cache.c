@@ -18,7 +18,7 @@ static atomic_flag kept_busy = ATOMIC_FLAG_INIT;
 static uint8_t *kept_mem;   /* guarded by kept_busy */
 static size_t kept_cap;
 
-/* PULSE_APPLY_CACHE=<bytes>[K|M]: the cap (0 = no cache); unset: PATCH_CACHE_CAP. */
+/* PULSE_APPLY_CACHE=<bytes>[K|M|G]: the cap (0 = no cache); unset: PATCH_CACHE_CAP. */
 static size_t cache_cap(void)
 {
     const char *e = getenv("PULSE_APPLY_CACHE");
@@ -26,10 +26,9 @@ static size_t cache_cap(void)
         return PATCH_CACHE_CAP;
     char *end;
     unsigned long long v = strtoull(e, &end, 10);
-    if (*end == 'K' || *end == 'k')
-        v <<= 10;
-    else if (*end == 'M' || *end == 'm')
-        v <<= 20;
+    unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
+                     : *end == 'G' || *end == 'g' ? 30 : 0;
+    v = v > (PATCH_CACHE_CAP >> shift) ? PATCH_CACHE_CAP : v << shift;
     /* Never more than the default: the cap is what keeps memory independent of the model. */
     return v > PATCH_CACHE_CAP ? PATCH_CACHE_CAP : (size_t)v;
 }

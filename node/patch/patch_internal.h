@@ -206,7 +206,7 @@ typedef struct patch_cache_entry {
 /* Pass 1 decompresses the streams of each element-wise ulp chunk straight into this arena
  * while room is left, checks them there, and pass 2 adds from them without reading,
  * hashing or decompressing the chunk again. The arena has a fixed cap (PATCH_CACHE_CAP, or
- * PULSE_APPLY_CACHE=<bytes>[K|M], 0 = off), so memory never grows with the model: chunks
+ * PULSE_APPLY_CACHE=<bytes>[K|M|G], 0 = off, at most the default), so memory never grows with the model: chunks
  * past the cap are decoded again in pass 2, as before. Its pages are kept for the next
  * apply in the process (a follower applies patch after patch), so that only the first
  * apply pays their first touch. */

@@ -317,6 +317,33 @@ static void raw_chunk(const uint8_t *leb, size_t leb_len, uint8_t coding, const 
     pulse_sha256(oc->bytes, pl + vl, oc->digest);
 }
 
+/* Apply's pass 1 must refuse a crafted chunk exactly as verify does, before any write,
+ * whether its streams go to the cache or to scratch buffers (cache off). */
+static void crafted_apply(const pulse_patch *p, pulse_ckpt *a, const uint8_t ida[32], int want)
+{
+    static const char *caps[2] = { NULL, "0" };
+    for (int ci = 0; ci < 2; ci++) {
+        if (caps[ci])
+            setenv("PULSE_APPLY_CACHE", caps[ci], 1);
+        else
+            unsetenv("PULSE_APPLY_CACHE");
+        pulse_ckpt *t = NULL;
+        CHECK_OK(pulse_ckpt_create_like(&t, path_of("crafted-t.safetensors"), a));
+        if (!t)
+            continue;
+        pulse_patch_apply_opts o;
+        pulse_patch_apply_opts_default(&o);
+        o.threads = 1;
+        o.trust_base_id = ida;
+        o.skip_result_check = 1;
+        CHECK_EQ_INT(pulse_patch_apply_ex(p, t, &o), want);
+        if (want)
+            CHECK(same_data(t, a));   /* refused before anything was written */
+        pulse_ckpt_close(&t);
+    }
+    unsetenv("PULSE_APPLY_CACHE");
+}
+
 /* Patches crafted with valid digests over bad content reach the decoder's own checks. */
 static void test_crafted(pulse_ckpt *a)
 {
@@ -366,6 +393,8 @@ static void test_crafted(pulse_ckpt *a)
             fprintf(stderr, "crafted case '%s': got %d (%s), wanted %d\n", cases[c].what, err,
                     pulse_last_error(), cases[c].want);
         CHECK_EQ_INT(err, cases[c].want);
+        if (p)
+            crafted_apply(p, a, ida, cases[c].want);
         pulse_patch_close(&p);
         free(ot[0].chunks[0].bytes);
         ot[0].chunks[0].bytes = NULL;
@@ -408,6 +437,8 @@ static void test_crafted(pulse_ckpt *a)
             fprintf(stderr, "value case '%s': got %d (%s), wanted %d\n", vcases[c].what, err,
                     pulse_last_error(), vcases[c].want);
         CHECK_EQ_INT(err, vcases[c].want);
+        if (p)
+            crafted_apply(p, a, ida, vcases[c].want);
         pulse_patch_close(&p);
         free(ot[0].chunks[0].bytes);
         ot[0].chunks[0].bytes = NULL;
@@ -420,8 +451,10 @@ static void test_crafted(pulse_ckpt *a)
         CHECK_OK(patch_write_file(path_of("crafted"), PULSE_VALUES_ULP, CHUNK, ida, ida, ot, n));
         pulse_patch *p = NULL;
         CHECK_OK(pulse_patch_open(&p, path_of("crafted")));
-        if (p)
+        if (p) {
             CHECK_ERR(pulse_patch_verify(p, a, 1), PULSE_ERR_FORMAT);
+            crafted_apply(p, a, ida, PULSE_ERR_FORMAT);
+        }
         pulse_patch_close(&p);
         free(ot[0].chunks[0].bytes);
         ot[0].chunks[0].bytes = NULL;

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of apply's pass-1 cache: every cap, populate mode, thread count and source writes the same bytes; the cap holds; concurrent applies. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pulseweights.h"
+#include "pulseweights/patch.h"
+#include "node/patch/patch_internal.h"
+#include "check.h"
+
+static char dir[256];
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static const char *path_of(const char *name)
+{
+    static char buf[8][512];
+    static int at;
+    char *p = buf[at++ % 8];
+    snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+    return p;
+}
+
+enum { CH = 4096, NBF = 9 * CH + 77 };
+
+/* Every element-wise width and an opaque tensor. The BF16 tensor has chunks of +-1 (2-bit
+ * symbols, a few escapes), +-1..7 (4 or 8 bits), wide differences (8 bits, many escapes),
+ * runs of long gaps (multi-byte LEB128), a dense chunk and untouched chunks. */
+static const pulse_tensor_spec specs[] = {
+    { "a.bf16", "BF16", 1, { NBF } },
+    { "b.f32", "F32", 1, { 3 * CH + 5 } },
+    { "c.e4m3", "F8_E4M3", 1, { 2 * CH + 1 } },
+    { "d.i64", "I64", 1, { 100 } },
+};
+#define NSPECS (sizeof specs / sizeof specs[0])
+
+static int make_pair(pulse_ckpt **x, pulse_ckpt **y)
+{
+    int err = pulse_ckpt_create(x, path_of("x.safetensors"), specs, NSPECS, NULL);
+    if (!err)
+        err = pulse_ckpt_create(y, path_of("y.safetensors"), specs, NSPECS, NULL);
+    if (err)
+        return err;
+    for (size_t t = 0; t < NSPECS; t++) {
+        uint8_t *a = pulse_ckpt_tensor(*x, t)->data, *b = pulse_ckpt_tensor(*y, t)->data;
+        size_t nb = pulse_ckpt_tensor(*x, t)->nbytes;
+        for (size_t i = 0; i < nb; i++)
+            a[i] = b[i] = (uint8_t)rnd();
+    }
+    uint16_t *a0 = (uint16_t *)(void *)pulse_ckpt_tensor(*x, 0)->data;
+    uint16_t *a1 = (uint16_t *)(void *)pulse_ckpt_tensor(*y, 0)->data;
+    for (unsigned i = 0; i < NBF; i++) {
+        unsigned c = i / CH;
+        int d = 0;
+        switch (c) {
+        case 0: d = rnd() % 20 == 0 ? (rnd() % 30 == 0 ? 2 + (int)(rnd() % 300) : 1) : 0; break;
+        case 1: d = rnd() % 8 == 0 ? 1 + (int)(rnd() % 7) : 0; break;
+        case 2: d = rnd() % 3 == 0 ? 1 + (int)(rnd() % 2000) : 0; break;
+        case 3: d = rnd() % 300 == 0 ? 1 : 0; break;              /* gaps >= 128: multi-byte */
+        case 4: d = 1 + (rnd() % 50 == 0 ? (int)(rnd() % 9) : 0); break;   /* every element */
+        case 5: break;                                              /* untouched */
+        case 6: d = rnd() % 2 ? 1 : 0; break;
+        default: d = rnd() % 25 == 0 ? (rnd() % 10 == 0 ? 3 : 1) : 0; break;
+        }
+        a1[i] = (uint16_t)(a0[i] + (rnd() % 2 ? d : -d));
+    }
+    a0[8 * CH + 1] = 0x8000;   /* the largest zigzag value: d = -32768 */
+    a1[8 * CH + 1] = 0x0000;
+    uint32_t *f0 = (uint32_t *)(void *)pulse_ckpt_tensor(*x, 1)->data;
+    uint32_t *f1 = (uint32_t *)(void *)pulse_ckpt_tensor(*y, 1)->data;
+    for (unsigned i = 0; i < 3 * CH + 5; i++)
+        if (rnd() % 10 == 0)
+            f1[i] = f0[i] + (uint32_t)(rnd() % 4 == 0 ? rnd() % 100000 : 1);
+    uint8_t *e0 = pulse_ckpt_tensor(*x, 2)->data, *e1 = pulse_ckpt_tensor(*y, 2)->data;
+    for (unsigned i = 0; i < 2 * CH + 1; i++)
+        if (rnd() % 7 == 0)
+            e1[i] = (uint8_t)(e0[i] + 1 + rnd() % 3);
+    pulse_ckpt_tensor(*y, 3)->data[17] ^= 0x5a;
+    if ((err = pulse_ckpt_commit(*x)) == 0)
+        err = pulse_ckpt_commit(*y);
+    return err;
+}
+
+static int same_data(const pulse_ckpt *a, const pulse_ckpt *b)
+{
+    for (size_t i = 0; i < pulse_ckpt_count(a); i++) {
+        const pulse_tensor *s = pulse_ckpt_tensor(a, i), *t = pulse_ckpt_tensor(b, i);
+        if (s->nbytes != t->nbytes || memcmp(s->data, t->data, s->nbytes))
+            return 0;
+    }
+    return 1;
+}
+
+/* Applies p to a fresh copy of x (trusted base, no result check: only the passes run) and
+ * compares it with y; with the safe apply too when `safe`. */
+static void apply_and_compare(const pulse_patch *p, pulse_ckpt *x, pulse_ckpt *y, int threads, int safe,
+                              const char *what)
+{
+    pulse_ckpt *t = NULL;
+    CHECK_OK(pulse_ckpt_create_like(&t, path_of("t.safetensors"), x));
+    if (!t)
+        return;
+    uint8_t idx[32];
+    CHECK_OK(pulse_ckpt_state_id(x, 1, idx));
+    pulse_patch_apply_opts o;
+    pulse_patch_apply_opts_default(&o);
+    o.threads = threads;
+    o.trust_base_id = idx;
+    o.skip_result_check = !safe;
+    int err = pulse_patch_apply_ex(p, t, &o);
+    CHECK_OK(err);
+    int same = same_data(t, y);
+    CHECK(same);
+    if (err || !same)
+        fprintf(stderr, "apply_and_compare: %s, %d threads: %s\n", what, threads, err ? pulse_last_error() : "bytes differ");
+    pulse_ckpt_close(&t);
+}
+
+/* How many coded chunks pass 1 keeps under the current PULSE_APPLY_CACHE; *ulp gets how
+ * many could be kept at all (element-wise ulp chunks). */
+static size_t kept_chunks(const pulse_patch *p, size_t *ulp)
+{
+    patch_cache c;
+    size_t n = 0;
+    *ulp = 0;
+    for (size_t i = 0; i < p->nchunks; i++)
+        *ulp += p->values == PULSE_VALUES_ULP && p->tensors[p->chunks[i].tensor].unit != 0
+                && p->tensors[p->chunks[i].tensor].dtype != PULSE_DT_OPAQUE;
+    if (patch_cache_open(&c, p) != 0)
+        return 0;
+    CHECK_OK(patch_run_pass1(p, 2, &c));
+    for (size_t i = 0; i < c.nent; i++)
+        n += c.ent[i].cached;
+    CHECK(atomic_load(&c.used) <= c.cap || !c.mem);
+    patch_cache_close(&c);
+    return n;
+}
+
+static void test_caps(pulse_ckpt *x, pulse_ckpt *y, pulse_value_code v, int from_file)
+{
+    pulse_diff_opts d;
+    pulse_diff_opts_default(&d);
+    d.values = v;
+    d.chunk_elems = CH;
+    d.threads = 2;
+    CHECK_OK(pulse_patch_diff(x, y, &d, path_of("xy.patch")));
+    pulse_patch *p = NULL;
+    if (from_file) {
+        CHECK_OK(pulse_patch_open(&p, path_of("xy.patch")));
+    } else {
+        FILE *f = fopen(path_of("xy.patch"), "rb");
+        static uint8_t buf[1 << 20];
+        size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+        if (f)
+            fclose(f);
+        CHECK(n > 0 && n < sizeof buf);
+        CHECK_OK(pulse_patch_open_mem(&p, buf, n));
+    }
+    if (!p)
+        return;
+    if (!from_file && v == PULSE_VALUES_ULP) {
+        /* The symbol widths the BF16 chunks got: all three, or the test means less. */
+        unsigned seen = 0;
+        for (size_t i = 0; i < p->nchunks; i++)
+            if (p->chunks[i].tensor == 0)
+                seen |= p->data[p->chunks[i].offset + p->chunks[i].pos_len];
+        CHECK_EQ_INT(seen, 2 | 4 | 8);
+    }
+    static const char *caps[] = { NULL, "0", "1K", "6K", "20K", "64M", "1G" };
+    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++) {
+        if (caps[ci])
+            setenv("PULSE_APPLY_CACHE", caps[ci], 1);
+        else
+            unsetenv("PULSE_APPLY_CACHE");
+        size_t ulp, kept = kept_chunks(p, &ulp);
+        if (v == PULSE_VALUES_ABS) {
+            CHECK_EQ_INT(kept, 0);
+        } else if (caps[ci] && !strcmp(caps[ci], "0")) {
+            CHECK_EQ_INT(kept, 0);
+        } else if (caps[ci] && (!strcmp(caps[ci], "1K") || !strcmp(caps[ci], "6K"))) {
+            CHECK(kept > 0 && kept < ulp);   /* some kept, the rest decoded again in pass 2 */
+        } else {
+            CHECK_EQ_INT(kept, ulp);
+        }
+        static const char *pop[] = { NULL, "0", "1" };
+        for (size_t pi = 0; pi < 3; pi++) {
+            if (pop[pi])
+                setenv("PULSE_APPLY_POPULATE", pop[pi], 1);
+            else
+                unsetenv("PULSE_APPLY_POPULATE");
+            char what[96];
+            snprintf(what, sizeof what, "%s %s, cache %s, populate %s", v == PULSE_VALUES_ULP ? "ulp" : "abs",
+                     from_file ? "file" : "memory", caps[ci] ? caps[ci] : "default", pop[pi] ? pop[pi] : "auto");
+            apply_and_compare(p, x, y, 1, ci == 0, what);
+            apply_and_compare(p, x, y, 2, 0, what);
+        }
+    }
+    unsetenv("PULSE_APPLY_CACHE");
+    unsetenv("PULSE_APPLY_POPULATE");
+    pulse_patch_close(&p);
+}
+
+/* The process's arena is used by one apply at a time: a second cache opened meanwhile maps
+ * its own; after release the next one maps a new kept arena. */
+static void test_kept_arena(pulse_ckpt *x, pulse_ckpt *y)
+{
+    pulse_diff_opts d;
+    pulse_diff_opts_default(&d);
+    d.chunk_elems = CH;
+    CHECK_OK(pulse_patch_diff(x, y, &d, path_of("k.patch")));
+    pulse_patch *p = NULL;
+    CHECK_OK(pulse_patch_open(&p, path_of("k.patch")));
+    if (p) {
+        patch_cache c1, c2;
+        CHECK_OK(patch_cache_open(&c1, p));
+        CHECK_OK(patch_cache_open(&c2, p));
+        CHECK(c1.kept && c1.mem);
+        CHECK(!c2.kept && c2.mem && c2.mem != c1.mem);
+        uint8_t *m1 = c1.mem;
+        patch_cache_close(&c2);
+        patch_cache_close(&c1);
+        CHECK_OK(patch_cache_open(&c1, p));
+        CHECK(c1.kept && c1.mem == m1);   /* the same pages again */
+        patch_cache_close(&c1);
+        patch_apply_release();
+        CHECK_OK(patch_cache_open(&c1, p));
+        CHECK(c1.kept && c1.mem);
+        patch_cache_close(&c1);
+    }
+    pulse_patch_close(&p);
+}
+
+typedef struct conc_arg {
+    const pulse_patch *p;
+    pulse_ckpt *x;
+    const char *name;
+    int err, same;
+    pulse_ckpt *y;
+} conc_arg;
+
+static void *conc_apply(void *v)
+{
+    conc_arg *a = v;
+    pulse_ckpt *t = NULL;
+    a->err = pulse_ckpt_create_like(&t, a->name, a->x);
+    for (int r = 0; !a->err && r < 20; r++) {
+        /* each round from a fresh copy of x, hashed before and after (the safe apply) */
+        for (size_t i = 0; i < pulse_ckpt_count(t); i++)
+            memcpy(pulse_ckpt_tensor(t, i)->data, pulse_ckpt_tensor(a->x, i)->data, pulse_ckpt_tensor(t, i)->nbytes);
+        a->err = pulse_patch_apply(a->p, t, 1);
+        a->same = !a->err && same_data(t, a->y);
+        if (!a->same)
+            break;
+    }
+    pulse_ckpt_close(&t);
+    return NULL;
+}
+
+/* Applies from three threads at once (one holds the kept arena and pool, the others map
+ * their own): every result is right. */
+static void test_concurrent(pulse_ckpt *x, pulse_ckpt *y)
+{
+    pulse_patch *p = NULL;
+    CHECK_OK(pulse_patch_open(&p, path_of("k.patch")));
+    if (!p)
+        return;
+    pthread_t th[3];
+    conc_arg args[3];
+    static const char *names[3] = { "c0.safetensors", "c1.safetensors", "c2.safetensors" };
+    for (int i = 0; i < 3; i++) {
+        args[i] = (conc_arg){ .p = p, .x = x, .y = y, .name = path_of(names[i]) };
+        CHECK(pthread_create(&th[i], NULL, conc_apply, &args[i]) == 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_OK(args[i].err);
+        CHECK(args[i].same);
+    }
+    pulse_patch_close(&p);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "%s/test-apply-cache-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    pulse_ckpt *x = NULL, *y = NULL;
+    CHECK_OK(make_pair(&x, &y));
+    if (x && y) {
+        test_caps(x, y, PULSE_VALUES_ULP, 1);
+        test_caps(x, y, PULSE_VALUES_ULP, 0);
+        test_caps(x, y, PULSE_VALUES_ABS, 1);
+        test_kept_arena(x, y);
+        test_concurrent(x, y);
+    }
+    pulse_ckpt_close(&x);
+    pulse_ckpt_close(&y);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return check_done("test_apply_cache");
+}
