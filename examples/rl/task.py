@@ -25,6 +25,19 @@ def sample_operands(rng, n):
     return rng.integers(0, hi, size=n), rng.integers(0, hi, size=n)
 
 
+def sample_sft_operands(rng, n):
+    """The supervised warm-up's mixture: each operand is 0 with probability 0.2, one digit with
+    probability 0.2, else uniform. The zero and one-digit cases teach the model to route each
+    operand digit to its answer position (a copy); on uniform operands alone this 3.2M model sits
+    on a loss plateau for thousands of steps before it finds that routing."""
+    a, b = sample_operands(rng, n)
+    r = rng.random((2, n))
+    small = rng.integers(0, 10, (2, n))
+    a = np.where(r[0] < 0.2, 0, np.where(r[0] < 0.4, small[0], a))
+    b = np.where(r[1] < 0.2, 0, np.where(r[1] < 0.4, small[1], b))
+    return a, b
+
+
 def _digits_msb(x, width):
     return [(int(x) // 10 ** i) % 10 for i in reversed(range(width))]
 
