@@ -74,6 +74,31 @@ run() {
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   if [ $rc != 0 ]; then cat "$way"-err*-"$r" >&2; fail "round $r ($way) failed"; fi
 }
+# start WAY K R ARGS...: trainer K's round in the background, verbose (pid in $bg); published WAY K R
+# waits, by watching its log, until its shard record is in the store (ordering by events, not time).
+start() {
+  local way=$1 k=$2 r=$3 st=s run=rs extra=(--reduce-scatter)
+  shift 3
+  if [ "$way" = ag ]; then st=a run=ag extra=(); fi
+  "$PULSE_BIN" loco round --store "$store" --run $run --key "t$k.key" --trainers trust/t1.pub trust/t2.pub \
+    trust/t3.pub --state "$st$k" --local "l$k-$r.safetensors" --shard-elems $CUT "${extra[@]}" -v "$@" \
+    >"$way-out$k-$r" 2>"$way-err$k-$r" &
+  bg=$!
+}
+published() {
+  local way=$1 k=$2 r=$3 pid=$4 i
+  for ((i = 0; i < 3000; i++)); do
+    grep -q "published " "$way-err$k-$r" && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$way-err$k-$r" >&2; fail "round $r: $way t$k ended before publishing"; }
+    sleep 0.1
+  done
+  kill "$pid"
+  fail "round $r: $way t$k did not publish its shards in 300 s"
+}
+finish() {
+  local way=$1 k=$2 r=$3 pid=$4
+  wait "$pid" || { cat "$way-err$k-$r" >&2; fail "round $r: $way t$k failed"; }
+}
 # same R "TRAINERS": every rs trainer and every ag trainer holds the same theta_{R+1}, momentum, state line
 same() {
   local r=$1 k n=$(($1 + 1))
@@ -124,34 +149,57 @@ cmp -s served.safetensors "$(vw s1 2)" || fail "the follower's weights differ fr
 P pull --store "$store" --run serve --trust t1.pub --state follower --weights served.safetensors >/dev/null
 ok "a follower pulled the two rounds' views (steps 1-2) and holds theta_2's view bit for bit"
 
-# Round 2: t3's trusted key signs a shard (on the cut) with an entry the gate keeps back, in a
+# Round 2: t3 is late. t2 publishes and waits (600 s, quorum 2); t1 then finds t2's record and
+# plans at once without t3 (--deadline 0 --quorum 2); t2 follows t1's plan. t3 comes afterwards
+# with the default quorum (all three): it follows the plan that leaves it out, owns nothing,
+# fetches the sums, folds its whole a back into e and holds the same theta_3. The all-gather
+# copies do the same (t3 adopts the result there).
+prepare 2
+for way in rs ag; do
+  start $way 2 2 --deadline 600 --quorum 2
+  published $way 2 2 "$bg"
+  run 2 $way "1" --deadline 0 --quorum 2
+  finish $way 2 2 "$bg"
+  run 2 $way "3" --deadline 0
+done
+same 2 "1 2 3"
+args=()
+for k in $order; do
+  i=1; [ "$k" = 3 ] && i=0
+  args+=("l$k-2.safetensors" "pre-e$k-2.safetensors" "$(ef s$k 3)" $i)
+done
+G verify "pre-theta1-2.safetensors" "$(th s1 3)" "${args[@]}"
+grep -q "2 of 3 trainers included (not this one" rs-out3-2 || fail "round 2 t3: $(cat rs-out3-2)"
+grep -q "reduce-scatter attempt 0, 0 vetoed, owned 0 ranges" rs-out3-2 || fail "round 2 t3: $(cat rs-out3-2)"
+ok "round 2: a late trainer follows the plan without it, folds a back into e (e_new == a) and lands on theta_3"
+
+# Round 3: t3's trusted key signs a shard (on the cut) with an entry the gate keeps back, in a
 # range that another trainer owns (ranges go round-robin to the members in node-id order), so an
 # owner vetoes t3 and everybody goes on to attempt 1 without it. t3's process never runs.
-prepare 2 "1 2"
+prepare 3 "1 2"
 pos=0
 for k in $order; do [ "$k" = 3 ] && break; pos=$((pos + 1)); done
 g=$(((pos + 1) % 3))   # a range of the first tensor (attn.q.weight, 6 ranges) owned by t1 or t2
 "$forge" "$store" rs t3.key s1 invisible $((g * CUT)) $CUT >/dev/null
 "$forge" "$store" ag t3.key a1 invisible $((g * CUT)) $CUT >/dev/null
-run 2 rs "1 2" --deadline 60 --quorum 2
-run 2 ag "1 2" --deadline 60 --quorum 2
-same 2 "1 2"
+run 3 rs "1 2" --deadline 60 --quorum 2
+run 3 ag "1 2" --deadline 60 --quorum 2
+same 3 "1 2"
 args=()
-for k in $order; do [ "$k" = 3 ] || args+=("l$k-2.safetensors" "pre-e$k-2.safetensors" "$(ef s$k 3)" 1); done
-G verify "pre-theta1-2.safetensors" "$(th s1 3)" "${args[@]}"
-grep -q "vetoed: .*does not pass the gate" rs-err1-2 rs-err2-2 || fail "round 2: no owner vetoed t3: $(cat rs-err*-2)"
+for k in $order; do [ "$k" = 3 ] || args+=("l$k-3.safetensors" "pre-e$k-3.safetensors" "$(ef s$k 4)" 1); done
+G verify "pre-theta1-3.safetensors" "$(th s1 4)" "${args[@]}"
+grep -q "vetoed: .*does not pass the gate" rs-err1-3 rs-err2-3 || fail "round 3: no owner vetoed t3: $(cat rs-err*-3)"
 for k in 1 2; do
-  grep -q "(t3) is left out of attempt 1" "rs-err$k-2" || fail "round 2 t$k: $(cat "rs-err$k-2")"
-  grep -q "2 of 3 trainers included" "rs-out$k-2" || fail "round 2 t$k: $(cat "rs-out$k-2")"
-  grep -q "reduce-scatter attempt 1, 1 vetoed" "rs-out$k-2" || fail "round 2 t$k: $(cat "rs-out$k-2")"
+  grep -q "(t3) is left out of attempt 1" "rs-err$k-3" || fail "round 3 t$k: $(cat "rs-err$k-3")"
+  grep -q "2 of 3 trainers included" "rs-out$k-3" || fail "round 3 t$k: $(cat "rs-out$k-3")"
+  grep -q "reduce-scatter attempt 1, 1 vetoed" "rs-out$k-3" || fail "round 3 t$k: $(cat "rs-out$k-3")"
 done
-ok "round 2: the byzantine shard was vetoed by its range's owner; attempt 1 without t3 gives the all-gather's bits"
-echo "  bytes downloaded per trainer, round 2: reduce-scatter $(down rs 2 1) $(down rs 2 2)," \
-  "all-gather $(down ag 2 1) $(down ag 2 2)"
+ok "round 3: the byzantine shard was vetoed by its range's owner; attempt 1 without t3 gives the all-gather's bits"
+echo "  bytes downloaded per trainer, round 3: reduce-scatter $(down rs 3 1) $(down rs 3 2)," \
+  "all-gather $(down ag 3 1) $(down ag 3 2)"
 
-# Refusals: --reduce-scatter with another --shard-elems than the plan's leaves a trainer out of the
-# plan (its record is not on the plan's cut); --publish-state without --publish-run is a usage error.
-P loco round --store "$store" --run rs --key t1.key --trust trust --state s1 --local l1-2.safetensors \
+# --publish-state without --publish-run is a usage error.
+P loco round --store "$store" --run rs --key t1.key --trust trust --state s1 --local l1-3.safetensors \
   --publish-state x 2>err && fail "--publish-state without --publish-run"
 grep -q "go with --publish-run" err || fail "usage: $(cat err)"
 ok "all"
