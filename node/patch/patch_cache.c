@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Apply's pass 1 checks (digest, frames, gaps, values) keeping each ulp chunk's decompressed streams in a capped arena, and pass 2's add from them. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -33,11 +34,34 @@ static size_t cache_cap(void)
     return v > PATCH_CACHE_CAP ? PATCH_CACHE_CAP : (size_t)v;
 }
 
+/* Huge pages where the kernel gives them on request (THP "madvise" mode): one fault per
+ * 2 MiB instead of one per 4 KiB page the first time the arena is filled, and fewer TLB
+ * misses in both passes. Resident memory then grows by 2 MiB steps, still within the cap. */
+#define ARENA_ALIGN (2u << 20)
+
 static uint8_t *map_arena(size_t cap)
 {
-    /* Untouched pages cost nothing: only what the chunks fill becomes resident. */
-    void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return m == MAP_FAILED ? NULL : m;
+    /* Untouched pages cost nothing: only what the chunks fill becomes resident. The
+     * mapping is cap rounded up to the alignment, so that every huge page lies inside it. */
+    size_t len = (cap + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    uint8_t *m = mmap(NULL, len + ARENA_ALIGN, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)m + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1));
+    if (a > m)
+        munmap(m, (size_t)(a - m));
+    if (a + len < m + len + ARENA_ALIGN)
+        munmap(a + len, (size_t)(m + len + ARENA_ALIGN - (a + len)));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(a, len, MADV_HUGEPAGE);   /* a hint: refused or ignored, small pages */
+#endif
+    return a;
+}
+
+static void unmap_arena(uint8_t *a, size_t cap)
+{
+    munmap(a, (cap + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1));
 }
 
 int patch_cache_open(patch_cache *cache, const pulse_patch *p)
@@ -54,7 +78,7 @@ int patch_cache_open(patch_cache *cache, const pulse_patch *p)
     cache->cap = cap;
     if (!atomic_flag_test_and_set(&kept_busy)) {
         if (kept_mem && kept_cap != cap) {
-            munmap(kept_mem, kept_cap);
+            unmap_arena(kept_mem, kept_cap);
             kept_mem = NULL;
         }
         if (!kept_mem && (kept_mem = map_arena(cap)) != NULL)
@@ -77,7 +101,7 @@ void patch_cache_close(patch_cache *cache)
     if (cache->kept)
         atomic_flag_clear(&kept_busy);
     else if (cache->mem)
-        munmap(cache->mem, cache->cap);
+        unmap_arena(cache->mem, cache->cap);
     memset(cache, 0, sizeof *cache);
 }
 
@@ -86,7 +110,7 @@ void patch_cache_release(void)
     if (atomic_flag_test_and_set(&kept_busy))
         return;   /* in use: its apply keeps it */
     if (kept_mem)
-        munmap(kept_mem, kept_cap);
+        unmap_arena(kept_mem, kept_cap);
     kept_mem = NULL;
     kept_cap = 0;
     atomic_flag_clear(&kept_busy);
