@@ -46,9 +46,14 @@ grep -q "^through the store ($dir/a): the same theta_{r+1} as in memory every ro
 "$PULSE_BIN" loco sim --rounds 6 --values bf16 --outer-lr 0.7 --momentum 0.9 --nesterov --store-dir "$dir/b" >"$out" ||
   fail "store pass with BF16 values and Nesterov: exit $?: $(tail -2 "$out")"
 grep -q "the same theta_{r+1} as in memory every round" "$out" || fail "store pass (bf16, Nesterov): $(tail -1 "$out")"
+# The reduce-scatter through the same rounds (8 ranges of 2048 over 3 owners): the same bits again.
+"$PULSE_BIN" loco sim --rounds 4 --shard-elems 2048 --values bf16 --outer-lr 0.7 --momentum 0.9 --nesterov \
+  --store-dir "$dir/c" --reduce-scatter >"$out" || fail "store pass with the reduce-scatter: exit $?: $(tail -2 "$out")"
+grep -q "the same theta_{r+1} as in memory every round" "$out" || fail "reduce-scatter store pass: $(tail -2 "$out")"
+grep -q "^downloaded per trainer and round (reduce-scatter): [1-9]" "$out" || fail "reduce-scatter bytes: $(tail -1 "$out")"
 "$PULSE_BIN" loco sim --rounds 1 --store-dir "$dir/b" 2>"$out" && fail "sim reused an existing store directory"
 grep -q "cannot create" "$out" || fail "sim over an existing directory: $(cat "$out")"
-echo "ok   the rounds through a file:// store give the in-memory bits"
+echo "ok   the rounds through a file:// store give the in-memory bits (all-gather and reduce-scatter)"
 
 "$PULSE_BIN" loco sim --rounds 0 2>"$out" && fail "sim accepted 0 rounds"
 grep -q "rounds wants a number" "$out" || fail "sim --rounds 0: $(cat "$out")"
