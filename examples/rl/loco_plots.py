@@ -126,13 +126,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="loco_run.py output directory")
     ap.add_argument("--img", default=None, help="where the PNGs go (default OUT)")
+    ap.add_argument("--prefix", default="loco-", help="file name prefix of the PNGs (default loco-)")
     args = ap.parse_args()
     runs = load_runs(args.out)
     img = args.img or args.out
     os.makedirs(img, exist_ok=True)
-    plot_reward(runs, os.path.join(img, "loco-reward.png"))
-    plot_sparsity(runs, os.path.join(img, "loco-sparsity.png"))
-    plot_bytes(runs, os.path.join(img, "loco-bytes.png"))
+    plot_reward(runs, os.path.join(img, args.prefix + "reward.png"))
+    plot_sparsity(runs, os.path.join(img, args.prefix + "sparsity.png"))
+    plot_bytes(runs, os.path.join(img, args.prefix + "bytes.png"))
     md = table(runs)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(md + "\n")
