@@ -431,30 +431,36 @@ static void scatter_add_f32_avx512(float *acc, const uint32_t *idx, size_t k, co
         acc[idx[j]] += v[j];
 }
 
-/* 64 bytes a step, the last step a masked load (nothing read at or past n): vpmovb2m marks
- * the bytes that end the run, vpsadbw sums the bytes before the first of them. */
+/* 64 bytes a step, the last (partial) step a masked load, so nothing at or past n is read:
+ * vpmovb2m marks the bytes that end the run, vpsadbw sums the bytes before the first. */
 static size_t leb1_run_avx512(const uint8_t *src, size_t n, uint64_t *sum)
 {
     const __m512i zero = _mm512_setzero_si512();
     __m512i acc = zero;
     size_t j = 0;
-    while (j < n) {
-        size_t left = n - j;
-        __mmask64 lm = left >= 64 ? ~(__mmask64)0 : (__mmask64)_bzhi_u64(~0ull, (unsigned)left);
-        __m512i v = _mm512_maskz_loadu_epi8(lm, src + j);
-        uint64_t hi = (uint64_t)_mm512_movepi8_mask(v);
-        if (hi) {
-            unsigned r = (unsigned)_tzcnt_u64(hi);
-            v = _mm512_maskz_mov_epi8((__mmask64)_bzhi_u64(~0ull, r), v);
-            acc = _mm512_add_epi64(acc, _mm512_sad_epu8(v, zero));
-            j += r;
-            break;
-        }
+    __m512i v;
+    uint64_t hi;
+    for (; j + 64 <= n; j += 64) {
+        v = _mm512_loadu_si512(src + j);
+        if ((hi = (uint64_t)_mm512_movepi8_mask(v)) != 0)
+            goto stop;
         acc = _mm512_add_epi64(acc, _mm512_sad_epu8(v, zero));
-        j += left >= 64 ? 64 : left;
+    }
+    if (j < n) {
+        v = _mm512_maskz_loadu_epi8((__mmask64)_bzhi_u64(~0ull, (unsigned)(n - j)), src + j);
+        if ((hi = (uint64_t)_mm512_movepi8_mask(v)) != 0)
+            goto stop;
+        acc = _mm512_add_epi64(acc, _mm512_sad_epu8(v, zero));
+        j = n;
     }
     *sum += (uint64_t)_mm512_reduce_add_epi64(acc);
     return j;
+stop:;
+    unsigned r = (unsigned)_tzcnt_u64(hi);
+    v = _mm512_maskz_mov_epi8((__mmask64)_bzhi_u64(~0ull, r), v);
+    acc = _mm512_add_epi64(acc, _mm512_sad_epu8(v, zero));
+    *sum += (uint64_t)_mm512_reduce_add_epi64(acc);
+    return j + r;
 }
 
 int pulse_kernels_init_avx512(pulse_kernels *k)
