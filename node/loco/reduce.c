@@ -721,7 +721,7 @@ static int reduce_own(round_ctx *c, const rs_plan *p, int *vetoing)
         uint64_t entries = 0;
         r = blobs && ranges ? 0 : pulse_fail(PULSE_ERR_NOMEM, "reduced objects");
         for (size_t a = 0; !r && a < n_owned; a++) {
-            /* A record names at least one object: the first owned range even when it is empty. */
+            /* A record names at least one object: the last owned range even when all are empty. */
             if (sj[a].out->k == 0 && !(a == n_owned - 1 && nb == 0))
                 continue;
             blobs[nb] = (sync_blob){ .data = sj[a].obj, .len = sj[a].obj_len };
@@ -888,8 +888,11 @@ static int wait_owners(round_ctx *c, const rs_plan *p, rs_plan *next)
             break;
         if (l.next_plan) {
             int found = 0;
-            if ((r = plan_read(c, p->attempt + 1, next, &found)) == 0 && found)
-                return free(present), free(is_owner), 0;
+            if ((r = plan_read(c, p->attempt + 1, next, &found)) == 0 && found) {
+                free(present);
+                free(is_owner);
+                return 0;
+            }
         }
         size_t waiting = 0;
         int any_veto = 0;
