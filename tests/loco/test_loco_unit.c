@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the LoCo pieces: shard codec round trip and refusals, gate conservation, the mean's arithmetic. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,7 +127,10 @@ static void state_file(const char *dir, const char *what, char out[4096])
     snprintf(out, 4096, "%.3000s/%.16s-%012d.safetensors", dir, what, 1);
 }
 
-static int mem_round(const char *tmp, const char *state, const char *run, int from_files, int bf16, float out[2][600])
+/* rs: 1 reduce-scatter, 2 the same asked for by a caller built before the field (its shorter size:
+ * the field is ignored, the round is the all-gather). */
+static int mem_round_rs(const char *tmp, const char *state, const char *run, int from_files, int bf16, int rs,
+                        float out[2][600])
 {
     char key[4096], store[4200], local[4096];
     snprintf(key, sizeof key, "%s/t1.key", tmp);
@@ -152,10 +156,26 @@ static int mem_round(const char *tmp, const char *state, const char *run, int fr
         o.local_tensors = lt;
         o.n_local = 2;
     }
+    pulse_loco_round_extra x;
+    memset(&x, 0x55, sizeof x);
+    o.reduce_scatter = rs != 0;
+    o.extra = &x;
+    if (rs == 2)
+        o.size = offsetof(pulse_loco_round_opts, bf16_values) + sizeof o.bf16_values;
     pulse_loco_report rep;
     int r = pulse_loco_round(&o, &rep);
     CHECK(r != 0 || (rep.included == 1 && rep.sent > 0 && rep.sent < 1200));
+    /* one trainer owns all 6 ranges (3 of 256 per tensor) and publishes the sums of those it sent in */
+    if (rs == 1)
+        CHECK(r != 0 || (x.rs_attempt == 0 && x.rs_owned == 6 && x.vetoed == 0 && x.rs_reduced_bytes > 0 && !x.published));
+    if (rs == 2)
+        CHECK(x.rs_owned == 0x55555555u);   /* extra lies past the old size: never written */
     return r;
+}
+
+static int mem_round(const char *tmp, const char *state, const char *run, int from_files, int bf16, float out[2][600])
+{
+    return mem_round_rs(tmp, state, run, from_files, bf16, 0, out);
 }
 
 static void test_in_memory_round(void)
@@ -176,9 +196,9 @@ static void test_in_memory_round(void)
     pulse_key_free(&k);
     pulse_loco_tensor t0[2] = { { "a.weight", 1, { 600 }, mem_theta0[0] }, { "b.weight", 2, { 20, 30 }, mem_theta0[1] } };
     pulse_loco_tensor lt[2] = { { "a.weight", 1, { 600 }, mem_local[0] }, { "b.weight", 2, { 20, 30 }, mem_local[1] } };
-    static const char *const states[3] = { "mem", "file", "bf16" };
-    char sd[3][4096];
-    for (int s = 0; s < 3; s++) {
+    static const char *const states[5] = { "mem", "file", "bf16", "rs", "old" };
+    char sd[5][4096];
+    for (int s = 0; s < 5; s++) {
         snprintf(sd[s], sizeof sd[s], "%s/%s", tmp, states[s]);
         CHECK_OK(pulse_loco_init_tensors(sd[s], t0, 2, PULSE_LOCO_VIEW_BF16));
     }
@@ -196,6 +216,12 @@ static void test_in_memory_round(void)
     CHECK_OK(mem_round(tmp, sd[1], "file", 1, 0, out_file));
     CHECK_OK(mem_round(tmp, sd[2], "bf16", 0, 1, out_bf16));
     CHECK(memcmp(out_mem, out_file, sizeof out_mem) == 0);
+    /* The reduce-scatter gives the all-gather's bits; an older caller's opts still run a round. */
+    static float out_rs[2][600], out_old[2][600];
+    CHECK_OK(mem_round_rs(tmp, sd[3], "rs", 0, 0, 1, out_rs));
+    CHECK(memcmp(out_mem, out_rs, sizeof out_mem) == 0);
+    CHECK_OK(mem_round_rs(tmp, sd[4], "old", 0, 0, 2, out_old));
+    CHECK(memcmp(out_mem, out_old, sizeof out_mem) == 0);
     /* ... and the state's theta_1 holds the same bits as the out tensors */
     pulse_ckpt *c = NULL;
     state_file(sd[0], "theta", path);
