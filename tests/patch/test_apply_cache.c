@@ -6,7 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zstd.h>
+
 #include "pulseweights.h"
+#include "crypto/sha256.h"
 #include "pulseweights/patch.h"
 #include "node/patch/patch_internal.h"
 #include "check.h"
@@ -289,6 +292,158 @@ static void test_concurrent(pulse_ckpt *x, pulse_ckpt *y)
     pulse_patch_close(&p);
 }
 
+/* ---- random crafted chunks: pass 1's checks against the decoder's ------------------- */
+
+enum { RL = 64, RCH = 400 };   /* elements per chunk, chunks per tensor */
+
+static size_t leb_put(uint8_t *o, uint32_t v, int overlong)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        o[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    if (overlong && n < 3) {   /* the same value with a redundant zero group */
+        o[n++] = (uint8_t)(v | 0x80);
+        v = 0;
+    }
+    o[n++] = (uint8_t)v;
+    return n;
+}
+
+static void put_frame(patch_out_chunk *oc, size_t *at, const uint8_t *src, size_t n)
+{
+    *at += ZSTD_compress(oc->bytes + *at, ZSTD_compressBound(n) + 64, src, n, 1);
+}
+
+/* One chunk of a `unit`-byte tensor: k changes with random positions and zigzag values,
+ * coded at a random width; one time in three one stream is damaged in some small way. */
+static void random_chunk(unsigned unit, patch_out_chunk *oc)
+{
+    uint8_t gaps[RL * 6 + 8], packed[RL + 8], esc[RL * 6 + 8];
+    size_t k = 1 + rnd() % RL, gl = 0, el = 0;
+    uint32_t pos[RL], last = 0;
+    size_t chosen = 0;
+    for (uint32_t i = 0; i < RL && chosen < k; i++)   /* k positions, ascending */
+        if (rnd() % (RL - i) < k - chosen)
+            pos[chosen++] = i;
+    for (size_t j = 0; j < k; j++) {
+        gl += leb_put(gaps + gl, pos[j] - (j ? last + 1 : 0), rnd() % 16 == 0);
+        last = pos[j];
+    }
+    static const unsigned widths[] = { 2, 2, 2, 4, 8 };
+    unsigned bits = widths[rnd() % 5];
+    uint32_t m = 1u << bits, maxz = unit == 4 ? 0xffffffffu : (1u << (8 * unit)) - 1;
+    size_t plen = (k * bits + 7) / 8;
+    memset(packed, 0, sizeof packed);
+    for (size_t j = 0; j < k; j++) {
+        uint32_t z = rnd() % 4 ? 1 + (uint32_t)(rnd() % 3) : 1 + (uint32_t)(rnd() % maxz);
+        uint32_t sym = z < m ? z - 1 : m - 1;
+        if (z >= m)
+            el += leb_put(esc + el, z - m, rnd() % 16 == 0);
+        packed[(j * bits) / 8] |= (uint8_t)(sym << ((j * bits) % 8));
+    }
+    int count_delta = 0;
+    if (rnd() % 3 == 0) {
+        switch (rnd() % 10) {
+        case 0: gaps[rnd() % gl] ^= (uint8_t)(1u << (rnd() % 8)); break;
+        case 1: if (gl > 1) gl--; break;
+        case 2: gaps[gl++] = (uint8_t)(rnd() % 4); break;
+        case 3: packed[rnd() % plen] ^= (uint8_t)(1u << (rnd() % 8)); break;
+        case 4: if ((k * bits) % 8) packed[plen - 1] |= 0x80; break;   /* padding */
+        case 5: if (el) el--; break;
+        case 6: esc[el++] = (uint8_t)(rnd() % 128); break;
+        case 7: el += leb_put(esc + el, maxz - m + 1, 0); break;       /* out of range */
+        case 8: count_delta = k < RL ? 1 : -1; break;
+        default: bits = 3; break;                                      /* unknown coding */
+        }
+    }
+    oc->bytes = malloc(ZSTD_compressBound(gl) + ZSTD_compressBound(plen) + ZSTD_compressBound(el) + 256);
+    size_t at = 0;
+    put_frame(oc, &at, gaps, gl);
+    oc->pos_len = (uint32_t)at;
+    oc->bytes[at++] = (uint8_t)bits;
+    put_frame(oc, &at, packed, plen);
+    if (el)
+        put_frame(oc, &at, esc, el);
+    oc->val_len = (uint32_t)(at - oc->pos_len);
+    oc->count = (uint32_t)((int)k + count_delta);
+    pulse_sha256(oc->bytes, at, oc->digest);
+}
+
+/* Pass 1 (patch_check_chunk) accepts exactly the chunks the decoder accepts, and what pass 2
+ * adds from the cache is what decode + ulp_apply writes; for 8-, 16- and 32-bit elements. */
+static void test_random_chunks(void)
+{
+    static const char *names[3] = { "r08", "r16", "r32" };
+    static const char *dtypes[3] = { "F8_E5M2", "BF16", "F32" };
+    static const pulse_dtype dts[3] = { PULSE_DT_F8_E5M2, PULSE_DT_BF16, PULSE_DT_F32 };
+    static const unsigned units[3] = { 1, 2, 4 };
+    uint64_t shape[1] = { (uint64_t)RL * RCH };
+    patch_out_tensor ot[3];
+    for (int u = 0; u < 3; u++) {
+        ot[u] = (patch_out_tensor){ .name = names[u], .dtype_name = dtypes[u], .dtype = dts[u],
+                                    .elem_size = units[u], .ndim = 1, .shape = shape, .nchunks = RCH };
+        ot[u].chunks = calloc(RCH, sizeof *ot[u].chunks);
+        for (int c = 0; c < RCH; c++) {
+            random_chunk(units[u], &ot[u].chunks[c]);
+            ot[u].changes += ot[u].chunks[c].count;
+        }
+    }
+    uint8_t id[32] = { 0 };
+    CHECK_OK(patch_write_file(path_of("random.patch"), PULSE_VALUES_ULP, RL, id, id, ot, 3));
+    pulse_patch *p = NULL;
+    CHECK_OK(pulse_patch_open(&p, path_of("random.patch")));
+    patch_pool pool;
+    patch_cache cache;
+    int err = 0;
+    if (p && patch_pool_init(&pool, 1, RL, 0) == 0) {
+        patch_scratch *sa = patch_pool_take(&pool, &err), *sb = patch_pool_take(&pool, &err);
+        CHECK_OK(patch_cache_open(&cache, p));
+        size_t accepted = 0, refused = 0;
+        for (size_t i = 0; sa && sb && i < p->nchunks; i++) {
+            const patch_chunk *c = &p->chunks[i];
+            unsigned unit = p->tensors[c->tensor].unit;
+            int a = patch_check_chunk(p, i, sa, &cache);
+            int b = patch_decode_checked_chunk(p, c, sb);
+            CHECK((a == 0) == (b == 0) && a <= 0 && b <= 0);
+            if (!((a == 0) == (b == 0)))
+                fprintf(stderr, "chunk %zu (unit %u): pass 1 %d, decoder %d (%s)\n", i, unit, a, b, pulse_last_error());
+            if (a || b) {
+                refused++;
+                continue;
+            }
+            accepted++;
+            CHECK(cache.ent[i].cached);
+            uint8_t x[RL * 4], y[RL * 4];
+            for (size_t j = 0; j < sizeof x; j++)
+                x[j] = y[j] = (uint8_t)(j * 37 + i);
+            CHECK_OK(patch_write_cached_chunk(p, i, sa, &cache, x));
+            const pulse_kernels *kn = pulse_kernels_get();
+            if (unit == 1)
+                kn->ulp_apply8(y, sb->idx, c->count, sb->vals);
+            else if (unit == 2)
+                kn->ulp_apply16((uint16_t *)(void *)y, sb->idx, c->count, (const uint16_t *)(void *)sb->vals);
+            else
+                kn->ulp_apply32((uint32_t *)(void *)y, sb->idx, c->count, (const uint32_t *)(void *)sb->vals);
+            CHECK(!memcmp(x, y, sizeof x));
+        }
+        CHECK(accepted > 300 && refused > 100);   /* both kinds well represented */
+        patch_cache_close(&cache);
+        if (sa)
+            patch_pool_give(&pool, sa);
+        if (sb)
+            patch_pool_give(&pool, sb);
+        patch_pool_free(&pool);
+    }
+    pulse_patch_close(&p);
+    for (int u = 0; u < 3; u++) {
+        for (int c = 0; c < RCH; c++)
+            free(ot[u].chunks[c].bytes);
+        free(ot[u].chunks);
+    }
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/test-apply-cache-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -305,6 +460,7 @@ int main(void)
         test_kept_arena(x, y);
         test_concurrent(x, y);
     }
+    test_random_chunks();
     pulse_ckpt_close(&x);
     pulse_ckpt_close(&y);
     char cmd[600];
