@@ -41,9 +41,11 @@ def plot_reward(runs, path):
             axes[1][col].plot([e["round"] for e in log], [e["train_reward"] for e in log], color=color,
                               label=name, marker="o", ms=3)
         h = runs[0]["H"]
-        axes[0][col].set_title(f"{k} trainers, H = {h} local steps, lr {runs[0]['lr']:g}")
-        axes[0][col].set_ylabel(f"eval reward of theta_r ({runs[0]['hp']['eval_n']} fixed prompts, T = 1)")
-        axes[1][col].set_ylabel("training reward (round r's rollouts, all trainers)")
+        axes[0][col].set_title(f"{k} trainers, H = {h} local steps, lr {runs[0]['lr']:g}\n"
+                               f"eval: {runs[0]['hp']['eval_n']} fixed prompts, sampled at T = 1", fontsize=10)
+        axes[1][col].set_title("training: mean reward of round r's rollouts, all trainers", fontsize=10)
+        axes[0][col].set_ylabel("eval reward of theta_r")
+        axes[1][col].set_ylabel("training reward")
         axes[1][col].set_xlabel(f"round r (DDP: step {h} x r)")
         for ax in axes[:, col]:
             ax.xaxis.get_major_locator().set_params(integer=True)
@@ -78,7 +80,7 @@ def plot_sparsity(runs, path):
     ax.set_ylim(0, 105)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -24,9 +24,9 @@ import train as TR  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-FULL = dict(size="small", sft_steps=600, sft_stages=4, sft_target=0.4, rounds=16, H=8, lr=3e-5, n_prompts=8, group=8,
+FULL = dict(size="small", sft_steps=600, sft_batch=64, sft_stages=4, sft_target=0.4, rounds=16, H=8, lr=3e-5, n_prompts=8, group=8,
             eval_n=512, seed=1, reward="exact")
-QUICK = dict(size="tiny", sft_steps=20, sft_stages=1, sft_target=None, rounds=2, H=2, lr=3e-5, n_prompts=4, group=4,
+QUICK = dict(size="tiny", sft_steps=20, sft_batch=64, sft_stages=1, sft_target=None, rounds=2, H=2, lr=3e-5, n_prompts=4, group=4,
              eval_n=64, seed=1, reward="digits")
 
 
@@ -42,8 +42,8 @@ def sft_checkpoint(out, hp, log):
     model = M.build_model(C.model_config(hp["size"]), seed=0)
     t0, total = time.time(), 0
     for stage in range(hp["sft_stages"]):
-        steps, rew = TR.sft_warmup(model, steps=hp["sft_steps"], target=hp["sft_target"], seed=stage,
-                                   eval_every=25, log=log)
+        steps, rew = TR.sft_warmup(model, steps=hp["sft_steps"], batch=hp["sft_batch"], target=hp["sft_target"],
+                                   seed=stage, eval_every=25, log=log)
         total += steps
         if hp["sft_target"] is None or rew >= hp["sft_target"]:
             break
