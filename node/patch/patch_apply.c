@@ -183,7 +183,7 @@ static int run_with(const pulse_patch *p, pulse_ckpt *target, int write, int che
 }
 
 /* The scratch pool of the last apply is kept for the next one, like the cache's arena (and
- * for the same reason: its zstd contexts and buffers are then not faulted in again). One
+ * for the same reason: its zstd contexts and read buffers are then not faulted in again). One
  * apply at a time uses it; a concurrent one, or one with another chunk size or more
  * threads, gets a pool of its own for the call. */
 static atomic_flag kept_pool_busy = ATOMIC_FLAG_INIT;
@@ -205,12 +205,23 @@ static patch_pool *pool_take(const pulse_patch *p, int threads, patch_pool *own,
     return own;
 }
 
-static void pool_give(patch_pool *pool, patch_pool *own)
+/* Chunks with more changes than this touch several MiB of a slot's buffers when decoded
+ * without the cache (up to ~31 bytes per change): after such a patch the kept pool gives its
+ * chunk-sized buffers back and keeps only its zstd contexts and read buffers. */
+#define KEEP_BUFFERS_MAX_COUNT 65536u
+
+static void pool_give(patch_pool *pool, patch_pool *own, const pulse_patch *p)
 {
-    if (pool == own)
+    if (pool == own) {
         patch_pool_free(own);
-    else
-        atomic_flag_clear(&kept_pool_busy);
+        return;
+    }
+    for (size_t i = 0; i < p->nchunks; i++)
+        if (p->chunks[i].count > KEEP_BUFFERS_MAX_COUNT) {
+            patch_pool_trim(pool);
+            break;
+        }
+    atomic_flag_clear(&kept_pool_busy);
 }
 
 void patch_apply_release(void)
@@ -230,7 +241,7 @@ static int run(const pulse_patch *p, pulse_ckpt *target, int write, int checked,
     if (!pool)
         return err;
     err = run_with(p, target, write, checked, threads, cache, pool);
-    pool_give(pool, &own);
+    pool_give(pool, &own, p);
     return err;
 }
 
@@ -322,7 +333,7 @@ int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, const pulse_p
     err = run_with(p, NULL, 0, 0, threads, &cache, pool);
     if (!err)
         err = run_with(p, target, 1, 1, threads, &cache, pool);
-    pool_give(pool, &own);
+    pool_give(pool, &own, p);
     patch_cache_close(&cache);
     if (err)
         return err;

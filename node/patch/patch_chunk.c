@@ -93,8 +93,10 @@ patch_scratch *patch_pool_take(patch_pool *pool, int *err)
                 s->dense = malloc(n * 4);
                 s->mark = malloc(n);
             }
-            s->cctx = ZSTD_createCCtx();
-            s->dctx = ZSTD_createDCtx();
+            if (!s->cctx)   /* kept by patch_pool_trim */
+                s->cctx = ZSTD_createCCtx();
+            if (!s->dctx)
+                s->dctx = ZSTD_createDCtx();
             if (!s->idx || !s->gaps || !s->leb || !s->vals || !s->planes || !s->cctx || !s->dctx
                 || (pool->with_squash && (!s->dense || !s->mark))) {
                 scratch_free(s);
@@ -107,6 +109,17 @@ patch_scratch *patch_pool_take(patch_pool *pool, int *err)
     }
     *err = pulse_fail(PULSE_ERR_INVALID, "patch scratch pool exhausted");
     return NULL;
+}
+
+void patch_pool_trim(patch_pool *pool)
+{
+    for (size_t i = 0; pool->slots && i < pool->n; i++) {
+        patch_scratch *s = &pool->slots[i];
+        free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes);
+        free(s->dense); free(s->mark);
+        s->idx = s->gaps = NULL;
+        s->leb = s->vals = s->planes = s->dense = s->mark = NULL;
+    }
 }
 
 void patch_pool_give(patch_pool *pool, patch_scratch *s)

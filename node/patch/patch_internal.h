@@ -104,6 +104,9 @@ void patch_pool_free(patch_pool *pool);
 /* Takes a free slot (allocating its buffers on first use); NULL with the error set. */
 patch_scratch *patch_pool_take(patch_pool *pool, int *err);
 void patch_pool_give(patch_pool *pool, patch_scratch *s);
+/* Frees the chunk-sized buffers of every slot (taken again on the next patch_pool_take),
+ * keeping the zstd contexts and the read buffer: what a pool kept between calls holds. */
+void patch_pool_trim(patch_pool *pool);
 
 /* Threads actually used for "threads" (0 = default). */
 int patch_threads(int threads);

@@ -444,6 +444,32 @@ static void test_random_chunks(void)
     }
 }
 
+/* A trimmed pool keeps its zstd contexts and allocates its chunk buffers again on take. */
+static void test_pool_trim(void)
+{
+    patch_pool pool;
+    int err = 0;
+    CHECK_OK(patch_pool_init(&pool, 1, CH, 0));
+    patch_scratch *s = patch_pool_take(&pool, &err);
+    CHECK(s && s->idx && s->dctx && s->cctx);
+    if (!s) {
+        patch_pool_free(&pool);
+        return;
+    }
+    ZSTD_DCtx *d = s->dctx;
+    patch_pool_give(&pool, s);
+    patch_pool_trim(&pool);
+    CHECK(pool.slots[0].idx == NULL && pool.slots[0].dctx == d);
+    s = patch_pool_take(&pool, &err);
+    CHECK(s && s->idx && s->vals && s->leb && s->planes && s->gaps && s->dctx == d);
+    if (s) {
+        memset(s->vals, 1, (size_t)CH * 4);   /* the full sizes are there again */
+        memset(s->leb, 2, (size_t)CH * PATCH_LEB_MAX);
+        patch_pool_give(&pool, s);
+    }
+    patch_pool_free(&pool);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/test-apply-cache-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -461,6 +487,7 @@ int main(void)
         test_concurrent(x, y);
     }
     test_random_chunks();
+    test_pool_trim();
     pulse_ckpt_close(&x);
     pulse_ckpt_close(&y);
     char cmd[600];
