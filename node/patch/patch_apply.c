@@ -205,10 +205,10 @@ static patch_pool *pool_take(const pulse_patch *p, int threads, patch_pool *own,
     return own;
 }
 
-/* Chunks with more changes than this touch several MiB of a slot's buffers when decoded
+/* Chunks with more changes than this touch over ~8 MiB of a slot's buffers when decoded
  * without the cache (up to ~31 bytes per change): after such a patch the kept pool gives its
  * chunk-sized buffers back and keeps only its zstd contexts and read buffers. */
-#define KEEP_BUFFERS_MAX_COUNT 65536u
+#define KEEP_BUFFERS_MAX_COUNT 262144u
 
 static void pool_give(patch_pool *pool, patch_pool *own, const pulse_patch *p)
 {
