@@ -51,6 +51,8 @@ static void usage(FILE *f)
         "  --threads N        threads for hashing (default: all cores)\n"
         "  --reduce-scatter   owners sum ranges from everyone, all fetch the sums (same bits; every\n"
         "                     trainer of the round must use it, with the same --shard-elems)\n"
+        "  --owner-wait S     reduce-scatter: seconds to wait for the owners' sums (default: --deadline,\n"
+        "                     at least 30); a missing owner is left out of the next attempt\n"
         "  --publish-run RUN  after the round, publish theta_{r+1}'s view as step r+1 of sync run RUN\n"
         "  --publish-store URL  its store (default --store); --publish-state DIR (default STATE/publish)\n"
         "  -v, --verbose      progress on stderr\n"
@@ -359,6 +361,10 @@ int cmd_loco(int argc, char **argv)
             if (parse_float(val, &d) || d < 0 || d > 1e7)
                 rc = cli_usage_error("loco", "--deadline wants seconds (0 to 1e7)");
             o.deadline_s = d;
+        } else if (!strcmp(a, "--owner-wait")) {
+            if (parse_float(val, &d) || d <= 0 || d > 1e7)
+                rc = cli_usage_error("loco", "--owner-wait wants seconds (above 0, to 1e7)");
+            o.owner_wait_s = d;
         } else if (!strcmp(a, "--quorum")) {
             if (cli_parse_u64(val, &v) || v < 1 || v > 4096)
                 rc = cli_usage_error("loco", "--quorum wants a number from 1 to 4096");

@@ -78,6 +78,9 @@ typedef struct pulse_loco_round_opts {
     /* NULL, or where the round reports what the fields above did (pulse_loco_report keeps its
      * layout, so callers built against it stay valid). */
     struct pulse_loco_round_extra *extra;
+    /* reduce-scatter: how long to wait for the owners' sums once the plan is read; an owner still
+     * missing then is left out of the next attempt. 0 = deadline_s, but at least 30 s. */
+    double owner_wait_s;
 } pulse_loco_round_opts;
 
 /* What the reduce-scatter and the publication did (opts.extra; zeroed by the round). */

@@ -18,7 +18,8 @@
 #define RS_PLAN_ROLE "loco-plan"
 #define RS_REDUCED_ROLE "loco-reduced"
 #define RS_VETO_ROLE "loco-veto"
-/* Owners get --deadline from the moment the plan is read, but at least this long: reducing takes time. */
+/* Without --owner-wait, owners get --deadline from the moment the plan is read, but at least this
+ * long: a trainer that planned at once (--deadline 0) must not drop owners that are still summing. */
 #define RS_MIN_OWNER_WAIT 30.0
 
 /* A plan (attempt N's members) or a decision that attempt N-1 is final (no members). */
@@ -879,7 +880,8 @@ static int wait_owners(round_ctx *c, const rs_plan *p, rs_plan *next)
     snprintf(rel, sizeof rel, "loco-rs/%012" PRIu64 "/", c->st.round);
     if (!r)
         r = sync_run_key(c->o->run, rel, prefix);
-    double wait = c->o->deadline_s > RS_MIN_OWNER_WAIT ? c->o->deadline_s : RS_MIN_OWNER_WAIT;
+    double wait = c->o->owner_wait_s > 0 ? c->o->owner_wait_s
+                  : c->o->deadline_s > RS_MIN_OWNER_WAIT ? c->o->deadline_s : RS_MIN_OWNER_WAIT;
     double deadline = loco_now_s() + wait, pause = 0.05;
     int decided = 0, timed_out = 0;
     while (!r && !decided) {

@@ -24,7 +24,8 @@ int main(int argc, char **argv)
     if (argc < 6) {
         fputs("usage: loco_forge STORE-URL RUN KEY.key STATE-DIR invisible|nan|replay|result [SRC-ROUND | OFFSET LEN]\n"
               "  signs with KEY a loco-shard record for STATE-DIR's round (theta_r and its view id from there):\n"
-              "  invisible: one good entry and one the BF16 gate keeps back; nan: a NaN value;\n"
+              "  invisible: one good entry and one the BF16 gate keeps back; visible: the good entry only;\n"
+              "  nan: a NaN value;\n"
               "  replay: KEY's own record of SRC-ROUND copied byte for byte under this round's key;\n"
               "  result: a loco-result record for the round with another result state (members unreadable).\n",
               stderr);
@@ -115,6 +116,10 @@ int main(int argc, char **argv)
                 val[n] = n == 0 ? theta[i] * 0.5f : theta[i] * 1e-6f;
                 n++;
             }
+        /* visible: only the first entry, a shard that passes every check (a member that then
+         * never does its part as a reduce-scatter owner) */
+        if (!strcmp(mode, "visible") && n > 1)
+            n = 1;
     }
     uint8_t *obj = NULL;
     size_t olen = 0;

@@ -198,8 +198,25 @@ ok "round 3: the byzantine shard was vetoed by its range's owner; attempt 1 with
 echo "  bytes downloaded per trainer, round 3: reduce-scatter $(down rs 3 1) $(down rs 3 2)," \
   "all-gather $(down ag 3 1) $(down ag 3 2)"
 
+# Round 4: t3's key signs a sound shard (one visible entry) and t3 never runs: it is a member and
+# owns ranges but never sums them. t1 and t2 wait --owner-wait 3 s for the owners, leave t3 out of
+# attempt 1 and agree (--quorum 1: on a loaded machine one of them may also drop the other as
+# late; the decision that wins is the same for both, which is what is checked).
+prepare 4 "1 2"
+"$forge" "$store" rs t3.key s1 visible 0 $CUT >/dev/null
+run 4 rs "1 2" --deadline 60 --quorum 1 --owner-wait 3
+cmp -s "$(th s1 5)" "$(th s2 5)" || fail "round 4: t1 and t2 differ"
+[ "$(P loco show --state s1)" = "$(P loco show --state s2)" ] || fail "round 4: state lines differ"
+grep -q "(t3) missed the owners' deadline (3.0 s) in attempt 0" rs-err1-4 rs-err2-4 ||
+  fail "round 4: nobody saw t3 miss the owners' deadline: $(cat rs-err*-4)"
+for k in 1 2; do
+  grep -q "(t3) is left out of attempt 1" "rs-err$k-4" || fail "round 4 t$k: $(cat "rs-err$k-4")"
+  grep -q "reduce-scatter attempt 1, [12] vetoed" "rs-out$k-4" || fail "round 4 t$k: $(cat "rs-out$k-4")"
+done
+ok "round 4: an owner that never sums is left out after --owner-wait; the others agree"
+
 # --publish-state without --publish-run is a usage error.
-P loco round --store "$store" --run rs --key t1.key --trust trust --state s1 --local l1-3.safetensors \
+P loco round --store "$store" --run rs --key t1.key --trust trust --state s1 --local l1-4.safetensors \
   --publish-state x 2>err && fail "--publish-state without --publish-run"
 grep -q "go with --publish-run" err || fail "usage: $(cat err)"
 ok "all"
