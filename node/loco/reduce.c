@@ -474,8 +474,8 @@ static int plan_apply(round_ctx *c, const rs_plan *p)
     for (size_t j = 0; !r && j < p->k; j++) {
         trainer *t = &c->tr[p->m[j]];
         if (rs_member_load(c, p->m[j]) != 0)
-            r = pulse_fail(PULSE_ERR_MISMATCH, "the plan includes trainer %.16s (%s), whose shard record fails here: %s",
-                           t->hex, t->name, pulse_last_error());
+            r = pulse_fail(PULSE_ERR_MISMATCH, "the plan includes trainer %.16s (%s), whose shard record fails "
+                           "here: %s", t->hex, t->name, pulse_last_error());
         else if (memcmp(s->mem[p->m[j]].digest, p->digest[j], 32))
             r = pulse_fail(PULSE_ERR_MISMATCH, "the plan names another shard record of trainer %.16s (%s)", t->hex,
                            t->name);
@@ -520,9 +520,17 @@ static const loco_shard *own_shard(const round_ctx *c, size_t g)
 {
     const trainer *me = &c->tr[c->self];
     const struct rs_state *s = c->rs;
-    for (size_t i = 0; i < me->n_shards; i++)
-        if (me->shards[i].tensor == s->rt[g] && me->shards[i].start == s->rstart[g])
-            return &me->shards[i];
+    size_t lo = 0, hi = me->n_shards;   /* the own shards are in tensor, then range order */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const loco_shard *m = &me->shards[mid];
+        if (m->tensor < s->rt[g] || (m->tensor == s->rt[g] && m->start < s->rstart[g]))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < me->n_shards && me->shards[lo].tensor == s->rt[g] && me->shards[lo].start == s->rstart[g])
+        return &me->shards[lo];
     return NULL;
 }
 
@@ -704,12 +712,18 @@ static int reduce_own(round_ctx *c, const rs_plan *p, int *vetoing)
                     sj[o].parts[j] = own_shard(c, g);
             o++;
         }
+        /* each fetched shard into its range's slot of its member (jobs are in member, range order) */
+        size_t *slot = r ? NULL : calloc(s->n_ranges, sizeof *slot), *pos = r ? NULL : calloc(c->n_tr, sizeof *pos);
+        if (!r && (!slot || !pos))
+            r = pulse_fail(PULSE_ERR_NOMEM, "sums");
+        for (size_t a = 0; !r && a < n_owned; a++)
+            slot[sj[a].g] = a;
+        for (size_t j = 0; !r && j < p->k; j++)
+            pos[p->m[j]] = j;
         for (size_t q = 0; !r && q < nj; q++)
-            for (size_t a = 0; a < n_owned; a++)
-                if (sj[a].g == jobs[q].g)
-                    for (size_t j = 0; j < p->k; j++)
-                        if (p->m[j] == jobs[q].ti)
-                            sj[a].parts[j] = &jobs[q].s;
+            sj[slot[jobs[q].g]].parts[pos[jobs[q].ti]] = &jobs[q].s;
+        free(slot);
+        free(pos);
         if (!r) {
             sum_ctx x = { c, sj, p->k };
             r = pulse_parallel_for(n_owned, c->o->threads, sum_range, &x);
@@ -945,8 +959,9 @@ static int wait_owners(round_ctx *c, const rs_plan *p, rs_plan *next)
             int found = 0;   /* another trainer may have decided otherwise: its decision holds */
             if ((r = plan_read(c, d.attempt, next, &found)) == 0 && !found)
                 r = d.attempt >= RS_MAX_ATTEMPTS
-                        ? pulse_fail(PULSE_ERR_NOTFOUND, "no reduce-scatter attempt of round %" PRIu64 " completed in %u "
-                                     "(vetoes or owners past the deadline)", c->st.round, RS_MAX_ATTEMPTS)
+                        ? pulse_fail(PULSE_ERR_NOTFOUND, "no reduce-scatter attempt of round %" PRIu64
+                                     " completed in %u (vetoes or owners past the deadline)", c->st.round,
+                                     RS_MAX_ATTEMPTS)
                         : pulse_fail(PULSE_ERR_NOTFOUND, "quorum not reached: %zu members left after vetoes and late "
                                      "owners in attempt %u, %zu needed", d.k, p->attempt, quorum_of(c));
             plan_clear(&d);

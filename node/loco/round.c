@@ -947,7 +947,8 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
         o = &full;
     if (!o || o->shard_elems > LOCO_SHARD_MAX_ELEMS || !o->store_url || !o->run ||
         !o->key_path || !o->state_dir || (!o->local_path && !o->local_tensors) || (o->n_out && !o->out_tensors) ||
-        !(o->deadline_s >= 0) || !(o->owner_wait_s >= 0) || !(o->outer_lr == o->outer_lr) || !(o->momentum == o->momentum))
+        !(o->deadline_s >= 0) || !(o->owner_wait_s >= 0) || !(o->outer_lr == o->outer_lr) ||
+        !(o->momentum == o->momentum))
         return pulse_fail(PULSE_ERR_INVALID, "loco round needs store, run, key, state and theta_local");
     round_ctx c = { .o = o, .rep = rep, .kt = pulse_kernels_get() };
     gate_job *jobs = NULL;

@@ -130,7 +130,8 @@ G verify "pre-theta1-0.safetensors" "$(th s1 1)" "${args[@]}"
 for k in 1 2 3; do
   grep -q "reduce-scatter attempt 0, 0 vetoed, owned [1-9]" "rs-out$k-0" || fail "round 0 t$k: $(cat "rs-out$k-0")"
 done
-grep -q "published theta_1's view as step 1 of run serve" rs-out1-0 || fail "round 0: t1 did not publish: $(cat rs-out1-0)"
+grep -q "published theta_1's view as step 1 of run serve" rs-out1-0 ||
+  fail "round 0: t1 did not publish: $(cat rs-out1-0)"
 ok "round 0: reduce-scatter gives the all-gather's theta_1 bits on all three (and locogen.py's)"
 echo "  bytes downloaded per trainer, round 0: reduce-scatter $(down rs 0 1) $(down rs 0 2) $(down rs 0 3)," \
   "all-gather $(down ag 0 1) $(down ag 0 2) $(down ag 0 3)"
