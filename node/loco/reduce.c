@@ -950,14 +950,30 @@ static int wait_owners(round_ctx *c, const rs_plan *p, rs_plan *next)
         d.digest = calloc(p->k, 32);
         if (!d.m || !d.digest)
             r = pulse_fail(PULSE_ERR_NOMEM, "plan");
+        /* A veto that names no member (a broken or malicious owner) would repeat the attempt
+         * unchanged: the vetoing owners leave instead. */
+        int removes = 0;
+        for (size_t j = 0; j < p->k; j++)
+            removes |= s->vetoed[p->m[j]];
+        for (size_t i = 0; !removes && i < c->n_tr; i++)
+            if (is_owner[i] && s->own[i].state == RS_VETO)
+                s->vetoed[i] = 1;
         for (size_t j = 0; !r && j < p->k; j++)
             if (!s->vetoed[p->m[j]]) {
                 d.m[d.k] = p->m[j];
                 memcpy(d.digest[d.k++], p->digest[j], 32);
             }
         if (!r && (d.attempt >= RS_MAX_ATTEMPTS || d.k < quorum_of(c) || d.k == 0)) {
-            int found = 0;   /* another trainer may have decided otherwise: its decision holds */
-            if ((r = plan_read(c, d.attempt, next, &found)) == 0 && !found)
+            /* Not this trainer's to decide (too few members for its quorum, or no attempt left):
+             * another trainer may decide otherwise, and its decision holds. Wait for one. */
+            int found = 0;
+            double until = loco_now_s() + wait;
+            pause = 0.05;
+            while ((r = plan_read(c, d.attempt, next, &found)) == 0 && !found && loco_now_s() < until) {
+                loco_sleep_s(pause);
+                pause = pause * 2 > 1.0 ? 1.0 : pause * 2;
+            }
+            if (!r && !found)
                 r = d.attempt >= RS_MAX_ATTEMPTS
                         ? pulse_fail(PULSE_ERR_NOTFOUND, "no reduce-scatter attempt of round %" PRIu64
                                      " completed in %u (vetoes or owners past the deadline)", c->st.round,
