@@ -71,7 +71,18 @@ def run_loco(out, init, K, hp, via, log):
             procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "loco_trainer.py"), "--dir", d,
                                            "--rank", str(k), "--trainers", str(K), "--init", init,
                                            "--hp", hp_path, "--via", via], stdout=f, stderr=subprocess.STDOUT))
-    failed = [k for k, p in enumerate(procs) if p.wait() != 0]
+    failed = []
+    while any(p.poll() is None for p in procs):
+        failed = [k for k, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed:  # the others would wait for its shard until the deadline: stop them now
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            break
+        time.sleep(0.5)
+    for p in procs:
+        p.wait()
+    failed = failed or [k for k, p in enumerate(procs) if p.returncode != 0]
     seconds = time.time() - t0
     if failed:
         for k in failed:
