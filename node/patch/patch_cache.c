@@ -194,16 +194,22 @@ static int ulp2_check16(const patch_tensor *t, const patch_chunk *c, const uint8
         unsigned b = packed[full] & ((1u << (2 * (k % 4))) - 1);
         nesc += popcount64(b & (b >> 1) & 0x55u);
     }
-    size_t at = 0;
-    for (size_t e = 0; e < nesc; e++) {
-        if (at < elen && esc[at] < 0x80) {   /* one byte: z < 132, always in range */
-            at++;
-            continue;
-        }
+    const pulse_kernels *kn = pulse_kernels_get();
+    size_t at = 0, e = 0;
+    while (e < nesc) {
+        /* Runs of one-byte escapes (z < 132, always in range: nearly all of them) at once. */
+        uint64_t unused = 0;
+        size_t avail = elen - at < nesc - e ? elen - at : nesc - e;
+        size_t r = kn->leb1_run(esc + at, avail, &unused);
+        at += r;
+        e += r;
+        if (e == nesc)
+            break;
         uint32_t v;
         if (patch_leb_next(esc, elen, &at, &v) < 0 || v > 0xffffu - 4)
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: escape stream short, overlong or out of range",
                               t->name, (unsigned long long)c->index);
+        e++;
     }
     if (at != elen)
         return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %zu stray bytes in the escape stream",
