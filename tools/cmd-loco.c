@@ -53,6 +53,9 @@ static void usage(FILE *f)
         "                     trainer of the round must use it, with the same --shard-elems)\n"
         "  --owner-wait S     reduce-scatter: seconds to wait for the owners' sums (default: --deadline,\n"
         "                     at least 30); a missing owner is left out of the next attempt\n"
+        "  --reduce-gate      the reduce-scatter with the gate at the owner: only sums whose mean update\n"
+        "                     changes the view are published, the rest goes into the owner's e (needs\n"
+        "                     momentum 0; every trainer of the round must use it)\n"
         "  --publish-run RUN  after the round, publish theta_{r+1}'s view as step r+1 of sync run RUN\n"
         "  --publish-store URL  its store (default --store); --publish-state DIR (default STATE/publish)\n"
         "  -v, --verbose      progress on stderr\n"
@@ -68,7 +71,8 @@ static void usage(FILE *f)
         "  --forward bf16|fp32 (bf16: gradients at the BF16 weights, FP32 master weights and Adam)\n"
         "  --threads N --store-dir DIR (new directory: PULSELoCo once more through real rounds on a\n"
         "  file:// store in DIR, one thread per trainer; must give the in-memory pass's bits)\n"
-        "  --reduce-scatter (the store pass's rounds use the reduce-scatter; prints bytes downloaded)\n");
+        "  --reduce-scatter (the store pass's rounds use the reduce-scatter; prints bytes downloaded)\n"
+        "  --reduce-gate (the owner's gate on the mean, in memory and, with --store-dir, in the rounds)\n");
 }
 
 static int parse_float(const char *s, double *out)
@@ -218,6 +222,7 @@ static int do_sim(int argc, char **argv)
         if (!strcmp(a, "--nesterov")) { c.nesterov = 1; continue; }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { c.quiet = 1; continue; }
         if (!strcmp(a, "--reduce-scatter")) { c.reduce_scatter = 1; continue; }
+        if (!strcmp(a, "--reduce-gate")) { c.reduce_scatter = c.reduce_gate = 1; continue; }
         if (i + 1 >= argc)
             return cli_usage_error("loco", "%s needs a value", a);
         const char *val = argv[++i];
@@ -269,11 +274,11 @@ static int do_sim(int argc, char **argv)
         }
     }
     printf("sim: %u trainers x %u rounds x %u Adam steps (lr %g), W %u x %u (%" PRIu64 " params), %u samples each,"
-           " outer lr %g momentum %g%s, view %s, values %s, forward %s\n",
+           " outer lr %g momentum %g%s, view %s, values %s, forward %s%s\n",
            c.obj.trainers, c.rounds, c.inner_steps, (double)c.inner_lr, c.obj.rows, c.obj.cols,
            (uint64_t)c.obj.rows * c.obj.cols, c.obj.samples, (double)c.outer_lr, (double)c.momentum,
            c.nesterov ? " (Nesterov)" : "", pulse_loco_view_name(c.view), c.bf16_values ? "bf16" : "fp32",
-           c.bf16_forward ? "bf16" : "fp32");
+           c.bf16_forward ? "bf16" : "fp32", c.reduce_gate ? ", reduce-gate (the owners' gate on the mean)" : "");
     loco_sim_result res;
     int r = loco_sim_run(&c, &res);
     if (r)
@@ -294,7 +299,14 @@ static int do_sim(int argc, char **argv)
                " round\n", c.store_dir, res.store_same ? "the same" : "NOT the same", res.store_shard_bytes_per_round);
     if (res.store_ran)
         printf("downloaded per trainer and round (%s): %.0f bytes on average, %.0f at most\n",
-               c.reduce_scatter ? "reduce-scatter" : "all-gather", res.store_down_per_round, res.store_down_max);
+               c.reduce_gate ? "reduce-gate" : c.reduce_scatter ? "reduce-scatter" : "all-gather",
+               res.store_down_per_round, res.store_down_max);
+    if (c.reduce_gate)
+        printf("reduce-gate: %.0f of %.0f summed entries per round published (%.1f%%), the rest withheld in the "
+               "owners' e\n", res.rg_published_per_round, res.rg_published_per_round + res.rg_withheld_per_round,
+               res.rg_published_per_round + res.rg_withheld_per_round > 0
+                   ? 100.0 * res.rg_published_per_round / (res.rg_published_per_round + res.rg_withheld_per_round)
+                   : 0.0);
     if (res.store_ran && !res.store_same)
         return cli_fail("loco", PULSE_ERR_MISMATCH, "sim: the rounds through the store differ from the in-memory pass");
     return cli_finish_stdout("loco");
@@ -330,6 +342,7 @@ int cmd_loco(int argc, char **argv)
         if (!strcmp(a, "--nesterov")) { o.nesterov = 1; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o.verbose = 1; continue; }
         if (!strcmp(a, "--reduce-scatter")) { o.reduce_scatter = 1; continue; }
+        if (!strcmp(a, "--reduce-gate")) { o.reduce_scatter = o.reduce_gate = 1; continue; }
         if (i + 1 >= argc) { rc = cli_usage_error("loco", "%s needs a value", a); break; }
         const char *val = argv[++i];
         if (!strcmp(a, "--store")) o.store_url = val;
@@ -476,6 +489,9 @@ int cmd_loco(int argc, char **argv)
         printf("round %" PRIu64 ": reduce-scatter attempt %u, %u vetoed, owned %u ranges (%" PRIu64
                " reduced bytes published), downloaded %" PRIu64 " bytes\n",
                rep.round, x.rs_attempt, x.vetoed, x.rs_owned, x.rs_reduced_bytes, rep.downloaded);
+    if (o.reduce_gate)
+        printf("round %" PRIu64 ": reduce-gate: of the owned sums %" PRIu64 " published, %" PRIu64
+               " withheld into e\n", rep.round, x.rg_published, x.rg_withheld);
     if (x.published)
         printf("round %" PRIu64 ": published theta_%" PRIu64 "'s view as step %" PRIu64 " of run %s (%" PRIu64
                " bytes%s)\n", rep.round, x.published_step, x.published_step, o.publish_run, x.publish_bytes,

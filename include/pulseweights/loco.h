@@ -81,6 +81,12 @@ typedef struct pulse_loco_round_opts {
     /* reduce-scatter: how long to wait for the owners' sums once the plan is read; an owner still
      * missing then is left out of the next attempt. 0 = deadline_s, but at least 30 s. */
     double owner_wait_s;
+    /* The reduce-scatter with the gate at the owner (implies reduce_scatter; docs/loco.md
+     * "--reduce-gate"): each owner publishes only the summed entries whose mean update
+     * u = outer_lr * (sum / K) changes the view of theta_r, and adds the withheld sums to its own
+     * error-feedback buffer. Every trainer applies only the published entries (identical bits
+     * everywhere). Needs momentum 0 and outer_lr > 0. Every trainer of a round must use it. */
+    int reduce_gate;
 } pulse_loco_round_opts;
 
 /* What the reduce-scatter and the publication did (opts.extra; zeroed by the round). */
@@ -92,6 +98,9 @@ typedef struct pulse_loco_round_extra {
     int published, publish_already;   /* theta_{r+1}'s view was published (already: it was there) */
     uint64_t published_step;          /* = round + 1 */
     uint64_t publish_bytes;           /* bytes uploaded by that publication */
+    /* reduce_gate (written only for callers whose opts.size includes reduce_gate): entries of the
+     * owned ranges' sums this trainer published and withheld (the latter went into its e). */
+    uint64_t rg_published, rg_withheld;
 } pulse_loco_round_extra;
 
 PULSE_API void pulse_loco_round_default_opts(pulse_loco_round_opts *o);

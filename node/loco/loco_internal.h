@@ -73,6 +73,19 @@ void loco_outer_step(const float *theta, const float *acc, float count, float *m
  * values with the remainder a - bf16(a) left in e; an entry whose rounded value no longer changes
  * the view stays back whole (e = a). Compacts idx/val and returns the new k. */
 size_t loco_bf16_values(int view, const float *theta, float *e, uint32_t *idx, float *val, size_t k);
+/* The reduce-gate's mean update of k sums: u[j] = lr * (sum[j] / count) (two roundings). */
+void loco_mean_update(const float *sum, size_t k, float count, float lr, float *u);
+/* The reduce-gate owner step on one range (docs/loco.md "--reduce-gate"): the k union entries
+ * (idx ascending within the range, val = the members' node-ordered sums; theta = the range of
+ * theta_r). u = loco_mean_update; entry j is published when gate[view] with e = +0 sends u[j]
+ * (view(theta - u) != view(theta), or not finite). Published entries stay in idx/val, compacted
+ * in order (val still the sum); withheld ones go to hidx/hval (their sum), in order. hidx/hval
+ * need room for k. Returns 0 or PULSE_ERR_NOMEM. */
+struct pulse_kernels;
+int loco_gate_mean(const struct pulse_kernels *kt, int view, const float *theta, float count, float lr,
+                   uint32_t *idx, float *val, size_t k, uint32_t *hidx, float *hval, size_t *n_pub, size_t *n_held);
+/* The withheld sums into the owner's error feedback: e[idx[j]] = e[idx[j]] + sum[j] (one rounding). */
+void loco_carry_sum(float *e, const uint32_t *idx, const float *sum, size_t k);
 /* Round to nearest even BF16, as an FP32 whose low 16 bits are zero (finite x). */
 float loco_bf16_round(float x);
 

@@ -59,6 +59,9 @@ typedef struct loco_sim_cfg {
      * pass and must give the same bits. */
     const char *store_dir;
     int reduce_scatter;       /* the store pass's rounds use the reduce-scatter */
+    /* The owner's gate on the mean (docs/loco.md "--reduce-gate"), in the in-memory pass (range g
+     * of shard_elems owned by trainer g mod K) and in the store pass's rounds. Needs momentum 0. */
+    int reduce_gate;
 } loco_sim_cfg;
 
 typedef struct loco_sim_result {
@@ -71,6 +74,7 @@ typedef struct loco_sim_result {
     double store_shard_bytes_per_round;     /* as reported by the rounds */
     double store_down_per_round;            /* bytes downloaded per trainer and round (mean over both) */
     double store_down_max;                  /* the most one trainer downloaded in one round */
+    double rg_published_per_round, rg_withheld_per_round;   /* reduce_gate: summed entries, all owners */
 } loco_sim_result;
 
 /* Prints one line per round on stdout (unless quiet). */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The fixed-order FP32 arithmetic of a LoCo round (pseudo-gradient, mean, outer step): built with -ffp-contract=off. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/fail.h"
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
 
@@ -63,4 +65,54 @@ size_t loco_bf16_values(int view, const float *theta, float *e, uint32_t *idx, f
         val[kk++] = v;
     }
     return kk;
+}
+
+void loco_mean_update(const float *sum, size_t k, float count, float lr, float *u)
+{
+    for (size_t j = 0; j < k; j++) {
+        float g = sum[j] / count;      /* as loco_outer_step: a division, then one multiplication */
+        u[j] = lr * g;
+    }
+}
+
+int loco_gate_mean(const pulse_kernels *kt, int view, const float *theta, float count, float lr, uint32_t *idx,
+                   float *val, size_t k, uint32_t *hidx, float *hval, size_t *n_pub, size_t *n_held)
+{
+    *n_pub = *n_held = 0;
+    if (k == 0)
+        return 0;
+    /* The gate kernel on the k union entries gathered into contiguous arrays, e = +0: entry j is
+     * published exactly when gate[view] would send a = u[j] + 0 against theta[idx[j]]. */
+    float *th = malloc(k * 4), *u = malloc(k * 4), *e = calloc(k, 4), *pv = malloc(k * 4);
+    uint32_t *pj = malloc(k * 4);
+    if (!th || !u || !e || !pv || !pj) {
+        free(th), free(u), free(e), free(pv), free(pj);
+        return pulse_fail(PULSE_ERR_NOMEM, "gate of %zu sums", k);
+    }
+    for (size_t j = 0; j < k; j++)
+        th[j] = theta[idx[j]];
+    loco_mean_update(val, k, count, lr, u);
+    size_t np = kt->gate[view](th, u, e, k, pj, pv);
+    /* pj ascending: walk both lists once; published entries compact in place (q <= j). */
+    size_t q = 0, h = 0, p = 0;
+    for (size_t j = 0; j < k; j++) {
+        if (p < np && pj[p] == j) {
+            idx[q] = idx[j];
+            val[q++] = val[j];
+            p++;
+        } else {
+            hidx[h] = idx[j];
+            hval[h++] = val[j];
+        }
+    }
+    free(th), free(u), free(e), free(pv), free(pj);
+    *n_pub = q;
+    *n_held = h;
+    return 0;
+}
+
+void loco_carry_sum(float *e, const uint32_t *idx, const float *sum, size_t k)
+{
+    for (size_t j = 0; j < k; j++)
+        e[idx[j]] = e[idx[j]] + sum[j];
 }

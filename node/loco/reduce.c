@@ -59,6 +59,7 @@ struct rs_state {
     rs_owner *own;              /* per trainer */
     int *vetoed;                /* per trainer: named by a veto or missed the owners' deadline */
     loco_shard **red;           /* per range: the reduced shard (NULL: nothing in it) */
+    loco_shard **held;          /* --reduce-gate, per owned range: the sums withheld (NULL: none) */
     rs_plan plan;
 };
 
@@ -81,12 +82,18 @@ static void owners_clear(round_ctx *c)
 static void reduced_clear(round_ctx *c)
 {
     struct rs_state *s = c->rs;
-    for (size_t g = 0; s->red && g < s->n_ranges; g++)
+    for (size_t g = 0; s->red && g < s->n_ranges; g++) {
         if (s->red[g]) {
             loco_shard_free(s->red[g]);
             free(s->red[g]);
             s->red[g] = NULL;
         }
+        if (s->held[g]) {
+            loco_shard_free(s->held[g]);
+            free(s->held[g]);
+            s->held[g] = NULL;
+        }
+    }
 }
 
 void loco_rs_free(round_ctx *c)
@@ -110,6 +117,7 @@ void loco_rs_free(round_ctx *c)
     free(s->own);
     free(s->vetoed);
     free(s->red);
+    free(s->held);
     free(s);
     c->rs = NULL;
 }
@@ -140,7 +148,8 @@ static int rs_layout(round_ctx *c, uint32_t cut)
     s->rlen = calloc(n ? n : 1, sizeof *s->rlen);
     s->owner = calloc(n ? n : 1, sizeof *s->owner);
     s->red = calloc(n ? n : 1, sizeof *s->red);
-    if (!s->tfirst || !s->rt || !s->rstart || !s->rlen || !s->owner || !s->red)
+    s->held = calloc(n ? n : 1, sizeof *s->held);
+    if (!s->tfirst || !s->rt || !s->rstart || !s->rlen || !s->owner || !s->red || !s->held)
         return pulse_fail(PULSE_ERR_NOMEM, "%zu ranges", n);
     size_t g = 0;
     for (size_t t = 0; t < nt; t++) {
@@ -539,6 +548,7 @@ typedef struct sum_job {
     size_t g;
     const loco_shard **parts;   /* per member in node order (NULL: nothing in this range) */
     loco_shard *out;
+    loco_shard *held;           /* --reduce-gate: the union entries the owner's gate withheld */
     uint8_t *obj;
     size_t obj_len;
 } sum_job;
@@ -583,6 +593,32 @@ static int sum_range(void *ctx, size_t i)
             out->idx[n] = (uint32_t)e;
             out->val[n++] = acc[e];
         }
+    if (!r && c->o->reduce_gate && k) {
+        /* The gate at the owner: publish only the sums whose mean update changes the view. */
+        loco_shard *h = calloc(1, sizeof *h);
+        if (h) {
+            *h = (loco_shard){ .tensor = out->tensor, .start = out->start, .len = len };
+            h->idx = malloc(k * 4);
+            h->val = malloc(k * 4);
+        }
+        size_t np = 0, nh = 0;
+        const float *theta = (const float *)(const void *)pulse_ckpt_tensor(c->st.theta, s->rt[j->g])->data +
+                             s->rstart[j->g];
+        r = h && h->idx && h->val ? 0 : pulse_fail(PULSE_ERR_NOMEM, "withheld sums");
+        if (!r)
+            r = loco_gate_mean(c->kt, c->st.view, theta, (float)x->k, c->o->outer_lr, out->idx, out->val, k, h->idx,
+                               h->val, &np, &nh);
+        if (!r) {
+            out->k = (uint32_t)np;
+            h->k = (uint32_t)nh;
+        }
+        if (h && (r || nh == 0)) {
+            loco_shard_free(h);
+            free(h);
+            h = NULL;
+        }
+        j->held = h;
+    }
     if (!r)
         r = loco_shard_encode(c->st.view, out->start, (uint32_t)len, out->idx, out->val, out->k, &j->obj, &j->obj_len);
     if (r && out) {
@@ -755,9 +791,15 @@ static int reduce_own(round_ctx *c, const rs_plan *p, int *vetoing)
         if (!r)
             r = put_rs_record(c, key, blobs, nb, RS_REDUCED_ROLE, (const uint64_t (*)[3])ranges, entries, &won);
         for (size_t a = 0; !r && a < n_owned; a++) {   /* this trainer's own sums: no download */
+            c->x.rg_published += sj[a].out->k;
             if (sj[a].out->k) {
                 s->red[sj[a].g] = sj[a].out;
                 sj[a].out = NULL;
+            }
+            if (sj[a].held) {
+                c->x.rg_withheld += sj[a].held->k;
+                s->held[sj[a].g] = sj[a].held;
+                sj[a].held = NULL;
             }
         }
         if (!r)
@@ -770,6 +812,10 @@ static int reduce_own(round_ctx *c, const rs_plan *p, int *vetoing)
         if (sj[a].out) {
             loco_shard_free(sj[a].out);
             free(sj[a].out);
+        }
+        if (sj[a].held) {
+            loco_shard_free(sj[a].held);
+            free(sj[a].held);
         }
         free(sj[a].obj);
     }
@@ -1007,6 +1053,7 @@ typedef struct red_job {
 typedef struct red_ctx {
     round_ctx *c;
     red_job *jobs;
+    size_t k;                   /* members of the final attempt (the mean's divisor) */
 } red_ctx;
 
 static int red_decode(void *ctx, size_t i)
@@ -1024,6 +1071,22 @@ static int red_decode(void *ctx, size_t i)
         if (!isfinite(j->s->val[e]))
             return pulse_fail(PULSE_ERR_FORMAT, "owner %s: reduced shard of tensor %s: element %" PRIu64
                               " is not finite", j->owner, j->o->tensor, j->o->range_offset + j->s->idx[e]);
+    if (c->o->reduce_gate && j->s->k) {
+        /* Every published sum must pass the owner's gate: its mean update changes the view. */
+        float *u = malloc((size_t)j->s->k * 4);
+        if (!u)
+            return pulse_fail(PULSE_ERR_NOMEM, "reduced shard");
+        loco_mean_update(j->s->val, j->s->k, (float)x->k, c->o->outer_lr, u);
+        size_t bad = 0;
+        const float *theta = (const float *)(const void *)pulse_ckpt_tensor(c->st.theta, s->rt[j->g])->data +
+                             s->rstart[j->g];
+        int gc = c->kt->gate_check[c->st.view](theta, (size_t)s->rlen[j->g], j->s->idx, u, j->s->k, &bad);
+        free(u);
+        if (gc != PULSE_GATE_OK)
+            return pulse_fail(PULSE_ERR_FORMAT, "owner %s: reduced shard of tensor %s: element %" PRIu64 ": a sum "
+                              "whose mean update does not change the view (the owner's gate withholds it)", j->owner,
+                              j->o->tensor, j->o->range_offset + j->s->idx[bad]);
+    }
     return 0;
 }
 
@@ -1077,7 +1140,7 @@ static int fetch_reduced(round_ctx *c, const rs_plan *p)
         for (uint32_t q = 0; !r && q < rec->n_objects; q++)
             jobs[q].data = data[q];
         if (!r) {
-            red_ctx x = { c, jobs };
+            red_ctx x = { c, jobs, p->k };
             r = pulse_parallel_for(rec->n_objects, c->o->threads, red_decode, &x);
         }
         for (uint32_t q = 0; jobs && q < rec->n_objects; q++) {
@@ -1123,6 +1186,7 @@ int loco_rs_round(round_ctx *c)
         int vetoing = 0;
         c->x.rs_owned = 0;
         c->x.rs_reduced_bytes = 0;
+        c->x.rg_published = c->x.rg_withheld = 0;
         if (member && (r = reduce_own(c, p, &vetoing)))
             break;
         if (vetoing)
@@ -1179,5 +1243,17 @@ void loco_rs_add_tensor(const round_ctx *c, size_t t, float *acc)
         const loco_shard *red = s->red[g];
         if (red && red->k)
             c->kt->scatter_add_f32(acc + red->start, red->idx, red->k, red->val);
+    }
+}
+
+void loco_rs_carry_withheld(round_ctx *c)
+{
+    const struct rs_state *s = c->rs;
+    for (size_t g = 0; s && s->held && g < s->n_ranges; g++) {
+        const loco_shard *h = s->held[g];
+        if (!h || s->owner[g] != c->self)
+            continue;
+        float *e = (float *)(void *)pulse_ckpt_tensor(c->e_new, h->tensor)->data + h->start;
+        loco_carry_sum(e, h->idx, h->val, h->k);
     }
 }

@@ -724,6 +724,9 @@ static int finish_round(round_ctx *c)
     }
     if (!r)
         r = aggregate(c, theta_new, m_new);
+    /* --reduce-gate: the sums this trainer withheld as an owner go into its own e (reduce.c). */
+    if (!r && c->rs)
+        loco_rs_carry_withheld(c);
     c->rep->self_included = c->tr[c->self].included;
     if (!r && !c->tr[c->self].included) {
         loco_say(c, 1, "this trainer's shard is not in the round: its whole a goes back into e");
@@ -935,11 +938,18 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
      * are read, the newer ones keep their defaults. */
     pulse_loco_round_opts full;
     pulse_loco_round_default_opts(&full);
-    if (o && o->size == sizeof *o)
+    /* The layouts callers may have been built against: up to bf16_values, up to owner_wait_s
+     * (before reduce_gate), the whole. A prefix is copied field-exact (not o->size bytes: an older
+     * struct's tail padding can overlap a newer field). */
+    size_t old_bf16 = offsetof(pulse_loco_round_opts, bf16_values) + sizeof o->bf16_values;
+    size_t old_rs = offsetof(pulse_loco_round_opts, owner_wait_s) + sizeof o->owner_wait_s;
+    int knows_gate = o && o->size == sizeof *o;
+    if (knows_gate)
         full = *o;
-    else if (o && o->size >= offsetof(pulse_loco_round_opts, bf16_values) + sizeof o->bf16_values &&
-             o->size < sizeof *o)
-        memcpy(&full, o, offsetof(pulse_loco_round_opts, bf16_values) + sizeof o->bf16_values);
+    else if (o && o->size >= old_rs && o->size < sizeof *o)
+        memcpy(&full, o, old_rs);
+    else if (o && o->size >= old_bf16 && o->size < sizeof *o)
+        memcpy(&full, o, old_bf16);
     else
         o = NULL;
     full.size = sizeof full;
@@ -950,6 +960,17 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
         !(o->deadline_s >= 0) || !(o->owner_wait_s >= 0) || !(o->outer_lr == o->outer_lr) ||
         !(o->momentum == o->momentum))
         return pulse_fail(PULSE_ERR_INVALID, "loco round needs store, run, key, state and theta_local");
+    if (o->reduce_gate) {
+        /* The owner withholds what would not change the view; with momentum the update of every
+         * position a member ever sent stays non-zero (dense), and the gate would withhold nothing
+         * it could later account for. */
+        if (o->momentum != 0.0f)
+            return pulse_fail(PULSE_ERR_INVALID, "--reduce-gate needs outer momentum 0 (momentum %g makes the update "
+                              "dense)", (double)o->momentum);
+        if (!(o->outer_lr > 0.0f) || o->outer_lr - o->outer_lr != 0.0f)
+            return pulse_fail(PULSE_ERR_INVALID, "--reduce-gate needs an outer lr above 0 (not %g)", (double)o->outer_lr);
+        full.reduce_scatter = 1;
+    }
     round_ctx c = { .o = o, .rep = rep, .kt = pulse_kernels_get() };
     gate_job *jobs = NULL;
     size_t nj = 0;
@@ -973,8 +994,8 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
             loco_shard_free(&c.tr[i].shards[s]);
         free(c.tr[i].shards);
     }
-    if (o->extra)
-        *o->extra = c.x;
+    if (o->extra)   /* a caller built before reduce_gate has the shorter extra */
+        memcpy(o->extra, &c.x, knows_gate ? sizeof c.x : offsetof(pulse_loco_round_extra, rg_published));
     loco_rs_free(&c);
     free(c.tr);
     free(c.own_rec);

@@ -72,6 +72,9 @@ int loco_rs_round(round_ctx *c);
 /* Adds the reduced shards of tensor T into ACC (zeroed by the caller): acc = 0 + sum. */
 void loco_rs_add_tensor(const round_ctx *c, size_t t, float *acc);
 void loco_rs_free(round_ctx *c);
+/* --reduce-gate: adds the sums this trainer withheld in the ranges it owned (final attempt) into
+ * e_new at their positions, e = e + sum (one FP32 rounding each). Nothing without the gate. */
+void loco_rs_carry_withheld(round_ctx *c);
 
 /* Publishes the committed theta_{r+1} view as step round + 1 of o->publish_run (publish.c). */
 int loco_publish_view(round_ctx *c);

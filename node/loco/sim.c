@@ -30,6 +30,11 @@ typedef struct sim {
     size_t n;
     float *theta, *m, *acc;
     sim_trainer *tr;
+    /* reduce_gate: union marks and one range's union entries and withheld ones */
+    uint8_t *mark;
+    uint32_t *uidx, *hidx;
+    float *uval, *hval;
+    double rg_pub, rg_held;
     int dense;
     int fail;
     /* the store pass */
@@ -88,6 +93,32 @@ static int loco_round(sim *s, double *sent, double *bytes)
             *sent += (double)k;
             *bytes += (double)obj_len;
             s->kt->scatter_add_f32(s->acc + off, tr->idx, k, tr->val);
+            for (size_t j = 0; s->mark && j < k; j++)
+                s->mark[off + tr->idx[j]] = 1;
+        }
+    }
+    if (c->reduce_gate) {
+        /* The owners' gate, as the reduce-gate rounds do it: range g (one tensor "w") belongs to
+         * trainer g mod K (node order = trainer order in the store pass); its union sums whose mean
+         * update would not change the view are withheld into the owner's e and not applied. */
+        unsigned K = c->obj.trainers;
+        for (size_t off = 0, g = 0; off < s->n; off += c->shard_elems, g++) {
+            size_t len = s->n - off < c->shard_elems ? s->n - off : c->shard_elems, k = 0, np = 0, nh = 0;
+            for (size_t i = 0; i < len; i++)
+                if (s->mark[off + i]) {
+                    s->uidx[k] = (uint32_t)i;
+                    s->uval[k++] = s->acc[off + i];
+                    s->mark[off + i] = 0;
+                }
+            int r = loco_gate_mean(s->kt, c->view, s->theta + off, (float)K, c->outer_lr, s->uidx, s->uval, k, s->hidx,
+                                   s->hval, &np, &nh);
+            if (r)
+                return r;
+            for (size_t j = 0; j < nh; j++)
+                s->acc[off + s->hidx[j]] = 0.0f;   /* as the receivers' accumulator: +0 where nothing came */
+            loco_carry_sum(s->tr[g % K].e + off, s->hidx, s->hval, nh);
+            s->rg_pub += (double)np;
+            s->rg_held += (double)nh;
         }
     }
     loco_outer_step(s->theta, s->acc, (float)c->obj.trainers, s->m, c->outer_lr, c->momentum, c->nesterov, s->theta,
@@ -133,6 +164,7 @@ static void *round_thread(void *arg)
     o.shard_elems = c->shard_elems;
     o.bf16_values = c->bf16_values;
     o.reduce_scatter = c->reduce_scatter;
+    o.reduce_gate = c->reduce_gate;
     j->rc = pulse_loco_round(&o, &j->rep);
     if (j->rc)
         snprintf(j->err, sizeof j->err, "%s", pulse_last_error());
@@ -276,12 +308,18 @@ static void sim_free(sim *s)
     free(s->theta);
     free(s->m);
     free(s->acc);
+    free(s->mark);
+    free(s->uidx);
+    free(s->hidx);
+    free(s->uval);
+    free(s->hval);
 }
 
 /* One whole run (LoCo or dense) from theta_0; the final loss into *loss, per-round losses into losses[]. */
 /* dense: 0 PULSELoCo in memory, 1 dense DiLoCo, 2 PULSELoCo through the store (store_bytes out). */
 static int sim_pass(const loco_sim_cfg *c, const loco_objective *obj, int dense, double *losses, double *losses16,
-                    double *sent, double *bytes, double *store_bytes, double *store_down, float *theta_out)
+                    double *sent, double *bytes, double *store_bytes, double *store_down, float *theta_out,
+                    double rg[2])
 {
     sim s = { .cfg = c, .obj = obj, .kt = pulse_kernels_get(), .n = (size_t)c->obj.rows * c->obj.cols, .dense = dense };
     int r = 0;
@@ -291,6 +329,15 @@ static int sim_pass(const loco_sim_cfg *c, const loco_objective *obj, int dense,
     s.tr = calloc(c->obj.trainers, sizeof *s.tr);
     if (!s.theta || !s.m || !s.acc || !s.tr)
         r = pulse_fail(PULSE_ERR_NOMEM, "simulation");
+    if (!r && c->reduce_gate && dense == 0) {
+        s.mark = calloc(s.n, 1);
+        s.uidx = malloc((size_t)c->shard_elems * 4);
+        s.hidx = malloc((size_t)c->shard_elems * 4);
+        s.uval = malloc((size_t)c->shard_elems * 4);
+        s.hval = malloc((size_t)c->shard_elems * 4);
+        if (!s.mark || !s.uidx || !s.hidx || !s.uval || !s.hval)
+            r = pulse_fail(PULSE_ERR_NOMEM, "simulation");
+    }
     for (unsigned t = 0; !r && t < c->obj.trainers; t++) {
         sim_trainer *tr = &s.tr[t];
         tr->local = malloc(s.n * 4);
@@ -336,6 +383,10 @@ static int sim_pass(const loco_sim_cfg *c, const loco_objective *obj, int dense,
         store_down[0] = s.store_down;
         store_down[1] = s.store_down_max;
     }
+    if (rg) {
+        rg[0] = s.rg_pub;
+        rg[1] = s.rg_held;
+    }
     sim_free(&s);
     return r;
 }
@@ -346,6 +397,8 @@ int loco_sim_run(const loco_sim_cfg *c, loco_sim_result *out)
     if (c->rounds == 0 || c->rounds > 100000 || c->inner_steps == 0 || c->shard_elems == 0 ||
         c->shard_elems > LOCO_SHARD_MAX_ELEMS || c->view < 0 || c->view >= PULSE_VIEW_COUNT)
         return pulse_fail(PULSE_ERR_INVALID, "simulation: rounds, inner steps, shard size or view out of range");
+    if (c->reduce_gate && (c->momentum != 0.0f || !(c->outer_lr > 0.0f)))
+        return pulse_fail(PULSE_ERR_INVALID, "simulation: --reduce-gate needs outer momentum 0 and an outer lr above 0");
     loco_objective obj;
     int r = loco_objective_make(&obj, &c->obj);
     if (r)
@@ -364,13 +417,21 @@ int loco_sim_run(const loco_sim_cfg *c, loco_sim_result *out)
         if (!th_mem || !th_store)
             r = pulse_fail(PULSE_ERR_NOMEM, "thetas of %u rounds", c->rounds);
     }
+    double rg[2] = { 0, 0 };
     if (!r)
-        r = sim_pass(c, &obj, 0, lo, lo16, sent, bytes, NULL, NULL, th_mem);
-    if (!r)
-        r = sim_pass(c, &obj, 1, ld, ld16, unused, unused, NULL, NULL, NULL);
+        r = sim_pass(c, &obj, 0, lo, lo16, sent, bytes, NULL, NULL, th_mem, rg);
+    if (!r) {
+        out->rg_published_per_round = rg[0] / c->rounds;
+        out->rg_withheld_per_round = rg[1] / c->rounds;
+    }
+    if (!r) {   /* dense DiLoCo: no gate anywhere */
+        loco_sim_cfg d = *c;
+        d.reduce_gate = 0;
+        r = sim_pass(&d, &obj, 1, ld, ld16, unused, unused, NULL, NULL, NULL, NULL);
+    }
     if (!r && c->store_dir) {
         double sb = 0, down[2] = { 0, 0 };
-        r = sim_pass(c, &obj, 2, unused, unused, unused, unused, &sb, down, th_store);
+        r = sim_pass(c, &obj, 2, unused, unused, unused, unused, &sb, down, th_store, NULL);
         if (!r) {
             out->store_ran = 1;
             out->store_same = memcmp(th_mem, th_store, (size_t)c->rounds * n * 4) == 0;
