@@ -57,6 +57,8 @@ def fig_sparsity(runs, path):
             ax.plot(x, floor(frac(recs, kind, "bf16"), n), color=c, lw=1.8, label=f"{lr_label(lr)} BF16 changed")
             ax.plot(x, floor(frac(recs, kind, "bound"), n), color=c, lw=1, ls="--",
                     label=f"{lr_label(lr)} |update| >= half cell")
+            ax.plot(x, floor(frac(recs, kind, "expected"), n), color="k", lw=0.8, ls=":",
+                    label="drift expectation" if lr == list(runs)[-1] else None)
         ax.set_yscale("log")
         ax.set_title(f"{title} ({recs[0]['kinds'][kind]['n']:,})")
         ax.set_xlabel("RL step")
@@ -160,8 +162,8 @@ def tables(runs):
                 cells.append(f"{y.mean():.2e} [{y.min():.1e}-{y.max():.1e}]" if key in ("bf16",) else f"{y.mean():.2e}")
             out.append(f"| {lr:g} | {kind} ({recs[0]['kinds'][kind]['n']:,}) | " + " | ".join(cells) + " |")
     out += ["", "### Payload per step (mean bytes; reduction vs dense in brackets)", "",
-            "| LR | dense BF16 | xdelta3 | zstd --patch-from | pulse abs | pulse ulp (positions + values) | BF16 changed / step | reward first 5 -> last 5 steps |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| LR | dense BF16 | xdelta3 | zstd --patch-from | pulse abs | pulse ulp (positions + values) | BF16 changed / step | BF16 changed since step 0 after the last step | reward first 5 -> last 5 steps |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for lr, recs in runs.items():
         p = {m: np.mean([r["payload"][m] for r in recs]) for m, _ in METHODS}
         pos = np.mean([r["payload"]["pulse_ulp_pos"] for r in recs])
@@ -172,6 +174,8 @@ def tables(runs):
                                           for m in ("xdelta3", "zstd_patch_from", "pulse_abs")]
         cells.append(f"{p['pulse_ulp']:,.0f} ({p['dense'] / p['pulse_ulp']:.0f}x; {pos:,.0f} + {val:,.0f})")
         cells.append(f"{ch:,.0f}")
+        last = recs[-1]["kinds"]["all"]
+        cells.append(f"{last['bf16_since_start'] / last['n']:.1%} (step {recs[-1]['step']})")
         cells.append(f"{np.mean(rw[:5]):.3f} -> {np.mean(rw[-5:]):.3f}")
         out.append(f"| {lr:g} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
