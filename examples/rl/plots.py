@@ -47,7 +47,7 @@ def lr_label(lr):
 
 
 def fig_sparsity(runs, path):
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4.9), sharey=True)
     for ax, kind, title in zip(axes, ("all", "matrix", "embedding", "norm"),
                                ("all weights", "matrices", "embeddings + head", "norm gains")):
         for lr, recs in runs.items():
@@ -64,9 +64,11 @@ def fig_sparsity(runs, path):
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("fraction of weights changed this step")
-    axes[-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Per-step BF16 weight changes vs the mechanism's bound (AdamW, FP32 master, BF16 view)")
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.suptitle("Per-step BF16 weight changes (solid) vs the mechanism: |update| >= half a BF16 cell "
+                 "(dashed), drift expectation (dotted)")
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
