@@ -76,7 +76,7 @@ def plot_sparsity(runs, path):
                    label=f"bound if every weight moved H x lr: mean min(1, H lr / ulp(w)) = {100 * bound:.0f} %")
     ax.set_xlabel("round")
     ax.set_ylabel("entries sent per trainer (% of parameters)")
-    ax.set_title("PULSELoCo payload density (100 % - sparsity)")
+    ax.set_title(f"PULSELoCo payload density (100 % - sparsity), H = {runs[0]['H']}, lr {runs[0]['lr']:g}")
     ax.set_ylim(0, 105)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
@@ -98,7 +98,8 @@ def plot_bytes(runs, path):
     ax.set_yscale("log")
     ax.set_xlabel("round")
     ax.set_ylabel("bytes sent per trainer per round")
-    ax.set_title("Payload per round (PULSELoCo: shard bytes; DiLoCo 4 B x P; DDP H x 4 B x P)")
+    ax.set_title(f"Payload per round, lr {runs[0]['lr']:g} (PULSELoCo: shard bytes; DiLoCo 4 B x P; "
+                 f"DDP H x 4 B x P)")
     ax.title.set_fontsize(9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
