@@ -123,8 +123,82 @@ def cmd_verify(theta_path, theta_new_path, *trainers):
     print("verified %d elements: e_new and theta_{r+1} bit-exact; %d entries summed from %d trainer(s)" % (n_total, sent_total, k))
 
 
+def ulp(x):
+    u = bits(abs(x)) & 0x7FFFFFFF
+    if u >= 0x7F800000:
+        return float("inf")
+    nxt = struct.unpack("<f", struct.pack("<I", u + 1))[0]
+    return nxt - abs(x)
+
+
+def cmd_verify_gate(theta_path, m_path, theta_new_path, cut, lr, *trainers):
+    """The --reduce-gate round (docs/loco.md), every trainer a member. trainers: LOCAL E_OLD E_NEW per
+    trainer in node-id order. Ranges of CUT elements per tensor (canonical order), range g owned by
+    trainer g mod K. Recomputes theta_{r+1} and every e_new bit for bit, and checks conservation:
+    the owners' e grew by exactly the withheld sums, up to one FP32 rounding of each e + sum."""
+    from fractions import Fraction
+    cut, lr = int(cut), f32(float(lr))
+    theta, mold, new = read_st(theta_path), read_st(m_path), read_st(theta_new_path)
+    groups = [trainers[i:i + 3] for i in range(0, len(trainers), 3)]
+    tr = [(read_st(g[0]), read_st(g[1]), read_st(g[2])) for g in groups]
+    k = len(tr)
+    g_no = n_union = n_pub = n_held = n_exact = 0
+    d_total = w_total = Fraction(0)
+    bound = 0.0
+    for name in sorted(theta):
+        shape, th = theta[name]
+        for off in range(0, len(th), cut):
+            owner = g_no % k
+            g_no += 1
+            for i in range(off, min(off + cut, len(th))):
+                acc, union, e_gate = 0.0, False, []
+                for lo, eo, en in tr:
+                    a = f32(f32(th[i] - lo[name][1][i]) + eo[name][1][i])
+                    vis = (not finite(th[i])) or (not finite(a)) or bf16(f32(th[i] - a)) != bf16(th[i])
+                    e_gate.append(0.0 if vis else a)
+                    if vis:
+                        acc = f32(acc + a)
+                        union = True
+                pub = False
+                if union:
+                    n_union += 1
+                    u = f32(lr * f32(acc / k))
+                    a0 = f32(u + 0.0)
+                    pub = (not finite(th[i])) or (not finite(a0)) or bf16(f32(th[i] - a0)) != bf16(th[i])
+                    n_pub += pub
+                want_e = list(e_gate)
+                if union and not pub:
+                    n_held += 1
+                    want_e[owner] = f32(e_gate[owner] + acc)
+                    got = tr[owner][2][name][1][i]
+                    d = Fraction(got) - Fraction(e_gate[owner])
+                    d_total += d
+                    w_total += Fraction(acc)
+                    n_exact += d == Fraction(acc)
+                    bound += ulp(got) / 2
+                for t, (lo, eo, en) in enumerate(tr):
+                    if bits(en[name][1][i]) != bits(want_e[t]):
+                        sys.exit("FAIL: %s[%d] trainer %d: e_new %r, expected %r (owner %d, union %s, published %s)"
+                                 % (name, i, t, en[name][1][i], want_e[t], owner, union, pub))
+                g_ = f32((acc if pub else 0.0) / k)
+                m = f32(f32(0.0 * mold[name][1][i]) + g_)
+                want = f32(th[i] - f32(lr * m))
+                if bits(new[name][1][i]) != bits(want):
+                    sys.exit("FAIL: %s[%d]: theta_new %r, expected %r (published %s)" % (name, i, new[name][1][i], want, pub))
+                if not pub and bits(new[name][1][i]) != bits(th[i]):
+                    sys.exit("FAIL: %s[%d]: not published, but theta changed" % (name, i))
+    err = abs(float(d_total - w_total))
+    if err > bound:
+        sys.exit("FAIL: conservation: the owners' e grew by %r, the withheld sums are %r (bound %r)"
+                 % (float(d_total), float(w_total), bound))
+    print("verified gate: %d union entries, published %d withheld %d; e_new and theta_{r+1} bit-exact; "
+          "conservation: owners' e grew by %.9e, withheld sums %.9e, |diff| %.3e <= %.3e; %d of %d exact"
+          % (n_union, n_pub, n_held, float(d_total), float(w_total), err, bound, n_exact, n_held))
+
+
 if __name__ == "__main__":
-    cmds = {"init": cmd_init, "local": cmd_local, "verify": cmd_verify}
+    cmds = {"init": cmd_init, "local": cmd_local, "verify": cmd_verify, "verify-gate": cmd_verify_gate}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
-        sys.exit("usage: locogen.py init OUT SEED | local THETA SEED LR STEPS OUT... | verify THETA NEW [LOCAL E_OLD E_NEW INC]...")
+        sys.exit("usage: locogen.py init OUT SEED | local THETA SEED LR STEPS OUT... | verify THETA NEW [LOCAL E_OLD E_NEW INC]..."
+                 " | verify-gate THETA M_OLD NEW CUT LR [LOCAL E_OLD E_NEW]...")
     cmds[sys.argv[1]](*sys.argv[2:])

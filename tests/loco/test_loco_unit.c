@@ -117,6 +117,76 @@ static void test_outer_step(void)
     }
 }
 
+/* The --reduce-gate owner step (loco_gate_mean) against a by-hand scalar computation: entry j is
+ * published iff view(theta - ((lr * (sum / K)) + 0)) != view(theta) or not finite; published and
+ * withheld lists partition the input in order with the sums unchanged; the receivers' gate_check
+ * passes every published update and calls every withheld one invisible; the carry adds each
+ * withheld sum into e (one rounding; exact from e = 0). BF16 and FP16 views, lr 1 and 0.7. */
+static void test_gate_mean(void)
+{
+    enum { LEN = 4096, K = 3 };
+    static float theta[LEN], sum[LEN], val[LEN], hval[LEN], u[LEN], e[LEN];
+    static uint32_t union_idx[LEN], idx[LEN], hidx[LEN];
+    const pulse_kernels *kt = pulse_kernels_get();
+    for (int v = 0; v < 2; v++)
+        for (int l = 0; l < 2; l++) {
+            int view = v ? PULSE_VIEW_FP16 : PULSE_VIEW_BF16;
+            float lr = l ? 0.7f : 1.0f;
+            size_t k = 0;
+            for (uint32_t i = 0; i < LEN; i++) {
+                theta[i] = ((float)(next() % 20001) - 10000.0f) * 2e-6f;
+                if (i == 7)
+                    theta[i] = -0.0f;   /* sign-of-zero corner: theta - (+-0) */
+                if (next() % 3)
+                    continue;
+                union_idx[k] = i;
+                /* RL-sized sums (some visible after / K, most not), an exact zero, a tiny negative */
+                sum[k] = ((float)(next() % 2001) - 1000.0f) * (next() % 4 ? 2e-8f : 2e-7f);
+                if (k == 5)
+                    sum[k] = 0.0f;
+                if (k == 6)
+                    sum[k] = -1e-44f;
+                k++;
+            }
+            memcpy(idx, union_idx, k * 4);
+            memcpy(val, sum, k * 4);
+            size_t np = 99, nh = 99;
+            CHECK_OK(loco_gate_mean(kt, view, theta, (float)K, lr, idx, val, k, hidx, hval, &np, &nh));
+            CHECK_EQ_INT((int)(np + nh), (int)k);
+            CHECK(np > 0 && nh > 0);
+            size_t p = 0, h = 0;
+            for (size_t j = 0; j < k; j++) {
+                uint32_t i = union_idx[j];
+                volatile float g = sum[j] / (float)K, uu = lr * g, a = uu + 0.0f, x = theta[i] - a;
+                int pub = pulse_view_bits((pulse_view)view, x) != pulse_view_bits((pulse_view)view, theta[i]);
+                if (pub) {
+                    CHECK(p < np && idx[p] == i && memcmp(&val[p], &sum[j], 4) == 0);
+                    p++;
+                } else {
+                    CHECK(h < nh && hidx[h] == i && memcmp(&hval[h], &sum[j], 4) == 0);
+                    h++;
+                }
+            }
+            CHECK(p == np && h == nh);
+            size_t bad = 0;
+            loco_mean_update(val, np, (float)K, lr, u);
+            CHECK_EQ_INT(kt->gate_check[view](theta, LEN, idx, u, np, &bad), PULSE_GATE_OK);
+            loco_mean_update(hval, nh, (float)K, lr, u);
+            for (size_t j = 0; j < nh; j++)
+                CHECK_EQ_INT(kt->gate_check[view](theta, LEN, &hidx[j], &u[j], 1, &bad), PULSE_GATE_INVISIBLE);
+            /* the carry into the owner's e: from e = 0 exactly the withheld sums, elsewhere untouched */
+            memset(e, 0, sizeof e);
+            loco_carry_sum(e, hidx, hval, nh);
+            for (size_t j = 0; j < nh; j++)
+                CHECK(memcmp(&e[hidx[j]], &hval[j], 4) == 0 || (hval[j] == 0.0f && e[hidx[j]] == 0.0f));
+            for (size_t j = 0; j < np; j++)
+                CHECK(e[idx[j]] == 0.0f);
+        }
+    size_t np = 1, nh = 1;
+    CHECK_OK(loco_gate_mean(kt, PULSE_VIEW_BF16, theta, 3.0f, 1.0f, idx, val, 0, hidx, hval, &np, &nh));
+    CHECK(np == 0 && nh == 0);
+}
+
 /* A one-trainer round through a file:// store: the in-memory calls give the same bits as the
  * files; BF16 values send bf16 numbers and keep exactly a - bf16(a) in e. */
 static float mem_theta0[2][600], mem_local[2][600];
@@ -277,6 +347,7 @@ int main(void)
     test_shard_round_trip();
     test_conservation();
     test_outer_step();
+    test_gate_mean();
     test_in_memory_round();
     return check_done("loco-unit");
 }
