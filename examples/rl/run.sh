@@ -4,8 +4,8 @@
 # per-learning-rate measurement (BF16/FP16/FP8 sparsity, bound, payloads), the trainer -> follower
 # sync run with the bit-for-bit logits check, then the plots into docs/img/.
 #
-#   bash examples/rl/run.sh            # full run (about 25 min on a quiet 2-core machine)
-#   bash examples/rl/run.sh --quick    # a few steps of each part, figures into $OUT/img (not docs/)
+#   bash examples/rl/run.sh            # full run (16 min on the busy 2-core dev machine, plus LoCo)
+#   bash examples/rl/run.sh --quick    # a few steps of each part (1 min), figures into $OUT/img
 #
 # OUT (default out/rl, or out/rl-quick) keeps the checkpoint, JSONL, logs and tables.
 set -euo pipefail
@@ -64,9 +64,11 @@ rm -rf "$S"; mkdir -p "$S"
 $PY "$RL/follow.py" --init "$OUT/sft.pt" --store "file://$S/store" --trust "$S/trainer.pub" \
     --state "$S/follower" --logits-dir "$S/logits" --timeout 1800 >"$OUT/follower.log" 2>&1 &
 fpid=$!
+trap 'kill "$fpid" 2>/dev/null || true' EXIT   # a failed trainer must not leave the follower waiting
 $PY "$RL/train.py" rl --init "$OUT/sft.pt" --lr 3e-6 --steps "$SYNC_STEPS" --reward "$REWARD" --store "file://$S/store" \
     --key "$S/trainer.key" --state "$S/publisher" --logits-dir "$S/logits" | tee "$OUT/trainer.log"
 wait "$fpid" || { cat "$OUT/follower.log"; echo "run.sh: the follower failed"; exit 1; }
+trap - EXIT
 tail -3 "$OUT/follower.log"
 echo "store: $(du -sb "$S/store" | cut -f1) bytes for $((SYNC_STEPS + 1)) steps" | tee -a "$OUT/trainer.log"
 echo "sync: ${SECONDS} s" >>"$OUT/timings.txt"
