@@ -263,12 +263,14 @@ int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t c
                            const uint8_t base_id[32], const uint8_t result_id[32],
                            const patch_out_tensor *t, size_t n, int spill_fd);
 
-/* Decodes every chunk of p on `threads` threads (one scratch slot, zstd context and chunk
- * buffers per worker, reused across chunks); with write != 0 also scatters each into
- * target. No state ids, no layout check: pulse_patch_apply_ex's passes 1 and 2, exposed
- * for benchmarks. */
+/* Every chunk of p on `threads` threads (one scratch slot, zstd context and chunk buffers
+ * per worker, reused across chunks, the pool kept between calls): write == 0 checks each
+ * (pass 1 without a cache: pulse_patch_verify); write != 0 decodes each with its digest and
+ * scatters it into target (an unfused reference for benchmarks). No state ids, no layout
+ * check. */
 int patch_run_chunks(const pulse_patch *p, pulse_ckpt *target, int write, int threads);
-/* Pass 2 after a successful pass 1 on the same p: chunk digests are not recomputed. */
+/* Pass 2 without a cache after a successful pass 1 on the same p: every chunk read (digest
+ * again for a file) and decoded again, then added. */
 int patch_run_checked_chunks(const pulse_patch *p, pulse_ckpt *target, int threads);
 /* The two passes of pulse_patch_apply_ex with a cache between them (cache may be NULL):
  * pass 1 checks every chunk and fills the cache, pass 2 (only after pass 1 succeeded) writes. */
