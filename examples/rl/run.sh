@@ -55,6 +55,14 @@ $PY "$RL/measure.py" --init "$OUT/sft.pt" --out "$OUT/measure" --lrs "$LRS" --st
     --reward "$REWARD" \
     | tee "$OUT/measure.log"
 echo "measure: ${SECONDS} s" >>"$OUT/timings.txt"
+if [ "$QUICK" = 0 ]; then
+    echo "[$(stamp)] 2b: the paper's rate with another batch seed -> $OUT/measure-seed2"
+    SECONDS=0
+    $PY "$RL/measure.py" --init "$OUT/sft.pt" --out "$OUT/measure-seed2" --lrs 3e-6 --steps "$MEASURE_STEPS" \
+        --seed 2 | tee "$OUT/measure-seed2.log"
+    $PY "$RL/plots.py" --in "$OUT/measure-seed2" --img "$OUT/img-seed2" --tables "$OUT/tables-seed2.md" >/dev/null
+    echo "measure-seed2: ${SECONDS} s" >>"$OUT/timings.txt"
+fi
 
 echo "[$(stamp)] 3/4 sync: trainer publishes each step, follower checks logits bit for bit"
 SECONDS=0
