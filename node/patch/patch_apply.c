@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "node/checkpoint/ckpt_internal.h"
 #include "node/parallel.h"
 #include "node/patch/patch_internal.h"
 
@@ -302,6 +303,10 @@ int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, const pulse_p
     }
     if (!p || !target)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_apply: NULL argument");
+    /* A read-only mapping would fault on the first store; a read-only wrap of caller memory
+     * would be written behind its owner's back. */
+    if (!(target->flags & PULSE_CKPT_WRITE))
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_apply: the target checkpoint was not opened writable");
     const int threads = o.threads;
     int err = patch_check_layout(p, target);
     if (err)
