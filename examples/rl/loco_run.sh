@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Regenerates the trainer-to-trainer figures of docs/results-loco.md: DDP vs DiLoCo vs PULSELoCo with
+# Regenerates the trainer-to-trainer figures of docs/results.md (section 6): DDP vs DiLoCo vs PULSELoCo with
 # 2 and 4 trainers (examples/rl/loco_run.py), then the PNGs in docs/img/ (loco_plots.py).
 #   examples/rl/loco_run.sh [OUT] [loco_run.py options, e.g. --quick]     (OUT: BUILD/loco-out)
 #   IMG_PREFIX=loco-lr1e-5- examples/rl/loco_run.sh OUT2 --lr 1e-5        (the 1e-5 figures)

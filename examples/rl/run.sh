@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # Regenerates every figure and table of docs/results.md (RL part): supervised warm-up, the
 # per-learning-rate measurement (BF16/FP16/FP8 sparsity, bound, payloads), the trainer -> follower
-# sync run with the bit-for-bit logits check, then the plots into docs/img/.
+# sync run with the bit-for-bit logits check, the plots into docs/img/, then the PULSELoCo vs
+# DiLoCo vs DDP runs (examples/rl/loco_run.sh) at lr 3e-5 and 1e-5.
 #
-#   bash examples/rl/run.sh            # full run (16 min on the busy 2-core dev machine, plus LoCo)
+#   bash examples/rl/run.sh            # full run (about 45 min on the busy 2-core dev machine)
 #   bash examples/rl/run.sh --quick    # a few steps of each part (1 min), figures into $OUT/img
 #
 # OUT (default out/rl, or out/rl-quick) keeps the checkpoint, JSONL, logs and tables.
@@ -24,12 +25,12 @@ else
 fi
 mkdir -p "$OUT"
 
-# The pulse binary and library: $PULSE_BIN, else a build of this checkout in build-rl.
+# The pulse binary and library: $PULSE_BIN/$PULSE_LIB, else the release build of this checkout
+# made by scripts/setup.sh (which also installs Debian's torch, numpy and matplotlib when missing).
 if [ -z "${PULSE_BIN:-}" ]; then
-    [ -d "$SRC/build-rl" ] || meson setup "$SRC/build-rl" "$SRC" >/dev/null
-    ninja -C "$SRC/build-rl" -j2 >/dev/null
-    export PULSE_BIN="$SRC/build-rl/tools/pulse"
-    export PULSE_LIB="$SRC/build-rl/libpulseweights.so"
+    PULSE_SETUP_PYTHON=1 bash "$SRC/scripts/setup.sh"
+    export PULSE_BIN="$SRC/build/tools/pulse"
+    export PULSE_LIB="$SRC/build/libpulseweights.so"
 fi
 export PYTHONDONTWRITEBYTECODE=1
 
@@ -83,16 +84,23 @@ echo "sync: ${SECONDS} s" >>"$OUT/timings.txt"
 
 echo "[$(stamp)] 4/4 figures -> $IMG, tables -> $OUT/tables.md"
 $PY "$RL/plots.py" --in "$OUT/measure" --img "$IMG" --tables "$OUT/tables.md" >/dev/null
-# The LoCo experiments (examples/rl/loco*.py, their own helper) hook in here when present.
-# They start from the same warm-up checkpoint (loco_run.sh reuses OUT/sft.pt when present).
-if [ -f "$RL/loco_run.sh" ] && [ "${SKIP_LOCO:-0}" != 1 ]; then
-    echo "[$(stamp)] LoCo experiments: $RL/loco_run.sh $OUT/loco"
+# The LoCo experiments (docs/results.md, "PULSELoCo vs DiLoCo vs DDP"): a smaller model of their
+# own (0.8M parameters, loco_run.py --size small) with its own warm-up, run at lr 3e-5 and again at
+# 1e-5 from the same theta_0. SKIP_LOCO=1 skips them (about 25 minutes here).
+if [ "${SKIP_LOCO:-0}" != 1 ]; then
+    export BUILD=${BUILD:-$(dirname "$(dirname "$PULSE_BIN")")}
     SECONDS=0
-    mkdir -p "$OUT/loco"
-    cp "$OUT/sft.pt" "$OUT/loco/sft.pt"
-    loco_args=()
-    [ "$QUICK" = 1 ] && loco_args=(--quick)
-    bash "$RL/loco_run.sh" "$OUT/loco" "${loco_args[@]}" 2>&1 | tee "$OUT/loco.log"
+    if [ "$QUICK" = 1 ]; then
+        echo "[$(stamp)] LoCo experiments (quick) -> $OUT/loco"
+        bash "$RL/loco_run.sh" "$OUT/loco" --quick 2>&1 | tee "$OUT/loco.log"
+    else
+        echo "[$(stamp)] LoCo experiments, lr 3e-5 -> $OUT/loco"
+        bash "$RL/loco_run.sh" "$OUT/loco" 2>&1 | tee "$OUT/loco.log"
+        echo "[$(stamp)] LoCo experiments, lr 1e-5 -> $OUT/loco-lr1e-5"
+        mkdir -p "$OUT/loco-lr1e-5"
+        cp "$OUT/loco/sft.pt" "$OUT/loco-lr1e-5/sft.pt"
+        IMG_PREFIX=loco-lr1e-5- bash "$RL/loco_run.sh" "$OUT/loco-lr1e-5" --lr 1e-5 2>&1 | tee "$OUT/loco-lr1e-5.log"
+    fi
     echo "loco: ${SECONDS} s" >>"$OUT/timings.txt"
 fi
 cat "$OUT/timings.txt"
