@@ -791,7 +791,8 @@ static int reduce_own(round_ctx *c, const rs_plan *p, int *vetoing)
         if (!r)
             r = put_rs_record(c, key, blobs, nb, RS_REDUCED_ROLE, (const uint64_t (*)[3])ranges, entries, &won);
         for (size_t a = 0; !r && a < n_owned; a++) {   /* this trainer's own sums: no download */
-            c->x.rg_published += sj[a].out->k;
+            if (c->o->reduce_gate)
+                c->x.rg_published += sj[a].out->k;
             if (sj[a].out->k) {
                 s->red[sj[a].g] = sj[a].out;
                 sj[a].out = NULL;

@@ -198,7 +198,10 @@ static void state_file(const char *dir, const char *what, char out[4096])
 }
 
 /* rs: 1 reduce-scatter, 2 the same asked for by a caller built before the field (its shorter size:
- * the field is ignored, the round is the all-gather). */
+ * the field is ignored, the round is the all-gather), 3 the reduce-gate (with one trainer the mean
+ * is its own a, which passed the same gate: everything is published, nothing withheld), 4 the
+ * reduce-scatter asked for by a caller built before reduce_gate (its size ends at owner_wait_s:
+ * it runs, and the extra's newer fields are never written). */
 static int mem_round_rs(const char *tmp, const char *state, const char *run, int from_files, int bf16, int rs,
                         float out[2][600])
 {
@@ -229,15 +232,24 @@ static int mem_round_rs(const char *tmp, const char *state, const char *run, int
     pulse_loco_round_extra x;
     memset(&x, 0x55, sizeof x);
     o.reduce_scatter = rs != 0;
+    o.reduce_gate = rs == 3;
     o.extra = &x;
     if (rs == 2)
         o.size = offsetof(pulse_loco_round_opts, bf16_values) + sizeof o.bf16_values;
+    if (rs == 4)
+        o.size = offsetof(pulse_loco_round_opts, owner_wait_s) + sizeof o.owner_wait_s;
     pulse_loco_report rep;
     int r = pulse_loco_round(&o, &rep);
     CHECK(r != 0 || (rep.included == 1 && rep.sent > 0 && rep.sent < 1200));
     /* one trainer owns all 6 ranges (3 of 256 per tensor) and publishes the sums of those it sent in */
-    if (rs == 1)
+    if (rs == 1 || rs == 3 || rs == 4)
         CHECK(r != 0 || (x.rs_attempt == 0 && x.rs_owned == 6 && x.vetoed == 0 && x.rs_reduced_bytes > 0 && !x.published));
+    if (rs == 1)
+        CHECK(r != 0 || (x.rg_published == 0 && x.rg_withheld == 0));
+    if (rs == 3)
+        CHECK(r != 0 || (x.rg_published == rep.sent && x.rg_withheld == 0));
+    if (rs == 4)
+        CHECK(x.rg_published == 0x5555555555555555ull && x.rg_withheld == 0x5555555555555555ull);
     if (rs == 2)
         CHECK(x.rs_owned == 0x55555555u);   /* extra lies past the old size: never written */
     return r;
@@ -266,9 +278,9 @@ static void test_in_memory_round(void)
     pulse_key_free(&k);
     pulse_loco_tensor t0[2] = { { "a.weight", 1, { 600 }, mem_theta0[0] }, { "b.weight", 2, { 20, 30 }, mem_theta0[1] } };
     pulse_loco_tensor lt[2] = { { "a.weight", 1, { 600 }, mem_local[0] }, { "b.weight", 2, { 20, 30 }, mem_local[1] } };
-    static const char *const states[5] = { "mem", "file", "bf16", "rs", "old" };
-    char sd[5][4096];
-    for (int s = 0; s < 5; s++) {
+    static const char *const states[7] = { "mem", "file", "bf16", "rs", "old", "gate", "old2" };
+    char sd[7][4096];
+    for (int s = 0; s < 7; s++) {
         snprintf(sd[s], sizeof sd[s], "%s/%s", tmp, states[s]);
         CHECK_OK(pulse_loco_init_tensors(sd[s], t0, 2, PULSE_LOCO_VIEW_BF16));
     }
@@ -292,6 +304,13 @@ static void test_in_memory_round(void)
     CHECK(memcmp(out_mem, out_rs, sizeof out_mem) == 0);
     CHECK_OK(mem_round_rs(tmp, sd[4], "old", 0, 0, 2, out_old));
     CHECK(memcmp(out_mem, out_old, sizeof out_mem) == 0);
+    /* One trainer's reduce-gate publishes everything: the same bits; so does an older caller's
+     * reduce-scatter (opts up to owner_wait_s). */
+    static float out_gate[2][600], out_old2[2][600];
+    CHECK_OK(mem_round_rs(tmp, sd[5], "gate", 0, 0, 3, out_gate));
+    CHECK(memcmp(out_mem, out_gate, sizeof out_mem) == 0);
+    CHECK_OK(mem_round_rs(tmp, sd[6], "old2", 0, 0, 4, out_old2));
+    CHECK(memcmp(out_mem, out_old2, sizeof out_mem) == 0);
     /* ... and the state's theta_1 holds the same bits as the out tensors */
     pulse_ckpt *c = NULL;
     state_file(sd[0], "theta", path);
