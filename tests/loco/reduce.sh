@@ -8,39 +8,11 @@
 #
 # usage: reduce.sh file|s3 LOCO_FORGE LOCOGEN_PY   (s3: the test RGW named by PULSE_RGW_ENV, else skip)
 set -euo pipefail
-mode=${1:?usage: reduce.sh file|s3 LOCO_FORGE LOCOGEN_PY}
+[ $# -ge 3 ] || { echo "usage: reduce.sh file|s3 LOCO_FORGE LOCOGEN_PY" >&2; exit 2; }
 forge=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
-gen=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-: "${PULSE_BIN:?PULSE_BIN must name the pulse binary (meson test sets it)}"
-if [ "$mode" = s3 ]; then
-  if [ -z "${PULSE_RGW_ENV:-}" ] || [ ! -f "${PULSE_RGW_ENV:-}" ]; then
-    echo "SKIP: PULSE_RGW_ENV is not set to an RGW env file (scripts/test.sh starts one; docs/testing-s3.md)"
-    exit 77
-  fi
-  # shellcheck source=../s3/lib.sh
-  . "$here/../s3/lib.sh"   # work, prefix, bucket, fail, ok, cleanup trap
-  store="s3://$bucket/$prefix"
-else
-  work=$(mktemp -d "${TMPDIR:-/tmp}/pulse-loco-rs.XXXXXX")
-  trap 'rm -rf "$work"' EXIT
-  fail() { echo "FAIL: $*" >&2; exit 1; }
-  ok() { echo "ok   $*"; }
-  store="file://$work/store"
-fi
-cd "$work"
-P() { timeout 120 "$PULSE_BIN" "$@"; }
-py=$(python3 -c 'import sys; print(sys.executable)')
-G() { "$py" "$gen" "$@"; }
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$1" loco-rs "$3"
 LR=1e-6 H=8 CUT=1024
-
-mkdir trust
-for k in 1 2 3; do
-  P keygen --comment "t$k" "t$k" >/dev/null
-  cp "t$k.pub" trust/
-done
-node() { awk '{print $2}' "t$1.pub"; }
-order=$(for k in 1 2 3; do echo "$(node $k) $k"; done | sort | awk '{print $2}' | tr '\n' ' ')
 
 G init theta0.safetensors 11
 for k in 1 2 3; do
