@@ -21,6 +21,25 @@ VALUES_ABS, VALUES_ULP = 0, 1
 RECORD_SYNC_PATCH, RECORD_KEYFRAME = 1, 2
 
 
+class Closeable:
+    """A handle owner: close() frees it (once); also a context manager, and closed when collected."""
+
+    def close(self):
+        raise NotImplementedError
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class PulseError(Exception):
     """A libpulseweights call failed: .code is the negative PULSE_ERR_* value, .name its name,
     str() the library's detail (pulse_last_error) after the code's text."""

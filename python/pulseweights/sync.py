@@ -36,7 +36,7 @@ def keygen(path_prefix, comment=""):
         _lib.key_free(ctypes.byref(k))
 
 
-class Publisher:
+class Publisher(_lib.Closeable):
     """Signs and publishes checkpoints of a run (docs/sync.md). One publisher per run and key;
     STATE_DIR keeps its index and the last published state (the next diff's base)."""
 
@@ -80,18 +80,6 @@ class Publisher:
         if getattr(self, "_p", None):
             _lib.publisher_close(ctypes.byref(self._p))
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 def _load_trust(trust):
     if isinstance(trust, (str, bytes)) or hasattr(trust, "__fspath__"):
@@ -107,7 +95,7 @@ def _load_trust(trust):
     return t
 
 
-class Follower:
+class Follower(_lib.Closeable):
     """Follows a run: each pull() verifies every step (signature, digests, base state, the whole
     patch) before the weights are written. weights=mapping updates those tensors IN PLACE (their
     buffers are held from here until close(); names, dtypes and shapes must be the run's);
@@ -179,15 +167,3 @@ class Follower:
             self._wrapped = None
         if getattr(self, "_trust", None):
             _lib.trust_free(ctypes.byref(self._trust))
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

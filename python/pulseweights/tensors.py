@@ -108,7 +108,7 @@ def as_tensors(mapping):
     return [to_tensor(name, value) for name, value in mapping.items()]
 
 
-class Wrapped:
+class Wrapped(_lib.Closeable):
     """A pulse_ckpt over the tensors' own buffers (pulse_ckpt_wrap). Keeps the tensors (and so
     their buffers) referenced until closed."""
 
@@ -141,18 +141,6 @@ class Wrapped:
     def close(self):
         if self.ptr:
             _lib.ckpt_close(ctypes.byref(self.ptr))
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def state_id(state_dict, threads=0):
