@@ -413,30 +413,17 @@ static size_t quorum_of(const round_ctx *c)
     return c->o->quorum ? c->o->quorum : c->n_tr;
 }
 
+static int stop_at_plan(round_ctx *c, void *p, int *found)
+{
+    return plan_read(c, 0, p, found);
+}
+
 /* Attempt 0: waits for the shard records (every trainer, or the deadline), then fixes the members
  * from the records alone, unless another trainer's plan is there first. */
 static int first_plan(round_ctx *c, rs_plan *p)
 {
-    uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
-    int r = nodes ? 0 : pulse_fail(PULSE_ERR_NOMEM, "trainers");
     int found = 0;
-    double deadline = loco_now_s() + c->o->deadline_s, pause = 0.05;
-    while (!r) {
-        if ((r = plan_read(c, 0, p, &found)) || found)
-            break;
-        size_t n = 0, listed = 0;
-        if ((r = loco_list_round(c, PULSE_RECORD_LOCO_SHARD, nodes, &n)))
-            break;
-        for (size_t i = 0; i < n; i++)
-            loco_find_trainer(c, nodes[i])->listed = 1;
-        for (size_t i = 0; i < c->n_tr; i++)
-            listed += c->tr[i].listed;
-        if (listed >= c->n_tr || loco_now_s() >= deadline)
-            break;
-        loco_sleep_s(pause);
-        pause = pause * 2 > 1.0 ? 1.0 : pause * 2;
-    }
-    free(nodes);
+    int r = loco_wait_listed(c, stop_at_plan, p, &found);
     if (r || found)
         return r;
     uint32_t cut = c->o->shard_elems ? c->o->shard_elems : LOCO_SHARD_ELEMS;

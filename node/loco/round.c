@@ -500,14 +500,14 @@ static int find_result(round_ctx *c, int *found)
 
 /* ---- wait, choose the members ------------------------------------------------------- */
 
-/* Polls until every trainer has published (or a result for the round exists, or the deadline). */
-static int wait_round(round_ctx *c, int *adopted)
+int loco_wait_listed(round_ctx *c, loco_wait_stop stop, void *ctx, int *found)
 {
     uint8_t (*nodes)[32] = calloc(c->n_tr, 32);
     int r = nodes ? 0 : pulse_fail(PULSE_ERR_NOMEM, "trainers");
     double deadline = loco_now_s() + c->o->deadline_s, pause = 0.05;
+    *found = 0;
     while (!r) {
-        if ((r = find_result(c, adopted)) || *adopted)
+        if ((r = stop(c, ctx, found)) || *found)
             break;
         size_t n = 0, listed = 0;
         if ((r = loco_list_round(c, PULSE_RECORD_LOCO_SHARD, nodes, &n)))
@@ -523,6 +523,18 @@ static int wait_round(round_ctx *c, int *adopted)
     }
     free(nodes);
     return r;
+}
+
+static int stop_at_result(round_ctx *c, void *ctx, int *found)
+{
+    (void)ctx;
+    return find_result(c, found);
+}
+
+/* Polls until every trainer has published (or a result for the round exists, or the deadline). */
+static int wait_round(round_ctx *c, int *adopted)
+{
+    return loco_wait_listed(c, stop_at_result, NULL, adopted);
 }
 
 /* Sets the members: the adopted result's list (each must validate here and be the same record), or

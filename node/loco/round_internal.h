@@ -56,6 +56,11 @@ void loco_sleep_s(double s);
 trainer *loco_find_trainer(round_ctx *c, const uint8_t node[32]);
 /* The trusted nodes with a record of KIND for this round (at most n_tr). */
 int loco_list_round(round_ctx *c, int kind, uint8_t (*nodes)[32], size_t *n);
+/* Polls the round's shard-record listing (50 ms doubling to 1 s), marking trainers listed, until
+ * every trainer is listed or the deadline passes; before each listing STOP may end the wait by
+ * setting *found (a result or plan that another trainer already published). */
+typedef int (*loco_wait_stop)(round_ctx *c, void *ctx, int *found);
+int loco_wait_listed(round_ctx *c, loco_wait_stop stop, void *ctx, int *found);
 /* Fetches and verifies the record of KIND for this round by NODE (signature by that trusted key,
  * kind, run, round, base = theta_r's view); *bytes (when wanted) receives its bytes. */
 int loco_fetch_record(round_ctx *c, int kind, const uint8_t node[32], pulse_record *rec, void **bytes,
