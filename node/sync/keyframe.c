@@ -50,13 +50,12 @@ static int compress_one(void *ctx, size_t i)
     return 0;
 }
 
-/* A sharded checkpoint is first written as one file (a keyframe is always one file). */
-static int single_file_copy(const pulse_ckpt *c, const char *scratch, pulse_ckpt **out)
+int sync_copy_to_file(const pulse_ckpt *c, const char *scratch, pulse_ckpt **out)
 {
     size_t n = pulse_ckpt_count(c);
     pulse_tensor_spec *specs = calloc(n ? n : 1, sizeof *specs);
     if (!specs)
-        return pulse_fail(PULSE_ERR_NOMEM, "keyframe layout");
+        return pulse_fail(PULSE_ERR_NOMEM, "layout of %s", scratch);
     for (size_t i = 0; i < n; i++) {
         const pulse_tensor *t = pulse_ckpt_tensor(c, i);
         specs[i].name = t->name;
@@ -84,7 +83,7 @@ int sync_keyframe_publish(pulse_store *st, const char *run, const pulse_ckpt *c,
     if (c->nfiles != 1 || c->index_path) {
         char scratch[4096];
         snprintf(scratch, sizeof scratch, "%s.keyframe", c->files[0].path);
-        if ((rc = single_file_copy(c, scratch, &copy)))
+        if ((rc = sync_copy_to_file(c, scratch, &copy)))
             return rc;
         src = copy;
     }

@@ -277,28 +277,9 @@ static int keep_last(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, 
  * caller's buffers change afterwards. */
 static int snapshot(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt **out)
 {
-    size_t n = pulse_ckpt_count(c);
-    pulse_tensor_spec *specs = calloc(n ? n : 1, sizeof *specs);
-    if (!specs)
-        return pulse_fail(PULSE_ERR_NOMEM, "snapshot layout");
-    for (size_t i = 0; i < n; i++) {
-        const pulse_tensor *t = pulse_ckpt_tensor(c, i);
-        specs[i].name = t->name;
-        specs[i].dtype_name = t->dtype_name;
-        specs[i].ndim = t->ndim;
-        memcpy(specs[i].shape, t->shape, sizeof t->shape);
-    }
     char path[4096];
     snprintf(path, sizeof path, "%s/snapshot.safetensors", p->state_dir);
-    int r = pulse_ckpt_create(out, path, specs, n, pulse_ckpt_metadata(c));
-    free(specs);
-    for (size_t i = 0; !r && i < n; i++) {
-        const pulse_tensor *src = pulse_ckpt_tensor(c, i);
-        const pulse_tensor *dst = pulse_ckpt_find(*out, src->name);
-        if (src->nbytes)
-            memcpy(dst->data, src->data, src->nbytes);
-    }
-    return r;
+    return sync_copy_to_file(c, path, out);
 }
 
 /* One publish of C, a checkpoint with files (SNAP: C is the uncommitted copy of tensors in memory). */

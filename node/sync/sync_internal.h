@@ -38,6 +38,11 @@ int sync_put_objects(pulse_store *st, const char *run, const sync_blob *blobs, s
 int sync_fetch_objects(pulse_store *st, const char *run, const pulse_record_object *o, size_t n,
                        void **data, uint64_t *moved);
 
+/* Copies C (sharded, or tensors in caller memory) into one new safetensors file at PATH, opened
+ * writable and not yet committed (closing without commit removes it): a keyframe is always one
+ * file, and the publisher snapshots tensors in memory this way. */
+int sync_copy_to_file(const pulse_ckpt *c, const char *path, pulse_ckpt **out);
+
 /* Publishes a keyframe of C: its single-file bytes cut into PULSE_KEYFRAME_CHUNK ranges, each
  * zstd-compressed and uploaded; the objects are appended to R. */
 int sync_keyframe_publish(pulse_store *st, const char *run, const pulse_ckpt *c, int threads,
