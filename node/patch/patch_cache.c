@@ -242,15 +242,10 @@ int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_ca
                           t->name, (unsigned long long)c->index);
     const uint8_t *v = bytes + c->pos_len;
     size_t left = c->val_len;
-    if (left < 1)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: empty value stream",
-                          t->name, (unsigned long long)c->index);
-    unsigned bits = v[0];
-    if (bits != 2 && bits != 4 && bits != 8)
-        return pulse_fail(PULSE_ERR_UNSUPPORTED, "tensor %s chunk %llu: value coding %u unknown (known: 2, 4, 8-bit symbols)",
-                          t->name, (unsigned long long)c->index, bits);
-    v++;
-    left--;
+    unsigned bits = 0;
+    int bad = patch_ulp_bits(t, c, &v, &left, &bits);
+    if (bad)
+        return bad;
     plen = (k * bits + 7) / 8;
     int64_t fv = patch_frame_probe(t, c, "value", v, left, plen, plen, &pcs), fe = 0;
     if (fv < 0)

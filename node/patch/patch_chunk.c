@@ -606,21 +606,31 @@ bad_escape:
                       t->name, (unsigned long long)c->index);
 }
 
+int patch_ulp_bits(const patch_tensor *t, const patch_chunk *c, const uint8_t **v, size_t *left,
+                   unsigned *bits)
+{
+    if (*left < 1)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: empty value stream",
+                          t->name, (unsigned long long)c->index);
+    *bits = (*v)[0];
+    if (*bits != 2 && *bits != 4 && *bits != 8)
+        return pulse_fail(PULSE_ERR_UNSUPPORTED, "tensor %s chunk %llu: value coding %u unknown (known: 2, 4, 8-bit symbols)",
+                          t->name, (unsigned long long)c->index, *bits);
+    (*v)++;
+    (*left)--;
+    return 0;
+}
+
 /* The ulp value stream: [coding byte = symbol bits 2, 4 or 8][frame: ceil(k*bits/8) packed
  * bytes][frame: LEB128 escapes, present iff a symbol is the escape]. */
 static int decode_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch *s, const uint8_t *v,
                       size_t left)
 {
     const size_t k = c->count;
-    if (left < 1)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: empty value stream",
-                          t->name, (unsigned long long)c->index);
-    unsigned bits = v[0];
-    if (bits != 2 && bits != 4 && bits != 8)
-        return pulse_fail(PULSE_ERR_UNSUPPORTED, "tensor %s chunk %llu: value coding %u unknown (known: 2, 4, 8-bit symbols)",
-                          t->name, (unsigned long long)c->index, bits);
-    v++;
-    left--;
+    unsigned bits = 0;
+    int e = patch_ulp_bits(t, c, &v, &left, &bits);
+    if (e)
+        return e;
     size_t plen = (k * bits + 7) / 8, got, esc_len = 0;
     uint8_t *packed = s->planes;
     int64_t r = unzstd_frame(s, t, c, "value", v, left, packed, plen, plen, &got);

@@ -156,6 +156,11 @@ int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_
 
 /* ---- decoding pieces shared by the chunk decoder and the apply passes ---------------- */
 
+/* Reads the ulp value stream's first byte, the symbol width (2, 4 or 8 bits), and steps past it;
+ * FORMAT for an empty stream, UNSUPPORTED for an unknown width. */
+int patch_ulp_bits(const patch_tensor *t, const patch_chunk *c, const uint8_t **v, size_t *left,
+                   unsigned *bits);
+
 /* Checks that src[0..avail) starts with one zstd frame declaring want_min..want_max bytes of
  * content (*content); returns the frame's compressed size or a FORMAT error naming `what`. */
 int64_t patch_frame_probe(const patch_tensor *t, const patch_chunk *c, const char *what, const uint8_t *src,
