@@ -46,6 +46,11 @@ typedef struct dtype_info {
 
 const dtype_info *ckpt_dtype_lookup(const char *name);
 
+/* pulse_ckpt_create at PATH with the tensor names and shapes of LIKE, each of DTYPE_NAME (NULL:
+ * LIKE's own dtype): a zero-filled, uncommitted single file for copies and views. */
+int ckpt_create_shaped_like(pulse_ckpt **out, const char *path, const pulse_ckpt *like,
+                            const char *dtype_name, const char *metadata);
+
 /* Internal entry for the fuzz target: parses a single-file image held in memory (the
  * caller keeps buf alive until close). Same validation as pulse_ckpt_open. */
 int pulse_ckpt_open_memory(pulse_ckpt **out, const uint8_t *buf, size_t size);

@@ -272,6 +272,26 @@ int pulse_ckpt_create(pulse_ckpt **out, const char *path, const pulse_tensor_spe
     return r;
 }
 
+/* The layout of LIKE, possibly under another dtype (ckpt_internal.h). */
+int ckpt_create_shaped_like(pulse_ckpt **out, const char *path, const pulse_ckpt *like,
+                            const char *dtype_name, const char *metadata)
+{
+    size_t n = pulse_ckpt_count(like);
+    pulse_tensor_spec *specs = calloc(n ? n : 1, sizeof *specs);
+    if (!specs)
+        return pulse_fail(PULSE_ERR_NOMEM, "layout of %s", path);
+    for (size_t i = 0; i < n; i++) {
+        const pulse_tensor *t = pulse_ckpt_tensor(like, i);
+        specs[i].name = t->name;
+        specs[i].dtype_name = dtype_name ? dtype_name : t->dtype_name;
+        specs[i].ndim = t->ndim;
+        memcpy(specs[i].shape, t->shape, sizeof specs[i].shape);
+    }
+    int r = pulse_ckpt_create(out, path, specs, n, metadata);
+    free(specs);
+    return r;
+}
+
 /* Copies one mapped file to a new path (the kernel copies when it can). */
 static int copy_file(const ckpt_file *src, const char *dst)
 {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "node/checkpoint/ckpt_internal.h"
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
 #include "node/parallel.h"
@@ -153,19 +154,8 @@ int loco_state_load(const char *dir, loco_state *s)
 int loco_write_view(const pulse_ckpt *src, int view, const char *path, int threads, uint8_t id[32])
 {
     size_t n = pulse_ckpt_count(src);
-    pulse_tensor_spec *specs = calloc(n ? n : 1, sizeof *specs);
-    if (!specs)
-        return pulse_fail(PULSE_ERR_NOMEM, "view of %zu tensors", n);
-    for (size_t i = 0; i < n; i++) {
-        const pulse_tensor *t = pulse_ckpt_tensor(src, i);
-        specs[i].name = t->name;
-        specs[i].dtype_name = view_dtypes[view];
-        specs[i].ndim = t->ndim;
-        memcpy(specs[i].shape, t->shape, sizeof specs[i].shape);
-    }
     pulse_ckpt *out = NULL;
-    int r = pulse_ckpt_create(&out, path, specs, n, NULL);
-    free(specs);
+    int r = ckpt_create_shaped_like(&out, path, src, view_dtypes[view], NULL);
     for (size_t i = 0; !r && i < n; i++) {
         const pulse_tensor *t = pulse_ckpt_tensor(src, i);
         const pulse_tensor *o = pulse_ckpt_find(out, t->name);

@@ -9,6 +9,7 @@
 #include <zstd.h>
 
 #include "base/fail.h"
+#include "node/checkpoint/ckpt_internal.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/parallel.h"
@@ -53,18 +54,7 @@ static int compress_one(void *ctx, size_t i)
 int sync_copy_to_file(const pulse_ckpt *c, const char *scratch, pulse_ckpt **out)
 {
     size_t n = pulse_ckpt_count(c);
-    pulse_tensor_spec *specs = calloc(n ? n : 1, sizeof *specs);
-    if (!specs)
-        return pulse_fail(PULSE_ERR_NOMEM, "layout of %s", scratch);
-    for (size_t i = 0; i < n; i++) {
-        const pulse_tensor *t = pulse_ckpt_tensor(c, i);
-        specs[i].name = t->name;
-        specs[i].dtype_name = t->dtype_name;
-        specs[i].ndim = t->ndim;
-        memcpy(specs[i].shape, t->shape, sizeof t->shape);
-    }
-    int r = pulse_ckpt_create(out, scratch, specs, n, pulse_ckpt_metadata(c));
-    free(specs);
+    int r = ckpt_create_shaped_like(out, scratch, c, NULL, pulse_ckpt_metadata(c));
     for (size_t i = 0; !r && i < n; i++) {
         const pulse_tensor *src = pulse_ckpt_tensor(c, i);
         const pulse_tensor *dst = pulse_ckpt_find(*out, src->name);

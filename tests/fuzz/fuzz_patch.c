@@ -10,8 +10,38 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The target bytes every comparison starts from. */
+static uint16_t *start_bytes(uint32_t len)
+{
+    uint16_t *a = malloc((size_t)len * 2);
+    for (uint32_t j = 0; a && j < len; j++)
+        a[j] = (uint16_t)(j * 0x9e37u);
+    return a;
+}
+
+/* The reference for a 16-bit ulp chunk that a write path accepted: decode, then ulp_apply16,
+ * from the same start bytes; aborts when decoding refuses it or GOT differs. */
+static void expect_decode_then_scatter(const pulse_patch *p, const patch_chunk *c, patch_scratch *s,
+                                       const uint16_t *got)
+{
+    uint16_t *a = start_bytes(c->len);
+    if (!a)
+        return;
+    if (patch_decode_checked_chunk(p, c, s) != 0)
+        abort();   /* verify passed: a write path accepted what decoding refuses */
+    pulse_kernels_get()->ulp_apply16(a, s->idx, c->count, (const uint16_t *)(void *)s->vals);
+    if (memcmp(a, got, (size_t)c->len * 2) != 0)
+        abort();
+    free(a);
+}
+
+static int chunk16(const pulse_patch *p, const patch_chunk *c)
+{
+    return p->tensors[c->tensor].unit == 2 && c->len <= (1u << 20);
+}
+
 /* Apply's pass 2 takes a fused path for 16-bit ulp chunks with 2-bit symbols: on a verified
- * patch it must write exactly what decode + ulp_apply16 writes, from the same start bytes. */
+ * patch it must write exactly what decode + ulp_apply16 writes. */
 static void check_fused(const pulse_patch *p)
 {
     patch_pool pool;
@@ -21,24 +51,14 @@ static void check_fused(const pulse_patch *p)
     patch_scratch *s = patch_pool_take(&pool, &err);
     for (size_t i = 0; s && i < p->nchunks; i++) {
         const patch_chunk *c = &p->chunks[i];
-        if (p->tensors[c->tensor].unit != 2 || c->len > (1u << 20))
+        uint16_t *b = chunk16(p, c) ? start_bytes(c->len) : NULL;
+        if (!b)
             continue;
-        uint16_t *a = malloc((size_t)c->len * 2), *b = malloc((size_t)c->len * 2);
-        if (a && b) {
-            for (uint32_t j = 0; j < c->len; j++)
-                a[j] = b[j] = (uint16_t)(j * 0x9e37u);
-            int fused = patch_apply_checked_chunk(p, c, s, (uint8_t *)b);
-            if (fused == 0) {
-                if (patch_decode_checked_chunk(p, c, s) != 0)
-                    abort();   /* verify passed: the fused path accepted what decoding refuses */
-                pulse_kernels_get()->ulp_apply16(a, s->idx, c->count, (const uint16_t *)(void *)s->vals);
-                if (memcmp(a, b, (size_t)c->len * 2) != 0)
-                    abort();
-            } else if (fused < 0) {
-                abort();   /* verify passed: the fused path refused a valid chunk */
-            }
-        }
-        free(a);
+        int fused = patch_apply_checked_chunk(p, c, s, (uint8_t *)b);
+        if (fused == 0)
+            expect_decode_then_scatter(p, c, s, b);
+        else if (fused < 0)
+            abort();   /* verify passed: the fused path refused a valid chunk */
         free(b);
     }
     if (s)
@@ -63,24 +83,14 @@ static void check_cached(const pulse_patch *p)
             abort();   /* verify passed: pass 1 refused a chunk */
     for (size_t i = 0; opened && i < p->nchunks; i++) {
         const patch_chunk *c = &p->chunks[i];
-        if (p->tensors[c->tensor].unit != 2 || c->len > (1u << 20))
+        uint16_t *b = chunk16(p, c) ? start_bytes(c->len) : NULL;
+        if (!b)
             continue;
-        uint16_t *a = malloc((size_t)c->len * 2), *b = malloc((size_t)c->len * 2);
-        if (a && b) {
-            for (uint32_t j = 0; j < c->len; j++)
-                a[j] = b[j] = (uint16_t)(j * 0x9e37u);
-            int w = patch_write_cached_chunk(p, i, s, &cache, (uint8_t *)b);
-            if (w == 0) {
-                if (patch_decode_checked_chunk(p, c, s) != 0)
-                    abort();
-                pulse_kernels_get()->ulp_apply16(a, s->idx, c->count, (const uint16_t *)(void *)s->vals);
-                if (memcmp(a, b, (size_t)c->len * 2) != 0)
-                    abort();   /* the cached write differs from decode-then-scatter */
-            } else if (w < 0) {
-                abort();   /* pass 1 accepted the chunk, the cached write refused it */
-            }
-        }
-        free(a);
+        int w = patch_write_cached_chunk(p, i, s, &cache, (uint8_t *)b);
+        if (w == 0)
+            expect_decode_then_scatter(p, c, s, b);
+        else if (w < 0)
+            abort();   /* pass 1 accepted the chunk, the cached write refused it */
         free(b);
     }
     if (opened)

@@ -15,21 +15,9 @@ fi
 
 store="s3://$bucket/$prefix"
 
-# start_proxy as in lib.sh, but alive for 900 s: on a loaded machine a node test can outlast lib.sh's
+# The fault proxy stays up 900 s, not lib.sh's 300: on a loaded machine a node test can outlast
 # 300 s, and followers must not lose their proxy before the test ends.
-start_proxy() {
-  : >"$work/rules"
-  python3 "$s3_dir/faultproxy.py" --upstream "$rgw_endpoint" --control "$work/rules" \
-    --port-file "$work/proxy.port" --log "$work/proxy.log" --time-limit 900 &
-  proxy_pid=$!
-  for _ in $(seq 1 600); do
-    [ -s "$work/proxy.port" ] && break
-    kill -0 "$proxy_pid" 2>/dev/null || fail "fault proxy exited at start"
-    sleep 0.05
-  done
-  [ -s "$work/proxy.port" ] || fail "fault proxy did not start"
-  proxy_url="http://127.0.0.1:$(cat "$work/proxy.port")"
-}
+proxy_time_limit=900
 run=r1
 bg_pids=()          # every background node, killed by node_cleanup
 declare -A node_pid # name -> pid of the running node of that name

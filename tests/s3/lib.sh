@@ -63,11 +63,12 @@ pulse_store() {
 # s3 METHOD /bucket/key [s3req.py args]: a direct signed request to RGW, bypassing pulse and the proxy.
 s3() { AWS_ENDPOINT_URL=$rgw_endpoint python3 "$s3_dir/s3req.py" "$@"; }
 
-# start_proxy: the fault proxy in front of RGW; rules come from $work/rules (see set_rules).
+# start_proxy: the fault proxy in front of RGW; rules come from $work/rules (see set_rules). It
+# exits by itself after $proxy_time_limit seconds (default 300; the node tests need longer).
 start_proxy() {
   : >"$work/rules"
   python3 "$s3_dir/faultproxy.py" --upstream "$rgw_endpoint" --control "$work/rules" \
-    --port-file "$work/proxy.port" --log "$work/proxy.log" --time-limit 300 &
+    --port-file "$work/proxy.port" --log "$work/proxy.log" --time-limit "${proxy_time_limit:-300}" &
   proxy_pid=$!
 
   # Up to 30 s: python's start alone takes seconds on a loaded machine.

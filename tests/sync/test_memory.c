@@ -15,6 +15,7 @@
 #include "pulseweights/patch.h"
 #include "pulseweights/record.h"
 #include "pulseweights/sync.h"
+#include "node/sync/sync_internal.h"
 
 static char dir[64];
 
@@ -25,6 +26,21 @@ static const char *at(const char *name)
     k = (k + 1) % 8;
     snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
     return buf[k];
+}
+
+/* Writes tensors in memory as one safetensors file at PATH, through the publisher's own
+ * copy-to-one-file (sync_copy_to_file) over a read-only wrap. */
+static int write_file(const pulse_mem_tensor *t, size_t n, const char *path)
+{
+    pulse_ckpt *w = NULL, *f = NULL;
+    int r = pulse_ckpt_wrap(&w, t, n, PULSE_CKPT_READ);
+    if (!r)
+        r = sync_copy_to_file(w, path, &f);
+    if (!r)
+        r = pulse_ckpt_commit(f);
+    pulse_ckpt_close(&f);
+    pulse_ckpt_close(&w);
+    return r;
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
@@ -121,19 +137,9 @@ static void test_wrap(void)
     /* The state id is the one of the same tensors in a file. */
     uint8_t id_mem[32], id_file[32];
     CHECK_OK(pulse_ckpt_state_id(c, 2, id_mem));
-    pulse_tensor_spec specs[4];
-    for (int i = 0; i < 4; i++) {
-        memset(&specs[i], 0, sizeof specs[i]);
-        specs[i].name = t[i].name;
-        specs[i].dtype_name = t[i].dtype_name;
-        specs[i].ndim = t[i].ndim;
-        memcpy(specs[i].shape, t[i].shape, sizeof specs[i].shape);
-    }
+    CHECK_OK(write_file(t, 4, at("model.safetensors")));
     pulse_ckpt *f = NULL;
-    CHECK_OK(pulse_ckpt_create(&f, at("model.safetensors"), specs, 4, NULL));
-    for (int i = 0; f && i < 4; i++)
-        memcpy(pulse_ckpt_find(f, t[i].name)->data, t[i].data, t[i].nbytes);
-    CHECK_OK(pulse_ckpt_commit(f));
+    CHECK_OK(pulse_ckpt_open(&f, at("model.safetensors"), PULSE_CKPT_READ));
     CHECK_OK(pulse_ckpt_state_id(f, 1, id_file));
     CHECK(!memcmp(id_mem, id_file, 32));
 
@@ -373,20 +379,7 @@ static void test_sync(void)
     /* A keyframe of step 4 lets a fresh follower reach the trainer past the damaged step; the
      * path-taking publish is the same publisher (a file of the trainer's tensors). */
     train(&trainer);
-    pulse_tensor_spec specs[4];
-    for (int i = 0; i < 4; i++) {
-        memset(&specs[i], 0, sizeof specs[i]);
-        specs[i].name = tt[i].name;
-        specs[i].dtype_name = tt[i].dtype_name;
-        specs[i].ndim = tt[i].ndim;
-        memcpy(specs[i].shape, tt[i].shape, sizeof specs[i].shape);
-    }
-    pulse_ckpt *file = NULL;
-    CHECK_OK(pulse_ckpt_create(&file, at("step4.safetensors"), specs, 4, NULL));
-    for (int i = 0; file && i < 4; i++)
-        memcpy(pulse_ckpt_find(file, tt[i].name)->data, tt[i].data, tt[i].nbytes);
-    CHECK_OK(pulse_ckpt_commit(file));
-    pulse_ckpt_close(&file);
+    CHECK_OK(write_file(tt, 4, at("step4.safetensors")));
     CHECK_OK(pulse_publisher_publish(pub, at("step4.safetensors"), -1, PULSE_PUBLISH_KEYFRAME, &s));
     CHECK_EQ_INT(s.step, 4);
     memset(&inference, 0, sizeof inference);
