@@ -20,7 +20,8 @@ static void usage(FILE *f)
         "  -o PATCH        output file (written to a temporary name, then renamed)\n"
         "  --values CODE   ulp (default): zigzag difference of the bit patterns, about half the bytes;\n"
         "                  abs: the new bit patterns (idempotent)\n"
-        "  --level N       zstd level of every stream (default 1)\n"
+        "  --level N       zstd level 1..22 of every stream (default: zstd's fastest search with\n"
+        "                  Huffman-coded literals, the smallest and fastest on these streams)\n"
         "  --threads N     threads (default: all cores)\n"
         "  --chunk N       elements per chunk (default 1M; K/M suffixes)\n");
 }

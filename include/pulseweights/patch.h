@@ -17,6 +17,11 @@ extern "C" {
 #define PULSE_PATCH_VERSION 2   /* 2: ulp values as packed symbols + escapes */
 #define PULSE_PATCH_DEFAULT_CHUNK (1u << 20)   /* elements per chunk */
 #define PULSE_PATCH_MAX_CHUNK (1u << 26)
+/* The default zstd level of a diff: zstd's fastest match search with the Huffman coding of
+ * literals kept on. Gap and ulp-symbol bytes have almost no LZ matches, so this is both the
+ * smallest and the fastest setting measured (docs/performance.md); OPAQUE chunks, which can
+ * repeat, are coded at level 1 or above. */
+#define PULSE_PATCH_LEVEL_FAST (-256)
 #define PULSE_PATCH_MAX_BYTES (1ull << 40)     /* largest patch file opened */
 
 /* How changed values travel. */
@@ -32,8 +37,8 @@ typedef struct pulse_diff_opts {
     size_t size;                /* sizeof(pulse_diff_opts), set by pulse_diff_opts_default */
     pulse_value_code values;    /* default PULSE_VALUES_ULP */
     int threads;                /* 0 = all cores */
-    int zstd_level;             /* default 1 (as small as 3 on these streams, faster); a
-                                   negative level keeps Huffman-coded literals: faster still */
+    int zstd_level;             /* default PULSE_PATCH_LEVEL_FAST; any zstd level (a negative
+                                   one keeps Huffman-coded literals on), 0 = the default */
     uint32_t chunk_elems;       /* elements per chunk, 1..PULSE_PATCH_MAX_CHUNK; default 2^20 */
     /* Known state ids (32 bytes each; NULL, the default: computed by hashing the checkpoint).
      * A caller that already holds the id of OLD (e.g. from its index) or NEW (it just hashed

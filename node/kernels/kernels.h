@@ -63,6 +63,20 @@ typedef struct pulse_kernels {
      * chunk again). idx, va and vb each need room for n entries plus 64 of slack. */
     size_t (*diff_extract16)(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx,
                              uint16_t *va, uint16_t *vb);
+    /* diff16 for the ulp code, fused with its encoding: the gaps of the changed positions
+     * (as gaps_encode computes them) go straight out as LEB128 bytes (the patch's position
+     * stream) to leb, and z[j] = zigzag(b - a) at each change (as ulp_encode16). Returns the
+     * count; *leb_len gets the gap bytes. leb needs room for 5n bytes plus 64 of slack, z for
+     * n entries plus 64; the slack may be scribbled. */
+    size_t (*diff_ulp16)(const uint16_t *a, const uint16_t *b, size_t n, uint8_t *leb, size_t *leb_len,
+                         uint16_t *z);
+
+    /* The 2-bit symbols of the ulp code of k 16-bit zigzag values (each z >= 1): symbol
+     * min(z, 4) - 1, four to a byte from the low bits up, ceil(k/4) bytes to packed (the
+     * padding bits zero; room for 64 more bytes of slack); each z >= 4 appends LEB128(z - 4)
+     * to esc (room for 3k bytes plus 64 of slack). Counts every z into hist (hist[z] for
+     * z < 256, hist[0] for z >= 256; added to, not cleared). Returns the escape bytes. */
+    size_t (*ulp_pack2_16)(const uint16_t *z, size_t k, uint8_t *packed, uint8_t *esc, uint32_t hist[256]);
 
     /* extract: out[j] = src[idx[j]] for j < k. */
     void (*gather8)(const uint8_t *src, const uint32_t *idx, size_t k, uint8_t *out);

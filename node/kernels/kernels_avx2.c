@@ -134,6 +134,64 @@ static size_t diff_extract16_avx2(const uint16_t *a, const uint16_t *b, size_t n
     return k;
 }
 
+/* diff_ulp16: 64-element blocks compared at once, each change of a block with changes
+ * coded where it stands (AVX2 has no compress; at RL densities a block holds a few). */
+static size_t diff_ulp16_avx2(const uint16_t *a, const uint16_t *b, size_t n, uint8_t *leb, size_t *leb_len,
+                              uint16_t *z)
+{
+    size_t i = 0, k = 0, len = 0;
+    uint32_t next = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint64_t m = ne_mask16(a + i, b + i) | (uint64_t)ne_mask16(a + i + 32, b + i + 32) << 32;
+        while (m) {
+            uint32_t p = (uint32_t)i + (uint32_t)_tzcnt_u64(m), g = p - next;
+            if (g < 0x80)
+                leb[len++] = (uint8_t)g;
+            else
+                len += leb_put_tail(leb + len, g);
+            next = p + 1;
+            z[k++] = zigzag16_tail(a[p], b[p]);
+            m = _blsr_u64(m);
+        }
+    }
+    *leb_len = len;
+    return diff_ulp16_tail(a, b, i, n, leb, leb_len, z, k, next);
+}
+
+/* ulp_pack2_16, 16 values a round: symbols min(z, 4) - 1 narrowed to bytes, four to a byte
+ * by two multiply-adds, counts by movemask + popcount, the escapes one by one. */
+static size_t ulp_pack2_16_avx2(const uint16_t *z, size_t k, uint8_t *packed, uint8_t *esc, uint32_t hist[256])
+{
+    size_t j = 0, el = 0;
+    uint64_t c1 = 0, c2 = 0, cesc = 0;
+    const __m256i four = _mm256_set1_epi16(4), one = _mm256_set1_epi16(1), two = _mm256_set1_epi16(2);
+    for (; j + 16 <= k; j += 16) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(z + j));
+        __m256i mn = _mm256_min_epu16(v, four), sym = _mm256_sub_epi16(mn, one);
+        __m128i bytes = _mm_packus_epi16(_mm256_castsi256_si128(sym), _mm256_extracti128_si256(sym, 1));
+        __m128i pairs = _mm_maddubs_epi16(bytes, _mm_set1_epi16(0x0401));
+        __m128i quads = _mm_madd_epi16(pairs, _mm_set1_epi32(0x00100001));
+        __m128i out = _mm_packus_epi16(_mm_packus_epi32(quads, quads), _mm_setzero_si128());
+        uint32_t w = (uint32_t)_mm_cvtsi128_si32(out);
+        memcpy(packed + j / 4, &w, 4);
+        c1 += (uint64_t)_mm_popcnt_u32((uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(v, one))) / 2;
+        c2 += (uint64_t)_mm_popcnt_u32((uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(v, two))) / 2;
+        /* one bit per lane: the low byte's bit of each 16-bit lane */
+        uint32_t e = _pext_u32((uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(mn, four)), 0x55555555u);
+        cesc += (uint64_t)_mm_popcnt_u32(e);
+        while (e) {
+            uint32_t x = z[j + _tzcnt_u32(e)];
+            hist[x < 256 ? x : 0]++;
+            el += leb_put_tail(esc + el, x - 4);
+            e &= e - 1;
+        }
+    }
+    hist[1] += (uint32_t)c1;
+    hist[2] += (uint32_t)c2;
+    hist[3] += (uint32_t)(j - c1 - c2 - cesc);
+    return ulp_pack2_16_tail(z, j, k, packed, esc, el, hist);
+}
+
 static inline uint32_t ne_mask32(const uint32_t *a, const uint32_t *b)
 {
     __m256i eq = _mm256_cmpeq_epi32(_mm256_loadu_si256((const __m256i *)a),
@@ -505,6 +563,8 @@ int pulse_kernels_init_avx2(pulse_kernels *k)
     k->diff8 = diff8_avx2;
     k->diff16 = diff16_avx2;
     k->diff_extract16 = diff_extract16_avx2;
+    k->diff_ulp16 = diff_ulp16_avx2;
+    k->ulp_pack2_16 = ulp_pack2_16_avx2;
     k->diff32 = diff32_avx2;
     k->gather16 = gather16_avx2;
     k->gather32 = gather32_avx2;

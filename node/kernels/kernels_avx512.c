@@ -134,6 +134,116 @@ static size_t diff_extract16_avx512(const uint16_t *a, const uint16_t *b, size_t
     return k;
 }
 
+/* Lane i of a 32 x 16-bit vector: i, and i - 1 (lane 0: 0) for the gaps between lanes. */
+static const uint16_t iota32w[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+static const uint16_t prev32w[32] = {0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+                                     15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30};
+
+/* Prefetch distance in elements (2 KiB of each array): measured +10-20% at RL densities. */
+#define PF 1024
+typedef struct ulp_state {
+    size_t k, len;     /* changes and gap bytes so far */
+    uint32_t next;     /* the position after the last change */
+} ulp_state;
+
+/* One 32-element block of diff_ulp16 with changes m (maybe none): the zigzag values by one
+ * vpcompressw; the block's local positions by another, whose lane-to-lane differences are
+ * the gaps inside the block (< 32: one LEB byte each, narrowed by vpmovwb); the first gap,
+ * from the previous block's last change, goes into lane 0 when it is under 0x80 (nearly
+ * always) and is written as LEB128 by itself otherwise. No branch depends on whether the
+ * block has changes: at RL densities (a few percent) that is a coin toss per block, and a
+ * mispredicted branch stalls the loads that keep this loop at memory speed. */
+static inline void ulp_block(__mmask32 m, __m512i av, __m512i bv, uint32_t base, uint8_t *leb, uint16_t *z,
+                             ulp_state *st)
+{
+    __m512i d = _mm512_sub_epi16(bv, av);
+    __m512i zz = _mm512_xor_si512(_mm512_slli_epi16(d, 1), _mm512_srai_epi16(d, 15));
+    _mm512_storeu_si512(z + st->k, _mm512_maskz_compress_epi16(m, zz));
+    unsigned cnt = (unsigned)_mm_popcnt_u32(m);
+    st->k += cnt;
+    __m512i loc = _mm512_maskz_compress_epi16(m, _mm512_loadu_si512(iota32w));
+    __m512i prev = _mm512_permutexvar_epi16(_mm512_loadu_si512(prev32w), loc);
+    __m512i gaps = _mm512_sub_epi16(_mm512_sub_epi16(loc, prev), _mm512_set1_epi16(1));
+    uint32_t g0 = base + (uint32_t)_tzcnt_u32(m) - st->next;   /* m == 0: unused */
+    uint32_t next = base + 32 - (uint32_t)__builtin_clz(m | 1u);   /* m == 0: unused */
+    st->next = m ? next : st->next;
+    if (__builtin_expect(g0 >= 0x80 && m, 0)) {
+        st->len += leb_put_tail(leb + st->len, g0);
+        gaps = _mm512_maskz_compress_epi16(0xfffffffeu, gaps);
+        _mm256_storeu_si256((__m256i *)(leb + st->len), _mm512_cvtepi16_epi8(gaps));
+        st->len += cnt - 1;
+        return;
+    }
+    gaps = _mm512_mask_mov_epi16(gaps, 1, _mm512_set1_epi16((short)g0));
+    _mm256_storeu_si256((__m256i *)(leb + st->len), _mm512_cvtepi16_epi8(gaps));
+    st->len += cnt;
+}
+
+static size_t diff_ulp16_avx512(const uint16_t *a, const uint16_t *b, size_t n, uint8_t *leb, size_t *leb_len,
+                                uint16_t *z)
+{
+    ulp_state st = { 0, 0, 0 };
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m512i a0 = _mm512_loadu_si512(a + i), b0 = _mm512_loadu_si512(b + i);
+        __m512i a1 = _mm512_loadu_si512(a + i + 32), b1 = _mm512_loadu_si512(b + i + 32);
+        __m512i a2 = _mm512_loadu_si512(a + i + 64), b2 = _mm512_loadu_si512(b + i + 64);
+        __m512i a3 = _mm512_loadu_si512(a + i + 96), b3 = _mm512_loadu_si512(b + i + 96);
+        __mmask32 m0 = _mm512_cmpneq_epi16_mask(a0, b0), m1 = _mm512_cmpneq_epi16_mask(a1, b1);
+        __mmask32 m2 = _mm512_cmpneq_epi16_mask(a2, b2), m3 = _mm512_cmpneq_epi16_mask(a3, b3);
+        _mm_prefetch((const char *)(a + i + PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + i + PF + 32), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + i + PF + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + i + PF + 96), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i + PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i + PF + 32), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i + PF + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i + PF + 96), _MM_HINT_T0);
+        if (!(m0 | m1 | m2 | m3))   /* unchanged stretches (sparse steps, frozen tensors) */
+            continue;
+        ulp_block(m0, a0, b0, (uint32_t)i, leb, z, &st);
+        ulp_block(m1, a1, b1, (uint32_t)i + 32, leb, z, &st);
+        ulp_block(m2, a2, b2, (uint32_t)i + 64, leb, z, &st);
+        ulp_block(m3, a3, b3, (uint32_t)i + 96, leb, z, &st);
+    }
+    *leb_len = st.len;
+    return diff_ulp16_tail(a, b, i, n, leb, leb_len, z, st.k, st.next);
+}
+
+/* ulp_pack2_16, 32 values a round: symbols min(z, 4) - 1 narrowed to bytes, then four to a
+ * byte by two multiply-adds (s0 + 4 s1, then + 16 (s2 + 4 s3)) and vpmovdb; the counts of
+ * z = 1 and 2 and of escapes by popcount; the escapes themselves (a few percent) one by one. */
+static size_t ulp_pack2_16_avx512(const uint16_t *z, size_t k, uint8_t *packed, uint8_t *esc,
+                                  uint32_t hist[256])
+{
+    size_t j = 0, el = 0;
+    uint64_t c1 = 0, c2 = 0, cesc = 0;
+    const __m512i four = _mm512_set1_epi16(4), one = _mm512_set1_epi16(1), two = _mm512_set1_epi16(2);
+    for (; j + 32 <= k; j += 32) {
+        __m512i v = _mm512_loadu_si512(z + j);
+        __m512i sym = _mm512_sub_epi16(_mm512_min_epu16(v, four), one);
+        __m256i bytes = _mm512_cvtepi16_epi8(sym);
+        __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi16(0x0401));
+        __m256i quads = _mm256_madd_epi16(pairs, _mm256_set1_epi32(0x00100001));
+        _mm_storel_epi64((__m128i *)(packed + j / 4), _mm256_cvtepi32_epi8(quads));
+        c1 += (uint64_t)_mm_popcnt_u32(_mm512_cmpeq_epi16_mask(v, one));
+        c2 += (uint64_t)_mm_popcnt_u32(_mm512_cmpeq_epi16_mask(v, two));
+        __mmask32 e = _mm512_cmpge_epu16_mask(v, four);
+        cesc += (uint64_t)_mm_popcnt_u32(e);
+        while (e) {
+            uint32_t x = z[j + _tzcnt_u32(e)];
+            hist[x < 256 ? x : 0]++;
+            el += leb_put_tail(esc + el, x - 4);
+            e &= e - 1;
+        }
+    }
+    hist[1] += (uint32_t)c1;
+    hist[2] += (uint32_t)c2;
+    hist[3] += (uint32_t)(j - c1 - c2 - cesc);
+    return ulp_pack2_16_tail(z, j, k, packed, esc, el, hist);
+}
+
 static size_t diff32_avx512(const uint32_t *a, const uint32_t *b, size_t n, uint32_t *idx)
 {
     size_t i = 0, k = 0;
@@ -471,6 +581,8 @@ int pulse_kernels_init_avx512(pulse_kernels *k)
     k->diff8 = diff8_avx512;
     k->diff16 = diff16_avx512;
     k->diff_extract16 = diff_extract16_avx512;
+    k->diff_ulp16 = diff_ulp16_avx512;
+    k->ulp_pack2_16 = ulp_pack2_16_avx512;
     k->diff32 = diff32_avx512;
     k->gather32 = gather32_avx512;
     k->scatter16 = scatter16_avx512;

@@ -244,12 +244,26 @@ static size_t diff_extract16_c(const uint16_t *a, const uint16_t *b, size_t n, u
     return k;
 }
 
+static size_t diff_ulp16_c(const uint16_t *a, const uint16_t *b, size_t n, uint8_t *leb, size_t *leb_len,
+                           uint16_t *z)
+{
+    *leb_len = 0;
+    return diff_ulp16_tail(a, b, 0, n, leb, leb_len, z, 0, 0);
+}
+
+static size_t ulp_pack2_16_c(const uint16_t *z, size_t k, uint8_t *packed, uint8_t *esc, uint32_t hist[256])
+{
+    return ulp_pack2_16_tail(z, 0, k, packed, esc, 0, hist);
+}
+
 void pulse_kernels_init_c(pulse_kernels *k)
 {
     *k = (pulse_kernels){
         .name = "c",
         .diff8 = diff8_c, .diff16 = diff16_c, .diff32 = diff32_c,
         .diff_extract16 = diff_extract16_c,
+        .diff_ulp16 = diff_ulp16_c,
+        .ulp_pack2_16 = ulp_pack2_16_c,
         .gather8 = gather8_c, .gather16 = gather16_c, .gather32 = gather32_c,
         .scatter8 = scatter8_c, .scatter16 = scatter16_c, .scatter32 = scatter32_c,
         .ulp_encode8 = ulp_encode8_c, .ulp_encode16 = ulp_encode16_c, .ulp_encode32 = ulp_encode32_c,

@@ -34,4 +34,56 @@ static inline size_t leb1_run_tail(const uint8_t *src, size_t j, size_t n, uint6
     return j;
 }
 
+/* LEB128 of v at out (7 bits a byte, low first, high bit = more follows); returns 1..5. */
+static inline size_t leb_put_tail(uint8_t *out, uint32_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+/* zigzag of the 16-bit difference b - a: 0, -1, 1, -2, ... -> 0, 1, 2, 3, ... */
+static inline uint16_t zigzag16_tail(uint16_t a, uint16_t b)
+{
+    uint16_t d = (uint16_t)(b - a);
+    return (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)-(d >> 15));
+}
+
+/* diff_ulp16 over elements [i, n) on from the running state: k changes so far, *leb_len gap
+ * bytes, next = the position after the last change. Returns the new count. */
+static inline size_t diff_ulp16_tail(const uint16_t *a, const uint16_t *b, size_t i, size_t n, uint8_t *leb,
+                                     size_t *leb_len, uint16_t *z, size_t k, uint32_t next)
+{
+    size_t len = *leb_len;
+    for (; i < n; i++)
+        if (a[i] != b[i]) {
+            len += leb_put_tail(leb + len, (uint32_t)i - next);
+            next = (uint32_t)i + 1;
+            z[k++] = zigzag16_tail(a[i], b[i]);
+        }
+    *leb_len = len;
+    return k;
+}
+
+/* ulp_pack2_16 of z[j..k) on, j a multiple of 4 (packed gets whole bytes from j/4 on); el
+ * escape bytes so far. Returns the new escape byte count. */
+static inline size_t ulp_pack2_16_tail(const uint16_t *z, size_t j, size_t k, uint8_t *packed, uint8_t *esc,
+                                       size_t el, uint32_t hist[256])
+{
+    for (; j < k; j++) {
+        uint32_t v = z[j], sym = v < 4 ? v - 1 : 3;
+        if (j % 4 == 0)
+            packed[j / 4] = 0;
+        packed[j / 4] |= (uint8_t)(sym << (2 * (j % 4)));
+        hist[v < 256 ? v : 0]++;
+        if (v >= 4)
+            el += leb_put_tail(esc + el, v - 4);
+    }
+    return el;
+}
+
 #endif

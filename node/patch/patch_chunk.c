@@ -7,6 +7,7 @@
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/parallel.h"
+#include "node/kernels/kernels_tail.h"
 #include "node/patch/patch_internal.h"
 
 unsigned patch_dtype_unit(pulse_dtype dt)
@@ -82,7 +83,7 @@ patch_scratch *patch_pool_take(patch_pool *pool, int *err)
             s->idx = malloc((n + 64) * sizeof *s->idx);
             /* Encoder gaps (4n bytes), or the fused apply's escape bytes (up to 5n). */
             s->gaps = malloc(n * PATCH_LEB_MAX + 8);
-            s->leb = malloc(n * PATCH_LEB_MAX);
+            s->leb = malloc(n * PATCH_LEB_MAX + 64);   /* + the kernels' slack */
             /* 4n bytes of values; + 256: the diff's 16-bit path keeps the new and the old values
              * of a chunk (n + 64 entries each, with the kernel's slack) side by side here. */
             s->vals = malloc(n * 4 + 256);
@@ -129,16 +130,6 @@ void patch_pool_give(patch_pool *pool, patch_scratch *s)
 
 /* ---- encoder --------------------------------------------------------------------- */
 
-static size_t leb_put(uint8_t *out, uint32_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        out[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    out[n++] = (uint8_t)v;
-    return n;
-}
 
 /* Compresses src into dst (capacity cap); returns bytes or a negative error. */
 static int64_t zstd_frame(patch_scratch *s, uint8_t *dst, size_t cap, const uint8_t *src, size_t n,
@@ -237,7 +228,7 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
                     esc[el] = (uint8_t)(z - 4);
                     el += z >= 4;
                 } else {
-                    el += leb_put(esc + el, z - 4);
+                    el += leb_put_tail(esc + el, z - 4);
                 }
             }
         }
@@ -255,7 +246,7 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
                     esc[el] = (uint8_t)(z - m);
                     el += z >= m;
                 } else {
-                    el += leb_put(esc + el, z - m);
+                    el += leb_put_tail(esc + el, z - m);
                 }
                 byte |= (z >= m ? m - 1 : z - 1) << (bits * i);
             }
@@ -267,7 +258,7 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
         if (z < m)
             sym = z - 1;
         else
-            el += leb_put(esc + el, z - m);
+            el += leb_put_tail(esc + el, z - m);
         size_t bit = j * bits;
         packed[bit >> 3] |= (uint8_t)(sym << (bit & 7));
     }
@@ -343,25 +334,26 @@ static double ulp_estimate(const uint32_t h[256], size_t k, unsigned bits)
     return packed + wide + huff_estimate(esc, 128, esc_bytes, esc_bytes, 1);
 }
 
-/* The symbol widths worth trying for a chunk, best estimate first: 2 bits when almost every
- * change is +-1 (four symbols per byte give zstd's Huffman stage bytes of several bits of
- * entropy, where one symbol per byte costs at least 1 bit), 4 or 8 bits when the differences
- * spread wider. Widths whose estimate is within 10% of the best are kept for a trial
- * compression (the estimate is rough for small chunks); the rest are never compressed, so a
- * typical chunk's value stream is compressed once. Returns the number of widths in w[]. */
-static unsigned ulp_widths(const uint8_t *vals, size_t k, unsigned unit, unsigned w[3])
+/* The histogram of the zigzag values (h[z] for z < 256, h[0] for z >= 256), added to h. */
+static void ulp_histogram(const uint8_t *vals, size_t k, unsigned unit, uint32_t h[256])
 {
-    uint32_t h[256] = { 0 };
-    if (unit == 2) {
-        const uint16_t *v = (const uint16_t *)(const void *)vals;
-        for (size_t j = 0; j < k; j++)
-            h[v[j] < 256 ? v[j] : 0]++;
-    } else {
-        for (size_t j = 0; j < k; j++) {
-            uint32_t z = load_unit(vals, j, unit);
-            h[z < 256 ? z : 0]++;
-        }
+    for (size_t j = 0; j < k; j++) {
+        uint32_t z = load_unit(vals, j, unit);
+        h[z < 256 ? z : 0]++;
     }
+}
+
+/* The symbol widths worth trying for a chunk of k values with histogram h, best estimate
+ * first: 2 bits when almost every change is +-1 (four symbols per byte give zstd's Huffman
+ * stage bytes of several bits of entropy, where one symbol per byte costs at least 1 bit),
+ * 4 or 8 bits when the differences spread wider. In chunks of under ULP_TRIAL_BELOW changes,
+ * where the estimate is rough, widths whose estimate is within 10% of the best are kept for
+ * a trial compression; larger chunks take the estimate's best (on the bench's 100M-parameter
+ * step, trials there changed the patch by one byte and cost a quarter of the diff's time).
+ * So a chunk's value stream is compressed once. Returns the number of widths in w[]. */
+enum { ULP_TRIAL_BELOW = 16384 };
+static unsigned ulp_widths(const uint32_t h[256], size_t k, unsigned w[3])
+{
     static const unsigned widths[] = { 2, 4, 8 };
     double est[3], best = 0;
     for (unsigned i = 0; i < 3; i++) {
@@ -374,9 +366,48 @@ static unsigned ulp_widths(const uint8_t *vals, size_t k, unsigned unit, unsigne
         if (est[i] == best)
             w[n++] = widths[i];
     for (unsigned i = 0; i < 3; i++)
-        if (est[i] != best && est[i] <= 1.10 * best)
+        if (est[i] != best && est[i] <= 1.10 * best && k < ULP_TRIAL_BELOW)
             w[n++] = widths[i];
     return n;
+}
+
+/* The ulp value stream of k zigzag values at dst; returns its length or a negative error.
+ * 16-bit values are packed at 2 bits by the kernel in the same pass that counts them, and
+ * that packing is kept when 2 bits is the only width worth trying (the usual case). */
+static int64_t ulp_values(patch_scratch *s, uint8_t *dst, const uint8_t *vals, size_t k, unsigned unit,
+                          int level)
+{
+    uint32_t h[256] = { 0 };
+    size_t esc_len = 0;
+    uint8_t *packed = (uint8_t *)s->gaps;   /* as in ulp_stream */
+    if (unit == 2)
+        esc_len = pulse_kernels_get()->ulp_pack2_16((const uint16_t *)(const void *)vals, k, packed, s->leb, h);
+    else
+        ulp_histogram(vals, k, unit, h);
+    unsigned w[3], n = ulp_widths(h, k, w), best = w[0];
+    if (unit == 2 && n == 1 && best == 2) {
+        dst[0] = 2;
+        int64_t a = zstd_frame(s, dst + 1, ZSTD_compressBound((k + 3) / 4), packed, (k + 3) / 4, level);
+        if (a < 0)
+            return a;
+        int64_t b = 0;
+        if (esc_len && (b = zstd_frame(s, dst + 1 + a, ZSTD_compressBound(esc_len), s->leb, esc_len, level)) < 0)
+            return b;
+        return 1 + a + b;
+    }
+    int64_t best_len = INT64_MAX;
+    for (unsigned i = 0; i < n; i++) {
+        int64_t r = ulp_stream(s, dst, vals, k, unit, w[i], level);
+        if (r < 0)
+            return r;
+        if (r < best_len) {
+            best_len = r;
+            best = w[i];
+        }
+    }
+    if (best != w[n - 1] && (best_len = ulp_stream(s, dst, vals, k, unit, best, level)) < 0)
+        return best_len;
+    return best_len;
 }
 
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
@@ -391,7 +422,7 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
         if (g < 0x80)
             s->leb[leb_len++] = (uint8_t)g;
         else
-            leb_len += leb_put(s->leb + leb_len, g);
+            leb_len += leb_put_tail(s->leb + leb_len, g);
     }
 
     /* Output layout in s->planes: [pos frame][value stream]. */
@@ -403,20 +434,10 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
     size_t used = (size_t)pos_len;
 
     if (ulp) {
-        unsigned w[3], n = ulp_widths(vals, k, unit, w), best = w[0];
-        int64_t best_len = INT64_MAX;
-        for (unsigned i = 0; i < n; i++) {
-            int64_t r = ulp_stream(s, dst + used, vals, k, unit, w[i], level);
-            if (r < 0)
-                return (int)r;
-            if (r < best_len) {
-                best_len = r;
-                best = w[i];
-            }
-        }
-        if (best != w[n - 1] && (best_len = ulp_stream(s, dst + used, vals, k, unit, best, level)) < 0)
-            return (int)best_len;
-        return finish_out(out, dst, (size_t)pos_len, (size_t)best_len, (uint32_t)k);
+        int64_t val_len = ulp_values(s, dst + used, vals, k, unit, level);
+        if (val_len < 0)
+            return (int)val_len;
+        return finish_out(out, dst, (size_t)pos_len, (size_t)val_len, (uint32_t)k);
     }
 
     /* Absolute values: byte planes, low bytes of every value, then the next byte, each
@@ -436,10 +457,24 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
     return finish_out(out, dst, (size_t)pos_len, val_len, (uint32_t)k);
 }
 
+int patch_encode_ulp16(patch_scratch *s, size_t leb_len, size_t k, const uint16_t *z, int level,
+                       patch_out_chunk *out)
+{
+    uint8_t *dst = s->planes;
+    int64_t pos_len = zstd_frame(s, dst, ZSTD_compressBound(leb_len), s->leb, leb_len, level);
+    if (pos_len < 0)
+        return (int)pos_len;
+    int64_t val_len = ulp_values(s, dst + pos_len, (const uint8_t *)z, k, 2, level);
+    if (val_len < 0)
+        return (int)val_len;
+    return finish_out(out, dst, (size_t)pos_len, (size_t)val_len, (uint32_t)k);
+}
+
 int patch_encode_replace(patch_scratch *s, const uint8_t *bytes, uint32_t len, uint32_t count,
                          int level, patch_out_chunk *out)
 {
-    int64_t r = zstd_frame(s, s->planes, ZSTD_compressBound(len), bytes, len, level);
+    /* Whole chunks of OPAQUE bytes (token ids, masks) do repeat: never below level 1. */
+    int64_t r = zstd_frame(s, s->planes, ZSTD_compressBound(len), bytes, len, level < 1 ? 1 : level);
     if (r < 0)
         return (int)r;
     return finish_out(out, s->planes, 0, (size_t)r, count);

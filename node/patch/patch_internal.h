@@ -125,6 +125,10 @@ typedef struct patch_out_chunk {
  * native width: absolute bits, or zigzag ulp differences >= 1 when ulp != 0). k > 0. */
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
                          unsigned unit, int ulp, int level, patch_out_chunk *out);
+/* Encodes a 16-bit ulp chunk whose k > 0 changes diff_ulp16 already turned into the position
+ * stream (leb_len LEB128 gap bytes in s->leb) and zigzag values z (not in s->leb or s->gaps). */
+int patch_encode_ulp16(patch_scratch *s, size_t leb_len, size_t k, const uint16_t *z, int level,
+                       patch_out_chunk *out);
 /* Encodes an OPAQUE chunk: `count` differing bytes, replaced by the len new bytes. */
 int patch_encode_replace(patch_scratch *s, const uint8_t *bytes, uint32_t len, uint32_t count,
                          int level, patch_out_chunk *out);

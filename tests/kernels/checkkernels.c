@@ -180,6 +180,92 @@ static void run_case##W(const pulse_kernels *t, const pulse_kernels *r, const T 
 static void check_gaps(const pulse_kernels *t, const pulse_kernels *r, const uint32_t *idx, size_t k,
                        uint32_t limit);
 
+/* diff_ulp16 against its definition (the gaps of diff16's positions as LEB128, ulp_encode16's
+ * values) and the table under test against the reference, outputs sized exactly to the
+ * contract's room and slack. */
+static void check_diff_ulp16(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a,
+                             const uint16_t *b, size_t n, const uint32_t *idx, size_t k)
+{
+    size_t leb_room = 5 * n + SLACK;
+    uint8_t *want = malloc(5 * k + 1), *l_r = canary_alloc(leb_room), *l_t = canary_alloc(leb_room);
+    uint16_t *zw = malloc(2 * k + 2), *z_r = canary_alloc((n + SLACK) * 2), *z_t = canary_alloc((n + SLACK) * 2);
+    if (!want || !zw) { perror("malloc"); exit(2); }
+    size_t wl = 0;
+    for (size_t j = 0; j < k; j++) {
+        uint32_t g = idx[j] - (j ? idx[j - 1] + 1 : 0);
+        for (; g >= 0x80; g >>= 7)
+            want[wl++] = (uint8_t)(g | 0x80);
+        want[wl++] = (uint8_t)g;
+    }
+    r->ulp_encode16(a, b, idx, k, zw);
+    size_t ll_r = 7, ll_t = 7;
+    size_t k_r = r->diff_ulp16(a, b, n, l_r, &ll_r, z_r), k_t = t->diff_ulp16(a, b, n, l_t, &ll_t, z_t);
+    CHECK_SAME(k_r == k && ll_r == wl && !memcmp(l_r, want, wl) && !memcmp(z_r, zw, 2 * k),
+               "diff_ulp16 reference");
+    CHECK_SAME(k_t == k_r && ll_t == ll_r && !memcmp(l_t, l_r, ll_r) && !memcmp(z_t, z_r, 2 * k_r), "diff_ulp16");
+    CHECK_SAME(canary_intact(l_t, leb_room) && canary_intact(z_t, (n + SLACK) * 2), "diff_ulp16 overrun");
+    free(want); free(zw);
+    canary_free(l_r); canary_free(l_t); canary_free(z_r); canary_free(z_t);
+}
+
+/* ulp_pack2_16 on k values drawn like a patch's (mostly 1..3, some escapes of every LEB
+ * length, the largest 16-bit value): the reference against a decode of its own output, the
+ * table under test against the reference, the histogram added to a nonzero start. */
+static void check_ulp_pack2(const pulse_kernels *t, const pulse_kernels *r)
+{
+    cur_pattern = "ulp_pack2_16";
+    static const size_t ks[] = {0, 1, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1000, 65537};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        for (int mix = 0; mix < 3; mix++) {
+            size_t k = ks[ki];
+            cur_n = k;
+            cur_placement = mix;
+            guarded g;
+            uint16_t *z = guard_alloc(&g, k * 2);
+            for (size_t j = 0; j < k; j++) {
+                uint64_t x = rnd();
+                z[j] = mix == 0 ? (uint16_t)(1 + x % 3)                         /* no escapes */
+                     : mix == 1 ? (uint16_t)(x % 10 ? 1 + (x >> 8) % 3 : 4 + (x >> 8) % 300)
+                     : (uint16_t)(x % 4 == 0 ? 0xffff : x % 4 == 1 ? 1 + (x >> 8) % 0xffff : 1 + (x >> 8) % 5);
+            }
+            size_t proom = (k + 3) / 4 + SLACK, eroom = 3 * k + SLACK;
+            uint8_t *p_r = canary_alloc(proom), *p_t = canary_alloc(proom);
+            uint8_t *e_r = canary_alloc(eroom), *e_t = canary_alloc(eroom);
+            uint32_t h_r[256], h_t[256], h_w[256];
+            for (int i = 0; i < 256; i++)
+                h_r[i] = h_t[i] = h_w[i] = (uint32_t)i * 3;
+            size_t el_r = r->ulp_pack2_16(z, k, p_r, e_r, h_r), el_t = t->ulp_pack2_16(z, k, p_t, e_t, h_t);
+            /* the definition: decode symbols and escapes back */
+            int ok = 1;
+            size_t at = 0;
+            for (size_t j = 0; j < k && ok; j++) {
+                unsigned sym = (p_r[j / 4] >> (2 * (j % 4))) & 3;
+                uint32_t v = sym + 1;
+                if (sym == 3) {
+                    uint32_t e = 0;
+                    for (unsigned sh = 0; at < el_r; sh += 7) {
+                        uint8_t byte = e_r[at++];
+                        e |= (uint32_t)(byte & 0x7f) << sh;
+                        if (!(byte & 0x80))
+                            break;
+                    }
+                    v = e + 4;
+                }
+                ok = v == z[j];
+                h_w[z[j] < 256 ? z[j] : 0]++;
+            }
+            if (k % 4)
+                ok = ok && !(p_r[k / 4] >> (2 * (k % 4)));
+            CHECK_SAME(ok && at == el_r && !memcmp(h_r, h_w, sizeof h_w), "ulp_pack2_16 reference");
+            CHECK_SAME(el_t == el_r && !memcmp(p_t, p_r, (k + 3) / 4) && !memcmp(e_t, e_r, el_r)
+                       && !memcmp(h_t, h_r, sizeof h_r), "ulp_pack2_16");
+            CHECK_SAME(canary_intact(p_t, proom) && canary_intact(e_t, eroom), "ulp_pack2_16 overrun");
+            canary_free(p_r); canary_free(p_t); canary_free(e_r); canary_free(e_t);
+            guard_free(&g);
+        }
+    }
+}
+
 static void extra16(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a, const uint16_t *b,
                     size_t n, const uint32_t *idx, size_t k)
 {
@@ -210,6 +296,7 @@ static void extra16(const pulse_kernels *t, const pulse_kernels *r, const uint16
                && canary_intact(xb_t, (n + SLACK) * 2), "diff_extract16 overrun");
     canary_free(xi_r); canary_free(xi_t); canary_free(xa_r); canary_free(xa_t);
     canary_free(xb_r); canary_free(xb_t);
+    check_diff_ulp16(t, r, a, b, n, idx, k);
     check_gaps(t, r, idx, k, (uint32_t)n);
 }
 
@@ -873,6 +960,32 @@ static void bench_table(const pulse_kernels *t)
         }
         snprintf(label, sizeof label, "diff_extract16 %d%%", percent[pi]);
         printf("%-8s %-22s %8.2f GB/s (a+b read), %zu changes\n", t->name, label, 2.0 * n * 2 / best_x / 1e9, k);
+        /* the ulp diff path: gap bytes and zigzag values straight from the arrays */
+        uint8_t *lb = malloc(5 * n + SLACK);
+        if (!lb) { perror("malloc"); exit(2); }
+        size_t lbl = 0;
+        best_x = 1e9;
+        for (int rep = 0; rep < reps; rep++) {
+            double t0 = now();
+            k = t->diff_ulp16(a, b, n, lb, &lbl, xa);
+            double dt = now() - t0;
+            best_x = dt < best_x ? dt : best_x;
+        }
+        snprintf(label, sizeof label, "diff_ulp16 %d%%", percent[pi]);
+        printf("%-8s %-22s %8.2f GB/s (a+b read), %zu changes\n", t->name, label, 2.0 * n * 2 / best_x / 1e9, k);
+        if (k) {
+            uint32_t hist[256] = { 0 };
+            best_x = 1e9;
+            for (int rep = 0; rep < reps; rep++) {
+                double t0 = now();
+                t->ulp_pack2_16(xa, k, lb, lb + k, hist);
+                double dt = now() - t0;
+                best_x = dt < best_x ? dt : best_x;
+            }
+            snprintf(label, sizeof label, "ulp_pack2_16 %d%%", percent[pi]);
+            printf("%-8s %-22s %8.0f M values/s (random z: mostly escapes)\n", t->name, label, k / best_x / 1e6);
+        }
+        free(lb);
         free(xa); free(xb);
         if (!percent[pi])
             continue;
@@ -995,6 +1108,7 @@ int main(int argc, char **argv)
     check_width32(&ref, &ref);
     check_gaps_errors(&ref, &ref);
     check_leb1_run(&ref, &ref);
+    check_ulp_pack2(&ref, &ref);
     check_views();
     check_gate(&ref, &ref);
     printf("tested: c\n");
@@ -1018,6 +1132,7 @@ int main(int argc, char **argv)
         check_width32(&t, &ref);
         check_gaps_errors(&t, &ref);
         check_leb1_run(&t, &ref);
+        check_ulp_pack2(&t, &ref);
         check_gate(&t, &ref);
         printf("tested: %s\n", isas[i].name);
     }
