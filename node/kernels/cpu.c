@@ -35,7 +35,7 @@ static unsigned detect_x86(void)
     unsigned leaf7_max_sub = a;
     int avx2 = (b >> 5) & 1, bmi2 = (b >> 8) & 1, sha = (b >> 29) & 1;
     int avx512f = (b >> 16) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
-    int vbmi2 = (c >> 6) & 1;
+    int vbmi = (c >> 1) & 1, vbmi2 = (c >> 6) & 1;
     int bf16 = 0;
     if (leaf7_max_sub >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
@@ -49,7 +49,7 @@ static unsigned detect_x86(void)
         flags |= PULSE_CPU_AVX2;
     /* The AVX-512 kernels also use BMI2/AVX2 instructions; every AVX-512 CPU has them,
      * but a hypervisor may hide bits, so require them rather than assume. */
-    if (os_zmm && (flags & PULSE_CPU_AVX2) && avx512f && avx512bw && avx512vl && vbmi2) {
+    if (os_zmm && (flags & PULSE_CPU_AVX2) && avx512f && avx512bw && avx512vl && vbmi && vbmi2) {
         flags |= PULSE_CPU_AVX512;
         if (bf16)
             flags |= PULSE_CPU_AVX512BF16;

@@ -10,7 +10,7 @@
  * the given bits (e.g. PULSE_CPU_MASK=ffffffff runs the scalar reference everywhere). */
 enum {
     PULSE_CPU_AVX2 = 1u << 0,      /* AVX2 + BMI1/2 + POPCNT + F16C, OS saves YMM (XGETBV) */
-    PULSE_CPU_AVX512 = 1u << 1,    /* AVX-512 F/BW/VL/VBMI2, OS saves ZMM/opmask */
+    PULSE_CPU_AVX512 = 1u << 1,    /* AVX-512 F/BW/VL/VBMI/VBMI2, OS saves ZMM/opmask */
     PULSE_CPU_AVX512BF16 = 1u << 2,/* AVX512_BF16 (the LoCo gate uses it) */
     PULSE_CPU_SHA = 1u << 3,       /* SHA extensions (crypto/) */
     PULSE_CPU_NEON = 1u << 4,      /* AArch64 Advanced SIMD */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AVX-512 (F/BW/VL/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps, the LoCo gate. */
+/* AVX-512 (F/BW/VL/VBMI/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps, the LoCo gate. */
 #include <immintrin.h>
 
 #include "node/kernels/kernels.h"
@@ -134,49 +134,62 @@ static size_t diff_extract16_avx512(const uint16_t *a, const uint16_t *b, size_t
     return k;
 }
 
-/* Lane i of a 32 x 16-bit vector: i, and i - 1 (lane 0: 0) for the gaps between lanes. */
-static const uint16_t iota32w[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-static const uint16_t prev32w[32] = {0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
-                                     15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30};
+/* Byte lane i of a 64-byte vector: i, and i - 1 (lane 0: 0) for the gaps between lanes. */
+static const uint8_t iota64b[64] = {
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
+    28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
+    54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+static const uint8_t prev64b[64] = {
+    0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+    27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52,
+    53, 54, 55, 56, 57, 58, 59, 60, 61, 62};
 
-/* Prefetch distance in elements (2 KiB of each array): measured +10-20% at RL densities. */
-#define PF 1024
 typedef struct ulp_state {
     size_t k, len;     /* changes and gap bytes so far */
     uint32_t next;     /* the position after the last change */
 } ulp_state;
 
-/* One 32-element block of diff_ulp16 with changes m (maybe none): the zigzag values by one
- * vpcompressw; the block's local positions by another, whose lane-to-lane differences are
- * the gaps inside the block (< 32: one LEB byte each, narrowed by vpmovwb); the first gap,
- * from the previous block's last change, goes into lane 0 when it is under 0x80 (nearly
- * always) and is written as LEB128 by itself otherwise. No branch depends on whether the
- * block has changes: at RL densities (a few percent) that is a coin toss per block, and a
- * mispredicted branch stalls the loads that keep this loop at memory speed. */
-static inline void ulp_block(__mmask32 m, __m512i av, __m512i bv, uint32_t base, uint8_t *leb, uint16_t *z,
-                             ulp_state *st)
+/* Prefetch distance in elements (2 KiB of each array): measured +10-20% at RL densities. */
+#define PF 1024
+
+static inline __m512i zigzag16_v(__m512i a, __m512i b)
 {
-    __m512i d = _mm512_sub_epi16(bv, av);
-    __m512i zz = _mm512_xor_si512(_mm512_slli_epi16(d, 1), _mm512_srai_epi16(d, 15));
-    _mm512_storeu_si512(z + st->k, _mm512_maskz_compress_epi16(m, zz));
-    unsigned cnt = (unsigned)_mm_popcnt_u32(m);
-    st->k += cnt;
-    __m512i loc = _mm512_maskz_compress_epi16(m, _mm512_loadu_si512(iota32w));
-    __m512i prev = _mm512_permutexvar_epi16(_mm512_loadu_si512(prev32w), loc);
-    __m512i gaps = _mm512_sub_epi16(_mm512_sub_epi16(loc, prev), _mm512_set1_epi16(1));
-    uint32_t g0 = base + (uint32_t)_tzcnt_u32(m) - st->next;   /* m == 0: unused */
-    uint32_t next = base + 32 - (uint32_t)__builtin_clz(m | 1u);   /* m == 0: unused */
+    __m512i d = _mm512_sub_epi16(b, a);
+    return _mm512_xor_si512(_mm512_slli_epi16(d, 1), _mm512_srai_epi16(d, 15));
+}
+
+/* One 64-element block of diff_ulp16 with changes m (maybe none), as two 32-lane halves of
+ * a and b: the zigzag values by a vpcompressw per half; the block's local positions (bytes
+ * 0..63) by one vpcompressb, whose lane-to-lane differences (vpermb + sub) are the gaps
+ * inside the block, already one LEB byte each (< 64); the first gap, from the previous
+ * block's last change, goes into lane 0 when it is under 0x80 (nearly always) and is written
+ * as LEB128 by itself otherwise. No branch depends on whether the block has changes: at RL
+ * densities that is a coin toss, and a mispredicted branch stalls the loads that keep this
+ * loop at memory speed. */
+static inline void ulp_block64(uint64_t m, __m512i a0, __m512i b0, __m512i a1, __m512i b1, uint32_t base,
+                               uint8_t *leb, uint16_t *z, ulp_state *st)
+{
+    __mmask32 m0 = (__mmask32)m, m1 = (__mmask32)(m >> 32);
+    _mm512_storeu_si512(z + st->k, _mm512_maskz_compress_epi16(m0, zigzag16_v(a0, b0)));
+    st->k += (size_t)_mm_popcnt_u32(m0);
+    _mm512_storeu_si512(z + st->k, _mm512_maskz_compress_epi16(m1, zigzag16_v(a1, b1)));
+    st->k += (size_t)_mm_popcnt_u32(m1);
+    size_t cnt = (size_t)_mm_popcnt_u64(m);
+    __m512i loc = _mm512_maskz_compress_epi8(m, _mm512_loadu_si512(iota64b));
+    __m512i prev = _mm512_permutexvar_epi8(_mm512_loadu_si512(prev64b), loc);
+    __m512i gaps = _mm512_sub_epi8(_mm512_sub_epi8(loc, prev), _mm512_set1_epi8(1));
+    uint32_t g0 = base + (uint32_t)_tzcnt_u64(m) - st->next;   /* m == 0: unused */
+    uint32_t next = base + 64 - (uint32_t)__builtin_clzll(m | 1u);
     st->next = m ? next : st->next;
     if (__builtin_expect(g0 >= 0x80 && m, 0)) {
         st->len += leb_put_tail(leb + st->len, g0);
-        gaps = _mm512_maskz_compress_epi16(0xfffffffeu, gaps);
-        _mm256_storeu_si256((__m256i *)(leb + st->len), _mm512_cvtepi16_epi8(gaps));
+        gaps = _mm512_maskz_compress_epi8(~1ull, gaps);
+        _mm512_storeu_si512(leb + st->len, gaps);
         st->len += cnt - 1;
         return;
     }
-    gaps = _mm512_mask_mov_epi16(gaps, 1, _mm512_set1_epi16((short)g0));
-    _mm256_storeu_si256((__m256i *)(leb + st->len), _mm512_cvtepi16_epi8(gaps));
+    gaps = _mm512_mask_mov_epi8(gaps, 1, _mm512_set1_epi8((char)g0));
+    _mm512_storeu_si512(leb + st->len, gaps);
     st->len += cnt;
 }
 
@@ -202,10 +215,8 @@ static size_t diff_ulp16_avx512(const uint16_t *a, const uint16_t *b, size_t n, 
         _mm_prefetch((const char *)(b + i + PF + 96), _MM_HINT_T0);
         if (!(m0 | m1 | m2 | m3))   /* unchanged stretches (sparse steps, frozen tensors) */
             continue;
-        ulp_block(m0, a0, b0, (uint32_t)i, leb, z, &st);
-        ulp_block(m1, a1, b1, (uint32_t)i + 32, leb, z, &st);
-        ulp_block(m2, a2, b2, (uint32_t)i + 64, leb, z, &st);
-        ulp_block(m3, a3, b3, (uint32_t)i + 96, leb, z, &st);
+        ulp_block64(m0 | (uint64_t)m1 << 32, a0, b0, a1, b1, (uint32_t)i, leb, z, &st);
+        ulp_block64(m2 | (uint64_t)m3 << 32, a2, b2, a3, b3, (uint32_t)i + 64, leb, z, &st);
     }
     *leb_len = st.len;
     return diff_ulp16_tail(a, b, i, n, leb, leb_len, z, st.k, st.next);

@@ -465,7 +465,8 @@ static unsigned cpu_has_raw(unsigned flag)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") && has_f16c();
     if (flag == PULSE_CPU_AVX512)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2");
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi")
+               && __builtin_cpu_supports("avx512vbmi2");
     return 0;
 #elif defined(__aarch64__)
     return flag == PULSE_CPU_NEON;
