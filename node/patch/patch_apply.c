@@ -183,54 +183,17 @@ static int run_with(const pulse_patch *p, pulse_ckpt *target, int write, int che
     return pulse_parallel_for(p->nchunks, threads, apply_chunk, &a);
 }
 
-/* The scratch pool of the last apply is kept for the next one, like the cache's arena (and
- * for the same reason: its zstd contexts and read buffers are then not faulted in again). One
- * apply at a time uses it; a concurrent one, or one with another chunk size or more
- * threads, gets a pool of its own for the call. */
-static atomic_flag kept_pool_busy = ATOMIC_FLAG_INIT;
-static patch_pool kept_pool;   /* guarded by kept_pool_busy */
-
-static patch_pool *pool_take(const pulse_patch *p, int threads, patch_pool *own, int *err)
-{
-    size_t n = (size_t)patch_threads(threads) + 1;
-    if (!atomic_flag_test_and_set(&kept_pool_busy)) {
-        if (kept_pool.slots && (kept_pool.chunk_elems != p->chunk_elems || kept_pool.n < n))
-            patch_pool_free(&kept_pool);
-        if (kept_pool.slots || (*err = patch_pool_init(&kept_pool, threads, p->chunk_elems, 0)) == 0)
-            return &kept_pool;
-        atomic_flag_clear(&kept_pool_busy);
-        return NULL;
-    }
-    if ((*err = patch_pool_init(own, threads, p->chunk_elems, 0)) != 0)
-        return NULL;
-    return own;
-}
-
-/* Chunks with more changes than this touch over ~8 MiB of a slot's buffers when decoded
- * without the cache (up to ~31 bytes per change): after such a patch the kept pool gives its
- * chunk-sized buffers back and keeps only its zstd contexts and read buffers. */
-#define KEEP_BUFFERS_MAX_COUNT 262144u
-
 static void pool_give(patch_pool *pool, patch_pool *own, const pulse_patch *p)
 {
-    if (pool == own) {
-        patch_pool_free(own);
-        return;
-    }
+    uint64_t most = 0;
     for (size_t i = 0; i < p->nchunks; i++)
-        if (p->chunks[i].count > KEEP_BUFFERS_MAX_COUNT) {
-            patch_pool_trim(pool);
-            break;
-        }
-    atomic_flag_clear(&kept_pool_busy);
+        most = p->chunks[i].count > most ? p->chunks[i].count : most;
+    patch_pool_give_kept(pool, own, most);
 }
 
 void patch_apply_release(void)
 {
-    if (!atomic_flag_test_and_set(&kept_pool_busy)) {
-        patch_pool_free(&kept_pool);
-        atomic_flag_clear(&kept_pool_busy);
-    }
+    patch_pool_release_kept(PATCH_KEPT_APPLY);
     patch_cache_release();
 }
 
@@ -238,7 +201,7 @@ static int run(const pulse_patch *p, pulse_ckpt *target, int write, int checked,
                patch_cache *cache)
 {
     int err = 0;
-    patch_pool own, *pool = pool_take(p, threads, &own, &err);
+    patch_pool own, *pool = patch_pool_take_kept(PATCH_KEPT_APPLY, threads, p->chunk_elems, &own, &err);
     if (!pool)
         return err;
     err = run_with(p, target, write, checked, threads, cache, pool);
@@ -330,7 +293,7 @@ int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, const pulse_p
     patch_cache cache;
     if ((err = patch_cache_open(&cache, p)) != 0)
         return err;
-    patch_pool own, *pool = pool_take(p, threads, &own, &err);
+    patch_pool own, *pool = patch_pool_take_kept(PATCH_KEPT_APPLY, threads, p->chunk_elems, &own, &err);
     if (!pool) {
         patch_cache_close(&cache);
         return err;

@@ -128,6 +128,60 @@ void patch_pool_give(patch_pool *pool, patch_scratch *s)
     atomic_store(&pool->busy[s - pool->slots], 0);
 }
 
+/* The scratch pool of the last call of each kind is kept for the next one, like apply's
+ * cache arena, and for the same reason: its zstd contexts and chunk buffers are then not
+ * created and faulted in again (on the bench's 100M-parameter diff, ~400 page faults and
+ * ~5% of the time). One call of a kind at a time uses it; a concurrent one, or one with
+ * another chunk size or more threads, gets a pool of its own for the call. */
+static struct {
+    atomic_flag busy;
+    patch_pool pool;   /* guarded by busy */
+} kept[PATCH_KEPT_COUNT] = { { ATOMIC_FLAG_INIT, { 0 } }, { ATOMIC_FLAG_INIT, { 0 } } };
+
+patch_pool *patch_pool_take_kept(patch_kept_kind kind, int threads, uint32_t chunk_elems, patch_pool *own,
+                                 int *err)
+{
+    size_t n = (size_t)patch_threads(threads) + 1;
+    if (!atomic_flag_test_and_set(&kept[kind].busy)) {
+        patch_pool *k = &kept[kind].pool;
+        if (k->slots && (k->chunk_elems != chunk_elems || k->n < n))
+            patch_pool_free(k);
+        if (k->slots || (*err = patch_pool_init(k, threads, chunk_elems, 0)) == 0)
+            return k;
+        atomic_flag_clear(&kept[kind].busy);
+        return NULL;
+    }
+    if ((*err = patch_pool_init(own, threads, chunk_elems, 0)) != 0)
+        return NULL;
+    return own;
+}
+
+/* Chunks with more changes than this touch over ~8 MiB of a slot's buffers (up to ~31 bytes
+ * per change): after such a call the kept pool gives its chunk-sized buffers back and keeps
+ * only its zstd contexts and read buffers. */
+#define KEEP_BUFFERS_MAX_COUNT 262144u
+
+void patch_pool_give_kept(patch_pool *pool, patch_pool *own, uint64_t most_changes)
+{
+    if (pool == own) {
+        patch_pool_free(own);
+        return;
+    }
+    if (most_changes > KEEP_BUFFERS_MAX_COUNT)
+        patch_pool_trim(pool);
+    for (int i = 0; i < PATCH_KEPT_COUNT; i++)
+        if (pool == &kept[i].pool)
+            atomic_flag_clear(&kept[i].busy);
+}
+
+void patch_pool_release_kept(patch_kept_kind kind)
+{
+    if (!atomic_flag_test_and_set(&kept[kind].busy)) {
+        patch_pool_free(&kept[kind].pool);
+        atomic_flag_clear(&kept[kind].busy);
+    }
+}
+
 /* ---- encoder --------------------------------------------------------------------- */
 
 

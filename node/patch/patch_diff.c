@@ -48,7 +48,7 @@ typedef struct diff_job {
     patch_out_tensor *out;
     uint64_t *chunk_start;   /* ntensors + 1 prefix sums of chunk counts */
     size_t ntensors;
-    patch_pool pool;
+    patch_pool *pool;        /* kept between diffs (patch_pool_take_kept) */
     int spill_fd;            /* coded chunks go here as they are made (-1: kept in memory) */
     _Atomic uint64_t spill_end;
 } diff_job;
@@ -126,7 +126,7 @@ static int diff_chunk(void *ctx, size_t job)
     patch_out_chunk *oc = &d->out[lo].chunks[c];
 
     int err = 0;
-    patch_scratch *s = patch_pool_take(&d->pool, &err);
+    patch_scratch *s = patch_pool_take(d->pool, &err);
     if (!s)
         return err;
     const pulse_kernels *k = pulse_kernels_get();
@@ -182,7 +182,7 @@ static int diff_chunk(void *ctx, size_t job)
         err = patch_encode_changes(s, s->idx, n, s->vals, unit, ulp, d->o->zstd_level, oc);
     }
 coded:
-    patch_pool_give(&d->pool, s);
+    patch_pool_give(d->pool, s);
     if (!err)
         (void)spill(d, oc);
     return err;
@@ -251,15 +251,19 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         }
         d.chunk_start[i + 1] = d.chunk_start[i] + ot->nchunks;
     }
-    if ((err = patch_pool_init(&d.pool, o.threads, o.chunk_elems, 0)) != 0)
+    patch_pool own;
+    if (!(d.pool = patch_pool_take_kept(PATCH_KEPT_DIFF, o.threads, o.chunk_elems, &own, &err)))
         goto done;
     err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, diff_chunk, &d);
-    patch_pool_free(&d.pool);
+    uint64_t most = 0;
+    for (size_t i = 0; i < d.ntensors; i++)
+        for (uint64_t c = 0; c < d.out[i].nchunks; c++) {
+            d.out[i].changes += d.out[i].chunks[c].count;
+            most = d.out[i].chunks[c].count > most ? d.out[i].chunks[c].count : most;
+        }
+    patch_pool_give_kept(d.pool, &own, most);
     if (err)
         goto done;
-    for (size_t i = 0; i < d.ntensors; i++)
-        for (uint64_t c = 0; c < d.out[i].nchunks; c++)
-            d.out[i].changes += d.out[i].chunks[c].count;
     err = patch_write_file_spill(out_path, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors,
                                  d.spill_fd);
 done:

@@ -100,6 +100,15 @@ typedef struct patch_pool {
 } patch_pool;
 
 int patch_pool_init(patch_pool *pool, int threads, uint32_t chunk_elems, int with_squash);
+/* A pool kept between calls of one kind (patch_chunk.c): returns it when free and fitting
+ * (else a fresh pool in *own); give it back with patch_pool_give_kept, saying the most
+ * changes one chunk had (large chunks drop their buffers, keeping the zstd contexts);
+ * release frees it. NULL with *err on failure. */
+typedef enum { PATCH_KEPT_APPLY, PATCH_KEPT_DIFF, PATCH_KEPT_COUNT } patch_kept_kind;
+patch_pool *patch_pool_take_kept(patch_kept_kind kind, int threads, uint32_t chunk_elems, patch_pool *own,
+                                 int *err);
+void patch_pool_give_kept(patch_pool *pool, patch_pool *own, uint64_t most_changes);
+void patch_pool_release_kept(patch_kept_kind kind);
 void patch_pool_free(patch_pool *pool);
 /* Takes a free slot (allocating its buffers on first use); NULL with the error set. */
 patch_scratch *patch_pool_take(patch_pool *pool, int *err);
