@@ -106,23 +106,33 @@ static inline size_t extract32(__mmask32 m, __m512i va_v, __m512i vb_v, uint32_t
     return emit16((__mmask16)(m >> 16), _mm512_add_epi32(pos, _mm512_set1_epi32(16)), idx, k1);
 }
 
+/* 128 elements of a and b as four 32-lane vectors each and their not-equal masks. */
+typedef struct block128 {
+    __m512i a[4], b[4];
+    __mmask32 m[4];
+} block128;
+
+static inline int load128(const uint16_t *a, const uint16_t *b, block128 *x)
+{
+    for (int q = 0; q < 4; q++) {
+        x->a[q] = _mm512_loadu_si512(a + 32 * q);
+        x->b[q] = _mm512_loadu_si512(b + 32 * q);
+        x->m[q] = _mm512_cmpneq_epi16_mask(x->a[q], x->b[q]);
+    }
+    return (x->m[0] | x->m[1] | x->m[2] | x->m[3]) != 0;
+}
+
 static size_t diff_extract16_avx512(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx,
                                     uint16_t *va, uint16_t *vb)
 {
     size_t i = 0, k = 0;
     for (; i + 128 <= n; i += 128) {
-        __m512i a0 = _mm512_loadu_si512(a + i), b0 = _mm512_loadu_si512(b + i);
-        __m512i a1 = _mm512_loadu_si512(a + i + 32), b1 = _mm512_loadu_si512(b + i + 32);
-        __m512i a2 = _mm512_loadu_si512(a + i + 64), b2 = _mm512_loadu_si512(b + i + 64);
-        __m512i a3 = _mm512_loadu_si512(a + i + 96), b3 = _mm512_loadu_si512(b + i + 96);
-        __mmask32 m0 = _mm512_cmpneq_epi16_mask(a0, b0), m1 = _mm512_cmpneq_epi16_mask(a1, b1);
-        __mmask32 m2 = _mm512_cmpneq_epi16_mask(a2, b2), m3 = _mm512_cmpneq_epi16_mask(a3, b3);
-        if (!(m0 | m1 | m2 | m3))
+        block128 x;
+        if (!load128(a + i, b + i, &x))
             continue;
-        if (m0) k = extract32(m0, a0, b0, (uint32_t)i, idx, va, vb, k);
-        if (m1) k = extract32(m1, a1, b1, (uint32_t)i + 32, idx, va, vb, k);
-        if (m2) k = extract32(m2, a2, b2, (uint32_t)i + 64, idx, va, vb, k);
-        if (m3) k = extract32(m3, a3, b3, (uint32_t)i + 96, idx, va, vb, k);
+        for (int q = 0; q < 4; q++)
+            if (x.m[q])
+                k = extract32(x.m[q], x.a[q], x.b[q], (uint32_t)(i + 32 * (size_t)q), idx, va, vb, k);
     }
     for (; i < n; i += 32) {
         __mmask32 lm = (__mmask32)tail_mask(n - i < 32 ? n - i : 32);
@@ -199,24 +209,17 @@ static size_t diff_ulp16_avx512(const uint16_t *a, const uint16_t *b, size_t n, 
     ulp_state st = { 0, 0, 0 };
     size_t i = 0;
     for (; i + 128 <= n; i += 128) {
-        __m512i a0 = _mm512_loadu_si512(a + i), b0 = _mm512_loadu_si512(b + i);
-        __m512i a1 = _mm512_loadu_si512(a + i + 32), b1 = _mm512_loadu_si512(b + i + 32);
-        __m512i a2 = _mm512_loadu_si512(a + i + 64), b2 = _mm512_loadu_si512(b + i + 64);
-        __m512i a3 = _mm512_loadu_si512(a + i + 96), b3 = _mm512_loadu_si512(b + i + 96);
-        __mmask32 m0 = _mm512_cmpneq_epi16_mask(a0, b0), m1 = _mm512_cmpneq_epi16_mask(a1, b1);
-        __mmask32 m2 = _mm512_cmpneq_epi16_mask(a2, b2), m3 = _mm512_cmpneq_epi16_mask(a3, b3);
-        _mm_prefetch((const char *)(a + i + PF), _MM_HINT_T0);
-        _mm_prefetch((const char *)(a + i + PF + 32), _MM_HINT_T0);
-        _mm_prefetch((const char *)(a + i + PF + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(a + i + PF + 96), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + i + PF), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + i + PF + 32), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + i + PF + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + i + PF + 96), _MM_HINT_T0);
-        if (!(m0 | m1 | m2 | m3))   /* unchanged stretches (sparse steps, frozen tensors) */
+        block128 x;
+        int any = load128(a + i, b + i, &x);
+        for (int q = 0; q < 4; q++) {
+            _mm_prefetch((const char *)(a + i + PF + 32 * q), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b + i + PF + 32 * q), _MM_HINT_T0);
+        }
+        if (!any)   /* unchanged stretches (sparse steps, frozen tensors) */
             continue;
-        ulp_block64(m0 | (uint64_t)m1 << 32, a0, b0, a1, b1, (uint32_t)i, leb, z, &st);
-        ulp_block64(m2 | (uint64_t)m3 << 32, a2, b2, a3, b3, (uint32_t)i + 64, leb, z, &st);
+        ulp_block64(x.m[0] | (uint64_t)x.m[1] << 32, x.a[0], x.b[0], x.a[1], x.b[1], (uint32_t)i, leb, z, &st);
+        ulp_block64(x.m[2] | (uint64_t)x.m[3] << 32, x.a[2], x.b[2], x.a[3], x.b[3], (uint32_t)i + 64, leb, z,
+                    &st);
     }
     *leb_len = st.len;
     return diff_ulp16_tail(a, b, i, n, leb, leb_len, z, st.k, st.next);
@@ -242,16 +245,9 @@ static size_t ulp_pack2_16_avx512(const uint16_t *z, size_t k, uint8_t *packed, 
         c2 += (uint64_t)_mm_popcnt_u32(_mm512_cmpeq_epi16_mask(v, two));
         __mmask32 e = _mm512_cmpge_epu16_mask(v, four);
         cesc += (uint64_t)_mm_popcnt_u32(e);
-        while (e) {
-            uint32_t x = z[j + _tzcnt_u32(e)];
-            hist[x < 256 ? x : 0]++;
-            el += leb_put_tail(esc + el, x - 4);
-            e &= e - 1;
-        }
+        el = ulp_pack2_escapes(z, j, e, esc, el, hist);
     }
-    hist[1] += (uint32_t)c1;
-    hist[2] += (uint32_t)c2;
-    hist[3] += (uint32_t)(j - c1 - c2 - cesc);
+    ulp_pack2_counts(hist, j, c1, c2, cesc);
     return ulp_pack2_16_tail(z, j, k, packed, esc, el, hist);
 }
 

@@ -320,13 +320,11 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
     return plen;
 }
 
-/* The ulp value stream at dst: [coding byte = bits][frame: packed][frame: escapes, iff any]. */
-static int64_t ulp_stream(patch_scratch *s, uint8_t *dst, const uint8_t *vals, size_t k, unsigned unit,
-                          unsigned bits, int level)
+/* The ulp value stream at dst from symbols packed at `bits` (plen bytes) and esc_len escape
+ * bytes in s->leb: [coding byte = bits][frame: packed][frame: escapes, iff any]. */
+static int64_t ulp_frames(patch_scratch *s, uint8_t *dst, unsigned bits, const uint8_t *packed, size_t plen,
+                          size_t esc_len, int level)
 {
-    uint8_t *packed = (uint8_t *)s->gaps;   /* free once the gaps are LEB-coded: >= k bytes */
-    size_t esc_len;
-    size_t plen = pack_ulp(vals, k, unit, bits, packed, s->leb, &esc_len);
     dst[0] = (uint8_t)bits;
     int64_t a = zstd_frame(s, dst + 1, ZSTD_compressBound(plen), packed, plen, level);
     if (a < 0)
@@ -335,6 +333,16 @@ static int64_t ulp_stream(patch_scratch *s, uint8_t *dst, const uint8_t *vals, s
     if (esc_len && (b = zstd_frame(s, dst + 1 + a, ZSTD_compressBound(esc_len), s->leb, esc_len, level)) < 0)
         return b;
     return 1 + a + b;
+}
+
+/* The ulp value stream of k values packed at `bits`. */
+static int64_t ulp_stream(patch_scratch *s, uint8_t *dst, const uint8_t *vals, size_t k, unsigned unit,
+                          unsigned bits, int level)
+{
+    uint8_t *packed = (uint8_t *)s->gaps;   /* free once the gaps are LEB-coded: >= k bytes */
+    size_t esc_len;
+    size_t plen = pack_ulp(vals, k, unit, bits, packed, s->leb, &esc_len);
+    return ulp_frames(s, dst, bits, packed, plen, esc_len, level);
 }
 
 /* Estimated bytes zstd's Huffman literals spend on nbytes bytes made of `per` independent
@@ -439,16 +447,8 @@ static int64_t ulp_values(patch_scratch *s, uint8_t *dst, const uint8_t *vals, s
     else
         ulp_histogram(vals, k, unit, h);
     unsigned w[3], n = ulp_widths(h, k, w), best = w[0];
-    if (unit == 2 && n == 1 && best == 2) {
-        dst[0] = 2;
-        int64_t a = zstd_frame(s, dst + 1, ZSTD_compressBound((k + 3) / 4), packed, (k + 3) / 4, level);
-        if (a < 0)
-            return a;
-        int64_t b = 0;
-        if (esc_len && (b = zstd_frame(s, dst + 1 + a, ZSTD_compressBound(esc_len), s->leb, esc_len, level)) < 0)
-            return b;
-        return 1 + a + b;
-    }
+    if (unit == 2 && n == 1 && best == 2)
+        return ulp_frames(s, dst, 2, packed, (k + 3) / 4, esc_len, level);
     int64_t best_len = INT64_MAX;
     for (unsigned i = 0; i < n; i++) {
         int64_t r = ulp_stream(s, dst, vals, k, unit, w[i], level);
