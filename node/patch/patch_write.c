@@ -74,6 +74,63 @@ static int fsync_dir_of(const char *path)
     return r;
 }
 
+/* Copies runs of the diff's spill file into the output: copy_file_range (one copy inside
+ * the kernel, no round trip through a user buffer), or pread + write where the kernel or
+ * file system cannot. */
+typedef struct spill_copy {
+    int spill_fd, out_fd;
+    const char *tmp;
+    uint64_t run_off, run_len;   /* the pending run of spill bytes */
+    int no_cfr;                  /* copy_file_range refused: use the buffer */
+    uint8_t *buf;
+    size_t buf_cap;
+} spill_copy;
+
+static int spill_flush(spill_copy *c)
+{
+    while (c->run_len) {
+        if (!c->no_cfr) {
+            loff_t off = (loff_t)c->run_off;
+            ssize_t r = copy_file_range(c->spill_fd, &off, c->out_fd, NULL, (size_t)c->run_len, 0);
+            if (r > 0) {
+                c->run_off += (uint64_t)r;
+                c->run_len -= (uint64_t)r;
+                continue;
+            }
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0 && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP
+                          || errno == EBADF)) {
+                c->no_cfr = 1;
+                continue;
+            }
+            if (r == 0)
+                return pulse_fail(PULSE_ERR_IO, "reading back coded chunks: spill file too short");
+            return pulse_fail_errno(PULSE_ERR_IO, "write %s", c->tmp);
+        }
+        size_t want = c->run_len < (1u << 20) ? (size_t)c->run_len : (1u << 20);
+        if (want > c->buf_cap) {
+            uint8_t *q = realloc(c->buf, want);
+            if (!q)
+                return pulse_fail(PULSE_ERR_NOMEM, "copy buffer of %zu bytes", want);
+            c->buf = q;
+            c->buf_cap = want;
+        }
+        ssize_t r = pread(c->spill_fd, c->buf, want, (off_t)c->run_off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0)
+            return pulse_fail(PULSE_ERR_IO, "reading back coded chunks: spill file too short");
+        if (r < 0)
+            return pulse_fail_errno(PULSE_ERR_IO, "reading back a coded chunk");
+        if (write_all(c->out_fd, c->buf, (size_t)r) != 0)
+            return pulse_fail_errno(PULSE_ERR_IO, "write %s", c->tmp);
+        c->run_off += (uint64_t)r;
+        c->run_len -= (uint64_t)r;
+    }
+    return 0;
+}
+
 int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t chunk_elems,
                      const uint8_t base_id[32], const uint8_t result_id[32],
                      const patch_out_tensor *t, size_t n, int spill_fd)
@@ -154,8 +211,7 @@ int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t c
         return e;
     }
     int err = 0;
-    uint8_t *spilled = NULL;   /* one spilled chunk at a time */
-    size_t spilled_cap = 0;
+    spill_copy sc = { .spill_fd = spill_fd, .out_fd = fd, .tmp = tmp };
     if (write_all(fd, w.p, w.len) != 0)
         err = pulse_fail_errno(PULSE_ERR_IO, "write %s", tmp);
     for (size_t i = 0; !err && i < n; i++)
@@ -164,37 +220,23 @@ int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t c
             size_t len = (size_t)oc->pos_len + oc->val_len;
             if (!oc->count)
                 continue;
-            const uint8_t *bytes = oc->bytes;
-            if (!bytes) {
-                if (spill_fd < 0) {
+            if (!oc->bytes) {
+                if (spill_fd < 0)
                     err = pulse_fail(PULSE_ERR_INVALID, "chunk without bytes");
-                    break;
+                else if (sc.run_len && oc->spill_off == sc.run_off + sc.run_len)
+                    sc.run_len += len;   /* the next bytes of the spill file: one copy for both */
+                else if ((err = spill_flush(&sc)) == 0) {
+                    sc.run_off = oc->spill_off;
+                    sc.run_len = len;
                 }
-                if (len > spilled_cap) {
-                    uint8_t *q = realloc(spilled, len);
-                    if (!q) {
-                        err = pulse_fail(PULSE_ERR_NOMEM, "chunk of %zu bytes", len);
-                        break;
-                    }
-                    spilled = q;
-                    spilled_cap = len;
-                }
-                for (size_t got = 0; got < len;) {
-                    ssize_t r = pread(spill_fd, spilled + got, len - got, (off_t)(oc->spill_off + got));
-                    if (r < 0 && errno == EINTR)
-                        continue;
-                    if (r <= 0) {
-                        err = pulse_fail_errno(PULSE_ERR_IO, "reading back a coded chunk");
-                        break;
-                    }
-                    got += (size_t)r;
-                }
-                bytes = spilled;
+                continue;
             }
-            if (!err && write_all(fd, bytes, len) != 0)
+            if ((err = spill_flush(&sc)) == 0 && write_all(fd, oc->bytes, len) != 0)
                 err = pulse_fail_errno(PULSE_ERR_IO, "write %s", tmp);
         }
-    free(spilled);
+    if (!err)
+        err = spill_flush(&sc);
+    free(sc.buf);
     if (!err && fsync(fd) != 0)
         err = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", tmp);
     if (close(fd) != 0 && !err)
