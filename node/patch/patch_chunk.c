@@ -217,14 +217,23 @@ static int finish_out(patch_out_chunk *out, const uint8_t *bytes, size_t pos_len
 {
     if (pos_len > UINT32_MAX || val_len > UINT32_MAX)
         return pulse_fail(PULSE_ERR_LIMIT, "encoded chunk larger than 4 GiB");
-    out->bytes = malloc(pos_len + val_len ? pos_len + val_len : 1);
-    if (!out->bytes)
-        return pulse_fail(PULSE_ERR_NOMEM, "encoded chunk");
-    memcpy(out->bytes, bytes, pos_len + val_len);
+    out->staged = bytes;
     out->count = count;
     out->pos_len = (uint32_t)pos_len;
     out->val_len = (uint32_t)val_len;
-    pulse_sha256(out->bytes, pos_len + val_len, out->digest);
+    pulse_sha256(bytes, pos_len + val_len, out->digest);
+    return 0;
+}
+
+int patch_out_keep(patch_out_chunk *oc)
+{
+    if (!oc->staged)
+        return 0;
+    size_t len = (size_t)oc->pos_len + oc->val_len;
+    if (!(oc->bytes = malloc(len ? len : 1)))
+        return pulse_fail(PULSE_ERR_NOMEM, "encoded chunk");
+    memcpy(oc->bytes, oc->staged, len);
+    oc->staged = NULL;
     return 0;
 }
 

@@ -53,26 +53,25 @@ typedef struct diff_job {
     _Atomic uint64_t spill_end;
 } diff_job;
 
-/* Moves a coded chunk's bytes to the spill file: the patch is then never held in memory
- * whole (it grows with the model; the spill file is page cache, not this process's heap).
- * (Keeping up to 32 MiB in memory instead was tried: no gain measurable on this machine,
- * and memory then grows with the model up to the cap.) */
+/* Moves a coded chunk's bytes from the encoder's scratch to the spill file: the patch is
+ * then never held in memory whole (it grows with the model; the spill file is page cache,
+ * not this process's heap). Without a spill file, or when it cannot be written, the bytes
+ * are kept in memory instead: correct, only less flat. */
 static int spill(diff_job *d, patch_out_chunk *oc)
 {
-    if (d->spill_fd < 0 || !oc->bytes)
-        return 0;
+    if (d->spill_fd < 0 || !oc->staged)
+        return patch_out_keep(oc);
     size_t len = (size_t)oc->pos_len + oc->val_len;
     uint64_t off = atomic_fetch_add(&d->spill_end, len);
     for (size_t put = 0; put < len;) {
-        ssize_t r = pwrite(d->spill_fd, oc->bytes + put, len - put, (off_t)(off + put));
+        ssize_t r = pwrite(d->spill_fd, oc->staged + put, len - put, (off_t)(off + put));
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            return 1;   /* keep the bytes in memory: correct, only less flat */
+            return patch_out_keep(oc);
         put += (size_t)r;
     }
-    free(oc->bytes);
-    oc->bytes = NULL;
+    oc->staged = NULL;
     oc->spill_off = off;
     return 0;
 }
@@ -182,9 +181,9 @@ static int diff_chunk(void *ctx, size_t job)
         err = patch_encode_changes(s, s->idx, n, s->vals, unit, ulp, d->o->zstd_level, oc);
     }
 coded:
-    patch_pool_give(d->pool, s);
     if (!err)
-        (void)spill(d, oc);
+        err = spill(d, oc);   /* before the slot (where the bytes are staged) is given back */
+    patch_pool_give(d->pool, s);
     return err;
 }
 

@@ -122,7 +122,9 @@ int patch_threads(int threads);
 
 /* A chunk's encoded bytes (position stream then value stream) ready to be written. */
 typedef struct patch_out_chunk {
-    uint8_t *bytes;         /* malloc'd; pos_len + val_len bytes; NULL once spilled */
+    uint8_t *bytes;         /* malloc'd; pos_len + val_len bytes; NULL while staged or once spilled */
+    const uint8_t *staged;  /* the encoder's output in its scratch slot, valid until the slot is
+                               given back: the caller spills it or keeps it (patch_out_keep) */
     uint64_t spill_off;     /* where the bytes are in the writer's spill file when bytes is NULL */
     uint32_t count;
     uint32_t pos_len;
@@ -134,6 +136,8 @@ typedef struct patch_out_chunk {
  * native width: absolute bits, or zigzag ulp differences >= 1 when ulp != 0). k > 0. */
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
                          unsigned unit, int ulp, int level, patch_out_chunk *out);
+/* Copies a staged chunk's bytes into memory of its own (oc->bytes). */
+int patch_out_keep(patch_out_chunk *oc);
 /* Encodes a 16-bit ulp chunk whose k > 0 changes diff_ulp16 already turned into the position
  * stream (leb_len LEB128 gap bytes in s->leb) and zigzag values z (not in s->leb or s->gaps). */
 int patch_encode_ulp16(patch_scratch *s, size_t leb_len, size_t k, const uint16_t *z, int level,

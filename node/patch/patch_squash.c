@@ -125,6 +125,8 @@ static int squash_chunk(void *ctx, size_t job)
             err = patch_encode_changes(s, s->idx, n, s->vals, unit, 0, q->level, oc);
         }
     }
+    if (!err)
+        err = patch_out_keep(oc);   /* out of the slot before it is given back */
     patch_pool_give(&q->pool, s);
     return err;
 }
