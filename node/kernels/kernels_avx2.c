@@ -179,9 +179,9 @@ static size_t ulp_pack2_16_avx2(const uint16_t *z, size_t k, uint8_t *packed, ui
         /* one bit per lane: the low byte's bit of each 16-bit lane */
         uint32_t e = _pext_u32((uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(mn, four)), 0x55555555u);
         cesc += (uint64_t)_mm_popcnt_u32(e);
-        el = ulp_pack2_escapes(z, j, e, esc, el, hist);
+        el = ulp_pack2_escapes(z, j, e, esc, el);
     }
-    ulp_pack2_counts(hist, j, c1, c2, cesc);
+    ulp_pack2_counts(hist, j, c1, c2, cesc, esc, el);
     return ulp_pack2_16_tail(z, j, k, packed, esc, el, hist);
 }
 

@@ -244,10 +244,20 @@ static size_t ulp_pack2_16_avx512(const uint16_t *z, size_t k, uint8_t *packed, 
         c1 += (uint64_t)_mm_popcnt_u32(_mm512_cmpeq_epi16_mask(v, one));
         c2 += (uint64_t)_mm_popcnt_u32(_mm512_cmpeq_epi16_mask(v, two));
         __mmask32 e = _mm512_cmpge_epu16_mask(v, four);
-        cesc += (uint64_t)_mm_popcnt_u32(e);
-        el = ulp_pack2_escapes(z, j, e, esc, el, hist);
+        if (e) {
+            /* the escapes z - 4 compressed to the front; one LEB byte each when all < 0x80 */
+            __m512i ev = _mm512_maskz_compress_epi16(e, _mm512_sub_epi16(v, four));
+            unsigned ne = (unsigned)_mm_popcnt_u32(e);
+            cesc += ne;
+            if (!_mm512_cmpge_epu16_mask(ev, _mm512_set1_epi16(0x80))) {
+                _mm256_storeu_si256((__m256i *)(esc + el), _mm512_cvtepi16_epi8(ev));
+                el += ne;
+            } else {
+                el = ulp_pack2_escapes(z, j, e, esc, el);
+            }
+        }
     }
-    ulp_pack2_counts(hist, j, c1, c2, cesc);
+    ulp_pack2_counts(hist, j, c1, c2, cesc, esc, el);
     return ulp_pack2_16_tail(z, j, k, packed, esc, el, hist);
 }
 

@@ -70,25 +70,37 @@ static inline size_t diff_ulp16_tail(const uint16_t *a, const uint16_t *b, size_
 }
 
 /* ulp_pack2_16's escapes among z[j..j+32) (bit i of e: z[j+i] >= 4), in order, appended to
- * esc from el on and counted into hist; returns the new escape byte count. */
-static inline size_t ulp_pack2_escapes(const uint16_t *z, size_t j, uint32_t e, uint8_t *esc, size_t el,
-                                       uint32_t hist[256])
+ * esc from el on as LEB128(z - 4); returns the new escape byte count. */
+static inline size_t ulp_pack2_escapes(const uint16_t *z, size_t j, uint32_t e, uint8_t *esc, size_t el)
 {
-    for (; e; e &= e - 1) {
-        uint32_t x = z[j + (unsigned)__builtin_ctz(e)];
-        hist[x < 256 ? x : 0]++;
-        el += leb_put_tail(esc + el, x - 4);
-    }
+    for (; e; e &= e - 1)
+        el += leb_put_tail(esc + el, (uint32_t)z[j + (unsigned)__builtin_ctz(e)] - 4);
     return el;
 }
 
-/* ulp_pack2_16's vector counts over z[0..j): c1 values of 1, c2 of 2, cesc escapes; the rest
- * of the j are 3s. */
-static inline void ulp_pack2_counts(uint32_t hist[256], size_t j, uint64_t c1, uint64_t c2, uint64_t cesc)
+/* The histogram of ulp_pack2_16's vector part, z[0..j): c1 values of 1, c2 of 2, cesc
+ * escapes (the rest are 3s), the escapes counted from their el LEB128 bytes in esc (one
+ * byte, z < 132, nearly always): cheaper than counting them one by one as they are found. */
+static inline void ulp_pack2_counts(uint32_t hist[256], size_t j, uint64_t c1, uint64_t c2, uint64_t cesc,
+                                    const uint8_t *esc, size_t el)
 {
     hist[1] += (uint32_t)c1;
     hist[2] += (uint32_t)c2;
     hist[3] += (uint32_t)(j - c1 - c2 - cesc);
+    for (size_t at = 0; at < el;) {
+        if (esc[at] < 0x80) {
+            hist[esc[at++] + 4]++;
+            continue;
+        }
+        uint32_t e = 0;
+        for (unsigned sh = 0; at < el; sh += 7) {
+            uint8_t b = esc[at++];
+            e |= (uint32_t)(b & 0x7f) << sh;
+            if (!(b & 0x80))
+                break;
+        }
+        hist[e + 4 < 256 ? e + 4 : 0]++;
+    }
 }
 
 /* ulp_pack2_16 of z[j..k) on, j a multiple of 4 (packed gets whole bytes from j/4 on); el
