@@ -137,6 +137,13 @@ void pulse_sha256_blocks_ni(uint32_t h[8], const uint8_t *p, size_t nblocks)
 {
     pulse_sha256_blocks_c(h, p, nblocks);   /* never chosen: cpu_has_sha_ni() is 0 */
 }
+
+void pulse_sha256_blocks_ni_x2(uint32_t ha[8], const uint8_t *pa, uint32_t hb[8], const uint8_t *pb,
+                               size_t nblocks)
+{
+    pulse_sha256_blocks_c(ha, pa, nblocks);   /* never chosen either */
+    pulse_sha256_blocks_c(hb, pb, nblocks);
+}
 #endif
 
 void pulse_sha256_init(pulse_sha256_ctx *c)
@@ -213,6 +220,29 @@ void pulse_sha256(const void *data, size_t len, uint8_t out[32])
     pulse_sha256_init(&c);
     pulse_sha256_update(&c, data, len);
     pulse_sha256_final(&c, out);
+}
+
+void pulse_sha256_x2(const void *a, size_t la, const void *b, size_t lb, uint8_t out_a[32],
+                     uint8_t out_b[32])
+{
+    pulse_sha256_ctx ca, cb;
+    pulse_sha256_init(&ca);
+    pulse_sha256_init(&cb);
+    blocks_fn blocks = get_blocks();
+    if (blocks == pulse_sha256_blocks_ni) {
+        /* the whole blocks both messages have, interleaved; the rest of each alone */
+        size_t nb = (la < lb ? la : lb) / 64;
+        pulse_sha256_blocks_ni_x2(ca.h, a, cb.h, b, nb);
+        ca.total = cb.total = (uint64_t)nb * 64;
+        a = (const uint8_t *)a + nb * 64;
+        b = (const uint8_t *)b + nb * 64;
+        la -= nb * 64;
+        lb -= nb * 64;
+    }
+    update_with(&ca, a, la, blocks);
+    update_with(&cb, b, lb, blocks);
+    final_with(&ca, out_a, blocks);
+    final_with(&cb, out_b, blocks);
 }
 
 int pulse_sha256_with(const char *impl, const void *data, size_t len, uint8_t out[32])

@@ -18,6 +18,11 @@ void pulse_sha256_init(pulse_sha256_ctx *c);
 void pulse_sha256_update(pulse_sha256_ctx *c, const void *data, size_t len);
 void pulse_sha256_final(pulse_sha256_ctx *c, uint8_t out[32]);
 void pulse_sha256(const void *data, size_t len, uint8_t out[32]);
+/* Two one-shot digests at once: with SHA-NI the two messages' blocks are interleaved (the
+ * rounds of one fill the other's latency: ~1.4x the throughput of two pulse_sha256 calls);
+ * otherwise exactly two pulse_sha256 calls. */
+void pulse_sha256_x2(const void *a, size_t la, const void *b, size_t lb, uint8_t out_a[32],
+                     uint8_t out_b[32]);
 
 /* Which implementation runs: "sha-ni" or "portable". Honours PULSE_CPU_MASK like the kernels
  * (bit 0x8 masks SHA-NI; crypto/ reads the variable itself so it does not depend on node/). */
@@ -34,5 +39,7 @@ extern const uint32_t pulse_sha256_k[64];
 /* Compression of whole 64-byte blocks into h; one per implementation. */
 void pulse_sha256_blocks_c(uint32_t h[8], const uint8_t *p, size_t nblocks);
 void pulse_sha256_blocks_ni(uint32_t h[8], const uint8_t *p, size_t nblocks);
+void pulse_sha256_blocks_ni_x2(uint32_t ha[8], const uint8_t *pa, uint32_t hb[8], const uint8_t *pb,
+                               size_t nblocks);
 
 #endif

@@ -33,11 +33,19 @@ static uint64_t chunks_of(const pulse_tensor *t)
     return (t->nbytes + PULSE_STATE_CHUNK - 1) / PULSE_STATE_CHUNK;
 }
 
-static void chunk_hash(const pulse_tensor *t, uint64_t k, uint8_t out[32])
+/* Chunk k of t: its bytes, returns its length. */
+static size_t chunk_span(const pulse_tensor *t, uint64_t k, const uint8_t **data)
 {
     uint64_t off = k * PULSE_STATE_CHUNK;
-    uint64_t len = t->nbytes - off < PULSE_STATE_CHUNK ? t->nbytes - off : PULSE_STATE_CHUNK;
-    pulse_sha256(t->data + off, (size_t)len, out);
+    *data = t->data + off;
+    return (size_t)(t->nbytes - off < PULSE_STATE_CHUNK ? t->nbytes - off : PULSE_STATE_CHUNK);
+}
+
+static void chunk_hash(const pulse_tensor *t, uint64_t k, uint8_t out[32])
+{
+    const uint8_t *d;
+    size_t len = chunk_span(t, k, &d);
+    pulse_sha256(d, len, out);
 }
 
 /* The tensor hash from its chunk hashes (nchunks * 32 bytes). */
@@ -80,10 +88,10 @@ typedef struct job {
     uint8_t *hashes;         /* total * 32 */
 } job;
 
-static int hash_one_chunk(void *ctx, size_t g)
+/* The tensor holding global chunk g: the last i with first[i] <= g (empty tensors share
+ * their first index with the next one: skip forward to the one that really owns g). */
+static size_t owner_of(const job *j, uint64_t g)
 {
-    job *j = ctx;
-    /* The tensor holding global chunk g: the last i with first[i] <= g. */
     size_t lo = 0, hi = j->c->n;
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
@@ -92,11 +100,27 @@ static int hash_one_chunk(void *ctx, size_t g)
         else
             hi = mid;
     }
-    /* Empty tensors share their first index with the next one; skip forward to the
-     * tensor that really owns chunk g. */
     while (j->first[lo + 1] <= g)
         lo++;
-    chunk_hash(&j->c->t[lo], g - j->first[lo], j->hashes + (size_t)g * 32);
+    return lo;
+}
+
+/* Job p hashes global chunks 2p and 2p + 1 (when there is one) in one interleaved pass. */
+static int hash_chunk_pair(void *ctx, size_t p)
+{
+    job *j = ctx;
+    uint64_t g = 2 * (uint64_t)p, total = j->first[j->c->n];
+    const pulse_tensor *ta = &j->c->t[owner_of(j, g)];
+    uint64_t ka = g - j->first[ta - j->c->t];
+    if (g + 1 >= total) {
+        chunk_hash(ta, ka, j->hashes + (size_t)g * 32);
+        return 0;
+    }
+    const pulse_tensor *tb = &j->c->t[owner_of(j, g + 1)];
+    uint64_t kb = g + 1 - j->first[tb - j->c->t];
+    const uint8_t *da, *db;
+    size_t la = chunk_span(ta, ka, &da), lb = chunk_span(tb, kb, &db);
+    pulse_sha256_x2(da, la, db, lb, j->hashes + (size_t)g * 32, j->hashes + (size_t)(g + 1) * 32);
     return 0;
 }
 
@@ -129,7 +153,7 @@ int ckpt_state_id_tensors(const pulse_ckpt *c, int threads, uint8_t out[PULSE_ST
         return pulse_fail(PULSE_ERR_NOMEM, "chunk hashes");
     }
     job j = { c, first, hashes };
-    int r = total ? pulse_parallel_for((size_t)total, threads, hash_one_chunk, &j) : 0;
+    int r = total ? pulse_parallel_for((size_t)((total + 1) / 2), threads, hash_chunk_pair, &j) : 0;
     if (!r) {
         pulse_sha256_ctx h;
         pulse_sha256_init(&h);
