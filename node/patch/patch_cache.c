@@ -220,16 +220,20 @@ static int ulp2_check16(const patch_tensor *t, const patch_chunk *c, const uint8
     return 0;
 }
 
-int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache)
+/* Whether pass 1 keeps chunk c's streams (ulp, element-wise): the others are decoded as
+ * the decoder always does. */
+static int cached_kind(const pulse_patch *p, const patch_chunk *c)
+{
+    const patch_tensor *t = &p->tensors[c->tensor];
+    return p->values == PULSE_VALUES_ULP && t->dtype != PULSE_DT_OPAQUE && t->unit != 0;
+}
+
+/* Pass 1 for chunk i of a cached kind whose bytes' digest was checked. */
+static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache)
 {
     const patch_chunk *c = &p->chunks[i];
     const patch_tensor *t = &p->tensors[c->tensor];
-    if (p->values != PULSE_VALUES_ULP || t->dtype == PULSE_DT_OPAQUE || t->unit == 0)
-        return patch_decode_chunk(p, c, s);
-    const uint8_t *bytes;
-    int err = patch_chunk_bytes(p, c, s, 1, &bytes);
-    if (err)
-        return err;
+    int err;
     /* The frames first (sizes bounded as in patch_decode_chunk), so that the room they need
      * is known before anything is decompressed. */
     const size_t k = c->count;
@@ -292,6 +296,29 @@ int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_ca
     e->bits = (uint8_t)bits;
     e->cached = 1;
     return 0;
+}
+
+int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache)
+{
+    const patch_chunk *c = &p->chunks[i];
+    if (!cached_kind(p, c))
+        return patch_decode_chunk(p, c, s);
+    const uint8_t *bytes;
+    int err = patch_chunk_bytes(p, c, s, 1, &bytes);
+    return err ? err : check_bytes(p, i, bytes, s, cache);
+}
+
+int patch_check_chunk2(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache)
+{
+    if (!cached_kind(p, &p->chunks[i]) || !cached_kind(p, &p->chunks[i + 1])) {
+        int err = patch_check_chunk(p, i, s, cache);
+        return err ? err : patch_check_chunk(p, i + 1, s, cache);
+    }
+    const uint8_t *a, *b;
+    int err = patch_chunk_bytes2(p, &p->chunks[i], &p->chunks[i + 1], s, &a, &b);
+    if (!err)
+        err = check_bytes(p, i, a, s, cache);
+    return err ? err : check_bytes(p, i + 1, b, s, cache);
 }
 
 /* ---- pass 2: writes -------------------------------------------------------------------- */

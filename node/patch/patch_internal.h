@@ -89,6 +89,8 @@ typedef struct patch_scratch {
     int clevel_set;
     uint8_t *in;            /* a chunk's coded bytes read from a patch file */
     size_t in_cap;
+    uint8_t *in2;           /* the second chunk's, when two are checked at once */
+    size_t in2_cap;
 } patch_scratch;
 
 typedef struct patch_pool {
@@ -156,6 +158,10 @@ size_t patch_chunk_bytes_bound(uint32_t chunk_elems);
  * returned are exactly the bytes whose digest was checked when that matters. */
 int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, int check,
                       const uint8_t **bytes);
+/* The same for two chunks at once, both digests always checked (in one interleaved pass:
+ * pulse_sha256_x2); a's copy is read into s->in, b's into s->in2. */
+int patch_chunk_bytes2(const pulse_patch *p, const patch_chunk *a, const patch_chunk *b, patch_scratch *s,
+                       const uint8_t **bytes_a, const uint8_t **bytes_b);
 
 /* Decodes chunk c of p: checks its digest, decompresses with bounded sizes, checks that
  * positions lie inside the chunk and counts are as declared. Element-wise: positions in
@@ -256,6 +262,9 @@ void patch_apply_release(void);
 /* Pass 1 for chunk i: digest, frames, gaps and values checked; a ulp chunk's streams are kept
  * in cache (may be NULL) while it has room. Nothing is written. */
 int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache);
+/* Pass 1 for chunks i and i + 1 (i + 1 < p->nchunks): as two patch_check_chunk calls, with
+ * both digests computed in one pass when both chunks are cached kinds. */
+int patch_check_chunk2(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache);
 /* Pass 2 for chunk i from the cache: adds the changes into dst (the chunk's first byte).
  * Returns 1 when the chunk is not cached (the caller decodes it again), else 0 or an error. */
 int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, const patch_cache *cache,

@@ -411,38 +411,67 @@ int pulse_patch_open(pulse_patch **out, const char *path)
     return 0;
 }
 
-int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, int check,
+/* Chunk c's bytes without the digest check: into the patch's memory, or read into *buf
+ * (grown to cap the largest chunk; bounded at open by patch_chunk_bytes_bound). */
+static int chunk_read(const pulse_patch *p, const patch_chunk *c, uint8_t **buf, size_t *buf_cap,
                       const uint8_t **bytes)
 {
     size_t n = (size_t)c->pos_len + c->val_len;
-    const uint8_t *b;
     if (p->fd < 0) {
-        b = p->data + c->offset;
-    } else {
-        /* Bounded at open by patch_chunk_bytes_bound; grown to the largest chunk met. */
-        if (s->in_cap < n) {
-            size_t cap = n > p->max_chunk_bytes ? n : p->max_chunk_bytes;
-            uint8_t *in = realloc(s->in, cap);
-            if (!in)
-                return pulse_fail(PULSE_ERR_NOMEM, "chunk buffer of %zu bytes", cap);
-            s->in = in;
-            s->in_cap = cap;
-        }
-        int err = pread_full(p->fd, s->in, n, p->data_off + c->offset);
-        if (err)
-            return pulse_fail(err, "tensor %s chunk %llu: %s", p->tensors[c->tensor].name,
-                              (unsigned long long)c->index, pulse_last_error());
-        b = s->in;
-        check = 1;   /* a file can change between reads: every copy is checked */
+        *bytes = p->data + c->offset;
+        return 0;
     }
-    if (check) {
+    if (*buf_cap < n) {
+        size_t cap = n > p->max_chunk_bytes ? n : p->max_chunk_bytes;
+        uint8_t *in = realloc(*buf, cap);
+        if (!in)
+            return pulse_fail(PULSE_ERR_NOMEM, "chunk buffer of %zu bytes", cap);
+        *buf = in;
+        *buf_cap = cap;
+    }
+    int err = pread_full(p->fd, *buf, n, p->data_off + c->offset);
+    if (err)
+        return pulse_fail(err, "tensor %s chunk %llu: %s", p->tensors[c->tensor].name,
+                          (unsigned long long)c->index, pulse_last_error());
+    *bytes = *buf;
+    return 0;
+}
+
+static int digest_mismatch(const pulse_patch *p, const patch_chunk *c)
+{
+    return pulse_fail(PULSE_ERR_CORRUPT, "tensor %s chunk %llu: digest mismatch", p->tensors[c->tensor].name,
+                      (unsigned long long)c->index);
+}
+
+int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, int check,
+                      const uint8_t **bytes)
+{
+    int err = chunk_read(p, c, &s->in, &s->in_cap, bytes);
+    if (err)
+        return err;
+    if (check || p->fd >= 0) {   /* a file can change between reads: every copy is checked */
         uint8_t digest[32];
-        pulse_sha256(b, n, digest);
+        pulse_sha256(*bytes, (size_t)c->pos_len + c->val_len, digest);
         if (memcmp(digest, c->digest, 32) != 0)
-            return pulse_fail(PULSE_ERR_CORRUPT, "tensor %s chunk %llu: digest mismatch",
-                              p->tensors[c->tensor].name, (unsigned long long)c->index);
+            return digest_mismatch(p, c);
     }
-    *bytes = b;
+    return 0;
+}
+
+int patch_chunk_bytes2(const pulse_patch *p, const patch_chunk *a, const patch_chunk *b, patch_scratch *s,
+                       const uint8_t **bytes_a, const uint8_t **bytes_b)
+{
+    int err = chunk_read(p, a, &s->in, &s->in_cap, bytes_a);
+    if (!err)
+        err = chunk_read(p, b, &s->in2, &s->in2_cap, bytes_b);
+    if (err)
+        return err;
+    uint8_t da[32], db[32];
+    pulse_sha256_x2(*bytes_a, (size_t)a->pos_len + a->val_len, *bytes_b, (size_t)b->pos_len + b->val_len, da, db);
+    if (memcmp(da, a->digest, 32) != 0)
+        return digest_mismatch(p, a);
+    if (memcmp(db, b->digest, 32) != 0)
+        return digest_mismatch(p, b);
     return 0;
 }
 
