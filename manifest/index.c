@@ -82,6 +82,11 @@ static int sql_fail(pulse_index *ix, const char *step, int rc)
         err = PULSE_ERR_NOMEM;
     else if (primary == SQLITE_CONSTRAINT)
         err = PULSE_ERR_INVALID;
+    /* An I/O error's cause (a full disk: SQLite says only "disk I/O error") is the OS error
+     * SQLite saw last. */
+    int os = ix->db && (primary == SQLITE_IOERR || primary == SQLITE_FULL) ? sqlite3_system_errno(ix->db) : 0;
+    if (os)
+        return pulse_fail(err, "index %s: %s: %s (%s)", ix->path, step, sqlite3_errmsg(ix->db), strerror(os));
     return pulse_fail(err, "index %s: %s: %s", ix->path, step, ix->db ? sqlite3_errmsg(ix->db) : sqlite3_errstr(rc));
 }
 

@@ -24,6 +24,13 @@ static void usage(FILE *f)
         "  --threads N   threads (default: all cores)\n");
 }
 
+/* What failed, for the error line: the patch (refused: wrong base, damaged, ...) or the
+ * machine (a full disk, memory) while writing `target`. */
+static const char *why(int err, const char *target)
+{
+    return err == PULSE_ERR_IO || err == PULSE_ERR_NOMEM ? target : "patch refused";
+}
+
 int cmd_apply(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
@@ -74,7 +81,7 @@ int cmd_apply(int argc, char **argv)
             r = pulse_ckpt_sync(target);
         pulse_ckpt_close(&target);
         pulse_patch_close(&p);
-        return r ? cli_fail("apply", r, "patch refused") : 0;
+        return r ? cli_fail("apply", r, why(r, paths[0])) : 0;
     }
     if ((r = pulse_ckpt_open(&base, paths[0], PULSE_CKPT_READ))) {
         pulse_patch_close(&p);
@@ -90,5 +97,5 @@ int cmd_apply(int argc, char **argv)
     }
     pulse_ckpt_close(&base);
     pulse_patch_close(&p);
-    return r ? cli_fail("apply", r, "patch refused") : 0;
+    return r ? cli_fail("apply", r, why(r, out)) : 0;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "base/filespace.h"
 #include "node/checkpoint/ckpt_internal.h"
 
 static char *tmp_name(const char *path)
@@ -243,10 +244,10 @@ int pulse_ckpt_create(pulse_ckpt **out, const char *path, const pulse_tensor_spe
             len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
         r = write_all(fd, len8, 8, 0, tmp);
         if (!r) r = write_all(fd, header, hlen, 8, tmp);
-        /* ftruncate makes the data region: zeros that occupy no disk until written. */
-        if (!r && ftruncate(fd, (off_t)(8 + hlen + data_len)) != 0)
-            r = pulse_fail_errno(PULSE_ERR_IO, "%s: ftruncate to %llu bytes", tmp,
-                                 (unsigned long long)(8 + hlen + data_len));
+        /* The data region, zeros, with its disk space reserved: the caller writes it through
+         * a shared map, where a full disk would otherwise be a SIGBUS. */
+        if (!r)
+            r = pulse_file_reserve(fd, 8 + hlen + data_len, tmp);
     }
     if (fd >= 0)
         close(fd);

@@ -9,6 +9,7 @@
 #include <zstd.h>
 
 #include "base/fail.h"
+#include "base/filespace.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
@@ -157,8 +158,8 @@ int sync_keyframe_restore(pulse_store *st, const char *run, const pulse_record *
     if (fd < 0)
         return pulse_fail_errno(PULSE_ERR_IO, "%s", tmp);
     uint8_t *map = MAP_FAILED;
-    if (ftruncate(fd, (off_t)total) != 0)
-        rc = pulse_fail_errno(PULSE_ERR_IO, "%s: cannot size to %llu bytes", tmp, (unsigned long long)total);
+    if ((rc = pulse_file_reserve(fd, total, tmp)) != 0)
+        ;   /* a full disk: said here, before any store into the map could SIGBUS */
     else if ((map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
         rc = pulse_fail_errno(PULSE_ERR_IO, "%s: mmap", tmp);
 
