@@ -54,7 +54,7 @@ size_t patch_chunk_bytes_bound(uint32_t chunk_elems)
 
 static void scratch_free(patch_scratch *s)
 {
-    free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes);
+    free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes); free(s->planes2);
     free(s->dense); free(s->mark); free(s->in); free(s->in2);
     ZSTD_freeCCtx(s->cctx);
     ZSTD_freeDCtx(s->dctx);
@@ -116,10 +116,10 @@ void patch_pool_trim(patch_pool *pool)
 {
     for (size_t i = 0; pool->slots && i < pool->n; i++) {
         patch_scratch *s = &pool->slots[i];
-        free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes);
+        free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes); free(s->planes2);
         free(s->dense); free(s->mark);
         s->idx = s->gaps = NULL;
-        s->leb = s->vals = s->planes = s->dense = s->mark = NULL;
+        s->leb = s->vals = s->planes = s->planes2 = s->dense = s->mark = NULL;
     }
 }
 
@@ -212,17 +212,26 @@ static int64_t zstd_frame(patch_scratch *s, uint8_t *dst, size_t cap, const uint
     return (int64_t)r;
 }
 
-static int finish_out(patch_out_chunk *out, const uint8_t *bytes, size_t pos_len, size_t val_len,
-                      uint32_t count)
+static int finish_out(const patch_scratch *s, patch_out_chunk *out, const uint8_t *bytes, size_t pos_len,
+                      size_t val_len, uint32_t count)
 {
+    int s_defer = s->defer_digest;
     if (pos_len > UINT32_MAX || val_len > UINT32_MAX)
         return pulse_fail(PULSE_ERR_LIMIT, "encoded chunk larger than 4 GiB");
     out->staged = bytes;
     out->count = count;
     out->pos_len = (uint32_t)pos_len;
     out->val_len = (uint32_t)val_len;
-    pulse_sha256(bytes, pos_len + val_len, out->digest);
+    if (!s_defer)
+        pulse_sha256(bytes, pos_len + val_len, out->digest);
     return 0;
+}
+
+uint8_t *patch_scratch_planes2(patch_scratch *s, uint32_t chunk_elems)
+{
+    if (!s->planes2 && !(s->planes2 = malloc(patch_chunk_bytes_bound(chunk_elems))))
+        pulse_fail(PULSE_ERR_NOMEM, "chunk output buffer");
+    return s->planes2;
 }
 
 int patch_out_keep(patch_out_chunk *oc)
@@ -500,7 +509,7 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
         int64_t val_len = ulp_values(s, dst + used, vals, k, unit, level);
         if (val_len < 0)
             return (int)val_len;
-        return finish_out(out, dst, (size_t)pos_len, (size_t)val_len, (uint32_t)k);
+        return finish_out(s, out, dst, (size_t)pos_len, (size_t)val_len, (uint32_t)k);
     }
 
     /* Absolute values: byte planes, low bytes of every value, then the next byte, each
@@ -517,7 +526,7 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
         used += (size_t)r;
         val_len += (size_t)r;
     }
-    return finish_out(out, dst, (size_t)pos_len, val_len, (uint32_t)k);
+    return finish_out(s, out, dst, (size_t)pos_len, val_len, (uint32_t)k);
 }
 
 int patch_encode_ulp16(patch_scratch *s, size_t leb_len, size_t k, const uint16_t *z, int level,
@@ -530,7 +539,7 @@ int patch_encode_ulp16(patch_scratch *s, size_t leb_len, size_t k, const uint16_
     int64_t val_len = ulp_values(s, dst + pos_len, (const uint8_t *)z, k, 2, level);
     if (val_len < 0)
         return (int)val_len;
-    return finish_out(out, dst, (size_t)pos_len, (size_t)val_len, (uint32_t)k);
+    return finish_out(s, out, dst, (size_t)pos_len, (size_t)val_len, (uint32_t)k);
 }
 
 int patch_encode_replace(patch_scratch *s, const uint8_t *bytes, uint32_t len, uint32_t count,
@@ -540,7 +549,7 @@ int patch_encode_replace(patch_scratch *s, const uint8_t *bytes, uint32_t len, u
     int64_t r = zstd_frame(s, s->planes, ZSTD_compressBound(len), bytes, len, level < 1 ? 1 : level);
     if (r < 0)
         return (int)r;
-    return finish_out(out, s->planes, 0, (size_t)r, count);
+    return finish_out(s, out, s->planes, 0, (size_t)r, count);
 }
 
 /* ---- decoder --------------------------------------------------------------------- */

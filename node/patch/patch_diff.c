@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "crypto/sha256.h"
 #include "node/parallel.h"
 #include "node/patch/patch_internal.h"
 
@@ -101,9 +102,10 @@ static int spill_open(const char *out_path)
     return fd;
 }
 
-static int diff_chunk(void *ctx, size_t job)
+/* Encodes global chunk `job` with slot s; its bytes are left staged in s->planes, its
+ * digest to the caller (s->defer_digest). Sets *out to the chunk's entry. */
+static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chunk **out)
 {
-    diff_job *d = ctx;
     size_t lo = 0, hi = d->ntensors;   /* tensor with chunk_start[t] <= job < chunk_start[t+1] */
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
@@ -123,11 +125,9 @@ static int diff_chunk(void *ctx, size_t job)
     size_t len = (size_t)(units - first < d->o->chunk_elems ? units - first : d->o->chunk_elems);
     const uint8_t *pa = ta->data + first * unit, *pb = tb->data + first * unit;
     patch_out_chunk *oc = &d->out[lo].chunks[c];
+    *out = oc;
 
     int err = 0;
-    patch_scratch *s = patch_pool_take(d->pool, &err);
-    if (!s)
-        return err;
     const pulse_kernels *k = pulse_kernels_get();
     size_t n;
     if (unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP) {
@@ -181,8 +181,41 @@ static int diff_chunk(void *ctx, size_t job)
         err = patch_encode_changes(s, s->idx, n, s->vals, unit, ulp, d->o->zstd_level, oc);
     }
 coded:
-    if (!err)
-        err = spill(d, oc);   /* before the slot (where the bytes are staged) is given back */
+    return err;
+}
+
+/* Job j: global chunks 2j and 2j + 1 (when there is one), the second coded into the slot's
+ * other output buffer, so that both are staged at once and their digests computed in one
+ * interleaved pass (pulse_sha256_x2); then both are spilled, before the slot is given back. */
+static int diff_pair(void *ctx, size_t j)
+{
+    diff_job *d = ctx;
+    size_t first = 2 * j, n = first + 1 < (size_t)d->chunk_start[d->ntensors] ? 2 : 1;
+    int err = 0;
+    patch_scratch *s = patch_pool_take(d->pool, &err);
+    if (!s)
+        return err;
+    patch_out_chunk *oc[2] = { NULL, NULL };
+    uint8_t *home = s->planes, *other = n == 2 ? patch_scratch_planes2(s, d->o->chunk_elems) : NULL;
+    s->defer_digest = 1;
+    if (n == 2 && !other)
+        err = PULSE_ERR_NOMEM;
+    for (size_t i = 0; i < n && !err; i++) {
+        s->planes = i ? other : home;
+        err = encode_chunk(d, first + i, s, &oc[i]);
+    }
+    s->planes = home;
+    s->defer_digest = 0;
+    if (!err) {
+        patch_out_chunk *a = oc[0]->staged ? oc[0] : oc[1], *b = oc[0]->staged ? oc[1] : NULL;
+        if (a && b && b->staged)
+            pulse_sha256_x2(a->staged, (size_t)a->pos_len + a->val_len, b->staged, (size_t)b->pos_len + b->val_len,
+                            a->digest, b->digest);
+        else if (a && a->staged)
+            pulse_sha256(a->staged, (size_t)a->pos_len + a->val_len, a->digest);
+        for (size_t i = 0; i < n && !err; i++)
+            err = spill(d, oc[i]);   /* before the slot (where the bytes are staged) is given back */
+    }
     patch_pool_give(d->pool, s);
     return err;
 }
@@ -253,7 +286,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     patch_pool own;
     if (!(d.pool = patch_pool_take_kept(PATCH_KEPT_DIFF, o.threads, o.chunk_elems, &own, &err)))
         goto done;
-    err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, diff_chunk, &d);
+    err = pulse_parallel_for((size_t)((d.chunk_start[d.ntensors] + 1) / 2), o.threads, diff_pair, &d);
     uint64_t most = 0;
     for (size_t i = 0; i < d.ntensors; i++)
         for (uint64_t c = 0; c < d.out[i].nchunks; c++) {

@@ -81,6 +81,8 @@ typedef struct patch_scratch {
     uint8_t *leb;           /* chunk_elems * 5 */
     uint8_t *vals;          /* chunk_elems * 4 + 256: values, native width */
     uint8_t *planes;        /* chunk_elems * 4: byte planes / compressed output */
+    uint8_t *planes2;       /* the diff's second output (two chunks a job), same size, lazily */
+    int defer_digest;       /* set by the diff: the encoders leave out->digest to the caller */
     uint8_t *dense;         /* chunk_elems * 4: squash's running chunk */
     uint8_t *mark;          /* chunk_elems: squash's changed flags */
     ZSTD_CCtx *cctx;
@@ -138,6 +140,8 @@ typedef struct patch_out_chunk {
  * native width: absolute bits, or zigzag ulp differences >= 1 when ulp != 0). k > 0. */
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
                          unsigned unit, int ulp, int level, patch_out_chunk *out);
+/* The scratch's second output buffer (allocated on first use). NULL with an error set. */
+uint8_t *patch_scratch_planes2(patch_scratch *s, uint32_t chunk_elems);
 /* Copies a staged chunk's bytes into memory of its own (oc->bytes). */
 int patch_out_keep(patch_out_chunk *oc);
 /* Encodes a 16-bit ulp chunk whose k > 0 changes diff_ulp16 already turned into the position
