@@ -46,8 +46,9 @@ fill() {
 snap() { (cd full && find . -type f ! -name filler -print0 | sort -z | xargs -0 -r sha256sum); }
 hash_of() { "$P" hash "$1"; }
 
-"$P" synth --params 1M --steps 2 --out syn >/dev/null || { echo "FAIL: synth"; exit 1; }
+"$P" synth --params 1M --steps 3 --out syn >/dev/null || { echo "FAIL: synth"; exit 1; }
 s0=syn/step-000000.safetensors; s1=syn/step-000001.safetensors; s2=syn/step-000002.safetensors
+s3=syn/step-000003.safetensors
 "$P" keygen tr >/dev/null || { echo "FAIL: keygen"; exit 1; }
 ok "$P" diff "$s0" "$s1" -o p01
 
@@ -108,6 +109,43 @@ check "[ \"\$(hash_of full/w.safetensors)\" = \"\$(hash_of '$s1')\" ]"
 rm -f full/filler
 ok pull full/fst full/w.safetensors
 check "[ \"\$(hash_of full/w.safetensors)\" = \"\$(hash_of '$s2')\" ]"
+
+# The long-running follower (pulse node follow), weights and state on the tmpfs, its store on
+# the normal disk: running at step 0 when the disk fills and step 1 appears, it logs the step it
+# cannot take, keeps running with its weights as they were, takes the step once there is room,
+# and stops on SIGTERM with exit 0. (One that cannot even open its state at start exits with
+# the same one-line error: checked first.)
+rm -rf full/store full/fst full/w.safetensors full/filler
+pub2() { "$P" publish --store "file://$T/store2" --run r2 --key tr.key --state st2 "$1"; }
+ok pub2 "$s0"
+follow() { "$P" node follow --store "file://$T/store2" --run r2 --trust tr.pub --state full/fst2 \
+             --weights full/w2.safetensors --poll-ms 100 "$@"; }
+fill 0
+n=$((n+1))   # a node logs its events on stderr too: its last line is the error
+if follow --once >out 2>err; then echo "FAIL (succeeded on a full disk): follow --once"; fails=$((fails+1))
+elif ! tail -n 1 err | grep -Eq "^pulse node follow: .*(No space left on device|disk is full)"; then
+  echo "FAIL (last line does not name the full disk): follow --once"; cat err; fails=$((fails+1))
+fi
+rm -f full/filler
+"$P" node follow --store "file://$T/store2" --run r2 --trust tr.pub --state full/fst2 \
+  --weights full/w2.safetensors --poll-ms 100 2>node.log &
+node=$!
+for _ in $(seq 100); do [ -f full/w2.safetensors ] && [ "$(hash_of full/w2.safetensors 2>/dev/null)" = "$(hash_of "$s0")" ] && break; sleep 0.1; done
+check "[ \"\$(hash_of full/w2.safetensors)\" = \"\$(hash_of '$s0')\" ]"
+fill 0
+ok pub2 "$s1"
+for _ in $(seq 50); do grep -q "No space left on device\|disk is full" node.log && break; sleep 0.1; done
+check "grep -q 'No space left on device\|disk is full' node.log"
+check "kill -0 $node 2>/dev/null"
+check "[ \"\$(hash_of full/w2.safetensors)\" = \"\$(hash_of '$s0')\" ]"
+rm -f full/filler
+want=$(hash_of "$s1")
+for _ in $(seq 100); do [ "$(hash_of full/w2.safetensors)" = "$want" ] && break; sleep 0.2; done
+check "[ \"\$(hash_of full/w2.safetensors)\" = \"\$want\" ]"
+kill -TERM $node
+wait $node
+check "[ $? -eq 0 ]"
+rm -rf full/fst2 full/w2.safetensors
 
 # A LoCo trainer (alone: quorum 1) whose state is on the full disk: the round is refused with
 # the state as it was, and the same round succeeds once there is room.
