@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "base/fail.h"
-#include "base/filespace.h"
 #include "node/checkpoint/ckpt_internal.h"
+#include "node/checkpoint/filespace.h"
 
 static char *tmp_name(const char *path)
 {

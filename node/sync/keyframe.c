@@ -9,10 +9,9 @@
 #include <zstd.h>
 
 #include "base/fail.h"
-#include "base/filespace.h"
 #include "node/checkpoint/ckpt_internal.h"
+#include "node/checkpoint/filespace.h"
 #include "crypto/sha256.h"
-#include "node/checkpoint/ckpt_internal.h"
 #include "node/parallel.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/sync.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal: sizing a file that is about to be written through a shared map, with its disk space reserved. */
-#ifndef PULSE_BASE_FILESPACE_H
-#define PULSE_BASE_FILESPACE_H
+/* Internal: sizing a checkpoint file that is about to be written through a shared map, with its disk space reserved. */
+#ifndef PULSE_CKPT_FILESPACE_H
+#define PULSE_CKPT_FILESPACE_H
 
 #include <stdint.h>
 

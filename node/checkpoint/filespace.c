@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Sizing a file that is about to be written through a shared map, with its disk space reserved. */
+/* Sizing a checkpoint file that is about to be written through a shared map, with its disk space reserved. */
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include "base/fail.h"
-#include "base/filespace.h"
+#include "node/checkpoint/filespace.h"
 
 int pulse_file_reserve(int fd, uint64_t size, const char *what)
 {
