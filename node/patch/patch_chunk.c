@@ -256,16 +256,6 @@ static uint32_t load_unit(const uint8_t *vals, size_t j, unsigned unit)
     }
 }
 
-/* The four 16-bit values of w (loaded from memory) as lanes 0..3 from the low bits up. */
-static inline uint64_t pack_host_lanes(uint64_t w)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return (w >> 48) | ((w >> 16) & 0xffff0000ull) | ((w << 16) & 0xffff00000000ull) | (w << 48);
-#else
-    return w;
-#endif
-}
-
 /* Packs zigzag ulp values (all >= 1) as `bits`-bit symbols, LSB first: symbol z - 1 for
  * z < 2^bits, else the escape symbol 2^bits - 1 with z - 2^bits appended to esc as LEB128.
  * Returns the packed length; *esc_len gets the escape bytes. */
@@ -276,35 +266,12 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
     size_t plen = (k * bits + 7) / 8, el = 0, j = 0;
     memset(packed, 0, plen);
     if (bits == 2 && unit == 2) {
-        /* Hot path (BF16/F16, mostly +-1): one packed byte per four changes. */
-        const uint16_t *v = (const uint16_t *)(const void *)vals;
-        size_t k4 = k & ~(size_t)3;
-        for (; j < k4; j += 4) {
-            uint64_t w;
-            memcpy(&w, v + j, 8);   /* four symbols z >= 1, lane i = v[j + i] (little-endian) */
-            w = pack_host_lanes(w);
-            /* SWAR over the four 16-bit lanes: lanes with z >= 4 (escapes) get bit 15 set in
-             * f without any carry between lanes; t = z - 1 (no borrow: z >= 1). */
-            const uint64_t ones = 0x0001000100010001ull, low15 = 0x7fff7fff7fff7fffull;
-            uint64_t t = w - ones, hi = w & 0xfffcfffcfffcfffcull;
-            uint64_t f = (((hi & low15) + low15) | hi) & 0x8000800080008000ull;
-            uint64_t sym = (t | (f >> 15) * 3) & 0x0003000300030003ull;
-            sym |= sym >> 14;
-            packed[j >> 2] = (uint8_t)(sym | sym >> 28);
-            /* Escapes, in order. Short escapes (z < 4 + 0x80, nearly all) are stored without a
-             * branch: the byte is always written and kept only when it is one (esc has room
-             * for 5k); which lanes escape is data, not predictable, so no test on f either. */
-            for (unsigned i = 0; i < 4; i++) {
-                uint32_t z = v[j + i];
-                if (z < 4 + 0x80) {
-                    esc[el] = (uint8_t)(z - 4);
-                    el += z >= 4;
-                } else {
-                    el += leb_put_tail(esc + el, z - 4);
-                }
-            }
-        }
-    } else if (unit == 2) {
+        /* BF16/F16 at 2 bits: the kernel ulp_values uses (its histogram is not needed here). */
+        uint32_t unused[256] = { 0 };
+        *esc_len = pulse_kernels_get()->ulp_pack2_16((const uint16_t *)(const void *)vals, k, packed, esc, unused);
+        return plen;
+    }
+    if (unit == 2) {
         /* The 4- and 8-bit trials of 16-bit chunks: one byte at a time, the same
          * branch-free short escapes. */
         const uint16_t *v = (const uint16_t *)(const void *)vals;
