@@ -19,19 +19,18 @@ static atomic_flag kept_busy = ATOMIC_FLAG_INIT;
 static uint8_t *kept_mem;   /* guarded by kept_busy */
 static size_t kept_cap;
 
-/* PULSE_APPLY_CACHE=<bytes>[K|M|G]: the cap (0 = no cache); unset: PATCH_CACHE_CAP. */
-static size_t cache_cap(void)
+size_t patch_env_bytes(const char *name, size_t most)
 {
-    const char *e = getenv("PULSE_APPLY_CACHE");
+    const char *e = getenv(name);
     if (!e || !*e)
-        return PATCH_CACHE_CAP;
+        return most;
     char *end;
     unsigned long long v = strtoull(e, &end, 10);
     unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
                      : *end == 'G' || *end == 'g' ? 30 : 0;
-    v = v > (PATCH_CACHE_CAP >> shift) ? PATCH_CACHE_CAP : v << shift;
+    v = v > (most >> shift) ? most : v << shift;
     /* Never more than the default: the cap is what keeps memory independent of the model. */
-    return v > PATCH_CACHE_CAP ? PATCH_CACHE_CAP : (size_t)v;
+    return v > most ? most : (size_t)v;
 }
 
 /* Huge pages where the kernel gives them on request (THP "madvise" mode): one fault per
@@ -68,7 +67,7 @@ int patch_cache_open(patch_cache *cache, const pulse_patch *p)
 {
     memset(cache, 0, sizeof *cache);
     atomic_init(&cache->used, 0);
-    size_t cap = cache_cap();
+    size_t cap = patch_env_bytes("PULSE_APPLY_CACHE", PATCH_CACHE_CAP);
     if (!cap || !p->nchunks || p->values != PULSE_VALUES_ULP)
         return 0;
     cache->ent = calloc(p->nchunks, sizeof *cache->ent);

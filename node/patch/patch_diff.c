@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pulse_patch_diff: find the changes of every chunk of every tensor on all cores, encode them, write the patch. */
 #include <errno.h>
-#include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +43,12 @@ static int same_layout(const pulse_ckpt *a, const pulse_ckpt *b)
     return 0;
 }
 
+/* Coded chunks reach the file in table order, straight to their final offsets. A job that
+ * finishes before the jobs ahead of it keeps its bytes in memory (patch_out_keep) until they
+ * are written, up to this many bytes over all such jobs (PULSE_DIFF_PARK=<bytes>[K|M|G] lowers
+ * it); past it, it waits for them. So memory stays flat however the threads are scheduled. */
+#define DIFF_PARKED_MAX ((size_t)64 << 20)
+
 typedef struct diff_job {
     const pulse_ckpt *a, *b;
     const pulse_diff_opts *o;
@@ -50,61 +56,19 @@ typedef struct diff_job {
     uint64_t *chunk_start;   /* ntensors + 1 prefix sums of chunk counts */
     size_t ntensors;
     patch_pool *pool;        /* kept between diffs (patch_pool_take_kept) */
-    int spill_fd;            /* coded chunks go here as they are made (-1: kept in memory) */
-    _Atomic uint64_t spill_end;
+    patch_file_out file;
+    pthread_mutex_t lock;    /* guards the fields below */
+    pthread_cond_t moved;    /* next_job advanced, parked bytes freed, or a job failed */
+    size_t next_job;         /* the first job whose chunks are not yet placed in the file */
+    uint64_t data_end;       /* where the next placed chunk goes in the data section */
+    uint8_t *parked;         /* per job: finished, bytes kept in memory, waiting for its turn */
+    uint64_t parked_bytes, parked_max;
+    int failed;
 } diff_job;
 
-/* Moves a coded chunk's bytes from the encoder's scratch to the spill file: the patch is
- * then never held in memory whole (it grows with the model; the spill file is page cache,
- * not this process's heap). Without a spill file, or when it cannot be written, the bytes
- * are kept in memory instead: correct, only less flat. */
-static int spill(diff_job *d, patch_out_chunk *oc)
-{
-    if (d->spill_fd < 0 || !oc->staged)
-        return patch_out_keep(oc);
-    size_t len = (size_t)oc->pos_len + oc->val_len;
-    uint64_t off = atomic_fetch_add(&d->spill_end, len);
-    for (size_t put = 0; put < len;) {
-        ssize_t r = pwrite(d->spill_fd, oc->staged + put, len - put, (off_t)(off + put));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return patch_out_keep(oc);
-        put += (size_t)r;
-    }
-    oc->staged = NULL;
-    oc->spill_off = off;
-    return 0;
-}
-
-/* An unnamed file beside out_path (same file system as the output), or -1. */
-static int spill_open(const char *out_path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", out_path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == dir)
-        dir[1] = 0;
-    else
-        *slash = 0;
-    int fd = -1;
-#ifdef O_TMPFILE
-    if ((fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) >= 0)
-        return fd;
-#endif
-    char tmpl[4200];
-    snprintf(tmpl, sizeof tmpl, "%s/.pulse-spill-XXXXXX", dir);
-    fd = mkostemp(tmpl, O_CLOEXEC);
-    if (fd >= 0)
-        unlink(tmpl);
-    return fd;
-}
-
-/* Encodes global chunk `job` with slot s; its bytes are left staged in s->planes, its
- * digest to the caller (s->defer_digest). Sets *out to the chunk's entry. */
-static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chunk **out)
+/* Global chunk `job`: its tensor, its entry, and the spans of OLD and NEW it covers. */
+static patch_out_chunk *chunk_span(const diff_job *d, size_t job, size_t *tensor, const uint8_t **pa,
+                                   const uint8_t **pb, size_t *len, unsigned *unit)
 {
     size_t lo = 0, hi = d->ntensors;   /* tensor with chunk_start[t] <= job < chunk_start[t+1] */
     while (hi - lo > 1) {
@@ -116,16 +80,149 @@ static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chu
     }
     const pulse_tensor *ta = pulse_ckpt_tensor(d->a, lo), *tb = pulse_ckpt_tensor(d->b, lo);
     uint64_t c = job - d->chunk_start[lo];
-    unsigned unit = patch_dtype_unit(ta->dtype);
+    unsigned u = patch_dtype_unit(ta->dtype);
+    uint64_t units = ta->nbytes / (u ? u : 1);
+    uint64_t first = c * d->o->chunk_elems;
+    *len = (size_t)(units - first < d->o->chunk_elems ? units - first : d->o->chunk_elems);
+    *pa = ta->data + first * (u ? u : 1);
+    *pb = tb->data + first * (u ? u : 1);
+    *unit = u;
+    *tensor = lo;
+    return &d->out[lo].chunks[c];
+}
+
+/* The plan: which chunks differ at all. A changed chunk usually differs in its first bytes, so
+ * this costs a few cache lines per changed chunk and one compare of each unchanged one (which
+ * the diff then skips); it fixes the table's length before any chunk is coded. */
+static int plan_chunk(void *ctx, size_t job)
+{
+    const diff_job *d = ctx;
+    size_t tensor, len;
+    const uint8_t *pa, *pb;
+    unsigned unit;
+    patch_out_chunk *oc = chunk_span(d, job, &tensor, &pa, &pb, &len, &unit);
+    oc->planned = memcmp(pa, pb, len * (unit ? unit : 1)) != 0;
+    return 0;
+}
+
+/* Places job j's chunks (staged in its slot, or kept) at the end of the data section. Called
+ * with the lock held for the offsets only; the bytes are written after it is released. */
+static void place(diff_job *d, patch_out_chunk **oc, size_t n, uint64_t *at)
+{
+    for (size_t i = 0; i < n; i++) {
+        at[i] = d->data_end;
+        if (oc[i]->count)
+            d->data_end += (uint64_t)oc[i]->pos_len + oc[i]->val_len;
+    }
+}
+
+static int put_chunk(diff_job *d, patch_out_chunk *oc, uint64_t at)
+{
+    if (!oc->count)
+        return 0;
+    size_t len = (size_t)oc->pos_len + oc->val_len;
+    int err = patch_file_put(&d->file, at, oc->staged ? oc->staged : oc->bytes, len);
+    oc->staged = NULL;
+    free(oc->bytes);
+    oc->bytes = NULL;
+    return err;
+}
+
+static void pair_chunks(const diff_job *d, size_t j, patch_out_chunk **oc, size_t *n)
+{
+    size_t first = 2 * j, tensor, len;
+    const uint8_t *pa, *pb;
+    unsigned unit;
+    *n = first + 1 < (size_t)d->chunk_start[d->ntensors] ? 2 : 1;
+    for (size_t i = 0; i < *n; i++)
+        oc[i] = chunk_span(d, first + i, &tensor, &pa, &pb, &len, &unit);
+}
+
+/* Job j's coded chunks go to the file in table order: written now when every job ahead of it
+ * is placed (and then the parked jobs after it that were waiting for it), else kept in memory
+ * for the job that reaches them. */
+static int commit_pair(diff_job *d, size_t j, patch_out_chunk **oc, size_t n)
+{
+    uint64_t mine = 0;
+    for (size_t i = 0; i < n; i++)
+        mine += oc[i]->count ? (uint64_t)oc[i]->pos_len + oc[i]->val_len : 0;
+    pthread_mutex_lock(&d->lock);
+    while (!d->failed && j != d->next_job && d->parked_bytes + mine > d->parked_max && d->parked_bytes)
+        pthread_cond_wait(&d->moved, &d->lock);
+    if (d->failed) {   /* another job's error is the diff's: this one stops quietly */
+        pthread_mutex_unlock(&d->lock);
+        return 0;
+    }
+    if (j != d->next_job) {
+        int err = 0;
+        for (size_t i = 0; i < n && !err; i++)
+            err = patch_out_keep(oc[i]);
+        if (!err) {
+            d->parked[j] = 1;
+            d->parked_bytes += mine;
+        }
+        pthread_mutex_unlock(&d->lock);
+        return err;
+    }
+    uint64_t at[2];
+    place(d, oc, n, at);
+    d->next_job++;
+    pthread_mutex_unlock(&d->lock);
+    int err = 0;
+    for (size_t i = 0; i < n && !err; i++)
+        err = put_chunk(d, oc[i], at[i]);
+    /* Then the parked jobs right behind, one at a time (the offsets under the lock). */
+    while (!err) {
+        pthread_mutex_lock(&d->lock);
+        size_t k = d->next_job;
+        if (d->failed || k >= (size_t)((d->chunk_start[d->ntensors] + 1) / 2) || !d->parked[k]) {
+            pthread_cond_broadcast(&d->moved);
+            pthread_mutex_unlock(&d->lock);
+            break;
+        }
+        patch_out_chunk *po[2];
+        size_t pn;
+        pair_chunks(d, k, po, &pn);
+        uint64_t pat[2], bytes = 0;
+        place(d, po, pn, pat);
+        for (size_t i = 0; i < pn; i++)
+            bytes += po[i]->count ? (uint64_t)po[i]->pos_len + po[i]->val_len : 0;
+        d->parked[k] = 0;
+        d->next_job++;
+        pthread_mutex_unlock(&d->lock);
+        for (size_t i = 0; i < pn && !err; i++)
+            err = put_chunk(d, po[i], pat[i]);
+        pthread_mutex_lock(&d->lock);
+        d->parked_bytes -= bytes;
+        pthread_mutex_unlock(&d->lock);
+    }
+    return err;
+}
+
+static void fail_all(diff_job *d)
+{
+    pthread_mutex_lock(&d->lock);
+    d->failed = 1;
+    pthread_cond_broadcast(&d->moved);
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* Encodes global chunk `job` with slot s; its bytes are left staged in s->planes, its
+ * digest to the caller (s->defer_digest). Sets *out to the chunk's entry. */
+static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chunk **out)
+{
+    size_t tensor, len;
+    const uint8_t *pa, *pb;
+    unsigned unit;
+    patch_out_chunk *oc = chunk_span(d, job, &tensor, &pa, &pb, &len, &unit);
     int opaque = unit == 0;
     if (opaque)
         unit = 1;
-    uint64_t units = ta->nbytes / unit;
-    uint64_t first = c * d->o->chunk_elems;
-    size_t len = (size_t)(units - first < d->o->chunk_elems ? units - first : d->o->chunk_elems);
-    const uint8_t *pa = ta->data + first * unit, *pb = tb->data + first * unit;
-    patch_out_chunk *oc = &d->out[lo].chunks[c];
     *out = oc;
+    if (!oc->planned) {   /* no byte differs: nothing to find */
+        oc->count = 0;
+        return 0;
+    }
 
     int err = 0;
     const pulse_kernels *k = pulse_kernels_get();
@@ -181,20 +278,26 @@ static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chu
         err = patch_encode_changes(s, s->idx, n, s->vals, unit, ulp, d->o->zstd_level, oc);
     }
 coded:
+    if (!err && oc->count == 0)   /* the plan saw a difference the diff no longer sees */
+        err = pulse_fail(PULSE_ERR_IO, "tensor %s changed while the patch was being written",
+                         pulse_ckpt_tensor(d->b, tensor)->name);
     return err;
 }
 
 /* Job j: global chunks 2j and 2j + 1 (when there is one), the second coded into the slot's
  * other output buffer, so that both are staged at once and their digests computed in one
- * interleaved pass (pulse_sha256_x2); then both are spilled, before the slot is given back. */
+ * interleaved pass (pulse_sha256_x2); then both go to the file (or are kept for their turn)
+ * before the slot is given back. */
 static int diff_pair(void *ctx, size_t j)
 {
     diff_job *d = ctx;
     size_t first = 2 * j, n = first + 1 < (size_t)d->chunk_start[d->ntensors] ? 2 : 1;
     int err = 0;
     patch_scratch *s = patch_pool_take(d->pool, &err);
-    if (!s)
+    if (!s) {
+        fail_all(d);
         return err;
+    }
     patch_out_chunk *oc[2] = { NULL, NULL };
     uint8_t *home = s->planes, *other = n == 2 ? patch_scratch_planes2(s, d->o->chunk_elems) : NULL;
     s->defer_digest = 1;
@@ -213,9 +316,10 @@ static int diff_pair(void *ctx, size_t j)
                             a->digest, b->digest);
         else if (a && a->staged)
             pulse_sha256(a->staged, (size_t)a->pos_len + a->val_len, a->digest);
-        for (size_t i = 0; i < n && !err; i++)
-            err = spill(d, oc[i]);   /* before the slot (where the bytes are staged) is given back */
+        err = commit_pair(d, j, oc, n);   /* before the slot (where the bytes are staged) is given back */
     }
+    if (err)
+        fail_all(d);
     patch_pool_give(d->pool, s);
     return err;
 }
@@ -256,7 +360,10 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     else if ((err = pulse_ckpt_state_id(new_ckpt, o.threads, result_id)) != 0)
         return err;
 
-    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .spill_fd = spill_open(out_path) };
+    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .file = { .fd = -1 } };
+    d.parked_max = patch_env_bytes("PULSE_DIFF_PARK", DIFF_PARKED_MAX);
+    pthread_mutex_init(&d.lock, NULL);
+    pthread_cond_init(&d.moved, NULL);
     d.ntensors = pulse_ckpt_count(old_ckpt);
     d.out = calloc(d.ntensors ? d.ntensors : 1, sizeof *d.out);
     d.chunk_start = calloc(d.ntensors + 1, sizeof *d.chunk_start);
@@ -283,10 +390,18 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         }
         d.chunk_start[i + 1] = d.chunk_start[i] + ot->nchunks;
     }
+    size_t njobs = (size_t)((d.chunk_start[d.ntensors] + 1) / 2);
+    if (!(d.parked = calloc(njobs ? njobs : 1, 1))) {
+        err = pulse_fail(PULSE_ERR_NOMEM, "diff tables");
+        goto done;
+    }
+    if ((err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, plan_chunk, &d)) != 0
+        || (err = patch_file_create(&d.file, out_path, patch_table_len(d.out, d.ntensors, 1))) != 0)
+        goto done;
     patch_pool own;
     if (!(d.pool = patch_pool_take_kept(PATCH_KEPT_DIFF, o.threads, o.chunk_elems, &own, &err)))
         goto done;
-    err = pulse_parallel_for((size_t)((d.chunk_start[d.ntensors] + 1) / 2), o.threads, diff_pair, &d);
+    err = pulse_parallel_for(njobs, o.threads, diff_pair, &d);
     uint64_t most = 0;
     for (size_t i = 0; i < d.ntensors; i++)
         for (uint64_t c = 0; c < d.out[i].nchunks; c++) {
@@ -296,11 +411,9 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     patch_pool_give_kept(d.pool, &own, most);
     if (err)
         goto done;
-    err = patch_write_file_spill(out_path, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors,
-                                 d.spill_fd);
+    err = patch_file_commit(&d.file, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors);
 done:
-    if (d.spill_fd >= 0)
-        close(d.spill_fd);
+    patch_file_abort(&d.file);   /* nothing left to do after a commit */
     if (d.out)
         for (size_t i = 0; i < d.ntensors; i++) {
             for (uint64_t c = 0; d.out[i].chunks && c < d.out[i].nchunks; c++)
@@ -309,5 +422,8 @@ done:
         }
     free(d.out);
     free(d.chunk_start);
+    free(d.parked);
+    pthread_cond_destroy(&d.moved);
+    pthread_mutex_destroy(&d.lock);
     return err;
 }

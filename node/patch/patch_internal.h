@@ -126,11 +126,11 @@ int patch_threads(int threads);
 
 /* A chunk's encoded bytes (position stream then value stream) ready to be written. */
 typedef struct patch_out_chunk {
-    uint8_t *bytes;         /* malloc'd; pos_len + val_len bytes; NULL while staged or once spilled */
+    uint8_t *bytes;         /* malloc'd; pos_len + val_len bytes; NULL while staged or once written */
     const uint8_t *staged;  /* the encoder's output in its scratch slot, valid until the slot is
-                               given back: the caller spills it or keeps it (patch_out_keep) */
-    uint64_t spill_off;     /* where the bytes are in the writer's spill file when bytes is NULL */
+                               given back: the caller writes it out or keeps it (patch_out_keep) */
     uint32_t count;
+    uint8_t planned;        /* the diff's plan: the chunk differs (patch_table_len(..., 1)) */
     uint32_t pos_len;
     uint32_t val_len;
     uint8_t digest[32];
@@ -246,6 +246,10 @@ typedef struct patch_cache_entry {
  * apply in the process (a follower applies patch after patch), so that only the first
  * apply pays their first touch. */
 #define PATCH_CACHE_CAP (64u << 20)
+/* The environment variable `name` as <bytes>[K|M|G] (0 allowed), at most `most`; `most` when
+ * unset. How a cap that keeps memory flat is lowered for tests (PULSE_APPLY_CACHE,
+ * PULSE_DIFF_PARK). */
+size_t patch_env_bytes(const char *name, size_t most);
 typedef struct patch_cache {
     uint8_t *mem;
     size_t cap;
@@ -292,11 +296,32 @@ typedef struct patch_out_tensor {
 int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_elems,
                      const uint8_t base_id[32], const uint8_t result_id[32],
                      const patch_out_tensor *t, size_t n);
-/* The same, where coded chunks whose bytes are NULL are read back from spill_fd at their
- * spill_off (the diff spills each chunk as it is coded, so that memory stays flat). */
-int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t chunk_elems,
-                           const uint8_t base_id[32], const uint8_t result_id[32],
-                           const patch_out_tensor *t, size_t n, int spill_fd);
+
+/* A patch file written in place: the tensor table's length is fixed first, so every coded chunk
+ * goes straight to its final offset in a temporary file beside path (no second copy of the data),
+ * and the header and table are written last, then fsync and rename. */
+typedef struct patch_file_out {
+    const char *path;
+    char *tmp;
+    int fd;
+    uint64_t data_start;        /* header + table + digest */
+    _Atomic uint64_t written;   /* chunk bytes put so far */
+} patch_file_out;
+
+/* Bytes of the tensor table: chunk entries sized by their counts, or with `planned` by
+ * chunks[c].planned (the counts not known yet). */
+uint64_t patch_table_len(const patch_out_tensor *t, size_t n, int planned);
+/* Creates path's temporary (O_EXCL) for a table of table_len bytes. */
+int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len);
+/* Writes len chunk bytes at data_off from the start of the data section; thread-safe. */
+int patch_file_put(patch_file_out *f, uint64_t data_off, const uint8_t *p, size_t len);
+/* Writes the header and table (refused unless its length is the planned one and the chunk bytes
+ * put are exactly its data section), fsyncs, renames into place. Consumes f either way. */
+int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk_elems,
+                      const uint8_t base_id[32], const uint8_t result_id[32], const patch_out_tensor *t,
+                      size_t n);
+/* Closes and removes the temporary. */
+void patch_file_abort(patch_file_out *f);
 
 /* Every chunk of p on `threads` threads (one scratch slot, zstd context and chunk buffers
  * per worker, reused across chunks, the pool kept between calls): write == 0 checks each

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,20 +47,6 @@ static void put_le(wbuf *w, uint64_t v, unsigned n)
     put(w, b, n);
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t r = write(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 static int fsync_dir_of(const char *path)
 {
     char *copy = strdup(path);
@@ -74,107 +61,46 @@ static int fsync_dir_of(const char *path)
     return r;
 }
 
-/* Copies runs of the diff's spill file into the output: copy_file_range (one copy inside
- * the kernel, no round trip through a user buffer), or pread + write where the kernel or
- * file system cannot. */
-typedef struct spill_copy {
-    int spill_fd, out_fd;
-    const char *tmp;
-    uint64_t run_off, run_len;   /* the pending run of spill bytes */
-    int no_cfr;                  /* copy_file_range refused: use the buffer */
-    uint8_t *buf;
-    size_t buf_cap;
-} spill_copy;
-
-static int spill_flush(spill_copy *c)
+/* The header, the tensor table and its digest, for chunks whose counts and lengths are final
+ * (offsets: the chunks back to back in table order). */
+static int build_table(wbuf *w, pulse_value_code values, uint32_t chunk_elems, const uint8_t base_id[32],
+                       const uint8_t result_id[32], const patch_out_tensor *t, size_t n, uint64_t *data_len)
 {
-    while (c->run_len) {
-        if (!c->no_cfr) {
-            loff_t off = (loff_t)c->run_off;
-            ssize_t r = copy_file_range(c->spill_fd, &off, c->out_fd, NULL, (size_t)c->run_len, 0);
-            if (r > 0) {
-                c->run_off += (uint64_t)r;
-                c->run_len -= (uint64_t)r;
-                continue;
-            }
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0 && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP
-                          || errno == EBADF)) {
-                c->no_cfr = 1;
-                continue;
-            }
-            if (r == 0)
-                return pulse_fail(PULSE_ERR_IO, "reading back coded chunks: spill file too short");
-            return pulse_fail_errno(PULSE_ERR_IO, "write %s", c->tmp);
-        }
-        size_t want = c->run_len < (1u << 20) ? (size_t)c->run_len : (1u << 20);
-        if (want > c->buf_cap) {
-            uint8_t *q = realloc(c->buf, want);
-            if (!q)
-                return pulse_fail(PULSE_ERR_NOMEM, "copy buffer of %zu bytes", want);
-            c->buf = q;
-            c->buf_cap = want;
-        }
-        ssize_t r = pread(c->spill_fd, c->buf, want, (off_t)c->run_off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r == 0)
-            return pulse_fail(PULSE_ERR_IO, "reading back coded chunks: spill file too short");
-        if (r < 0)
-            return pulse_fail_errno(PULSE_ERR_IO, "reading back a coded chunk");
-        if (write_all(c->out_fd, c->buf, (size_t)r) != 0)
-            return pulse_fail_errno(PULSE_ERR_IO, "write %s", c->tmp);
-        c->run_off += (uint64_t)r;
-        c->run_len -= (uint64_t)r;
-    }
-    return 0;
-}
-
-int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t chunk_elems,
-                     const uint8_t base_id[32], const uint8_t result_id[32],
-                     const patch_out_tensor *t, size_t n, int spill_fd)
-{
-    wbuf w = { 0 };
     uint8_t zero[PATCH_HEADER_BYTES] = { 0 };
-    put(&w, zero, PATCH_HEADER_BYTES);   /* filled once the table length is known */
+    put(w, zero, PATCH_HEADER_BYTES);   /* filled once the table length is known */
     uint64_t off = 0;
     for (size_t i = 0; i < n; i++) {
         size_t nl = strlen(t[i].name), dl = strlen(t[i].dtype_name);
-        if (nl == 0 || nl > PATCH_MAX_NAME || dl == 0 || dl > PATCH_MAX_DTYPE_NAME) {
-            free(w.p);
+        if (nl == 0 || nl > PATCH_MAX_NAME || dl == 0 || dl > PATCH_MAX_DTYPE_NAME)
             return pulse_fail(PULSE_ERR_LIMIT, "tensor %s: name or dtype name too long", t[i].name);
-        }
-        put_le(&w, nl, 2);
-        put(&w, t[i].name, nl);
-        put_le(&w, (uint64_t)t[i].dtype, 1);
-        put_le(&w, t[i].elem_size, 1);
-        put_le(&w, dl, 1);
-        put(&w, t[i].dtype_name, dl);
-        put_le(&w, (uint64_t)t[i].ndim, 1);
+        put_le(w, nl, 2);
+        put(w, t[i].name, nl);
+        put_le(w, (uint64_t)t[i].dtype, 1);
+        put_le(w, t[i].elem_size, 1);
+        put_le(w, dl, 1);
+        put(w, t[i].dtype_name, dl);
+        put_le(w, (uint64_t)t[i].ndim, 1);
         for (int d = 0; d < t[i].ndim; d++)
-            put_le(&w, t[i].shape[d], 8);
-        put_le(&w, t[i].changes, 8);
+            put_le(w, t[i].shape[d], 8);
+        put_le(w, t[i].changes, 8);
         if (t[i].changes == 0)
             continue;
         for (uint64_t c = 0; c < t[i].nchunks; c++) {
             const patch_out_chunk *oc = &t[i].chunks[c];
-            put_le(&w, oc->count, 4);
+            put_le(w, oc->count, 4);
             if (!oc->count)
                 continue;
-            put_le(&w, off, 8);
-            put_le(&w, oc->pos_len, 4);
-            put_le(&w, oc->val_len, 4);
-            put(&w, oc->digest, 32);
+            put_le(w, off, 8);
+            put_le(w, oc->pos_len, 4);
+            put_le(w, oc->val_len, 4);
+            put(w, oc->digest, 32);
             off += (uint64_t)oc->pos_len + oc->val_len;
         }
     }
-    if (w.oom) {
-        free(w.p);
+    if (w->oom)
         return pulse_fail(PULSE_ERR_NOMEM, "patch table");
-    }
-    uint64_t table_len = w.len - PATCH_HEADER_BYTES;
-    uint8_t *h = w.p;
+    uint64_t table_len = w->len - PATCH_HEADER_BYTES;
+    uint8_t *h = w->p;
     memcpy(h, PATCH_MAGIC, 8);
     for (unsigned i = 0; i < 4; i++) {
         h[8 + i] = (uint8_t)(PULSE_PATCH_VERSION >> (8 * i));
@@ -189,66 +115,114 @@ int patch_write_file_spill(const char *path, pulse_value_code values, uint32_t c
         h[96 + i] = (uint8_t)(off >> (8 * i));
     }
     uint8_t dg[32];
-    pulse_sha256(w.p, w.len, dg);
-    put(&w, dg, 32);
-    if (w.oom) {
-        free(w.p);
+    pulse_sha256(w->p, w->len, dg);
+    put(w, dg, 32);
+    if (w->oom)
         return pulse_fail(PULSE_ERR_NOMEM, "patch table");
-    }
+    *data_len = off;
+    return 0;
+}
 
-    size_t tl = strlen(path) + 32;
-    char *tmp = malloc(tl);
-    if (!tmp) {
-        free(w.p);
-        return pulse_fail(PULSE_ERR_NOMEM, "path");
+uint64_t patch_table_len(const patch_out_tensor *t, size_t n, int planned)
+{
+    uint64_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        len += 2 + strlen(t[i].name) + 3 + strlen(t[i].dtype_name) + 1 + 8 * (uint64_t)t[i].ndim + 8;
+        uint64_t entries = 0, changed = 0;
+        for (uint64_t c = 0; c < t[i].nchunks; c++) {
+            int has = planned ? t[i].chunks[c].planned : t[i].chunks[c].count != 0;
+            entries += 4 + (has ? 48 : 0);
+            changed += has != 0;
+        }
+        if (planned ? changed != 0 : t[i].changes != 0)   /* as build_table decides */
+            len += entries;
     }
-    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = pulse_fail_errno(PULSE_ERR_IO, "cannot create %s", tmp);
-        free(tmp);
-        free(w.p);
+    return len;
+}
+
+int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->path = path;
+    f->data_start = PATCH_HEADER_BYTES + table_len + 32;
+    size_t tl = strlen(path) + 32;
+    if (!(f->tmp = malloc(tl)))
+        return pulse_fail(PULSE_ERR_NOMEM, "path");
+    snprintf(f->tmp, tl, "%s.tmp.%ld", path, (long)getpid());
+    if ((f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
+        int e = pulse_fail_errno(PULSE_ERR_IO, "cannot create %s", f->tmp);
+        free(f->tmp);
+        f->tmp = NULL;
         return e;
     }
-    int err = 0;
-    spill_copy sc = { .spill_fd = spill_fd, .out_fd = fd, .tmp = tmp };
-    if (write_all(fd, w.p, w.len) != 0)
-        err = pulse_fail_errno(PULSE_ERR_IO, "write %s", tmp);
-    for (size_t i = 0; !err && i < n; i++)
-        for (uint64_t c = 0; !err && t[i].changes && c < t[i].nchunks; c++) {
-            const patch_out_chunk *oc = &t[i].chunks[c];
-            size_t len = (size_t)oc->pos_len + oc->val_len;
-            if (!oc->count)
-                continue;
-            if (!oc->bytes) {
-                if (spill_fd < 0)
-                    err = pulse_fail(PULSE_ERR_INVALID, "chunk without bytes");
-                else if (sc.run_len && oc->spill_off == sc.run_off + sc.run_len)
-                    sc.run_len += len;   /* the next bytes of the spill file: one copy for both */
-                else if ((err = spill_flush(&sc)) == 0) {
-                    sc.run_off = oc->spill_off;
-                    sc.run_len = len;
-                }
-                continue;
-            }
-            if ((err = spill_flush(&sc)) == 0 && write_all(fd, oc->bytes, len) != 0)
-                err = pulse_fail_errno(PULSE_ERR_IO, "write %s", tmp);
+    return 0;
+}
+
+static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+    while (n) {
+        ssize_t r = pwrite(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = EIO;
+            return -1;
         }
-    if (!err)
-        err = spill_flush(&sc);
-    free(sc.buf);
-    if (!err && fsync(fd) != 0)
-        err = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", tmp);
-    if (close(fd) != 0 && !err)
-        err = pulse_fail_errno(PULSE_ERR_IO, "close %s", tmp);
-    if (!err && rename(tmp, path) != 0)
-        err = pulse_fail_errno(PULSE_ERR_IO, "rename to %s", path);
-    if (err)
-        unlink(tmp);
-    else
-        fsync_dir_of(path);   /* best effort: the rename is already visible */
-    free(tmp);
+        p += r;
+        off += (uint64_t)r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+int patch_file_put(patch_file_out *f, uint64_t data_off, const uint8_t *p, size_t len)
+{
+    if (pwrite_all(f->fd, p, len, f->data_start + data_off) != 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "write %s", f->tmp);
+    atomic_fetch_add(&f->written, len);
+    return 0;
+}
+
+void patch_file_abort(patch_file_out *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->tmp)
+        unlink(f->tmp);
+    free(f->tmp);
+    f->fd = -1;
+    f->tmp = NULL;
+}
+
+int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk_elems,
+                      const uint8_t base_id[32], const uint8_t result_id[32], const patch_out_tensor *t,
+                      size_t n)
+{
+    wbuf w = { 0 };
+    uint64_t data_len = 0;
+    int err = build_table(&w, values, chunk_elems, base_id, result_id, t, n, &data_len);
+    /* The chunk bytes were placed after a table of the planned length; a chunk that turned out
+     * unchanged (or changed) against the plan means the inputs changed under the diff. */
+    if (!err && (w.len != f->data_start || data_len != atomic_load(&f->written)))
+        err = pulse_fail(PULSE_ERR_IO, "the checkpoints changed while the patch was being written");
+    if (!err && pwrite_all(f->fd, w.p, w.len, 0) != 0)
+        err = pulse_fail_errno(PULSE_ERR_IO, "write %s", f->tmp);
     free(w.p);
+    if (!err && fsync(f->fd) != 0)
+        err = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", f->tmp);
+    if (close(f->fd) != 0 && !err)
+        err = pulse_fail_errno(PULSE_ERR_IO, "close %s", f->tmp);
+    f->fd = -1;
+    if (!err && rename(f->tmp, f->path) != 0)
+        err = pulse_fail_errno(PULSE_ERR_IO, "rename to %s", f->path);
+    if (!err) {
+        free(f->tmp);
+        f->tmp = NULL;
+        fsync_dir_of(f->path);   /* best effort: the rename is already visible */
+    }
+    patch_file_abort(f);
     return err;
 }
 
@@ -256,5 +230,26 @@ int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_e
                      const uint8_t base_id[32], const uint8_t result_id[32],
                      const patch_out_tensor *t, size_t n)
 {
-    return patch_write_file_spill(path, values, chunk_elems, base_id, result_id, t, n, -1);
+    patch_file_out f;
+    int err = patch_file_create(&f, path, patch_table_len(t, n, 0));
+    if (err)
+        return err;
+    uint64_t off = 0;
+    for (size_t i = 0; !err && i < n; i++)
+        for (uint64_t c = 0; !err && t[i].changes && c < t[i].nchunks; c++) {
+            const patch_out_chunk *oc = &t[i].chunks[c];
+            size_t len = (size_t)oc->pos_len + oc->val_len;
+            if (!oc->count)
+                continue;
+            if (!oc->bytes)
+                err = pulse_fail(PULSE_ERR_INVALID, "chunk without bytes");
+            else
+                err = patch_file_put(&f, off, oc->bytes, len);
+            off += len;
+        }
+    if (err) {
+        patch_file_abort(&f);
+        return err;
+    }
+    return patch_file_commit(&f, values, chunk_elems, base_id, result_id, t, n);
 }

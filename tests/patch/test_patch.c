@@ -796,6 +796,46 @@ static void test_file_changes(pulse_ckpt *a, pulse_ckpt *b)
     free(orig);
 }
 
+/* The diff writes each coded chunk straight to its place in the file, in table order, whatever
+ * order the threads finish in: a chunk that finishes early waits in memory (up to
+ * PULSE_DIFF_PARK bytes over all of them, then its thread waits). Every thread count and cap,
+ * the one-byte cap that makes threads wait almost every time included, gives the bytes of the
+ * one-thread diff. */
+static void test_thread_order(pulse_ckpt *a, pulse_ckpt *b)
+{
+    static const pulse_value_code codes[] = { PULSE_VALUES_ULP, PULSE_VALUES_ABS };
+    static const int threads[] = { 2, 3, 8 };
+    static const char *caps[] = { NULL, "0", "1", "300" };
+    for (size_t v = 0; v < 2; v++) {
+        pulse_diff_opts o = opts_for(codes[v]);
+        o.threads = 1;
+        CHECK_OK(pulse_patch_diff(a, b, &o, path_of("order-1")));
+        size_t want_len = 0;
+        uint8_t *want = slurp(path_of("order-1"), &want_len);
+        CHECK(want != NULL && want_len > 0);
+        for (size_t t = 0; want && t < sizeof threads / sizeof threads[0]; t++)
+            for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++)
+                for (int rep = 0; rep < 4; rep++) {
+                    if (caps[c])
+                        setenv("PULSE_DIFF_PARK", caps[c], 1);
+                    else
+                        unsetenv("PULSE_DIFF_PARK");
+                    o.threads = threads[t];
+                    CHECK_OK(pulse_patch_diff(a, b, &o, path_of("order-n")));
+                    size_t len = 0;
+                    uint8_t *got = slurp(path_of("order-n"), &len);
+                    if (!got || len != want_len || memcmp(got, want, len) != 0) {
+                        CHECK(!"diff bytes depend on the thread count");
+                        fprintf(stderr, "  values %d, %d threads, PULSE_DIFF_PARK=%s\n", (int)codes[v], threads[t],
+                                caps[c] ? caps[c] : "(unset)");
+                    }
+                    free(got);
+                }
+        unsetenv("PULSE_DIFF_PARK");
+        free(want);
+    }
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/test-patch-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -819,6 +859,8 @@ int main(void)
         test_ulp_escapes();
         test_apply_opts(a, b, c);
         test_file_changes(a, b);
+        test_thread_order(a, b);
+        test_thread_order(b, c);
     }
     pulse_ckpt_close(&a);
     pulse_ckpt_close(&b);
