@@ -70,14 +70,7 @@ typedef struct diff_job {
 static patch_out_chunk *chunk_span(const diff_job *d, size_t job, size_t *tensor, const uint8_t **pa,
                                    const uint8_t **pb, size_t *len, unsigned *unit)
 {
-    size_t lo = 0, hi = d->ntensors;   /* tensor with chunk_start[t] <= job < chunk_start[t+1] */
-    while (hi - lo > 1) {
-        size_t mid = (lo + hi) / 2;
-        if (d->chunk_start[mid] <= job)
-            lo = mid;
-        else
-            hi = mid;
-    }
+    size_t lo = patch_chunk_tensor(d->chunk_start, d->ntensors, job);
     const pulse_tensor *ta = pulse_ckpt_tensor(d->a, lo), *tb = pulse_ckpt_tensor(d->b, lo);
     uint64_t c = job - d->chunk_start[lo];
     unsigned u = patch_dtype_unit(ta->dtype);

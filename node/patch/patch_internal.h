@@ -291,6 +291,21 @@ typedef struct patch_out_tensor {
     patch_out_chunk *chunks;   /* nchunks entries; count 0 = unchanged */
 } patch_out_tensor;
 
+/* The tensor t holding global chunk `job`: chunk_start[t] <= job < chunk_start[t + 1]
+ * (chunk_start: ntensors + 1 prefix sums of the tensors' chunk counts). */
+static inline size_t patch_chunk_tensor(const uint64_t *chunk_start, size_t ntensors, size_t job)
+{
+    size_t lo = 0, hi = ntensors;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (chunk_start[mid] <= job)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Serializes header, table, digest and data to path through a temporary file renamed into
  * place; the temporary is removed on any failure. */
 int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_elems,

@@ -36,14 +36,7 @@ static const patch_chunk *find_chunk(const pulse_patch *p, size_t t, uint64_t in
 static int squash_chunk(void *ctx, size_t job)
 {
     squash_job *q = ctx;
-    size_t lo = 0, hi = q->ntensors;
-    while (hi - lo > 1) {
-        size_t mid = (lo + hi) / 2;
-        if (q->chunk_start[mid] <= job)
-            lo = mid;
-        else
-            hi = mid;
-    }
+    size_t lo = patch_chunk_tensor(q->chunk_start, q->ntensors, job);
     uint64_t ci = job - q->chunk_start[lo];
     patch_out_chunk *oc = &q->out[lo].chunks[ci];
     const patch_tensor *pt = &q->p[0]->tensors[lo];
