@@ -90,9 +90,12 @@ static void scatter(const pulse_patch *p, const patch_chunk *c, const patch_scra
  * on memory that is not a mapping, the call fails and the writes fault as before. */
 static void populate_write(uint8_t *dst, size_t n)
 {
-    static long page;
-    if (!page)
+    static _Atomic long page_size;   /* every worker may be first: an atomic, not a plain static */
+    long page = atomic_load_explicit(&page_size, memory_order_relaxed);
+    if (!page) {
         page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+        atomic_store_explicit(&page_size, page, memory_order_relaxed);
+    }
     uintptr_t lo = (uintptr_t)dst & ~(uintptr_t)(page - 1), hi = (uintptr_t)dst + n;
     (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
 }
