@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The README's second command (and CI's): set up, build, start a real Ceph RGW on 127.0.0.1,
-# run every suite on the release build, rerun the offline suites with SIMD masked off and under
-# ASan+UBSan, stop the server, and end with one line "N passed, N failed[, N skipped]".
+# run every suite on the release build, rerun the offline suites with SIMD masked off, under
+# ASan+UBSan and under ThreadSanitizer, stop the server, and end with one line
+# "N passed, N failed[, N skipped]".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -44,6 +45,23 @@ if ninja -C build-asan >/dev/null; then
   logs+=("build-asan/meson-logs/testlog.json")
 else
   echo "test: the ASan+UBSan build failed" >&2
+  infra_failed=1
+fi
+
+# 5. ThreadSanitizer build: every threaded path (parallel loops, the diff's in-order writes,
+# the node daemons, LoCo rounds) run by the unit, kernel and CLI suites. A race fails the test
+# (TSan exits 66). Slower: timeouts x4.
+if [ ! -f build-tsan/build.ninja ]; then
+  meson setup build-tsan --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false \
+    -Dcuda=disabled >/dev/null
+fi
+if ninja -C build-tsan >/dev/null; then
+  TSAN_OPTIONS=second_deadlock_stack=1 \
+    meson test -C build-tsan --print-errorlogs --num-processes 2 --timeout-multiplier 4 \
+    --suite unit --suite kernels --suite cli
+  logs+=("build-tsan/meson-logs/testlog.json")
+else
+  echo "test: the ThreadSanitizer build failed" >&2
   infra_failed=1
 fi
 
