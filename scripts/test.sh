@@ -49,8 +49,8 @@ else
 fi
 
 # 5. ThreadSanitizer build: every threaded path (parallel loops, the diff's in-order writes,
-# the node daemons, LoCo rounds) run by the unit, kernel and CLI suites. A race fails the test
-# (TSan exits 66). Slower: timeouts x4.
+# the node daemons, LoCo rounds, the S3 client's transfers) run by the unit, kernel, CLI and
+# e2e suites (the RGW is still up). A race fails the test (TSan exits 66). Slower: timeouts x4.
 if [ ! -f build-tsan/build.ninja ]; then
   meson setup build-tsan --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false \
     -Dcuda=disabled >/dev/null
@@ -58,7 +58,7 @@ fi
 if ninja -C build-tsan >/dev/null; then
   TSAN_OPTIONS=second_deadlock_stack=1 \
     meson test -C build-tsan --print-errorlogs --num-processes 2 --timeout-multiplier 4 \
-    --suite unit --suite kernels --suite cli
+    --suite unit --suite kernels --suite cli --suite e2e
   logs+=("build-tsan/meson-logs/testlog.json")
 else
   echo "test: the ThreadSanitizer build failed" >&2
