@@ -33,7 +33,8 @@ PULSE_CPU_MASK=ffffffff meson test -C build --print-errorlogs --num-processes 2 
   --suite unit --suite kernels --suite cli --logbase nosimd
 logs+=("build/meson-logs/nosimd.json")
 
-# 4. ASan + UBSan build of the offline suites.
+# 4. ASan + UBSan build of the offline suites (the CLI suite runs the pulse binary under them;
+# the tests that load the library into python3 or an uninstrumented program are not registered).
 if [ ! -f build-asan/build.ninja ]; then
   meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined \
     -Db_lundef=false -Dcuda=disabled >/dev/null
@@ -41,7 +42,7 @@ fi
 if ninja -C build-asan >/dev/null; then
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
     meson test -C build-asan --print-errorlogs --num-processes 2 \
-    --suite unit --suite kernels --suite fuzz-replay
+    --suite unit --suite kernels --suite fuzz-replay --suite cli --timeout-multiplier 3
   logs+=("build-asan/meson-logs/testlog.json")
 else
   echo "test: the ASan+UBSan build failed" >&2
