@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/fail.h"
@@ -146,6 +147,9 @@ int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len)
     f->fd = -1;
     f->path = path;
     f->data_start = PATCH_HEADER_BYTES + table_len + 32;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))   /* the rename would fail after all the work */
+        return pulse_fail(PULSE_ERR_IO, "%s is a directory", path);
     size_t tl = strlen(path) + 32;
     if (!(f->tmp = malloc(tl)))
         return pulse_fail(PULSE_ERR_NOMEM, "path");

@@ -71,6 +71,9 @@ bad "$P" inspect "$T/flip"
 bad "$P" diff "$T/s0.safetensors" "$T/s1.safetensors" -o "$T/nodir/x"
 check "[ ! -e '$T/nodir' ]"
 bad "$P" apply "$T/s0.safetensors" "$T/ulp" -o "$T/nodir/x.safetensors"
+mkdir "$T/outdir"   # an output that is a directory is refused before the work, nothing left beside it
+bad "$P" diff "$T/s0.safetensors" "$T/s1.safetensors" -o "$T/outdir"
+check "grep -q 'outdir is a directory' '$T/err' && [ -z \"\$(ls '$T' | grep 'outdir.tmp')\" ] && [ -z \"\$(ls -A '$T/outdir')\" ]"
 bad "$P" diff "$T/s0.safetensors"
 bad "$P" diff "$T/s0.safetensors" "$T/s1.safetensors" -o "$T/x" --values bogus
 bad "$P" apply "$T/s0.safetensors" "$T/ulp"
