@@ -98,14 +98,19 @@ static int plan_chunk(void *ctx, size_t job)
     return 0;
 }
 
+/* Bytes a chunk puts in the data section (none when unchanged). */
+static uint64_t coded_bytes(const patch_out_chunk *oc)
+{
+    return oc->count ? (uint64_t)oc->pos_len + oc->val_len : 0;
+}
+
 /* Places job j's chunks (staged in its slot, or kept) at the end of the data section. Called
  * with the lock held for the offsets only; the bytes are written after it is released. */
 static void place(diff_job *d, patch_out_chunk **oc, size_t n, uint64_t *at)
 {
     for (size_t i = 0; i < n; i++) {
         at[i] = d->data_end;
-        if (oc[i]->count)
-            d->data_end += (uint64_t)oc[i]->pos_len + oc[i]->val_len;
+        d->data_end += coded_bytes(oc[i]);
     }
 }
 
@@ -138,7 +143,7 @@ static int commit_pair(diff_job *d, size_t j, patch_out_chunk **oc, size_t n)
 {
     uint64_t mine = 0;
     for (size_t i = 0; i < n; i++)
-        mine += oc[i]->count ? (uint64_t)oc[i]->pos_len + oc[i]->val_len : 0;
+        mine += coded_bytes(oc[i]);
     pthread_mutex_lock(&d->lock);
     while (!d->failed && j != d->next_job && d->parked_bytes + mine > d->parked_max && d->parked_bytes)
         pthread_cond_wait(&d->moved, &d->lock);
@@ -179,7 +184,7 @@ static int commit_pair(diff_job *d, size_t j, patch_out_chunk **oc, size_t n)
         uint64_t pat[2], bytes = 0;
         place(d, po, pn, pat);
         for (size_t i = 0; i < pn; i++)
-            bytes += po[i]->count ? (uint64_t)po[i]->pos_len + po[i]->val_len : 0;
+            bytes += coded_bytes(po[i]);
         d->parked[k] = 0;
         d->next_job++;
         pthread_mutex_unlock(&d->lock);
@@ -388,8 +393,10 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         err = pulse_fail(PULSE_ERR_NOMEM, "diff tables");
         goto done;
     }
+    uint64_t table_len = 0;
     if ((err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, plan_chunk, &d)) != 0
-        || (err = patch_file_create(&d.file, out_path, patch_table_len(d.out, d.ntensors, 1))) != 0)
+        || (err = patch_table_len(d.out, d.ntensors, 1, &table_len)) != 0
+        || (err = patch_file_create(&d.file, out_path, table_len)) != 0)
         goto done;
     patch_pool own;
     if (!(d.pool = patch_pool_take_kept(PATCH_KEPT_DIFF, o.threads, o.chunk_elems, &own, &err)))

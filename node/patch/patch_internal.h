@@ -130,7 +130,7 @@ typedef struct patch_out_chunk {
     const uint8_t *staged;  /* the encoder's output in its scratch slot, valid until the slot is
                                given back: the caller writes it out or keeps it (patch_out_keep) */
     uint32_t count;
-    uint8_t planned;        /* the diff's plan: the chunk differs (patch_table_len(..., 1)) */
+    uint8_t planned;        /* the diff's plan: the chunk differs (patch_table_len with planned) */
     uint32_t pos_len;
     uint32_t val_len;
     uint8_t digest[32];
@@ -323,9 +323,9 @@ typedef struct patch_file_out {
     _Atomic uint64_t written;   /* chunk bytes put so far */
 } patch_file_out;
 
-/* Bytes of the tensor table: chunk entries sized by their counts, or with `planned` by
- * chunks[c].planned (the counts not known yet). */
-uint64_t patch_table_len(const patch_out_tensor *t, size_t n, int planned);
+/* *len = bytes of the tensor table: chunk entries sized by their counts, or with `planned` by
+ * chunks[c].planned (the counts not known yet). Refuses names the table cannot hold. */
+int patch_table_len(const patch_out_tensor *t, size_t n, int planned, uint64_t *len);
 /* Creates path's temporary (O_EXCL) for a table of table_len bytes. */
 int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len);
 /* Writes len chunk bytes at data_off from the start of the data section; thread-safe. */

@@ -63,9 +63,12 @@ static int fsync_dir_of(const char *path)
 }
 
 /* The header, the tensor table and its digest, for chunks whose counts and lengths are final
- * (offsets: the chunks back to back in table order). */
+ * (offsets: the chunks back to back in table order). With `planned` the counts are not known
+ * yet: an entry is sized by chunks[c].planned and its fields are placeholders, which gives the
+ * table's length (patch_table_len) from this one description of the layout. */
 static int build_table(wbuf *w, pulse_value_code values, uint32_t chunk_elems, const uint8_t base_id[32],
-                       const uint8_t result_id[32], const patch_out_tensor *t, size_t n, uint64_t *data_len)
+                       const uint8_t result_id[32], const patch_out_tensor *t, size_t n, int planned,
+                       uint64_t *data_len)
 {
     uint8_t zero[PATCH_HEADER_BYTES] = { 0 };
     put(w, zero, PATCH_HEADER_BYTES);   /* filled once the table length is known */
@@ -84,12 +87,15 @@ static int build_table(wbuf *w, pulse_value_code values, uint32_t chunk_elems, c
         for (int d = 0; d < t[i].ndim; d++)
             put_le(w, t[i].shape[d], 8);
         put_le(w, t[i].changes, 8);
-        if (t[i].changes == 0)
+        int any = t[i].changes != 0;
+        for (uint64_t c = 0; planned && !any && c < t[i].nchunks; c++)
+            any = t[i].chunks[c].planned;
+        if (!any)
             continue;
         for (uint64_t c = 0; c < t[i].nchunks; c++) {
             const patch_out_chunk *oc = &t[i].chunks[c];
             put_le(w, oc->count, 4);
-            if (!oc->count)
+            if (planned ? !oc->planned : !oc->count)
                 continue;
             put_le(w, off, 8);
             put_le(w, oc->pos_len, 4);
@@ -124,21 +130,16 @@ static int build_table(wbuf *w, pulse_value_code values, uint32_t chunk_elems, c
     return 0;
 }
 
-uint64_t patch_table_len(const patch_out_tensor *t, size_t n, int planned)
+int patch_table_len(const patch_out_tensor *t, size_t n, int planned, uint64_t *len)
 {
-    uint64_t len = 0;
-    for (size_t i = 0; i < n; i++) {
-        len += 2 + strlen(t[i].name) + 3 + strlen(t[i].dtype_name) + 1 + 8 * (uint64_t)t[i].ndim + 8;
-        uint64_t entries = 0, changed = 0;
-        for (uint64_t c = 0; c < t[i].nchunks; c++) {
-            int has = planned ? t[i].chunks[c].planned : t[i].chunks[c].count != 0;
-            entries += 4 + (has ? 48 : 0);
-            changed += has != 0;
-        }
-        if (planned ? changed != 0 : t[i].changes != 0)   /* as build_table decides */
-            len += entries;
-    }
-    return len;
+    static const uint8_t zero_id[32];
+    wbuf w = { 0 };
+    uint64_t data_len;
+    int err = build_table(&w, PULSE_VALUES_ULP, 1, zero_id, zero_id, t, n, planned, &data_len);
+    if (!err)
+        *len = w.len - PATCH_HEADER_BYTES - 32;
+    free(w.p);
+    return err;
 }
 
 int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len)
@@ -206,7 +207,7 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
 {
     wbuf w = { 0 };
     uint64_t data_len = 0;
-    int err = build_table(&w, values, chunk_elems, base_id, result_id, t, n, &data_len);
+    int err = build_table(&w, values, chunk_elems, base_id, result_id, t, n, 0, &data_len);
     /* The chunk bytes were placed after a table of the planned length; a chunk that turned out
      * unchanged (or changed) against the plan means the inputs changed under the diff. */
     if (!err && (w.len != f->data_start || data_len != atomic_load(&f->written)))
@@ -235,8 +236,9 @@ int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_e
                      const patch_out_tensor *t, size_t n)
 {
     patch_file_out f;
-    int err = patch_file_create(&f, path, patch_table_len(t, n, 0));
-    if (err)
+    uint64_t table_len = 0;
+    int err = patch_table_len(t, n, 0, &table_len);
+    if (err || (err = patch_file_create(&f, path, table_len)) != 0)
         return err;
     uint64_t off = 0;
     for (size_t i = 0; !err && i < n; i++)
