@@ -32,10 +32,11 @@ static const uint16_t special16[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xf
     0x7fff, 0x0001, 0xffff, 0x7c00, 0xfe00};
 static const uint8_t special8[] = {0x00, 0x80, 0x7f, 0xff, 0x78, 0xf8, 0x7c, 0x01};
 
-enum pattern { P_NONE, P_ALL, P_SPARSE1, P_SPARSE5, P_HALF, P_BURSTS, P_ZERO_SIGN, P_COUNT };
-static const char *const pattern_name[P_COUNT] = {"none", "all", "1%", "5%", "50%", "bursts", "+0/-0"};
+enum pattern { P_NONE, P_ALL, P_SPARSE1, P_SPARSE5, P_HALF, P_BURSTS, P_ZERO_SIGN, P_RARE, P_COUNT };
+static const char *const pattern_name[P_COUNT] = {"none", "all", "1%", "5%", "50%", "bursts", "+0/-0", "1/30000"};
 
-/* Whether element i of a change pattern differs (bursts: runs of 1..300 changed elements). */
+/* Whether element i of a change pattern differs (bursts: runs of 1..300 changed elements;
+ * 1/30000: gaps of two and three LEB128 bytes, and whole 4096-element spans without a change). */
 static int changed(enum pattern p, size_t i, int *burst_left)
 {
     switch (p) {
@@ -43,6 +44,7 @@ static int changed(enum pattern p, size_t i, int *burst_left)
     case P_ALL: case P_ZERO_SIGN: return 1;
     case P_SPARSE1: return rnd() % 100 == 0;
     case P_SPARSE5: return rnd() % 20 == 0;
+    case P_RARE: return rnd() % 30000 == 0;
     case P_HALF: return rnd() & 1;
     case P_BURSTS:
         if (*burst_left > 0) { (*burst_left)--; return 1; }
