@@ -7,6 +7,7 @@
 
 #include "pulseweights.h"
 #include "pulseweights/patch.h"
+#include "tools/synth/measure.h"
 
 /* CPU time of the process: on a shared, loaded machine the wall clock mostly measures the
  * other tenants. Everything timed runs on one thread. */
@@ -23,19 +24,6 @@ static double wall(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t sum(const uint8_t *p, size_t n)
-{
-    uint64_t s = 0, w;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, p + i, 8);
-        s += w;
-    }
-    for (; i < n; i++)
-        s += p[i];
-    return s;
 }
 
 int main(int argc, char **argv)
@@ -68,7 +56,7 @@ int main(int argc, char **argv)
         bytes = 0;
         for (size_t i = 0; i < pulse_ckpt_count(a); i++) {
             const pulse_tensor *x = pulse_ckpt_tensor(a, i), *y = pulse_ckpt_tensor(b, i);
-            sink += sum(x->data, x->nbytes) + sum(y->data, y->nbytes);
+            sink += measure_read2(x->data, x->nbytes, y->data, y->nbytes);
             bytes += x->nbytes + y->nbytes;
         }
         double t = now() - t0;

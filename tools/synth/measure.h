@@ -21,9 +21,10 @@ int measure_spawn(char *const argv[], char *out, size_t size, double *seconds);
 /* Best wall time of `repeat` memcpy(dst, src, n) calls. */
 double measure_memcpy(void *dst, const void *src, size_t n, int repeat);
 
-/* A streaming read: the sum of the 8-byte words of p (bytes past the last whole word added
- * one by one); callers keep the result so that the reads cannot be optimised away. */
-uint64_t measure_sum(const uint8_t *p, size_t n);
+/* A streaming read of two arrays side by side (the machine's read bandwidth as a diff sees
+ * it): the sum of their 8-byte words, with 32-byte loads where the CPU has AVX2. Callers keep
+ * the result so that the reads cannot be optimised away. */
+uint64_t measure_read2(const uint8_t *x, size_t nx, const uint8_t *y, size_t ny);
 
 /* RssAnon of this process in KiB (/proc/self/status), 0 when unknown. */
 uint64_t measure_rss_anon_kb(void);
