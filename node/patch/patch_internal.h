@@ -3,6 +3,7 @@
 #ifndef PULSE_NODE_PATCH_INTERNAL_H
 #define PULSE_NODE_PATCH_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -314,14 +315,29 @@ int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_e
 
 /* A patch file written in place: the tensor table's length is fixed first, so every coded chunk
  * goes straight to its final offset in a temporary file beside path (no second copy of the data),
- * and the header and table are written last, then fsync and rename. */
+ * and the header and table are written last, then fsync and rename. While the chunks are put, a
+ * flusher thread makes what is already written durable (fdatasync each time another step of
+ * bytes has arrived), so the final fsync waits only for the last step: the device's write of
+ * the patch overlaps the coding instead of following it. */
 typedef struct patch_file_out {
     const char *path;
     char *tmp;
     int fd;
     uint64_t data_start;        /* header + table + digest */
     _Atomic uint64_t written;   /* chunk bytes put so far */
+    /* the flusher (running only when flusher_on) */
+    pthread_t flusher;
+    int flusher_on;
+    pthread_mutex_t flush_lock; /* guards the three fields below */
+    pthread_cond_t flush_wake;
+    int flush_stop, flush_errno;        /* commit/abort asks it to end; the first failure */
+    _Atomic uint64_t flush_next;        /* written at or past this wakes the flusher */
+    uint64_t flush_step;                /* PATCH_FLUSH_STEP, or PULSE_PATCH_FLUSH (0: no flusher) */
 } patch_file_out;
+
+/* Bytes put between two background flushes (PULSE_PATCH_FLUSH=<bytes>[K|M|G] lowers it, 0
+ * turns the flusher off; docs/patch-format.md "The fused diff"). */
+#define PATCH_FLUSH_STEP ((size_t)1 << 20)
 
 /* *len = bytes of the tensor table: chunk entries sized by their counts, or with `planned` by
  * chunks[c].planned (the counts not known yet). Refuses names the table cannot hold. */

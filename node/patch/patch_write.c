@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,44 @@ int patch_table_len(const patch_out_tensor *t, size_t n, int planned, uint64_t *
     return err;
 }
 
+/* The flusher: fdatasync whenever flush_step more bytes have been put since the last one. The
+ * fd's error is reported to one sync only, so the first failure is kept for the commit. */
+static void *flusher_main(void *arg)
+{
+    patch_file_out *f = arg;
+    pthread_mutex_lock(&f->flush_lock);
+    for (;;) {
+        while (!f->flush_stop && atomic_load(&f->written) < atomic_load(&f->flush_next))
+            pthread_cond_wait(&f->flush_wake, &f->flush_lock);
+        if (f->flush_stop || f->flush_errno)
+            break;
+        atomic_store(&f->flush_next, atomic_load(&f->written) + f->flush_step);
+        pthread_mutex_unlock(&f->flush_lock);
+        int e = fdatasync(f->fd) != 0 ? errno : 0;
+        pthread_mutex_lock(&f->flush_lock);
+        if (e && !f->flush_errno)
+            f->flush_errno = e;
+    }
+    pthread_mutex_unlock(&f->flush_lock);
+    return NULL;
+}
+
+/* Ends the flusher (after its sync in progress) and returns its first failure, 0 if none. */
+static int flusher_end(patch_file_out *f)
+{
+    if (!f->flusher_on)
+        return 0;
+    pthread_mutex_lock(&f->flush_lock);
+    f->flush_stop = 1;
+    pthread_cond_signal(&f->flush_wake);
+    pthread_mutex_unlock(&f->flush_lock);
+    pthread_join(f->flusher, NULL);
+    pthread_cond_destroy(&f->flush_wake);
+    pthread_mutex_destroy(&f->flush_lock);
+    f->flusher_on = 0;
+    return f->flush_errno;
+}
+
 int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len)
 {
     memset(f, 0, sizeof *f);
@@ -160,6 +199,18 @@ int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len)
         free(f->tmp);
         f->tmp = NULL;
         return e;
+    }
+    /* No flusher is no error: the final fsync then does all of it. */
+    f->flush_step = patch_env_bytes("PULSE_PATCH_FLUSH", PATCH_FLUSH_STEP);
+    atomic_store(&f->flush_next, f->flush_step);
+    if (f->flush_step && pthread_mutex_init(&f->flush_lock, NULL) == 0) {
+        if (pthread_cond_init(&f->flush_wake, NULL) != 0)
+            pthread_mutex_destroy(&f->flush_lock);
+        else if (pthread_create(&f->flusher, NULL, flusher_main, f) != 0) {
+            pthread_cond_destroy(&f->flush_wake);
+            pthread_mutex_destroy(&f->flush_lock);
+        } else
+            f->flusher_on = 1;
     }
     return 0;
 }
@@ -186,12 +237,18 @@ int patch_file_put(patch_file_out *f, uint64_t data_off, const uint8_t *p, size_
 {
     if (pwrite_all(f->fd, p, len, f->data_start + data_off) != 0)
         return pulse_fail_errno(PULSE_ERR_IO, "write %s", f->tmp);
-    atomic_fetch_add(&f->written, len);
+    uint64_t now = atomic_fetch_add(&f->written, len) + len;
+    if (f->flusher_on && now >= atomic_load(&f->flush_next)) {
+        pthread_mutex_lock(&f->flush_lock);
+        pthread_cond_signal(&f->flush_wake);
+        pthread_mutex_unlock(&f->flush_lock);
+    }
     return 0;
 }
 
 void patch_file_abort(patch_file_out *f)
 {
+    flusher_end(f);
     if (f->fd >= 0)
         close(f->fd);
     if (f->tmp)
@@ -215,6 +272,11 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
     if (!err && pwrite_all(f->fd, w.p, w.len, 0) != 0)
         err = pulse_fail_errno(PULSE_ERR_IO, "write %s", f->tmp);
     free(w.p);
+    int flush_errno = flusher_end(f);
+    if (!err && flush_errno) {
+        errno = flush_errno;
+        err = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", f->tmp);
+    }
     if (!err && fsync(f->fd) != 0)
         err = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", f->tmp);
     if (close(f->fd) != 0 && !err)

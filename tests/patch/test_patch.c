@@ -800,12 +800,14 @@ static void test_file_changes(pulse_ckpt *a, pulse_ckpt *b)
  * order the threads finish in: a chunk that finishes early waits in memory (up to
  * PULSE_DIFF_PARK bytes over all of them, then its thread waits). Every thread count and cap,
  * the one-byte cap that makes threads wait almost every time included, gives the bytes of the
- * one-thread diff. */
+ * one-thread diff; so does every background flush step (PULSE_PATCH_FLUSH: off, after every
+ * chunk, every 4 KiB, the default), the flusher's fdatasync running while chunks are put. */
 static void test_thread_order(pulse_ckpt *a, pulse_ckpt *b)
 {
     static const pulse_value_code codes[] = { PULSE_VALUES_ULP, PULSE_VALUES_ABS };
     static const int threads[] = { 2, 3, 8 };
     static const char *caps[] = { NULL, "0", "1", "300" };
+    static const char *flush_steps[] = { "0", "1", "4K", NULL };
     for (size_t v = 0; v < 2; v++) {
         pulse_diff_opts o = opts_for(codes[v]);
         o.threads = 1;
@@ -820,18 +822,24 @@ static void test_thread_order(pulse_ckpt *a, pulse_ckpt *b)
                         setenv("PULSE_DIFF_PARK", caps[c], 1);
                     else
                         unsetenv("PULSE_DIFF_PARK");
+                    if (flush_steps[rep])
+                        setenv("PULSE_PATCH_FLUSH", flush_steps[rep], 1);
+                    else
+                        unsetenv("PULSE_PATCH_FLUSH");
                     o.threads = threads[t];
                     CHECK_OK(pulse_patch_diff(a, b, &o, path_of("order-n")));
                     size_t len = 0;
                     uint8_t *got = slurp(path_of("order-n"), &len);
                     if (!got || len != want_len || memcmp(got, want, len) != 0) {
                         CHECK(!"diff bytes depend on the thread count");
-                        fprintf(stderr, "  values %d, %d threads, PULSE_DIFF_PARK=%s\n", (int)codes[v], threads[t],
-                                caps[c] ? caps[c] : "(unset)");
+                        fprintf(stderr, "  values %d, %d threads, PULSE_DIFF_PARK=%s, PULSE_PATCH_FLUSH=%s\n",
+                                (int)codes[v], threads[t], caps[c] ? caps[c] : "(unset)",
+                                flush_steps[rep] ? flush_steps[rep] : "(unset)");
                     }
                     free(got);
                 }
         unsetenv("PULSE_DIFF_PARK");
+        unsetenv("PULSE_PATCH_FLUSH");
         free(want);
     }
 }
