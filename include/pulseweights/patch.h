@@ -47,6 +47,10 @@ typedef struct pulse_diff_opts {
      * after writing (result id), never a patch that silently produces other bytes. */
     const uint8_t *old_id;
     const uint8_t *new_id;
+    /* Nonzero: out_path is a temporary the caller reads and deletes (a publisher uploading it),
+     * so it is not made durable (no fsync, no background flush); it is still renamed into place
+     * whole. Default 0: the patch is on disk when the call returns. */
+    int scratch;
 } pulse_diff_opts;
 
 PULSE_API void pulse_diff_opts_default(pulse_diff_opts *o);

@@ -396,7 +396,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     uint64_t table_len = 0;
     if ((err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, plan_chunk, &d)) != 0
         || (err = patch_table_len(d.out, d.ntensors, 1, &table_len)) != 0
-        || (err = patch_file_create(&d.file, out_path, table_len)) != 0)
+        || (err = patch_file_create(&d.file, out_path, table_len, !o.scratch)) != 0)
         goto done;
     patch_pool own;
     if (!(d.pool = patch_pool_take_kept(PATCH_KEPT_DIFF, o.threads, o.chunk_elems, &own, &err)))

@@ -325,6 +325,7 @@ typedef struct patch_file_out {
     int fd;
     uint64_t data_start;        /* header + table + digest */
     _Atomic uint64_t written;   /* chunk bytes put so far */
+    int durable;                /* fsync before the rename (and the directory after it) */
     /* the flusher (running only when flusher_on) */
     pthread_t flusher;
     int flusher_on;
@@ -342,8 +343,9 @@ typedef struct patch_file_out {
 /* *len = bytes of the tensor table: chunk entries sized by their counts, or with `planned` by
  * chunks[c].planned (the counts not known yet). Refuses names the table cannot hold. */
 int patch_table_len(const patch_out_tensor *t, size_t n, int planned, uint64_t *len);
-/* Creates path's temporary (O_EXCL) for a table of table_len bytes. */
-int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len);
+/* Creates path's temporary (O_EXCL) for a table of table_len bytes; durable == 0 for a
+ * scratch file (no flusher, no fsync at the commit). */
+int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len, int durable);
 /* Writes len chunk bytes at data_off from the start of the data section; thread-safe. */
 int patch_file_put(patch_file_out *f, uint64_t data_off, const uint8_t *p, size_t len);
 /* Writes the header and table (refused unless its length is the planned one and the chunk bytes

@@ -181,11 +181,12 @@ static int flusher_end(patch_file_out *f)
     return f->flush_errno;
 }
 
-int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len)
+int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len, int durable)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     f->path = path;
+    f->durable = durable;
     f->data_start = PATCH_HEADER_BYTES + table_len + 32;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))   /* the rename would fail after all the work */
@@ -201,7 +202,7 @@ int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len)
         return e;
     }
     /* No flusher is no error: the final fsync then does all of it. */
-    f->flush_step = patch_env_bytes("PULSE_PATCH_FLUSH", PATCH_FLUSH_STEP);
+    f->flush_step = durable ? patch_env_bytes("PULSE_PATCH_FLUSH", PATCH_FLUSH_STEP) : 0;
     atomic_store(&f->flush_next, f->flush_step);
     if (f->flush_step && pthread_mutex_init(&f->flush_lock, NULL) == 0) {
         if (pthread_cond_init(&f->flush_wake, NULL) != 0)
@@ -277,7 +278,7 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
         errno = flush_errno;
         err = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", f->tmp);
     }
-    if (!err && fsync(f->fd) != 0)
+    if (!err && f->durable && fsync(f->fd) != 0)
         err = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", f->tmp);
     if (close(f->fd) != 0 && !err)
         err = pulse_fail_errno(PULSE_ERR_IO, "close %s", f->tmp);
@@ -287,7 +288,8 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
     if (!err) {
         free(f->tmp);
         f->tmp = NULL;
-        fsync_dir_of(f->path);   /* best effort: the rename is already visible */
+        if (f->durable)
+            fsync_dir_of(f->path);   /* best effort: the rename is already visible */
     }
     patch_file_abort(f);
     return err;
@@ -300,7 +302,7 @@ int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_e
     patch_file_out f;
     uint64_t table_len = 0;
     int err = patch_table_len(t, n, 0, &table_len);
-    if (err || (err = patch_file_create(&f, path, table_len)) != 0)
+    if (err || (err = patch_file_create(&f, path, table_len, 1)) != 0)
         return err;
     uint64_t off = 0;
     for (size_t i = 0; !err && i < n; i++)

@@ -127,7 +127,9 @@ static uint64_t elems_of(const pulse_ckpt *c)
 static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c,
                          pulse_record *rec, pulse_sync_step *s)
 {
-    /* Both state ids are known (the record's base and result): the diff need not hash again. */
+    /* Both state ids are known (the record's base and result): the diff need not hash again.
+     * The file is read back, uploaded and deleted: the uploaded object is the durable copy, and
+     * a publisher that stops before the record is written diffs again, so no fsync. */
     char path[4096];
     snprintf(path, sizeof path, "%s/pending.patch", p->state_dir);
     pulse_diff_opts d;
@@ -136,6 +138,7 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
     d.threads = p->o.threads;
     d.old_id = rec->base;
     d.new_id = rec->result;
+    d.scratch = 1;
     if (p->o.zstd_level > 0)
         d.zstd_level = p->o.zstd_level;
     int r = pulse_patch_diff(last, c, &d, path);

@@ -840,6 +840,14 @@ static void test_thread_order(pulse_ckpt *a, pulse_ckpt *b)
                 }
         unsetenv("PULSE_DIFF_PARK");
         unsetenv("PULSE_PATCH_FLUSH");
+        /* A scratch output (not made durable) has the same bytes. */
+        o.threads = 2;
+        o.scratch = 1;
+        CHECK_OK(pulse_patch_diff(a, b, &o, path_of("order-scratch")));
+        size_t slen = 0;
+        uint8_t *sgot = slurp(path_of("order-scratch"), &slen);
+        CHECK(want && sgot && slen == want_len && memcmp(sgot, want, slen) == 0);
+        free(sgot);
         free(want);
     }
 }
