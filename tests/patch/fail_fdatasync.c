@@ -30,12 +30,17 @@ int fdatasync(int fd)
     return -1;
 }
 
+static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
+
+/* Resolved once at load, before any thread of the program runs. */
+__attribute__((constructor)) static void find_real_pwrite(void)
+{
+    real_pwrite = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+}
+
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
-    static ssize_t (*real)(int, const void *, size_t, off_t);
-    if (!real)
-        real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
     struct timespec pause = { 0, 2000000 };
     nanosleep(&pause, NULL);
-    return real(fd, buf, n, off);
+    return real_pwrite(fd, buf, n, off);
 }
