@@ -60,6 +60,15 @@ int pulse_ckpt_open_memory(pulse_ckpt **out, const uint8_t *buf, size_t size);
 int ckpt_state_id_tensors(const pulse_ckpt *c, int threads, uint8_t out[PULSE_STATE_ID_BYTES],
                           uint8_t *tensor_hashes);
 
+/* Makes DST's tensor bytes equal to SRC's in place (DST open PULSE_CKPT_WRITE; the same tensor
+ * names, dtypes and shapes, else PULSE_ERR_MISMATCH before anything is written), writing only the
+ * 4 KiB blocks that differ, on `threads` threads; *written (may be NULL) gets the bytes copied.
+ * Not durable until pulse_ckpt_sync. */
+int ckpt_update_from(pulse_ckpt *dst, const pulse_ckpt *src, int threads, uint64_t *written);
+
+/* rename(FROM, TO), then fsync of TO's directory: the new name survives a crash. */
+int ckpt_rename_durable(const char *from, const char *to);
+
 /* Builds "<dir>/<name>" (malloc), or NULL. */
 char *ckpt_join(const char *dir, const char *name);
 

@@ -54,6 +54,13 @@ static int fsync_dir_of(const char *path)
     return r;
 }
 
+int ckpt_rename_durable(const char *from, const char *to)
+{
+    if (rename(from, to) != 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", from, to);
+    return fsync_dir_of(to);
+}
+
 /* Validates the optional metadata text and returns it compact (malloc). */
 static int compact_metadata(const char *metadata, char **out)
 {

@@ -434,6 +434,65 @@ static void test_create_like_single(void)
     CHECK(b == NULL && !exists(at("c.safetensors")));
 }
 
+/* ckpt_update_from (the publisher's in-place copy of the last state): only the 4 KiB blocks that
+ * differ are written, the result is the source's bytes, and a layout that differs or a target
+ * not open for writing is refused before any write. */
+static void test_update_from(void)
+{
+    make(at("u-old.safetensors"), specs, NSPECS, NULL, 5);
+    make(at("u-new.safetensors"), specs, NSPECS, NULL, 5);
+    pulse_ckpt *dst = NULL, *src = NULL;
+    CHECK_OK(pulse_ckpt_open(&src, at("u-new.safetensors"), PULSE_CKPT_WRITE));
+    if (!src)
+        return;
+    /* three blocks of "big" (the first, one inside, the last, which is short) and the scalar */
+    pulse_tensor *big = (pulse_tensor *)pulse_ckpt_find(src, "big"), *step = (pulse_tensor *)pulse_ckpt_find(src, "step");
+    big->data[5] ^= 1;
+    big->data[4096 * 100 + 4095] ^= 1;
+    big->data[big->nbytes - 1] ^= 1;
+    step->data[0] ^= 1;
+    uint64_t want = 4096 + 4096 + (big->nbytes % 4096 ? big->nbytes % 4096 : 4096) + step->nbytes;
+    CHECK_OK(pulse_ckpt_sync(src));
+
+    uint8_t before[32], after[32], id_src[32];
+    state_id(at("u-old.safetensors"), 1, before);
+    CHECK_OK(pulse_ckpt_state_id(src, 1, id_src));
+    CHECK(memcmp(before, id_src, 32) != 0);
+    CHECK_OK(pulse_ckpt_open(&dst, at("u-old.safetensors"), PULSE_CKPT_READ));
+    if (dst)   /* read-only: refused */
+        CHECK_ERR(ckpt_update_from(dst, src, 1, NULL), PULSE_ERR_INVALID);
+    pulse_ckpt_close(&dst);
+
+    /* another layout: refused, nothing written */
+    pulse_tensor_spec other[NSPECS];
+    memcpy(other, specs, sizeof other);
+    other[1].shape[0] = 34;
+    make(at("u-other.safetensors"), other, NSPECS, NULL, 5);
+    pulse_ckpt *o = NULL;
+    CHECK_OK(pulse_ckpt_open(&o, at("u-other.safetensors"), PULSE_CKPT_READ));
+    CHECK_OK(pulse_ckpt_open(&dst, at("u-old.safetensors"), PULSE_CKPT_WRITE));
+    if (o && dst)
+        CHECK_ERR(ckpt_update_from(dst, o, 2, NULL), PULSE_ERR_MISMATCH);
+    pulse_ckpt_close(&o);
+    pulse_ckpt_close(&dst);
+    state_id(at("u-old.safetensors"), 1, after);
+    CHECK(memcmp(before, after, 32) == 0);
+
+    for (int threads = 1; threads <= 3; threads += 2) {
+        CHECK_OK(pulse_ckpt_open(&dst, at("u-old.safetensors"), PULSE_CKPT_WRITE));
+        if (!dst)
+            break;
+        uint64_t written = 12345;
+        CHECK_OK(ckpt_update_from(dst, src, threads, &written));
+        CHECK_EQ_INT(written, threads == 1 ? want : 0);   /* the second time there is nothing to do */
+        CHECK_OK(pulse_ckpt_sync(dst));
+        pulse_ckpt_close(&dst);
+        state_id(at("u-old.safetensors"), 1, after);
+        CHECK(memcmp(after, id_src, 32) == 0);
+    }
+    pulse_ckpt_close(&src);
+}
+
 #define T(dt, shape, b, e) "\"" dt "\", \"shape\": " shape ", \"data_offsets\": [" #b ", " #e "]"
 
 static void test_malformed(void)
@@ -547,6 +606,7 @@ int main(void)
     test_id_sensitivity();
     test_sharded();
     test_create_like_single();
+    test_update_from();
     test_malformed();
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return check_done("test_checkpoint");
