@@ -151,7 +151,7 @@ enum { ULP16_GROUP = 64 };  /* blocks of 64 elements whose masks are taken befor
  * compares, kept only for blocks with changes), then all the group's changes in one loop.
  * Looping over each block's bits instead ends that loop after a Poisson-distributed count at
  * RL densities: one mispredicted branch per block, which also throws away the loads issued
- * past it (36 -> 31 ms over the bench pair's 98.7M elements, docs/kernels.md). Here the loop
+ * past it (36.4 -> 32.7 ms over the bench pair's 98.7M elements, docs/kernels.md). Here the loop
  * runs a known number of times and moves on to the next block's mask without a branch: the
  * next two masks are held in registers and selected by mask arithmetic when the current one
  * runs out. Dense groups (>= 16 changes per block), where the per-block loop predicts well

@@ -260,12 +260,12 @@ static int update_last(pulse_publisher *p, const pulse_ckpt *c, const char *old_
     if (pulse_ckpt_nfiles(last) == 1 && !strcmp(pulse_ckpt_file_path(last, 0), old_path)) {
         char work[4096];
         snprintf(work, sizeof work, "%s/last-updating.safetensors", p->state_dir);
-        r = ckpt_update_from(last, c, p->o.threads, NULL);
-        if (r == PULSE_ERR_MISMATCH) {
-            pulse_clear_error();
-            r = 1;
-        } else if (!r && rename(old_path, work) != 0) {
+        if (rename(old_path, work) != 0) {
             r = pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", old_path, work);
+        } else if ((r = ckpt_update_from(last, c, p->o.threads, NULL)) == PULSE_ERR_MISMATCH) {
+            /* nothing was written: the copy gets its name back, and the caller copies */
+            pulse_clear_error();
+            r = rename(work, old_path) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", work, old_path) : 1;
         } else if (!r && !(r = pulse_ckpt_sync(last))) {
             r = ckpt_rename_durable(work, path);
         }
