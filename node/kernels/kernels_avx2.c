@@ -6,6 +6,7 @@
 
 #include "node/kernels/kernels.h"
 #include "node/kernels/kernels_tail.h"
+#include "node/kernels/kernels_ulp16.h"
 
 /* positions_of[m] lists the set bits of the byte m, ascending, padded with zeros: one
  * 8-byte load + widen + add turns 8 mask bits into up to 8 positions, so a dense mask
@@ -134,94 +135,25 @@ static size_t diff_extract16_avx2(const uint16_t *a, const uint16_t *b, size_t n
     return k;
 }
 
-/* One change of diff_ulp16 at position p: its gap byte(s) and zigzag value. */
-#define ULP16_EMIT(p) do { \
-        uint32_t g_ = (p) - next; \
-        if (__builtin_expect(g_ < 0x80, 1)) \
-            leb[len++] = (uint8_t)g_; \
-        else \
-            len += leb_put_tail(leb + len, g_); \
-        next = (p) + 1; \
-        z[k++] = zigzag16_tail(a[p], b[p]); \
-    } while (0)
+static inline uint64_t ne_mask64(const uint16_t *a, const uint16_t *b)
+{
+    return ne_mask16(a, b) | (uint64_t)ne_mask16(a + 32, b + 32) << 32;
+}
 
-enum { ULP16_GROUP = 64 };  /* blocks of 64 elements whose masks are taken before their changes */
+static inline void zigzag64(const uint16_t *a, const uint16_t *b, uint16_t *z)
+{
+    for (unsigned v = 0; v < 64; v += 16) {
+        __m256i d = _mm256_sub_epi16(_mm256_loadu_si256((const __m256i *)(b + v)),
+                                     _mm256_loadu_si256((const __m256i *)(a + v)));
+        _mm256_storeu_si256((__m256i *)(z + v), _mm256_xor_si256(_mm256_add_epi16(d, d), _mm256_srai_epi16(d, 15)));
+    }
+}
 
-/* diff_ulp16 in groups of 64 blocks of 64 elements: first the group's change masks (vector
- * compares, kept only for blocks with changes), then all the group's changes in one loop.
- * Looping over each block's bits instead ends that loop after a Poisson-distributed count at
- * RL densities: one mispredicted branch per block, which also throws away the loads issued
- * past it (36.4 -> 32.7 ms over the bench pair's 98.7M elements, docs/kernels.md). Here the loop
- * runs a known number of times and moves on to the next block's mask without a branch: the
- * next two masks are held in registers and selected by mask arithmetic when the current one
- * runs out. Dense groups (>= 16 changes per block), where the per-block loop predicts well
- * and costs less per change, keep it. */
+/* diff_ulp16: the shared group loop (kernels_ulp16.h) over 32-lane compares. */
 static size_t diff_ulp16_avx2(const uint16_t *a, const uint16_t *b, size_t n, uint8_t *leb, size_t *leb_len,
                               uint16_t *z)
 {
-    size_t i = 0, k = 0, len = 0;
-    uint32_t next = 0;
-    uint64_t mask[ULP16_GROUP + 2];
-    uint32_t base[ULP16_GROUP + 2];
-    while (i + 64 <= n) {
-        size_t end = n - (n - i) % 64, blocks = 0, count = 0;
-        if (end - i > 64 * ULP16_GROUP)
-            end = i + 64 * ULP16_GROUP;
-        for (; i < end; i += 64) {
-            uint64_t m = ne_mask16(a + i, b + i) | (uint64_t)ne_mask16(a + i + 32, b + i + 32) << 32;
-            mask[blocks] = m;
-            base[blocks] = (uint32_t)i;
-            blocks += m != 0;
-            count += (size_t)_mm_popcnt_u64(m);
-        }
-        if (count >= 16 * (size_t)ULP16_GROUP) {
-            for (size_t j = 0; j < blocks; j++) {
-                if (mask[j] == ~0ull) {   /* every element changed: 63 zero gaps, 64 values */
-                    uint32_t p = base[j];
-                    ULP16_EMIT(p);
-                    memset(leb + len, 0, 63);
-                    len += 63;
-                    for (unsigned v = 0; v < 64; v += 16) {
-                        __m256i d = _mm256_sub_epi16(_mm256_loadu_si256((const __m256i *)(b + p + v)),
-                                                     _mm256_loadu_si256((const __m256i *)(a + p + v)));
-                        _mm256_storeu_si256((__m256i *)(z + k - 1 + v),
-                                            _mm256_xor_si256(_mm256_add_epi16(d, d), _mm256_srai_epi16(d, 15)));
-                    }
-                    k += 63;
-                    next = p + 64;
-                    continue;
-                }
-                for (uint64_t m = mask[j]; m; m = _blsr_u64(m)) {
-                    uint32_t p = base[j] + (uint32_t)_tzcnt_u64(m);
-                    ULP16_EMIT(p);
-                }
-            }
-            continue;
-        }
-        /* Two sentinel blocks: the selection below reads up to two masks past the last. */
-        mask[blocks] = mask[blocks + 1] = 1;
-        base[blocks] = base[blocks + 1] = 0;
-        uint64_t m = mask[0], m1 = mask[1];
-        uint32_t at = base[0], at1 = base[1];
-        const uint64_t *mq = mask;
-        const uint32_t *bq = base;
-        for (size_t kend = k + count; k < kend;) {
-            uint32_t p = at + (uint32_t)_tzcnt_u64(m);
-            ULP16_EMIT(p);
-            /* out = all ones when m has no bit left: then m, m1 <- m1, the mask after it */
-            uint64_t rest = _blsr_u64(m), out = 0 - (uint64_t)(rest == 0);
-            uint64_t m2 = mq[2];
-            uint32_t at2 = bq[2], out32 = (uint32_t)out;
-            m = rest | (m1 & out);
-            at ^= (at ^ at1) & out32;
-            m1 ^= (m1 ^ m2) & out;
-            at1 ^= (at1 ^ at2) & out32;
-            mq += out & 1;
-            bq += out & 1;
-        }
-    }
-    *leb_len = len;
-    return diff_ulp16_tail(a, b, i, n, leb, leb_len, z, k, next);
+    return diff_ulp16_groups(a, b, n, leb, leb_len, z, ne_mask64, zigzag64);
 }
 
 /* ulp_pack2_16, 16 values a round: symbols min(z, 4) - 1 narrowed to bytes, four to a byte

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AArch64 Advanced SIMD (NEON) kernels: change finding, gaps and the BF16 LoCo gate; the rest stays on the reference. */
+/* AArch64 Advanced SIMD (NEON) kernels: change finding, the fused ulp diff, gaps and the BF16 LoCo gate; the rest stays on the reference. */
 #include <arm_neon.h>
 #include <string.h>
 
 #include "node/kernels/kernels.h"
 #include "node/kernels/kernels_tail.h"
+#include "node/kernels/kernels_ulp16.h"
 
 /* NEON has no movemask: a compare result is narrowed into a 64-bit word holding a fixed
  * number of bits per element (4 for bytes, 8 for halfwords, 16 for words); one bit per
@@ -58,6 +59,38 @@ static size_t diff16_neon(const uint16_t *a, const uint16_t *b, size_t n, uint32
         if (a[i] != b[i])
             idx[k++] = (uint32_t)i;
     return k;
+}
+
+/* Bit i of the result: a[i] != b[i], for 64 elements. Each compare is narrowed to bytes, the
+ * changed bytes weighted 1, 2, 4 .. 128 within each eight, and three rounds of pairwise adds
+ * sum every eight into one byte: byte j of the low half is the mask of elements 8j..8j+7. */
+static inline uint64_t ne_mask64_neon(const uint16_t *a, const uint16_t *b)
+{
+    static const uint8_t weights[16] = { 1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128 };
+    const uint8x16_t w = vld1q_u8(weights);
+    uint8x16_t q[4];
+    for (unsigned v = 0; v < 4; v++) {
+        uint8x8_t lo = vmovn_u16(vceqq_u16(vld1q_u16(a + 16 * v), vld1q_u16(b + 16 * v)));
+        uint8x8_t hi = vmovn_u16(vceqq_u16(vld1q_u16(a + 16 * v + 8), vld1q_u16(b + 16 * v + 8)));
+        q[v] = vbicq_u8(w, vcombine_u8(lo, hi));   /* weight where not equal */
+    }
+    uint8x16_t s = vpaddq_u8(vpaddq_u8(q[0], q[1]), vpaddq_u8(q[2], q[3]));
+    return vgetq_lane_u64(vreinterpretq_u64_u8(vpaddq_u8(s, s)), 0);
+}
+
+static inline void zigzag64_neon(const uint16_t *a, const uint16_t *b, uint16_t *z)
+{
+    for (unsigned v = 0; v < 64; v += 8) {
+        int16x8_t d = vreinterpretq_s16_u16(vsubq_u16(vld1q_u16(b + v), vld1q_u16(a + v)));
+        vst1q_u16(z + v, vreinterpretq_u16_s16(veorq_s16(vshlq_n_s16(d, 1), vshrq_n_s16(d, 15))));
+    }
+}
+
+/* diff_ulp16: the shared group loop (kernels_ulp16.h) over 8-lane compares. */
+static size_t diff_ulp16_neon(const uint16_t *a, const uint16_t *b, size_t n, uint8_t *leb, size_t *leb_len,
+                              uint16_t *z)
+{
+    return diff_ulp16_groups(a, b, n, leb, leb_len, z, ne_mask64_neon, zigzag64_neon);
 }
 
 static size_t diff32_neon(const uint32_t *a, const uint32_t *b, size_t n, uint32_t *idx)
@@ -205,6 +238,7 @@ int pulse_kernels_init_neon(pulse_kernels *k)
     k->diff8 = diff8_neon;
     k->diff16 = diff16_neon;
     k->diff32 = diff32_neon;
+    k->diff_ulp16 = diff_ulp16_neon;
     k->gaps_encode = gaps_encode_neon;
     k->gaps_decode = gaps_decode_neon;
     k->gate[PULSE_VIEW_BF16] = gate_bf16_neon;
