@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AArch64 Advanced SIMD (NEON) kernels: change finding, the fused ulp diff, gaps and the BF16 LoCo gate; the rest stays on the reference. */
+/* AArch64 Advanced SIMD (NEON) kernels: change finding, the fused ulp diff and 2-bit packing, gaps and the BF16 LoCo gate; the rest stays on the reference. */
 #include <arm_neon.h>
 #include <string.h>
 
@@ -91,6 +91,41 @@ static size_t diff_ulp16_neon(const uint16_t *a, const uint16_t *b, size_t n, ui
                               uint16_t *z)
 {
     return diff_ulp16_groups(a, b, n, leb, leb_len, z, ne_mask64_neon, zigzag64_neon);
+}
+
+/* ulp_pack2_16, 16 values a round: symbols min(z, 4) - 1 narrowed to bytes and packed four to
+ * a byte by two shift-and-or steps on wider lanes; counts by compare + add across; the escapes'
+ * 16-bit mask from weighted bytes by pairwise adds, then one by one (kernels_tail.h). */
+static size_t ulp_pack2_16_neon(const uint16_t *z, size_t k, uint8_t *packed, uint8_t *esc, uint32_t hist[256])
+{
+    static const uint8_t weights[16] = { 1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128 };
+    const uint8x16_t w = vld1q_u8(weights), bit = vdupq_n_u8(1);
+    const uint16x8_t four = vdupq_n_u16(4);
+    size_t j = 0, el = 0;
+    uint64_t c1 = 0, c2 = 0, cesc = 0;
+    for (; j + 16 <= k; j += 16) {
+        uint8x16_t mn = vcombine_u8(vmovn_u16(vminq_u16(vld1q_u16(z + j), four)),
+                                    vmovn_u16(vminq_u16(vld1q_u16(z + j + 8), four)));   /* 1..4 */
+        /* s0 | s1 << 2 in each halfword, then t0 | t1 << 4 in each word: four symbols a byte */
+        uint16x8_t h = vreinterpretq_u16_u8(vsubq_u8(mn, bit));
+        h = vorrq_u16(vandq_u16(h, vdupq_n_u16(0xff)), vshrq_n_u16(h, 6));
+        uint32x4_t q = vreinterpretq_u32_u16(h);
+        q = vorrq_u32(vandq_u32(q, vdupq_n_u32(0xffff)), vshrq_n_u32(q, 12));
+        uint8x8_t out = vmovn_u16(vcombine_u16(vmovn_u32(q), vdup_n_u16(0)));
+        uint32_t word = vget_lane_u32(vreinterpret_u32_u8(out), 0);
+        memcpy(packed + j / 4, &word, 4);
+        c1 += vaddvq_u8(vandq_u8(vceqq_u8(mn, bit), bit));
+        c2 += vaddvq_u8(vandq_u8(vceqq_u8(mn, vdupq_n_u8(2)), bit));
+        uint8x16_t ew = vandq_u8(vceqq_u8(mn, vdupq_n_u8(4)), w);
+        uint8x8_t e8 = vpadd_u8(vget_low_u8(ew), vget_high_u8(ew));
+        e8 = vpadd_u8(e8, e8);
+        e8 = vpadd_u8(e8, e8);
+        uint32_t e = vget_lane_u16(vreinterpret_u16_u8(e8), 0);
+        cesc += (uint64_t)__builtin_popcount(e);
+        el = ulp_pack2_escapes(z, j, e, esc, el);
+    }
+    ulp_pack2_counts(hist, j, c1, c2, cesc, esc, el);
+    return ulp_pack2_16_tail(z, j, k, packed, esc, el, hist);
 }
 
 static size_t diff32_neon(const uint32_t *a, const uint32_t *b, size_t n, uint32_t *idx)
@@ -239,6 +274,7 @@ int pulse_kernels_init_neon(pulse_kernels *k)
     k->diff16 = diff16_neon;
     k->diff32 = diff32_neon;
     k->diff_ulp16 = diff_ulp16_neon;
+    k->ulp_pack2_16 = ulp_pack2_16_neon;
     k->gaps_encode = gaps_encode_neon;
     k->gaps_decode = gaps_decode_neon;
     k->gate[PULSE_VIEW_BF16] = gate_bf16_neon;
