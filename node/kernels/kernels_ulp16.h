@@ -33,8 +33,8 @@ enum { ULP16_GROUP = 64 };  /* blocks of 64 elements whose masks are taken befor
  * bits instead ends that loop after a Poisson-distributed count at RL densities: one
  * mispredicted branch per block, which also throws away the loads issued past it (AVX2:
  * 36.4 -> 32.7 ms over the bench pair's 98.7M elements, docs/kernels.md). Here the loop runs
- * a known number of times and moves on to the next block's mask without a branch: the next two
- * masks are held in registers and selected by mask arithmetic when the current one runs out.
+ * a known number of times and moves on to the next block's mask without a branch, selecting it
+ * by mask arithmetic when the current one runs out.
  * Dense groups (>= 16 changes per block), where the per-block loop predicts well and costs
  * less per change, keep it, and code all-changed blocks as 63 zero gaps and 64 values. */
 static inline __attribute__((always_inline)) size_t
@@ -43,8 +43,8 @@ diff_ulp16_groups(const uint16_t *a, const uint16_t *b, size_t n, uint8_t *leb, 
 {
     size_t i = 0, k = 0, len = 0;
     uint32_t next = 0;
-    uint64_t mask[ULP16_GROUP + 2];
-    uint32_t base[ULP16_GROUP + 2];
+    uint64_t mask[ULP16_GROUP + 1];
+    uint32_t base[ULP16_GROUP + 1];
     while (i + 64 <= n) {
         size_t end = n - (n - i) % 64, blocks = 0, count = 0;
         if (end - i > 64 * ULP16_GROUP)
@@ -75,24 +75,23 @@ diff_ulp16_groups(const uint16_t *a, const uint16_t *b, size_t n, uint8_t *leb, 
             }
             continue;
         }
-        /* Two sentinel blocks: the selection below reads up to two masks past the last. */
-        mask[blocks] = mask[blocks + 1] = 1;
-        base[blocks] = base[blocks + 1] = 0;
-        uint64_t m = mask[0], m1 = mask[1];
-        uint32_t at = base[0], at1 = base[1];
+        /* A sentinel block: the selection below reads the mask after the last. */
+        mask[blocks] = 1;
+        base[blocks] = 0;
+        uint64_t m = mask[0];
+        uint32_t at = base[0];
         const uint64_t *mq = mask;
         const uint32_t *bq = base;
         for (size_t kend = k + count; k < kend;) {
             uint32_t p = at + (uint32_t)__builtin_ctzll(m);
             ULP16_EMIT(p);
-            /* out = all ones when m has no bit left: then m, m1 <- m1, the mask after it */
+            /* out = all ones when m has no bit left: then the next block's mask and base. The
+             * loads run every time (as masked operands, not branches); keeping the next mask in
+             * a register instead was 0.5-2 ms slower over the bench pair in the same runs (more
+             * live values: gcc spilled two of them in the loop). */
             uint64_t rest = m & (m - 1), out = 0 - (uint64_t)(rest == 0);
-            uint64_t m2 = mq[2];
-            uint32_t at2 = bq[2], out32 = (uint32_t)out;
-            m = rest | (m1 & out);
-            at ^= (at ^ at1) & out32;
-            m1 ^= (m1 ^ m2) & out;
-            at1 ^= (at1 ^ at2) & out32;
+            m = rest | (mq[1] & out);
+            at ^= (at ^ bq[1]) & (uint32_t)out;
             mq += out & 1;
             bq += out & 1;
         }
