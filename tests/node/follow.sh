@@ -23,10 +23,21 @@ cat >hook.sh <<'H'
 [ "$PULSE_STEP" != 4 ] || exit 3
 echo "$PULSE_STEP $PULSE_STATE $PULSE_RUN $PULSE_WEIGHTS" >>"$(dirname "$0")/hook.out"
 H
-port=$((20000 + $$ % 30000))
+# The metrics port: below the kernel's ephemeral range (32768 up), so no outgoing connection of a
+# test running beside this one can hold it, and not listened on; a follower that still loses the
+# race for it ("start-failed ... Address already in use") is started again on another.
 mkdir f2
-start_follow f2.log f2 --key follower.key --on-update "sh $work/hook.sh" --poll-ms 50 --metrics-file f2.prom \
-  --metrics "127.0.0.1:$port" --log json
+started_or_failed() { grep -q '"event":"started"\|"event":"start-failed"' f2.log 2>/dev/null; }
+for attempt in 1 2 3 4 5; do
+  port=$((20000 + RANDOM % 12000))
+  ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && continue
+  : >f2.log
+  start_follow f2.log f2 --key follower.key --on-update "sh $work/hook.sh" --poll-ms 50 --metrics-file f2.prom \
+    --metrics "127.0.0.1:$port" --log json
+  wait_until 30 started_or_failed || fail "follower neither started nor failed: $(cat f2.log)"
+  grep -q '"event":"start-failed".*Address already in use' f2.log || break
+  wait "$bg" 2>/dev/null
+done
 held_is() { [ "$(metric f2.prom pulse_held_step)" = "$1" ]; }
 wait_until 60 held_is 2 || fail "follower did not reach step 2: $(cat f2.log)"
 publish 3 3
