@@ -85,6 +85,12 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     return 0;
 }
 
+/* Where the copy is while it is updated in place: a name no state id can give. */
+static void updating_path(const pulse_publisher *p, char out[4096])
+{
+    snprintf(out, 4096, "%s/last-updating.safetensors", p->state_dir);
+}
+
 static void last_path(const pulse_publisher *p, const uint8_t state[32], char out[4096])
 {
     char hex[65];
@@ -259,7 +265,7 @@ static int update_last(pulse_publisher *p, const pulse_ckpt *c, const char *old_
     int r = 1;
     if (pulse_ckpt_nfiles(last) == 1 && !strcmp(pulse_ckpt_file_path(last, 0), old_path)) {
         char work[4096];
-        snprintf(work, sizeof work, "%s/last-updating.safetensors", p->state_dir);
+        updating_path(p, work);
         if (rename(old_path, work) != 0) {
             r = pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", old_path, work);
         } else if ((r = ckpt_update_from(last, c, p->o.threads, NULL)) == PULSE_ERR_MISMATCH) {
@@ -290,7 +296,7 @@ static int keep_last(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, 
     if (!snap && old_path && (r = update_last(p, c, old_path, path)) != 1)
         return r;
     char work[4096];   /* what a crash during an update left, if anything */
-    snprintf(work, sizeof work, "%s/last-updating.safetensors", p->state_dir);
+    updating_path(p, work);
     unlink(work);
     if (snap) {
         char *final = strdup(path);
