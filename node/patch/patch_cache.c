@@ -357,6 +357,7 @@ static void add_ulp2_16(uint16_t *d, const uint8_t *g, size_t glen, const uint8_
                     next += (x >> (8 * i)) & 0xff;
                     pos[i] = (uint32_t)next++;
                     d[pos[i]] = (uint16_t)(d[pos[i]] + delta[(sym >> (2 * i)) & 3]);
+                    patch_prefetch_ahead(d, pos[i]);
                 }
                 for (uint32_t em = sym & (sym >> 1) & 0x5555u; em; em &= em - 1) {
                     uint32_t z = leb_checked(esc, &eat) + 4, q = pos[__builtin_ctz(em) >> 1];

@@ -857,6 +857,7 @@ int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_
                     if (pos >= limit)
                         goto past_end;
                     d[pos] = (uint16_t)(d[pos] + delta[(sym >> (2 * i)) & 3]);
+                    patch_prefetch_ahead(d, pos);
                 }
                 j += 8;
                 at += 8;
