@@ -272,8 +272,11 @@ static void scatter16_avx2(uint16_t *dst, const uint32_t *idx, size_t k, const u
             _mm256_storeu_si256((__m256i *)(dst + idx[j]),
                                 _mm256_loadu_si256((const __m256i *)(v + j)));
         } else {
-            for (unsigned e = 0; e < 16; e++)
+            const uint32_t *pf = prefetch_from(idx, j, k, 16);
+            for (unsigned e = 0; e < 16; e++) {
+                prefetch16(dst, pf[e]);
                 dst[idx[j + e]] = v[j + e];
+            }
         }
     }
     for (; j < k; j++)
@@ -313,8 +316,11 @@ static void ulp_apply16_avx2(uint16_t *dst, const uint32_t *idx, size_t k, const
         } else {
             uint16_t d[16];
             _mm256_storeu_si256((__m256i *)d, delta);
-            for (unsigned e = 0; e < 16; e++)
+            const uint32_t *pf = prefetch_from(idx, j, k, 16);
+            for (unsigned e = 0; e < 16; e++) {
+                prefetch16(dst, pf[e]);
                 dst[idx[j + e]] = (uint16_t)(dst[idx[j + e]] + d[e]);
+            }
         }
     }
     for (; j < k; j++)

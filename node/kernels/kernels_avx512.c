@@ -370,8 +370,11 @@ static void scatter16_avx512(uint16_t *dst, const uint32_t *idx, size_t k, const
         if (run_of(idx + j)) {
             _mm512_storeu_si512(dst + idx[j], _mm512_loadu_si512(v + j));
         } else {
-            for (unsigned e = 0; e < 32; e++)
+            const uint32_t *pf = prefetch_from(idx, j, k, 32);
+            for (unsigned e = 0; e < 32; e++) {
+                prefetch16(dst, pf[e]);
                 dst[idx[j + e]] = v[j + e];
+            }
         }
     }
     for (; j < k; j++)
@@ -389,8 +392,11 @@ static void ulp_apply16_avx512(uint16_t *dst, const uint32_t *idx, size_t k, con
         } else {
             uint16_t d[32];
             _mm512_storeu_si512(d, delta);
-            for (unsigned e = 0; e < 32; e++)
+            const uint32_t *pf = prefetch_from(idx, j, k, 32);
+            for (unsigned e = 0; e < 32; e++) {
+                prefetch16(dst, pf[e]);
                 dst[idx[j + e]] = (uint16_t)(dst[idx[j + e]] + d[e]);
+            }
         }
     }
     for (; j < k; j++)

@@ -120,4 +120,22 @@ static inline size_t ulp_pack2_16_tail(const uint16_t *z, size_t j, size_t k, ui
     return el;
 }
 
+/* Sparse scatters and adds miss the cache at every change at RL densities, and the hardware
+ * prefetcher does not run far enough ahead of positions ~40 bytes apart: the SIMD versions'
+ * scalar groups prefetch, with each change, the element SCATTER_AHEAD changes on (positions
+ * are known, so the line fetched is one that will be written; docs/performance.md). This
+ * returns where those positions are read: SCATTER_AHEAD on from idx[j], or idx[j] itself
+ * near the end (prefetching lines being written anyway), so the loop needs no branch. The
+ * address is formed as an integer; a prefetch never faults. (A loop of prefetches alone is
+ * deleted by gcc 12 at -O3 as having no effect: they go in the loop that writes.) */
+#define SCATTER_AHEAD 128u
+static inline const uint32_t *prefetch_from(const uint32_t *idx, size_t j, size_t k, unsigned n)
+{
+    return j + SCATTER_AHEAD + n <= k ? idx + j + SCATTER_AHEAD : idx + j;
+}
+static inline void prefetch16(const uint16_t *dst, uint32_t i)
+{
+    __builtin_prefetch((const void *)((uintptr_t)dst + 2 * (uintptr_t)i), 1);
+}
+
 #endif
