@@ -138,6 +138,18 @@ typedef struct pulse_kernels {
      * or n; adds the sum of those r bytes to *sum. Reads no byte at or past n. Apply's check
      * pass: r gaps at once, their positions advance by sum + r. */
     size_t (*leb1_run)(const uint8_t *src, size_t n, uint64_t *sum);
+
+    /* Apply's add of one 16-bit ulp chunk coded with 2-bit symbols, from streams that were
+     * checked before (pass 1: patch_leb_check, ulp2_check16) and lie in private memory:
+     * gaps = glen bytes holding exactly k LEB128 gaps whose positions stay inside d's chunk;
+     * packed = ceil(k/4) bytes of symbols (as ulp_pack2_16 writes them) followed by 4 zero
+     * bytes; esc = one LEB128(z - 4) per symbol 3, in order. For the j-th change, at position
+     * p_j = p_{j-1} + 1 + gap_j (p_{-1} = -1): d[p_j] += unzigzag(z_j) modulo 2^16, z_j =
+     * symbol + 1, or the escape's value + 4. Nothing is checked: other inputs are undefined.
+     * Reads no byte of gaps past glen, of packed past the 4 padding bytes, of esc past the
+     * last escape. */
+    void (*ulp2_add16)(uint16_t *d, const uint8_t *gaps, size_t glen, const uint8_t *packed,
+                       const uint8_t *esc, size_t k);
 } pulse_kernels;
 
 /* The best table for this CPU (honouring PULSE_CPU_MASK), filled once; never NULL. */

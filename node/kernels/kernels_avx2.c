@@ -425,6 +425,49 @@ static int gaps_decode_avx2(const uint32_t *gaps, size_t k, uint32_t limit, uint
 
 /* ---------- the LoCo gate (reference: gate_*_c in kernels_c.c) ---------- */
 
+/* ulp2_add16 as ulp2_add16_avx512 does it, eight changes a step: positions by prefix8 of
+ * gap + 1, deltas by a lane permute of the symbols, eight scalar adds from the stored
+ * vectors, escapes patched in after the step. */
+static void ulp2_add16_avx2(uint16_t *d, const uint8_t *g, size_t glen, const uint8_t *packed,
+                            const uint8_t *esc, size_t k)
+{
+    const __m256i one = _mm256_set1_epi32(1), three = _mm256_set1_epi32(3);
+    const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256i dtab = _mm256_setr_epi32(0xffff, 1, 0xfffe, 0, 0, 0, 0, 0);
+    uint64_t next = 0;
+    size_t at = 0, eat = 0, j = 0;
+    while (j + 8 <= k) {
+        __m128i gb;
+        if (at + 8 > glen || _mm_movemask_epi8(gb = _mm_loadl_epi64((const __m128i *)(g + at)))) {
+            ulp2_add16_tail(d, g, &at, packed, esc, &eat, j, j + 1, &next);
+            j++;
+            continue;
+        }
+        __m256i p = prefix8(_mm256_add_epi32(_mm256_cvtepu8_epi32(gb), one));
+        p = _mm256_add_epi32(p, _mm256_set1_epi32((int)(uint32_t)(next - 1)));
+        next += (uint64_t)_mm_cvtsi128_si64(_mm_sad_epu8(gb, _mm_setzero_si128())) + 8;
+        uint32_t w;
+        memcpy(&w, packed + (j >> 2), 4);   /* within the 4 padding bytes: j + 8 <= k */
+        __m256i sym = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)(w >> (2 * (j & 3)))), shifts),
+                                       three);
+        unsigned em = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(sym, three)));
+        uint32_t pos[8], dl[8];
+        _mm256_storeu_si256((__m256i *)pos, p);
+        _mm256_storeu_si256((__m256i *)dl, _mm256_permutevar8x32_epi32(dtab, sym));
+        for (unsigned e = 0; e < 8; e++) {
+            d[pos[e]] = (uint16_t)(d[pos[e]] + dl[e]);
+            prefetch_ahead_of(d, pos[e]);
+        }
+        for (; em; em &= em - 1) {
+            uint32_t q = pos[__builtin_ctz(em)];
+            d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, &eat) + 4));
+        }
+        j += 8;
+        at += 8;
+    }
+    ulp2_add16_tail(d, g, &at, packed, esc, &eat, j, k, &next);
+}
+
 /* The scalar tail: the same two FP32 roundings as the reference (SSE scalar add/sub round
  * exactly like the vector lanes), `changes` decided by the view-specific test. */
 static inline int nonfinite_bits(float x)
@@ -589,5 +632,6 @@ int pulse_kernels_init_avx2(pulse_kernels *k)
     k->gate[PULSE_VIEW_BF16] = gate_bf16_avx2;
     k->gate[PULSE_VIEW_FP16] = gate_fp16_avx2;
     k->leb1_run = leb1_run_avx2;
+    k->ulp2_add16 = ulp2_add16_avx2;
     return 0;
 }

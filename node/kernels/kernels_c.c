@@ -231,6 +231,43 @@ static size_t leb1_run_c(const uint8_t *src, size_t n, uint64_t *sum)
     return leb1_run_tail(src, 0, n, sum);
 }
 
+/* Eight changes a step while their gaps are one byte each (nearly always at RL densities):
+ * escapes are patched in after the step's eight adds (their table delta is 0), so they never
+ * leave the fast path; other steps go one change at a time. Each change prefetches ahead
+ * (prefetch_ahead_of, kernels_tail.h). */
+static void ulp2_add16_c(uint16_t *d, const uint8_t *g, size_t glen, const uint8_t *packed, const uint8_t *esc,
+                         size_t k)
+{
+    static const uint16_t delta[4] = { 0xffff, 1, 0xfffe, 0 };   /* unzigzag(symbol + 1); escape: 0 for now */
+    uint64_t next = 0;
+    size_t at = 0, eat = 0, j = 0;
+    while (j + 8 <= k) {
+        uint64_t x;
+        if (at + 8 > glen || (memcpy(&x, g + at, 8), x & 0x8080808080808080ull)) {
+            ulp2_add16_tail(d, g, &at, packed, esc, &eat, j, j + 1, &next);
+            j++;
+            continue;
+        }
+        uint32_t w;
+        memcpy(&w, packed + (j >> 2), 4);
+        uint32_t sym = w >> (2 * (j & 3));
+        uint32_t pos[8];
+        for (unsigned i = 0; i < 8; i++) {
+            next += (x >> (8 * i)) & 0xff;
+            pos[i] = (uint32_t)next++;
+            d[pos[i]] = (uint16_t)(d[pos[i]] + delta[(sym >> (2 * i)) & 3]);
+            prefetch_ahead_of(d, pos[i]);
+        }
+        for (uint32_t em = sym & (sym >> 1) & 0x5555u; em; em &= em - 1) {
+            uint32_t q = pos[__builtin_ctz(em) >> 1];
+            d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, &eat) + 4));
+        }
+        j += 8;
+        at += 8;
+    }
+    ulp2_add16_tail(d, g, &at, packed, esc, &eat, j, k, &next);
+}
+
 static size_t diff_extract16_c(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx,
                                uint16_t *va, uint16_t *vb)
 {
@@ -275,5 +312,6 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .gate_check = {gate_check_bf16_c, gate_check_fp16_c, gate_check_e4m3_c, gate_check_e5m2_c},
         .scatter_add_f32 = scatter_add_f32_c,
         .leb1_run = leb1_run_c,
+        .ulp2_add16 = ulp2_add16_c,
     };
 }

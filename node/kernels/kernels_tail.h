@@ -120,6 +120,39 @@ static inline size_t ulp_pack2_16_tail(const uint16_t *z, size_t j, size_t k, ui
     return el;
 }
 
+/* A LEB128 value of a stream checked before (any length up to 5 bytes; no bounds test). */
+static inline uint32_t leb_trusted(const uint8_t *src, size_t *at)
+{
+    uint32_t v = 0;
+    for (unsigned sh = 0;; sh += 7) {
+        uint8_t b = src[(*at)++];
+        v |= (uint32_t)(b & 0x7f) << sh;
+        if (!(b & 0x80))
+            return v;
+    }
+}
+
+/* unzigzag of z (0, 1, 2, 3.. -> 0, -1, 1, -2..) modulo 2^16. */
+static inline uint16_t unzigzag16_of(uint32_t z)
+{
+    return (uint16_t)((z >> 1) ^ (0u - (z & 1)));
+}
+
+/* ulp2_add16 of changes j..k-1 from the stream offsets *at, *eat and the running position
+ * *next (the position after the previous change), all three advanced: one change at a time
+ * (every version's slow steps and tail). */
+static inline void ulp2_add16_tail(uint16_t *d, const uint8_t *g, size_t *at, const uint8_t *packed,
+                                   const uint8_t *esc, size_t *eat, size_t j, size_t k, uint64_t *next)
+{
+    for (; j < k; j++) {
+        *next += leb_trusted(g, at);
+        uint64_t q = (*next)++;
+        unsigned sy = (unsigned)(packed[j >> 2] >> (2 * (j & 3))) & 3;
+        uint32_t z = sy == 3 ? leb_trusted(esc, eat) + 4 : sy + 1;
+        d[q] = (uint16_t)(d[q] + unzigzag16_of(z));
+    }
+}
+
 /* Sparse scatters and adds miss the cache at every change at RL densities, and the hardware
  * prefetcher does not run far enough ahead of positions ~40 bytes apart: the SIMD versions'
  * scalar groups prefetch, with each change, the element SCATTER_AHEAD changes on (positions
@@ -133,9 +166,21 @@ static inline const uint32_t *prefetch_from(const uint32_t *idx, size_t j, size_
 {
     return j + SCATTER_AHEAD + n <= k ? idx + j + SCATTER_AHEAD : idx + j;
 }
-static inline void prefetch16(const uint16_t *dst, uint32_t i)
+/* Into L2 (prefetcht1), not L1: the write pass of the bench pair from memory took 16.3-16.7
+ * ms so against 17.2-17.4 ms with prefetcht0 in alternating runs on a Xeon VM (the L1's few
+ * fill buffers stay free for the adds' loads). */
+static inline void prefetch16(const uint16_t *dst, uint64_t i)
 {
-    __builtin_prefetch((const void *)((uintptr_t)dst + 2 * (uintptr_t)i), 1);
+    __builtin_prefetch((const void *)((uintptr_t)dst + 2 * (uintptr_t)i), 0, 2);
+}
+/* ulp2_add16 has no position array to look ahead in: with each change it prefetches the
+ * element ADD_AHEAD on (16 KiB of BF16), which the next changes are about to reach. From the
+ * write pass of the bench pair on a Xeon VM: 4-32 KiB ahead all alike within noise; without
+ * the prefetch 24 ms, with it 12-13 ms warm and 16-18 ms from memory (docs/performance.md). */
+#define ADD_AHEAD 8192u
+static inline void prefetch_ahead_of(const uint16_t *d, uint64_t pos)
+{
+    prefetch16(d, pos + ADD_AHEAD);
 }
 
 #endif

@@ -178,8 +178,8 @@ static unsigned popcount64(uint64_t x)
 /* The checks patch_unpack_ulp makes for 16-bit values in 2-bit symbols (the common chunk),
  * without expanding them: as many escapes in the stream as symbols 3 among the k symbols,
  * each in range (z = e + 4 <= 65535), nothing after them, zero padding. Same errors. */
-static int ulp2_check16(const patch_tensor *t, const patch_chunk *c, const uint8_t *packed, size_t k,
-                        const uint8_t *esc, size_t elen)
+int patch_ulp2_check16(const patch_tensor *t, const patch_chunk *c, const uint8_t *packed, size_t k,
+                       const uint8_t *esc, size_t elen)
 {
     size_t full = k / 4, i = 0, nesc = 0;
     for (; i + 8 <= full; i += 8) {
@@ -283,7 +283,7 @@ static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, pat
     int lr = patch_leb_check(g, glen, k, c->len);
     if (lr < 0)
         return patch_gap_error(t, c, lr);
-    err = t->unit == 2 && bits == 2 ? ulp2_check16(t, c, pk, k, es, elen)
+    err = t->unit == 2 && bits == 2 ? patch_ulp2_check16(t, c, pk, k, es, elen)
                                     : patch_unpack_ulp(t, c, s, bits, pk, es, elen);
     if (err || off == SIZE_MAX)
         return err;
@@ -322,61 +322,6 @@ int patch_check_chunk2(const pulse_patch *p, size_t i, patch_scratch *s, patch_c
 
 /* ---- pass 2: writes -------------------------------------------------------------------- */
 
-/* A LEB128 value that pass 1 has checked (any length up to 5 bytes). */
-static inline uint32_t leb_checked(const uint8_t *src, size_t *at)
-{
-    uint32_t v = 0;
-    for (unsigned sh = 0;; sh += 7) {
-        uint8_t b = src[(*at)++];
-        v |= (uint32_t)(b & 0x7f) << sh;
-        if (!(b & 0x80))
-            return v;
-    }
-}
-
-/* Adds k changes of a 16-bit ulp chunk in 2-bit symbols to d: the streams passed every check
- * of pass 1 (patch_leb_check, ulp2_check16) and lie in private memory, so nothing is checked
- * again. Eight changes a step when their gaps are one byte each (nearly always); escapes are
- * patched in after the step's eight adds, so they never leave the fast path. */
-static void add_ulp2_16(uint16_t *d, const uint8_t *g, size_t glen, const uint8_t *packed, const uint8_t *esc,
-                        size_t k)
-{
-    static const uint16_t delta[4] = { 0xffff, 1, 0xfffe, 0 };   /* unzigzag(symbol + 1); escape: 0 for now */
-    uint64_t next = 0;
-    size_t at = 0, eat = 0, j = 0;
-    while (j < k) {
-        if (j + 8 <= k && at + 8 <= glen) {
-            uint64_t x;
-            memcpy(&x, g + at, 8);
-            if (!(x & 0x8080808080808080ull)) {
-                uint32_t w;
-                memcpy(&w, packed + (j >> 2), 4);
-                uint32_t sym = w >> (2 * (j & 3));
-                uint32_t pos[8];
-                for (unsigned i = 0; i < 8; i++) {
-                    next += (x >> (8 * i)) & 0xff;
-                    pos[i] = (uint32_t)next++;
-                    d[pos[i]] = (uint16_t)(d[pos[i]] + delta[(sym >> (2 * i)) & 3]);
-                    patch_prefetch_ahead(d, pos[i]);
-                }
-                for (uint32_t em = sym & (sym >> 1) & 0x5555u; em; em &= em - 1) {
-                    uint32_t z = leb_checked(esc, &eat) + 4, q = pos[__builtin_ctz(em) >> 1];
-                    d[q] = (uint16_t)(d[q] + ((z >> 1) ^ (0u - (z & 1))));
-                }
-                j += 8;
-                at += 8;
-                continue;
-            }
-        }
-        next += leb_checked(g, &at);
-        uint64_t q = next++;
-        unsigned sy = (unsigned)(packed[j >> 2] >> (2 * (j & 3))) & 3;
-        uint32_t z = sy == 3 ? leb_checked(esc, &eat) + 4 : sy + 1;
-        d[q] = (uint16_t)(d[q] + ((z >> 1) ^ (0u - (z & 1))));
-        j++;
-    }
-}
-
 int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, const patch_cache *cache,
                              uint8_t *dst)
 {
@@ -387,7 +332,9 @@ int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, c
     const patch_tensor *t = &p->tensors[c->tensor];
     const uint8_t *g = cache->mem + e->off, *pk = g + align8(e->glen), *es = pk + align8((size_t)e->plen + 4);
     if (t->unit == 2 && e->bits == 2) {
-        add_ulp2_16((uint16_t *)(void *)dst, g, e->glen, pk, es, c->count);
+        /* the streams passed every check of pass 1 (patch_leb_check, patch_ulp2_check16) and lie
+         * in private memory: the kernel checks nothing again */
+        pulse_kernels_get()->ulp2_add16((uint16_t *)(void *)dst, g, e->glen, pk, es, c->count);
         return 0;
     }
     /* Other widths and element sizes (rare): expand from the kept streams, then add. */

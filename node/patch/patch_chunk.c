@@ -794,10 +794,11 @@ static int decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratc
 
 /* ---- fused apply ----------------------------------------------------------------- */
 
-/* Pass 2 of an apply for the common case, BF16/F16 ulp chunks coded with 2-bit symbols:
- * gaps, symbols and escapes are decoded and added to dst (the chunk's first element) in one
- * loop, so that the memory traffic of the scatter overlaps the decoding instead of following
- * it. Digest not rechecked (see patch_decode_checked_chunk); every other check is kept.
+/* Pass 2 of an apply for the common case, BF16/F16 ulp chunks coded with 2-bit symbols, when
+ * pass 1 could not keep the chunk's streams (its cache was full): the streams are
+ * decompressed again into private memory, checked there as pass 1 checks them, and added to
+ * dst (the chunk's first element) by the ulp2_add16 kernel, without expanding positions or
+ * values. Digest not rechecked (see patch_decode_checked_chunk); every other check is kept.
  * Returns 1 when the chunk is not of that kind (the caller decodes, then scatters), 2 when
  * it was decoded into s (idx, vals) but not applied (the caller scatters). */
 int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, uint8_t *dst)
@@ -835,68 +836,14 @@ int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in value stream",
                               t->name, (unsigned long long)c->index);
     }
-    memset(packed + plen, 0, 4);   /* the 32-bit symbol loads below may reach past plen */
-
-    static const uint16_t delta[3] = { 0xffff, 1, 0xfffe };   /* unzigzag(symbol + 1) */
-    const uint8_t *g = s->leb;
-    uint16_t *d = (uint16_t *)(void *)dst;
-    const uint32_t limit = c->len;
-    uint64_t next = 0;
-    size_t at = 0, eat = 0, j = 0;
-    while (j < k) {
-        if (j + 8 <= k && at + 8 <= glen) {
-            uint64_t x;
-            uint32_t w;
-            memcpy(&x, g + at, 8);
-            memcpy(&w, packed + (j >> 2), 4);
-            uint32_t sym = w >> (2 * (j & 3));   /* 8 symbols in the low 16 bits */
-            if (!(x & 0x8080808080808080ull) && !(sym & (sym >> 1) & 0x5555)) {
-                for (unsigned i = 0; i < 8; i++) {
-                    next += (x >> (8 * i)) & 0xff;
-                    uint64_t pos = next++;
-                    if (pos >= limit)
-                        goto past_end;
-                    d[pos] = (uint16_t)(d[pos] + delta[(sym >> (2 * i)) & 3]);
-                    patch_prefetch_ahead(d, pos);
-                }
-                j += 8;
-                at += 8;
-                continue;
-            }
-        }
-        /* One change: a gap of any length, a symbol that may be an escape. */
-        uint32_t gap;
-        int lr = patch_leb_next(g, glen, &at, &gap);
-        if (lr < 0)
-            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %s", t->name, (unsigned long long)c->index,
-                              lr == -1 ? "position stream ends early" : "gap overflow");
-        next += gap;
-        uint64_t pos = next++;
-        if (pos >= limit)
-            goto past_end;
-        unsigned sy = (unsigned)(packed[j >> 2] >> (2 * (j & 3))) & 3;
-        uint16_t dz;
-        if (sy == 3) {
-            uint32_t e;
-            if (patch_leb_next(esc, esc_len, &eat, &e) < 0 || e > 0xffffu - 4)
-                return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: escape stream short, overlong or out of range",
-                                  t->name, (unsigned long long)c->index);
-            uint32_t z = e + 4;
-            dz = (uint16_t)((z >> 1) ^ (0u - (z & 1)));
-        } else {
-            dz = delta[sy];
-        }
-        d[pos] = (uint16_t)(d[pos] + dz);
-        j++;
-    }
-    if (at != glen || eat != esc_len)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: stray bytes after the gaps or escapes",
-                          t->name, (unsigned long long)c->index);
-    if ((k * 2) % 8 && (packed[(k * 2) / 8] >> ((k * 2) % 8)))
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: nonzero padding after the last symbol",
-                          t->name, (unsigned long long)c->index);
+    memset(packed + plen, 0, 4);   /* ulp2_add16 reads up to 4 bytes past plen */
+    /* The streams are private now: checked as pass 1 checks them, then added by the kernel,
+     * which checks nothing. */
+    int lr = patch_leb_check(s->leb, glen, k, c->len);
+    if (lr < 0)
+        return patch_gap_error(t, c, lr);
+    if ((err = patch_ulp2_check16(t, c, packed, k, esc, esc_len)) != 0)
+        return err;
+    pulse_kernels_get()->ulp2_add16((uint16_t *)(void *)dst, s->leb, glen, packed, esc, k);
     return 0;
-past_end:
-    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: position past the chunk end (%u elements)",
-                      t->name, (unsigned long long)c->index, c->len);
 }

@@ -205,6 +205,11 @@ int patch_leb_positions(const uint8_t *src, size_t len, size_t k, uint32_t limit
 int patch_leb_check(const uint8_t *src, size_t len, size_t k, uint32_t limit);
 /* The FORMAT error for a patch_leb_positions / patch_leb_check code < 0. */
 int patch_gap_error(const patch_tensor *t, const patch_chunk *c, int code);
+/* The checks patch_unpack_ulp makes for k 16-bit values in 2-bit symbols (the common chunk)
+ * without expanding them: as many escapes in esc[0..elen) as symbols 3, each in range,
+ * nothing after them, zero padding. 0 or the same FORMAT errors. */
+int patch_ulp2_check16(const patch_tensor *t, const patch_chunk *c, const uint8_t *packed, size_t k,
+                       const uint8_t *esc, size_t elen);
 /* Expands packed ulp symbols (k = c->count of them, `bits` wide) into zigzag values in
  * s->vals (native width), taking escapes from the LEB128 bytes esc[0..esc_len); checks
  * escapes, stray escape bytes and zero padding. 0 or a FORMAT error. */
@@ -238,20 +243,6 @@ typedef struct patch_cache_entry {
     uint8_t bits;
     uint8_t cached;         /* 0: not kept (the cache was full, or not a ulp chunk): pass 2 decodes again */
 } patch_cache_entry;
-
-/* Pass 2's adds walk a chunk of the target forwards, one read-modify-write every ~40
- * bytes at RL densities, and each load misses the cache: the hardware prefetcher does not
- * follow that pattern far enough ahead, so the loop waited on memory at every step (the
- * write pass took 1.6x a memcpy of the checkpoint on a Xeon VM; docs/performance.md).
- * Each change prefetches the line PATCH_PREFETCH_AHEAD elements past it (16 KiB of BF16),
- * so the lines the next changes touch are on their way. A prefetch never faults, so one
- * past the end of the tensor or mapping is harmless; the address is formed as an integer
- * so that no pointer past the object is made. */
-#define PATCH_PREFETCH_AHEAD 8192u
-static inline void patch_prefetch_ahead(const uint16_t *d, uint64_t pos)
-{
-    __builtin_prefetch((const void *)((uintptr_t)d + 2 * (pos + PATCH_PREFETCH_AHEAD)), 1);
-}
 
 /* Pass 1 decompresses the streams of each element-wise ulp chunk straight into this arena
  * while room is left, checks them there, and pass 2 adds from them without reading,

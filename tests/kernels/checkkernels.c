@@ -268,6 +268,45 @@ static void check_ulp_pack2(const pulse_kernels *t, const pulse_kernels *r)
     }
 }
 
+/* ulp2_add16 from the streams a patch holds for the changes a -> b (LEB128 gaps, 2-bit
+ * symbols and escapes, packed by the reference): adding them to a copy of a must give b,
+ * for the reference and the table under test. Each stream ends at a guard page (the symbols
+ * after their 4 zero bytes of padding), so a read past what the contract allows faults; the
+ * output has canaries. */
+static void check_ulp2_add16(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a,
+                             const uint16_t *b, size_t n, const uint32_t *idx, size_t k)
+{
+    uint8_t *leb = malloc(5 * k + 1), *pk = malloc((k + 3) / 4 + SLACK), *es = malloc(3 * k + SLACK);
+    uint16_t *z = malloc(2 * k + 2);
+    if (!leb || !pk || !es || !z) { perror("malloc"); exit(2); }
+    size_t glen = 0;
+    for (size_t j = 0; j < k; j++) {
+        uint32_t gap = idx[j] - (j ? idx[j - 1] + 1 : 0);
+        for (; gap >= 0x80; gap >>= 7)
+            leb[glen++] = (uint8_t)(gap | 0x80);
+        leb[glen++] = (uint8_t)gap;
+    }
+    r->ulp_encode16(a, b, idx, k, z);
+    uint32_t hist[256] = { 0 };
+    size_t elen = r->ulp_pack2_16(z, k, pk, es, hist), plen = (k + 3) / 4;
+    guarded gg, gp, ge;
+    uint8_t *g_in = guard_alloc(&gg, glen), *p_in = guard_alloc(&gp, plen + 4), *e_in = guard_alloc(&ge, elen);
+    memcpy(g_in, leb, glen);
+    memcpy(p_in, pk, plen);
+    memset(p_in + plen, 0, 4);
+    memcpy(e_in, es, elen);
+    uint16_t *d_r = canary_alloc(n * 2), *d_t = canary_alloc(n * 2);
+    memcpy(d_r, a, n * 2);
+    memcpy(d_t, a, n * 2);
+    r->ulp2_add16(d_r, g_in, glen, p_in, e_in, k);
+    t->ulp2_add16(d_t, g_in, glen, p_in, e_in, k);
+    CHECK_SAME(!memcmp(d_r, b, n * 2), "ulp2_add16 reference (a + the streams = b)");
+    CHECK_SAME(!memcmp(d_t, b, n * 2) && canary_intact(d_t, n * 2), "ulp2_add16");
+    canary_free(d_r); canary_free(d_t);
+    guard_free(&gg); guard_free(&gp); guard_free(&ge);
+    free(leb); free(pk); free(es); free(z);
+}
+
 static void extra16(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a, const uint16_t *b,
                     size_t n, const uint32_t *idx, size_t k)
 {
@@ -299,6 +338,7 @@ static void extra16(const pulse_kernels *t, const pulse_kernels *r, const uint16
     canary_free(xi_r); canary_free(xi_t); canary_free(xa_r); canary_free(xa_t);
     canary_free(xb_r); canary_free(xb_t);
     check_diff_ulp16(t, r, a, b, n, idx, k);
+    check_ulp2_add16(t, r, a, b, n, idx, k);
     check_gaps(t, r, idx, k, (uint32_t)n);
 }
 
@@ -994,6 +1034,25 @@ static void bench_table(const pulse_kernels *t)
             snprintf(label, sizeof label, "ulp_pack2_16 %d%%", percent[pi]);
             printf("%-8s %-22s %8.0f M values/s (z like a training step's: 10%% escapes)\n", t->name, label,
                    k / best_x / 1e6);
+            /* apply's add of those streams (gaps from diff_ulp16 above, symbols and escapes
+             * just packed) into b: the values change every run, the work does not */
+            uint8_t *gb = malloc(lbl + 1), *pk = malloc((k + 3) / 4 + 4), *es = malloc(3 * k + SLACK);
+            if (!gb || !pk || !es) { perror("malloc"); exit(2); }
+            t->diff_ulp16(a, b, n, gb, &lbl, xb);   /* the gaps again (lb now holds symbols) */
+            size_t el = t->ulp_pack2_16(xa, k, pk, es, hist);
+            (void)el;
+            memset(pk + (k + 3) / 4, 0, 4);
+            best_x = 1e9;
+            for (int rep = 0; rep < reps; rep++) {
+                double t0 = now();
+                t->ulp2_add16(b, gb, lbl, pk, es, k);
+                double dt = now() - t0;
+                best_x = dt < best_x ? dt : best_x;
+            }
+            snprintf(label, sizeof label, "ulp2_add16 %d%%", percent[pi]);
+            printf("%-8s %-22s %8.2f GB/s (array), %.0f M changes/s\n", t->name, label, n * 2 / best_x / 1e9,
+                   k / best_x / 1e6);
+            free(gb); free(pk); free(es);
         }
         free(lb);
         free(xa); free(xb);
