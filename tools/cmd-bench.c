@@ -22,7 +22,7 @@
 
 static const char usage[] =
     "usage: pulse bench codec [--params 100M] [--lr 3e-6] [--seed S] [--step 5] [--repeat 3]\n"
-    "                         [--mem-params 25M] [--keep DIR]\n"
+    "                         [--mem-params 25M] [--keep DIR] [--warm]\n"
     "\n"
     "Writes two consecutive checkpoints of the synthetic trainer (pulse synth: OLD = step K-1,\n"
     "NEW = step K, K = --step) and prints in one table: the bytes of NEW coded by zstd -3,\n"
@@ -34,6 +34,10 @@ static const char usage[] =
     "(informational: the exit status is 0 whenever the measurements ran). A missing external\n"
     "tool shows as \"(not installed)\". Files go to a temporary directory that is removed,\n"
     "or to --keep DIR, where they are kept and reused by the next run with the same options.\n"
+    "Every timed run starts from memory: a read of twice the last-level cache goes before it,\n"
+    "as a node's diff or apply of a new step finds its data; --warm times them back to back\n"
+    "instead (what the cache keeps of the previous run then counts, and on a machine whose\n"
+    "cache holds most of a checkpoint pair the baselines gain more than the codec).\n"
     "\n"
     "pulse bench memprobe OLD NEW DIR   (internal: peak RssAnon of diff and apply, one process)\n";
 
@@ -45,6 +49,7 @@ struct bench {
     int repeat;
     const char *dir;
     int keep;
+    int warm;   /* --warm: no cache eviction before the timed runs */
 };
 
 struct pair {
@@ -95,7 +100,7 @@ static int make_pair(const struct bench *b, uint64_t params, struct pair *pp)
 }
 
 static int diff_timed(const pulse_ckpt *a, const pulse_ckpt *b, pulse_value_code code, int threads,
-                      const char *out, int repeat, double *best)
+                      const char *out, int repeat, int cold, double *best)
 {
     pulse_diff_opts o;
     pulse_diff_opts_default(&o);
@@ -104,6 +109,8 @@ static int diff_timed(const pulse_ckpt *a, const pulse_ckpt *b, pulse_value_code
     *best = 1e30;
     for (int i = 0; i < repeat; i++) {
         unlink(out);   /* a new file each time, as a diff writes one: see codec_timed */
+        if (cold)
+            measure_cold();
         double t0 = measure_now();
         int err = pulse_patch_diff(a, b, &o, out);
         double dt = measure_now() - t0;
@@ -115,9 +122,11 @@ static int diff_timed(const pulse_ckpt *a, const pulse_ckpt *b, pulse_value_code
     return 0;
 }
 
-static int sid_timed(const pulse_ckpt *c, int threads, double *secs)
+static int sid_timed(const pulse_ckpt *c, int threads, int cold, double *secs)
 {
     uint8_t id[PULSE_STATE_ID_BYTES];
+    if (cold)
+        measure_cold();
     double t0 = measure_now();
     int err = pulse_ckpt_state_id(c, threads, id);
     *secs = measure_now() - t0;
@@ -147,7 +156,7 @@ static void keep_min(double *best, double t)
  * fastest apply; the shortcut rows are the best of their own. */
 static int codec_timed(const pulse_ckpt *old, const pulse_ckpt *new, const char *patch_path,
                        pulse_patch *fwd, pulse_patch *rev, pulse_ckpt *target, int threads, int repeat,
-                       struct parts *best)
+                       int cold, struct parts *best)
 {
     pulse_diff_opts o;
     pulse_diff_opts_default(&o);
@@ -176,15 +185,19 @@ static int codec_timed(const pulse_ckpt *old, const pulse_ckpt *new, const char 
          * previous round's patch would also time the freeing of its blocks, ~1.1 ms per MiB on the
          * ext4 VMs measured, which is the cost of deleting a file, not of diffing. */
         unlink(patch_path);
+        if (cold)
+            measure_cold();
         double t0 = measure_now(), a = 0, b2 = 0, c = 0, d = 0, e = 0;
         err = pulse_patch_diff(old, new, &o, patch_path);
         double diff = measure_now() - t0;
         if (!err)
-            err = sid_timed(old, threads, &a);
+            err = sid_timed(old, threads, cold, &a);
         if (!err)
-            err = sid_timed(new, threads, &b2);
+            err = sid_timed(new, threads, cold, &b2);
         if (!err) {
             unlink(patch_path);
+            if (cold)
+                measure_cold();
             double c0 = measure_cpu_now();
             t0 = measure_now();
             err = pulse_patch_diff(old, new, &known, patch_path);
@@ -192,13 +205,17 @@ static int codec_timed(const pulse_ckpt *old, const pulse_ckpt *new, const char 
             keep_min(&best->diff_known_cpu, measure_cpu_now() - c0);
         }
         if (!err) {
+            if (cold)
+                measure_cold();
             t0 = measure_now();
             err = pulse_patch_apply(fwd, target, threads);
             c = measure_now() - t0;
         }
         if (!err)
-            err = sid_timed(target, threads, &d);
+            err = sid_timed(target, threads, cold, &d);
         if (!err) {
+            if (cold)
+                measure_cold();
             t0 = measure_now();
             err = pulse_patch_verify(fwd, NULL, threads);
             e = measure_now() - t0;
@@ -206,6 +223,8 @@ static int codec_timed(const pulse_ckpt *old, const pulse_ckpt *new, const char 
         if (!err)
             err = pulse_patch_apply_ex(rev, target, &fast_rev);
         if (!err) {
+            if (cold)
+                measure_cold();
             double c0 = measure_cpu_now();
             t0 = measure_now();
             err = pulse_patch_apply_ex(fwd, target, &fast_fwd);
@@ -395,6 +414,8 @@ static int bench_codec(struct bench *b)
     pulse_patch_stats st_ulp = { 0 }, st_abs = { 0 };
     double t_diff[2] = { 0 }, t_apply[2] = { 0 }, t_verify[2] = { 0 }, t_abs = 0, t_memcpy = 0, t_read = 0;
     double c_memcpy = 1e30, c_read = 1e30;   /* CPU time of the baselines */
+    double w_memcpy = 0;                      /* memcpy back to back, caches warm (informational) */
+    int cold = !b->warm;
     int threads2 = 2;
     uint64_t old_bytes = file_size(big.old_path), new_bytes = file_size(big.new_path);
     uint64_t sink = 0;
@@ -420,8 +441,11 @@ static int bench_codec(struct bench *b)
             err = pulse_fail(PULSE_ERR_IO, "reading %s for the memcpy baseline", big.new_path);
         } else {
             memset(dst, 1, new_bytes);   /* fault the pages in before timing */
-            t_memcpy = measure_memcpy(dst, src, new_bytes, b->repeat + 2);
+            t_memcpy = measure_memcpy(dst, src, new_bytes, b->repeat + 2, cold);
+            w_memcpy = measure_memcpy(dst, src, new_bytes, b->repeat + 2, 0);
             for (int r = 0; r < b->repeat + 2; r++) {
+                if (cold)
+                    measure_cold();
                 double c0 = measure_cpu_now();
                 memcpy(dst, src, new_bytes);
                 keep_min(&c_memcpy, measure_cpu_now() - c0);
@@ -433,6 +457,8 @@ static int bench_codec(struct bench *b)
         /* The streaming read goes over the tensor data as diff sees it: the mappings. */
         double best = 1e30;
         for (int r = 0; r < b->repeat + 2 && !err; r++) {
+            if (cold)
+                measure_cold();
             double t = measure_now(), c0 = measure_cpu_now();
             for (size_t i = 0; i < pulse_ckpt_count(old); i++) {
                 const pulse_tensor *x = pulse_ckpt_tensor(old, i), *y = pulse_ckpt_tensor(new, i);
@@ -452,11 +478,11 @@ static int bench_codec(struct bench *b)
     /* Untimed first: the patches the timed rounds apply, and the abs patch for its size. */
     double t_unused = 0;
     if (!err)
-        err = diff_timed(old, new, PULSE_VALUES_ULP, 0, p_ulp, 1, &t_unused);
+        err = diff_timed(old, new, PULSE_VALUES_ULP, 0, p_ulp, 1, 0, &t_unused);
     if (!err)
-        err = diff_timed(new, old, PULSE_VALUES_ULP, 0, p_rev, 1, &t_unused);
+        err = diff_timed(new, old, PULSE_VALUES_ULP, 0, p_rev, 1, 0, &t_unused);
     if (!err)
-        err = diff_timed(old, new, PULSE_VALUES_ABS, 1, p_abs, 1, &t_abs);
+        err = diff_timed(old, new, PULSE_VALUES_ABS, 1, p_abs, 1, cold, &t_abs);
     if (!err)
         err = pulse_patch_open(&fwd, p_ulp);
     if (!err)
@@ -477,11 +503,11 @@ static int bench_codec(struct bench *b)
     struct parts pt[2];
     if (!err) {
         fprintf(stderr, "bench: timing pulse diff and apply --in-place on 1 thread\n");
-        err = codec_timed(old, new, p_ulp, fwd, rev, tgt, 1, b->repeat, &pt[0]);
+        err = codec_timed(old, new, p_ulp, fwd, rev, tgt, 1, b->repeat, cold, &pt[0]);
     }
     if (!err) {
         fprintf(stderr, "bench: timing pulse diff and apply --in-place on %d threads\n", threads2);
-        err = codec_timed(old, new, p_ulp, fwd, rev, tgt, threads2, b->repeat, &pt[1]);
+        err = codec_timed(old, new, p_ulp, fwd, rev, tgt, threads2, b->repeat, cold, &pt[1]);
     }
     for (int k = 0; k < 2 && !err; k++) {
         t_diff[k] = pt[k].diff;
@@ -530,9 +556,14 @@ static int bench_codec(struct bench *b)
     printf("pulse bench codec: %llu params (BF16 %.1f MB per checkpoint), step %llu -> %llu of Adam at lr %g, seed %llu\n",
            (unsigned long long)big.params, (double)new_bytes / 1e6, (unsigned long long)b->step - 1,
            (unsigned long long)b->step, b->o.lr, (unsigned long long)b->o.seed);
-    printf("changed: %llu of %llu BF16 values (%.3f%%); %d CPUs online; best of %d runs, files in the page cache\n\n",
+    printf("changed: %llu of %llu BF16 values (%.3f%%); %d CPUs online; best of %d runs, files in the page cache\n",
            (unsigned long long)st_ulp.changes, (unsigned long long)st_ulp.nelems,
            100.0 * (double)st_ulp.changes / (double)st_ulp.nelems, pulse_default_threads(), b->repeat);
+    if (cold)
+        printf("each timed run starts from memory: %.0f MiB read before it (2x the %.0f MiB last-level cache)\n\n",
+               2.0 * (double)measure_llc_bytes() / 1048576.0, (double)measure_llc_bytes() / 1048576.0);
+    else
+        printf("--warm: timed runs back to back, what the cache keeps of the previous run counts\n\n");
 
     printf("  %-58s %14s  %8s  %8s  %10s\n", "bytes", "bytes", "% dense", "x bound", "time");
     print_bytes_row("dense (NEW file)", (int64_t)new_bytes, new_bytes, bound, 0);
@@ -574,6 +605,9 @@ static int bench_codec(struct bench *b)
            (double)new_bytes * gbs / t_memcpy);
     printf("  %-58s %12.1f %12s   (%.2f GB/s)\n", "  same, CPU time", c_memcpy * 1e3, "",
            (double)new_bytes * gbs / c_memcpy);
+    if (cold)
+        printf("  %-58s %12.1f %12s   (%.2f GB/s)\n", "  same, back to back (caches warm; informational)",
+               w_memcpy * 1e3, "", (double)new_bytes * gbs / w_memcpy);
     printf("  %-58s %12.1f %12s   (%.2f GB/s)\n", "streaming read of OLD+NEW tensor data, side by side",
            t_read * 1e3, "", 2.0 * (double)data_bytes * gbs / t_read);
     printf("  %-58s %12.1f %12s   (%.2f GB/s)\n", "  same, CPU time", c_read * 1e3, "",
@@ -720,6 +754,8 @@ int cmd_bench(int argc, char **argv)
             if (r < 0 || cli_parse_u64(v, &n) < 0 || n < 1 || n > 100)
                 return cli_usage_error(VERB, "--repeat needs a count 1..100");
             b.repeat = (int)n;
+        } else if (!strcmp(argv[i], "--warm")) {
+            b.warm = 1;
         } else if ((r = synth_arg(argc, argv, &i, "--keep", &v)) != 0) {
             if (r < 0 || !*v)
                 return cli_usage_error(VERB, "--keep needs a directory");

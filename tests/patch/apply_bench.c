@@ -8,6 +8,7 @@
 #include "pulseweights.h"
 #include "pulseweights/patch.h"
 #include "node/patch/patch_internal.h"
+#include "tools/synth/measure.h"
 
 /* CPU time of the process, not wall time: on a shared, loaded machine the wall clock
  * mostly measures the other tenants. Everything timed runs on one thread. */
@@ -24,10 +25,14 @@ static int die(const char *what)
     return 1;
 }
 
-/* Best of `repeat` runs, in seconds. */
+/* Best of `repeat` runs, in seconds, each from memory (measure_cold: a read of twice the
+ * last-level cache first), unless PULSE_BENCH_WARM is set. */
+static int warm;
 #define BEST(repeat, best, stmt) do { \
         best = 1e30; \
         for (int r_ = 0; r_ < (repeat); r_++) { \
+            if (!warm) \
+                measure_cold(); \
             double t0_ = now(); \
             stmt; \
             double t_ = now() - t0_; \
@@ -43,6 +48,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int repeat = argc > 4 ? atoi(argv[4]) : 5;
+    warm = getenv("PULSE_BENCH_WARM") != NULL;
     /* "profile" (5th argument): only pass 1 (no cache) `repeat` times, then pass 2 from the
      * cache as often when a 6th argument is given, for perf. */
     int profile = argc > 5 && !strcmp(argv[5], "profile");
@@ -107,9 +113,10 @@ int main(int argc, char **argv)
         return die("run");
     pulse_patch_stats st;
     pulse_patch_info(p, 0, &st);
-    printf("checkpoint %zu bytes, %llu changes (%.2f%%), patch %llu bytes, 1 thread, CPU time, best of %d, kernels %s\n",
+    printf("checkpoint %zu bytes, %llu changes (%.2f%%), patch %llu bytes, 1 thread, CPU time, best of %d%s, kernels %s\n",
            bytes, (unsigned long long)st.changes, 100.0 * (double)st.changes / (double)st.nelems,
-           (unsigned long long)st.file_bytes, repeat, pulse_kernels_get()->name);
+           (unsigned long long)st.file_bytes, repeat,
+           warm ? " back to back" : " from memory", pulse_kernels_get()->name);
     printf("memcpy                      %8.2f ms  %6.2f GB/s\n", 1e3 * t_memcpy, (double)bytes / t_memcpy / 1e9);
     printf("check pass, no cache        %8.2f ms  %6.3f x memcpy  (pulse_patch_verify)\n", 1e3 * t_decode,
            t_decode / t_memcpy);

@@ -52,7 +52,10 @@ int main(int argc, char **argv)
         o.threads = atoi(argv[6]);
     double t_read = 1e30, t_diff = 1e30, w_diff = 1e30;
     uint64_t bytes = 0, sink = 0;
+    int warm = getenv("PULSE_BENCH_WARM") != NULL;   /* else every run starts from memory */
     for (int r = 0; r < repeat; r++) {
+        if (!warm)
+            measure_cold();
         double t0 = now();
         bytes = 0;
         for (size_t i = 0; i < pulse_ckpt_count(a); i++) {
@@ -65,6 +68,8 @@ int main(int argc, char **argv)
     }
     for (int r = 0; r < repeat; r++) {
         unlink(argv[3]);   /* a new file each time (renaming onto one also times freeing its blocks) */
+        if (!warm)
+            measure_cold();
         double t0 = now(), w0 = wall();
         if (pulse_patch_diff(a, b, &o, argv[3])) {
             fprintf(stderr, "diff_bench: %s\n", pulse_last_error());

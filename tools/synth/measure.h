@@ -18,13 +18,24 @@ double measure_cpu_now(void);
  * -2 when it could not be started otherwise. *seconds gets the wall time of the run. */
 int measure_spawn(char *const argv[], char *out, size_t size, double *seconds);
 
-/* Best wall time of `repeat` memcpy(dst, src, n) calls. */
-double measure_memcpy(void *dst, const void *src, size_t n, int repeat);
+/* Best wall time of `repeat` memcpy(dst, src, n) calls, each after measure_cold() when cold. */
+double measure_memcpy(void *dst, const void *src, size_t n, int repeat, int cold);
 
 /* A streaming read of two arrays side by side (the machine's read bandwidth as a diff sees
  * it): the sum of their 8-byte words, with 32-byte loads where the CPU has AVX2. Callers keep
  * the result so that the reads cannot be optimised away. */
 uint64_t measure_read2(const uint8_t *x, size_t nx, const uint8_t *y, size_t ny);
+
+/* Bytes of the last-level cache (sysconf, else the largest cache sysfs lists for CPU 0, else
+ * 32 MiB). */
+size_t measure_llc_bytes(void);
+/* Reads a buffer of twice the last-level cache (64 MiB to 2 GiB; allocated and written on the
+ * first call, so its lines are clean from then on), so that the run timed next starts from
+ * memory, as a node's diff or apply of a new step does. Where the LLC holds most of what a
+ * run touches (480 MiB on a Xeon VM measured, against 395 MB for a memcpy of the bench
+ * checkpoint), back-to-back repeats otherwise time the cache for some runs and not others:
+ * there a repeated memcpy ran in 14 ms warm against 17 ms from memory. */
+void measure_cold(void);
 
 /* RssAnon of this process in KiB (/proc/self/status), 0 when unknown. */
 uint64_t measure_rss_anon_kb(void);
