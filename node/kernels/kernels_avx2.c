@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AVX2 kernels (x86-64, with BMI1/BMI2/POPCNT/F16C): change finding, contiguous-run scatter/gather, gaps, the LoCo gate. */
+/* AVX2 kernels (x86-64, with BMI1/BMI2/POPCNT/F16C): change finding, contiguous-run scatter/gather, gaps, apply's add, the LoCo gate. */
 #include <immintrin.h>
 #include <pthread.h>
 #include <string.h>
@@ -422,9 +422,6 @@ static int gaps_decode_avx2(const uint32_t *gaps, size_t k, uint32_t limit, uint
     return gaps_decode_tail(gaps, j, k, next, limit, idx);
 }
 
-
-/* ---------- the LoCo gate (reference: gate_*_c in kernels_c.c) ---------- */
-
 /* ulp2_add16 as ulp2_add16_avx512 does it, eight changes a step: positions by prefix8 of
  * gap + 1, deltas by a lane permute of the symbols, eight scalar adds from the stored
  * vectors, escapes patched in after the step. */
@@ -454,19 +451,14 @@ static void ulp2_add16_avx2(uint16_t *d, const uint8_t *g, size_t glen, const ui
         uint32_t pos[8], dl[8];
         _mm256_storeu_si256((__m256i *)pos, p);
         _mm256_storeu_si256((__m256i *)dl, _mm256_permutevar8x32_epi32(dtab, sym));
-        for (unsigned e = 0; e < 8; e++) {
-            d[pos[e]] = (uint16_t)(d[pos[e]] + dl[e]);
-            prefetch_ahead_of(d, pos[e]);
-        }
-        for (; em; em &= em - 1) {
-            uint32_t q = pos[__builtin_ctz(em)];
-            d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, &eat) + 4));
-        }
+        ulp2_add16_step(d, pos, dl, 8, em, esc, &eat);
         j += 8;
         at += 8;
     }
     ulp2_add16_tail(d, g, &at, packed, esc, &eat, j, k, &next);
 }
+
+/* ---------- the LoCo gate (reference: gate_*_c in kernels_c.c) ---------- */
 
 /* The scalar tail: the same two FP32 roundings as the reference (SSE scalar add/sub round
  * exactly like the vector lanes), `changes` decided by the view-specific test. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AVX-512 (F/BW/VL/VBMI/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps, the LoCo gate. */
+/* AVX-512 (F/BW/VL/VBMI/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps, apply's add, the LoCo gate. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -447,14 +447,7 @@ static void ulp2_add16_avx512(uint16_t *d, const uint8_t *g, size_t glen, const 
         uint32_t pos[16], dl[16];
         _mm512_storeu_si512(pos, p);
         _mm512_storeu_si512(dl, _mm512_permutexvar_epi32(sym, dtab));
-        for (unsigned e = 0; e < 16; e++) {
-            d[pos[e]] = (uint16_t)(d[pos[e]] + dl[e]);
-            prefetch_ahead_of(d, pos[e]);
-        }
-        for (unsigned m = em; m; m &= m - 1) {
-            uint32_t q = pos[__builtin_ctz(m)];
-            d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, &eat) + 4));
-        }
+        ulp2_add16_step(d, pos, dl, 16, em, esc, &eat);
         j += 16;
         at += 16;
     }

@@ -183,4 +183,19 @@ static inline void prefetch_ahead_of(const uint16_t *d, uint64_t pos)
     prefetch16(d, pos + ADD_AHEAD);
 }
 
+/* One SIMD step of ulp2_add16 after its vectors were stored: the n adds at pos[] of dl[] (0
+ * for an escape), then the escapes (bits of em, in order) from esc. */
+static inline void ulp2_add16_step(uint16_t *d, const uint32_t *pos, const uint32_t *dl, unsigned n, unsigned em,
+                                   const uint8_t *esc, size_t *eat)
+{
+    for (unsigned e = 0; e < n; e++) {
+        d[pos[e]] = (uint16_t)(d[pos[e]] + dl[e]);
+        prefetch_ahead_of(d, pos[e]);
+    }
+    for (; em; em &= em - 1) {
+        uint32_t q = pos[__builtin_ctz(em)];
+        d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, eat) + 4));
+    }
+}
+
 #endif
