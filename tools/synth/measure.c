@@ -180,11 +180,13 @@ size_t measure_llc_bytes(void)
     return best ? best : (size_t)32 << 20;
 }
 
+/* Where measure_cold's sums go, so that its reads cannot be optimised away. */
+volatile uint64_t measure_cold_sink;
+
 void measure_cold(void)
 {
     static uint8_t *buf;
     static size_t n;
-    static volatile uint64_t sink;
     if (!buf) {
         n = 2 * measure_llc_bytes();
         n = n < ((size_t)64 << 20) ? (size_t)64 << 20 : n > ((size_t)2 << 30) ? (size_t)2 << 30 : n;
@@ -192,7 +194,7 @@ void measure_cold(void)
             return;
         memset(buf, 1, n);   /* real pages, not the shared zero page */
     }
-    sink += measure_read2(buf, n / 2, buf + n / 2, n / 2);
+    measure_cold_sink += measure_read2(buf, n / 2, buf + n / 2, n / 2);
 }
 
 uint64_t measure_rss_anon_kb(void)

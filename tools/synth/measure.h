@@ -36,6 +36,7 @@ size_t measure_llc_bytes(void);
  * checkpoint), back-to-back repeats otherwise time the cache for some runs and not others:
  * there a repeated memcpy ran in 14 ms warm against 17 ms from memory. */
 void measure_cold(void);
+extern volatile uint64_t measure_cold_sink;
 
 /* RssAnon of this process in KiB (/proc/self/status), 0 when unknown. */
 uint64_t measure_rss_anon_kb(void);
