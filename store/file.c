@@ -10,6 +10,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "base/durable.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "store/backend.h"
@@ -95,25 +96,6 @@ static void hex32(const unsigned char *h, char *out)
         out[2 * i + 1] = d[h[i] & 15];
     }
     out[64] = 0;
-}
-
-static int fsync_dir(const char *path)
-{
-    char *d = strdup(path);
-    if (!d)
-        return -1;
-    char *slash = strrchr(d, '/');
-    if (slash == d)
-        slash[1] = 0;
-    else if (slash)
-        *slash = 0;
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(d);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
 }
 
 /* Creates every directory above path (the root included), like mkdir -p. */
@@ -226,8 +208,8 @@ static int file_put(pulse_store *st, const char *key, const struct store_src *sr
     }
     free(tmp);
     tmp = NULL;
-    if (fsync_dir(path))
-        rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: fsync directory", key);
+    if (pulse_fsync_parent(path))
+        rc = pulse_fail(PULSE_ERR_IO, "put %s: %s", key, pulse_last_error());
 out:
     if (fd >= 0)
         close(fd);
@@ -389,7 +371,7 @@ static int file_del(pulse_store *st, const char *key)
     } else if (unlink(path)) {
         rc = pulse_fail_errno(PULSE_ERR_IO, "delete %s", key);
     } else {
-        fsync_dir(path);
+        (void)pulse_fsync_parent(path);   /* best effort: the key is gone either way */
         /* S3 has no directories: drop the ones this key alone kept alive. */
         size_t rootlen = strlen(f->root);
         char *s;

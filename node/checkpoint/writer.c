@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/durable.h"
 #include "base/fail.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/checkpoint/filespace.h"
@@ -38,27 +39,11 @@ static int write_all(int fd, const void *buf, size_t n, uint64_t off, const char
     return 0;
 }
 
-static int fsync_dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path + (slash == path))) : strdup(".");
-    if (!dir)
-        return pulse_fail(PULSE_ERR_NOMEM, "path");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int r = 0;
-    if (fd < 0 || fsync(fd) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "%s: fsync of the directory", dir);
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    return r;
-}
-
 int ckpt_rename_durable(const char *from, const char *to)
 {
     if (rename(from, to) != 0)
         return pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", from, to);
-    return fsync_dir_of(to);
+    return pulse_fsync_parent(to);
 }
 
 /* Validates the optional metadata text and returns it compact (malloc). */
@@ -430,16 +415,10 @@ int pulse_ckpt_commit(pulse_ckpt *c)
         c->files[0].path = c->final_path;
         c->final_path = NULL;
         c->uncommitted = 0;
-        return fsync_dir_of(c->files[0].path);
+        return pulse_fsync_parent(c->files[0].path);
     }
-    int dfd = open(c->tmp_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) {
-        r = pulse_fail_errno(PULSE_ERR_IO, "%s: fsync of the directory", c->tmp_dir);
-        if (dfd >= 0)
-            close(dfd);
+    if ((r = pulse_fsync_dir(c->tmp_dir)) != 0)
         return r;
-    }
-    close(dfd);
     /* rename(2) replaces an empty directory; a non-empty one is an error, never clobbered. */
     if (rename(c->tmp_dir, c->final_path) != 0)
         return pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", c->tmp_dir, c->final_path);
@@ -458,5 +437,5 @@ int pulse_ckpt_commit(pulse_ckpt *c)
     c->index_path = p;
     free(c->tmp_dir);
     c->tmp_dir = NULL;
-    return fsync_dir_of(c->final_path);
+    return pulse_fsync_parent(c->final_path);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/durable.h"
 #include "base/fail.h"
 #include "node/daemon/journal.h"
 #include "pulseweights/checkpoint.h"
@@ -27,16 +28,6 @@ static int path_in(const char *dir, const char *name, char *out, size_t cap)
 int journal_patch_path(const char *dir, char *out, size_t cap)
 {
     return path_in(dir, "journal.patch", out, cap);
-}
-
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "open %s", dir);
-    int r = fsync(fd) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "fsync %s", dir) : 0;
-    close(fd);
-    return r;
 }
 
 int journal_write(const char *dir, const node_journal *j)
@@ -65,7 +56,7 @@ int journal_write(const char *dir, const node_journal *j)
         r = pulse_fail_errno(PULSE_ERR_IO, "rename %s", tmp);
     if (r)
         unlink(tmp);
-    return r ? r : fsync_dir(dir);
+    return r ? r : pulse_fsync_dir(dir);
 }
 
 int journal_read(const char *dir, node_journal *j, int *found)
@@ -113,5 +104,5 @@ int journal_clear(const char *dir)
         r = journal_patch_path(dir, path, sizeof path);
     if (!r && unlink(path) != 0 && errno != ENOENT)
         r = pulse_fail_errno(PULSE_ERR_IO, "remove %s", path);
-    return r ? r : fsync_dir(dir);
+    return r ? r : pulse_fsync_dir(dir);
 }

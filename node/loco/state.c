@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/durable.h"
 #include "base/fail.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/kernels/kernels.h"
@@ -53,16 +54,6 @@ int loco_same_layout(const pulse_ckpt *a, const pulse_ckpt *b, const char *what)
     return 0;
 }
 
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "cannot open %s", dir);
-    int r = fsync(fd) ? pulse_fail_errno(PULSE_ERR_IO, "fsync %s", dir) : 0;
-    close(fd);
-    return r;
-}
-
 int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t view_id[32])
 {
     char path[4096], tmp[4200], hex[65], text[ROUND_FILE_MAX];
@@ -84,7 +75,7 @@ int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t v
         unlink(tmp);
         return r;
     }
-    return fsync_dir(dir);
+    return pulse_fsync_dir(dir);
 }
 
 static int read_round(const char *dir, uint64_t *round, int *view, uint8_t id[32])

@@ -2,7 +2,6 @@
 /* Writing a patch file: header, tensor table, header digest, chunk data; atomically (temporary file + rename). */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/durable.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/patch/patch_internal.h"
@@ -47,20 +47,6 @@ static void put_le(wbuf *w, uint64_t v, unsigned n)
     for (unsigned i = 0; i < n; i++)
         b[i] = (uint8_t)(v >> (8 * i));
     put(w, b, n);
-}
-
-static int fsync_dir_of(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return -1;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(copy);
-    if (fd < 0)
-        return -1;
-    int r = fsync(fd);
-    close(fd);
-    return r;
 }
 
 /* The header, the tensor table and its digest, for chunks whose counts and lengths are final
@@ -289,7 +275,7 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
         free(f->tmp);
         f->tmp = NULL;
         if (f->durable)
-            fsync_dir_of(f->path);   /* best effort: the rename is already visible */
+            (void)pulse_fsync_parent(f->path);   /* best effort: the rename is already visible */
     }
     patch_file_abort(f);
     return err;
