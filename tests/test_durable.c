@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* base/durable: the directory fsynced for a path is the one that holds it, and failures name it. */
+/* base/durable: the directory fsynced for a path is the one that holds it, a replaced file is whole or untouched, and failures name what failed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +19,17 @@ static void check_names(int r, const char *dir)
     CHECK(strncmp(pulse_last_error(), want, strlen(want)) == 0);
     if (strncmp(pulse_last_error(), want, strlen(want)) != 0)
         fprintf(stderr, "  detail: %s\n  wanted: %s...\n", pulse_last_error(), want);
+}
+
+/* The bytes of a file (at most cap), or -1. */
+static long read_all(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return (long)n;
 }
 
 int main(void)
@@ -52,6 +63,36 @@ int main(void)
     check_names(pulse_fsync_parent(path), deeper);
     check_names(pulse_fsync_dir(file), file);
     check_names(pulse_fsync_dir(sub), sub);
+
+    /* pulse_replace_file: new and existing targets, durable or not; the temporary is gone. */
+    char tmp[96], got[64];
+    snprintf(tmp, sizeof tmp, "%s/plain.tmp", dir);
+    for (int durable = 0; durable < 2; durable++) {
+        CHECK_OK(pulse_replace_file(file, tmp, "first", 5, durable));
+        CHECK(read_all(file, got, sizeof got) == 5 && !memcmp(got, "first", 5));
+        CHECK_OK(pulse_replace_file(file, tmp, "second!", 7, durable));
+        CHECK(read_all(file, got, sizeof got) == 7 && !memcmp(got, "second!", 7));
+        CHECK(access(tmp, F_OK) != 0);
+    }
+    /* The temporary cannot be created: path untouched, the detail names the temporary. */
+    snprintf(path, sizeof path, "%s/x.tmp", sub);
+    CHECK_ERR(pulse_replace_file(file, path, "third", 5, 1), PULSE_ERR_IO);
+    CHECK(strstr(pulse_last_error(), "create") && strstr(pulse_last_error(), path));
+    CHECK(read_all(file, got, sizeof got) == 7 && !memcmp(got, "second!", 7));
+    /* The rename fails (the target is a non-empty directory): it stays, the temporary goes. */
+    char target[96], inner[128];
+    snprintf(target, sizeof target, "%s/adir", dir);
+    snprintf(inner, sizeof inner, "%s/keep", target);
+    CHECK(mkdir(target, 0755) == 0);
+    FILE *k = fopen(inner, "w");
+    CHECK(k != NULL);
+    if (k)
+        fclose(k);
+    CHECK_ERR(pulse_replace_file(target, tmp, "data", 4, 1), PULSE_ERR_IO);
+    CHECK(strstr(pulse_last_error(), "rename") && strstr(pulse_last_error(), target));
+    CHECK(access(tmp, F_OK) != 0 && access(inner, F_OK) == 0);
+    unlink(inner);
+    rmdir(target);
 
     unlink(file);
     CHECK(chdir("/") == 0);

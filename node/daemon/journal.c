@@ -44,19 +44,7 @@ int journal_write(const char *dir, const node_journal *j)
                      pulse_id_hex(j->result, res), j->rel);
     if (n < 0 || (size_t)n >= sizeof text)
         return pulse_fail(PULSE_ERR_LIMIT, "journal entry too long");
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "create %s", tmp);
-    if (write(fd, text, (size_t)n) != n)
-        r = pulse_fail_errno(PULSE_ERR_IO, "write %s", tmp);
-    if (!r && fsync(fd) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "fsync %s", tmp);
-    close(fd);
-    if (!r && rename(tmp, path) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "rename %s", tmp);
-    if (r)
-        unlink(tmp);
-    return r ? r : pulse_fsync_dir(dir);
+    return pulse_replace_file(path, tmp, text, (size_t)n, 1);
 }
 
 int journal_read(const char *dir, node_journal *j, int *found)

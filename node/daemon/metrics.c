@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/durable.h"
 #include "base/fail.h"
 #include "node/daemon/metrics.h"
 #include "node/daemon/signals.h"
@@ -62,17 +63,8 @@ int node_metrics_write_file(const char *path, const char *text)
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return pulse_fail(PULSE_ERR_LIMIT, "metrics path too long");
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "create %s", tmp);
-    size_t len = strlen(text);
-    int r = write(fd, text, len) != (ssize_t)len ? pulse_fail_errno(PULSE_ERR_IO, "write %s", tmp) : 0;
-    close(fd);
-    if (!r && rename(tmp, path) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "rename to %s", path);
-    if (r)
-        unlink(tmp);
-    return r;
+    /* not durable: a scraper reads it while the node runs; after a crash the next write redoes it */
+    return pulse_replace_file(path, tmp, text, strlen(text), 0);
 }
 
 int node_metrics_listen(node_metrics_server **out, const char *addr_port)

@@ -61,21 +61,7 @@ int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t v
     snprintf(tmp, sizeof tmp, "%s/round.tmp.%ld", dir, (long)getpid());
     int n = snprintf(text, sizeof text, "pulse-loco-state-v1\nround %" PRIu64 "\nview %s\nview-state %s\n", round,
                      pulse_loco_view_name(view), pulse_id_hex(view_id, hex));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "cannot create %s", tmp);
-    int r = 0;
-    if (write(fd, text, (size_t)n) != n || fsync(fd) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "cannot write %s", tmp);
-    if (close(fd) != 0 && !r)
-        r = pulse_fail_errno(PULSE_ERR_IO, "cannot write %s", tmp);
-    if (!r && rename(tmp, path) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "cannot rename %s", tmp);
-    if (r) {
-        unlink(tmp);
-        return r;
-    }
-    return pulse_fsync_dir(dir);
+    return pulse_replace_file(path, tmp, text, (size_t)n, 1);
 }
 
 static int read_round(const char *dir, uint64_t *round, int *view, uint8_t id[32])
