@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AVX-512 (F/BW/VL/VBMI/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps, apply's add, the LoCo gate. */
+/* AVX-512 (F/BW/VL/VBMI/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps, the LoCo gate. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -414,46 +414,6 @@ static inline __m512i prefix16(__m512i x)
     return _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 8));
 }
 
-/* Sixteen changes a step while their gaps are one byte each: positions by a vector prefix
- * sum of gap + 1 (32-bit lanes: positions stay below 2^32 in a chunk), deltas by a lane
- * permute of the 2-bit symbols, then sixteen scalar adds from the vectors stored to the
- * stack (16-bit elements have no scatter). The running position advances by the byte sum of
- * the gaps (psadbw) + 16, off the vectors' latency. Escapes are patched in after the step
- * (their permuted delta is 0). */
-static void ulp2_add16_avx512(uint16_t *d, const uint8_t *g, size_t glen, const uint8_t *packed,
-                              const uint8_t *esc, size_t k)
-{
-    const __m512i one = _mm512_set1_epi32(1), three = _mm512_set1_epi32(3);
-    const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i dtab = _mm512_setr_epi32(0xffff, 1, 0xfffe, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    uint64_t next = 0;
-    size_t at = 0, eat = 0, j = 0;
-    while (j + 16 <= k) {
-        __m128i gb;
-        if (at + 16 > glen || _mm_movemask_epi8(gb = _mm_loadu_si128((const __m128i *)(g + at)))) {
-            ulp2_add16_tail(d, g, &at, packed, esc, &eat, j, j + 1, &next);
-            j++;
-            continue;
-        }
-        __m512i p = prefix16(_mm512_add_epi32(_mm512_cvtepu8_epi32(gb), one));
-        p = _mm512_add_epi32(p, _mm512_set1_epi32((int)(uint32_t)(next - 1)));
-        __m128i sad = _mm_sad_epu8(gb, _mm_setzero_si128());
-        next += (uint64_t)_mm_cvtsi128_si64(sad) + (uint64_t)_mm_extract_epi64(sad, 1) + 16;
-        uint64_t w;
-        memcpy(&w, packed + (j >> 2), 8);   /* within the 4 padding bytes: j + 16 <= k */
-        __m512i sym = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)(uint32_t)(w >> (2 * (j & 3)))),
-                                                         shifts), three);
-        __mmask16 em = _mm512_cmpeq_epi32_mask(sym, three);
-        uint32_t pos[16], dl[16];
-        _mm512_storeu_si512(pos, p);
-        _mm512_storeu_si512(dl, _mm512_permutexvar_epi32(sym, dtab));
-        ulp2_add16_step(d, pos, dl, 16, em, esc, &eat);
-        j += 16;
-        at += 16;
-    }
-    ulp2_add16_tail(d, g, &at, packed, esc, &eat, j, k, &next);
-}
-
 /* Same scheme as gaps_decode_avx2: next = position + 1 in 32 bits; see there why checking
  * "next > limit or next not increasing" per lane is exact. */
 static int gaps_decode_avx512(const uint32_t *gaps, size_t k, uint32_t limit, uint32_t *idx)
@@ -663,6 +623,5 @@ int pulse_kernels_init_avx512(pulse_kernels *k)
     k->gate[PULSE_VIEW_FP16] = gate_fp16_avx512;
     k->scatter_add_f32 = scatter_add_f32_avx512;
     k->leb1_run = leb1_run_avx512;
-    k->ulp2_add16 = ulp2_add16_avx512;
     return 0;
 }

@@ -1036,7 +1036,7 @@ static void bench_table(const pulse_kernels *t)
                    k / best_x / 1e6);
             /* apply's add of those streams (gaps from diff_ulp16 above, symbols and escapes
              * just packed) into b: the values change every run, the work does not */
-            uint8_t *gb = malloc(lbl + 1), *pk = malloc((k + 3) / 4 + 4), *es = malloc(3 * k + SLACK);
+            uint8_t *gb = malloc(5 * n + SLACK), *pk = malloc((k + 3) / 4 + SLACK), *es = malloc(3 * k + SLACK);
             if (!gb || !pk || !es) { perror("malloc"); exit(2); }
             t->diff_ulp16(a, b, n, gb, &lbl, xb);   /* the gaps again (lb now holds symbols) */
             size_t el = t->ulp_pack2_16(xa, k, pk, es, hist);
