@@ -397,11 +397,12 @@ static void test_random_chunks(void)
     patch_pool pool;
     patch_cache cache;
     int err = 0;
-    if (p && patch_pool_init(&pool, 1, RL, 0) == 0) {
+    if (p && patch_pool_init(&pool, 2, RL, 0) == 0) {
         patch_scratch *sa = patch_pool_take(&pool, &err), *sb = patch_pool_take(&pool, &err);
+        patch_scratch *sc = patch_pool_take(&pool, &err);
         CHECK_OK(patch_cache_open(&cache, p));
-        size_t accepted = 0, refused = 0;
-        for (size_t i = 0; sa && sb && i < p->nchunks; i++) {
+        size_t accepted = 0, refused = 0, fused = 0;
+        for (size_t i = 0; sa && sb && sc && i < p->nchunks; i++) {
             const patch_chunk *c = &p->chunks[i];
             unsigned unit = p->tensors[c->tensor].unit;
             int a = patch_check_chunk(p, i, sa, &cache);
@@ -409,15 +410,24 @@ static void test_random_chunks(void)
             CHECK((a == 0) == (b == 0) && a <= 0 && b <= 0);
             if (!((a == 0) == (b == 0)))
                 fprintf(stderr, "chunk %zu (unit %u): pass 1 %d, decoder %d (%s)\n", i, unit, a, b, pulse_last_error());
+            uint8_t x[RL * 4], y[RL * 4], w[RL * 4];
+            for (size_t j = 0; j < sizeof x; j++)
+                x[j] = y[j] = w[j] = (uint8_t)(j * 37 + i);
+            /* Pass 2 without the cache (BF16 chunks of 2-bit symbols: decompress, check, add):
+             * it refuses what the decoder refuses, and then has written nothing. */
+            int f = patch_apply_checked_chunk(p, c, sc, w);
+            if (f <= 0) {
+                fused++;
+                CHECK((f == 0) == (b == 0));
+                if (f < 0)
+                    CHECK(!memcmp(w, y, sizeof w));
+            }
             if (a || b) {
                 refused++;
                 continue;
             }
             accepted++;
             CHECK(cache.ent[i].cached);
-            uint8_t x[RL * 4], y[RL * 4];
-            for (size_t j = 0; j < sizeof x; j++)
-                x[j] = y[j] = (uint8_t)(j * 37 + i);
             CHECK_OK(patch_write_cached_chunk(p, i, sa, &cache, x));
             const pulse_kernels *kn = pulse_kernels_get();
             if (unit == 1)
@@ -427,13 +437,18 @@ static void test_random_chunks(void)
             else
                 kn->ulp_apply32((uint32_t *)(void *)y, sb->idx, c->count, (const uint32_t *)(void *)sb->vals);
             CHECK(!memcmp(x, y, sizeof x));
+            if (f == 0)
+                CHECK(!memcmp(w, y, sizeof w));   /* the fused path added the same */
         }
         CHECK(accepted > 300 && refused > 100);   /* both kinds well represented */
+        CHECK(fused > 100);                        /* and the fused path saw many of them */
         patch_cache_close(&cache);
         if (sa)
             patch_pool_give(&pool, sa);
         if (sb)
             patch_pool_give(&pool, sb);
+        if (sc)
+            patch_pool_give(&pool, sc);
         patch_pool_free(&pool);
     }
     pulse_patch_close(&p);
