@@ -81,12 +81,10 @@ int measure_spawn(char *const argv[], char *out, size_t size, double *seconds)
     return WEXITSTATUS(status);
 }
 
-double measure_memcpy(void *dst, const void *src, size_t n, int repeat, int cold)
+double measure_memcpy(void *dst, const void *src, size_t n, int repeat)
 {
     double best = 1e30;
     for (int i = 0; i < repeat; i++) {
-        if (cold)
-            measure_cold();
         double t0 = measure_now();
         memcpy(dst, src, n);
         double dt = measure_now() - t0;

@@ -18,8 +18,8 @@ double measure_cpu_now(void);
  * -2 when it could not be started otherwise. *seconds gets the wall time of the run. */
 int measure_spawn(char *const argv[], char *out, size_t size, double *seconds);
 
-/* Best wall time of `repeat` memcpy(dst, src, n) calls, each after measure_cold() when cold. */
-double measure_memcpy(void *dst, const void *src, size_t n, int repeat, int cold);
+/* Best wall time of `repeat` memcpy(dst, src, n) calls, back to back. */
+double measure_memcpy(void *dst, const void *src, size_t n, int repeat);
 
 /* A streaming read of two arrays side by side (the machine's read bandwidth as a diff sees
  * it): the sum of their 8-byte words, with 32-byte loads where the CPU has AVX2. Callers keep
