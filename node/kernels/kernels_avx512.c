@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* AVX-512 (F/BW/VL/VBMI/VBMI2) kernels: mask compares + vpcompressd for change finding, masked tails, gaps, the LoCo gate. */
 #include <immintrin.h>
-#include <string.h>
 
 #include "node/kernels/kernels.h"
 #include "node/kernels/kernels_tail.h"
