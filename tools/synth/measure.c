@@ -181,18 +181,20 @@ size_t measure_llc_bytes(void)
 /* Where measure_cold's sums go, so that its reads cannot be optimised away. */
 volatile uint64_t measure_cold_sink;
 
-void measure_cold(void)
+size_t measure_cold(void)
 {
     static uint8_t *buf;
     static size_t n;
     if (!buf) {
-        n = 2 * measure_llc_bytes();
-        n = n < ((size_t)64 << 20) ? (size_t)64 << 20 : n > ((size_t)2 << 30) ? (size_t)2 << 30 : n;
-        if (!(buf = malloc(n)))
-            return;
+        size_t want = 2 * measure_llc_bytes();
+        want = want < ((size_t)64 << 20) ? (size_t)64 << 20 : want > ((size_t)2 << 30) ? (size_t)2 << 30 : want;
+        if (!(buf = malloc(want)))
+            return 0;
+        n = want;
         memset(buf, 1, n);   /* real pages, not the shared zero page */
     }
     measure_cold_sink += measure_read2(buf, n / 2, buf + n / 2, n / 2);
+    return n;
 }
 
 uint64_t measure_rss_anon_kb(void)

@@ -35,7 +35,8 @@ size_t measure_llc_bytes(void);
  * run touches (480 MiB on a Xeon VM measured, against 395 MB for a memcpy of the bench
  * checkpoint), back-to-back repeats otherwise time the cache for some runs and not others:
  * there a repeated memcpy ran in 14 ms warm against 17 ms from memory. */
-void measure_cold(void);
+/* Returns the bytes read, 0 when the buffer could not be allocated (then nothing is evicted). */
+size_t measure_cold(void);
 extern volatile uint64_t measure_cold_sink;
 
 /* RssAnon of this process in KiB (/proc/self/status), 0 when unknown. */
