@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Apply's pass 1 checks (digest, frames, gaps, values) keeping each ulp chunk's decompressed streams in a capped arena, and pass 2's add from them. */
+/* Apply's pass 1 checks (digest, frames, gaps, values) keeping each element-wise chunk's decompressed streams in a capped arena, and pass 2's writes from them. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -68,7 +68,7 @@ int patch_cache_open(patch_cache *cache, const pulse_patch *p)
     memset(cache, 0, sizeof *cache);
     atomic_init(&cache->used, 0);
     size_t cap = patch_env_bytes("PULSE_APPLY_CACHE", PATCH_CACHE_CAP);
-    if (!cap || !p->nchunks || p->values != PULSE_VALUES_ULP)
+    if (!cap || !p->nchunks)
         return 0;
     cache->ent = calloc(p->nchunks, sizeof *cache->ent);
     if (!cache->ent)
@@ -219,17 +219,73 @@ int patch_ulp2_check16(const patch_tensor *t, const patch_chunk *c, const uint8_
     return 0;
 }
 
-/* Whether pass 1 keeps chunk c's streams (ulp, element-wise): the others are decoded as
- * the decoder always does. */
+/* Whether pass 1 keeps chunk c's streams (element-wise, ulp or abs): opaque chunks are
+ * decoded as the decoder always does. */
 static int cached_kind(const pulse_patch *p, const patch_chunk *c)
 {
     const patch_tensor *t = &p->tensors[c->tensor];
-    return p->values == PULSE_VALUES_ULP && t->dtype != PULSE_DT_OPAQUE && t->unit != 0;
+    return t->dtype != PULSE_DT_OPAQUE && t->unit != 0 && t->unit <= 4;
+}
+
+/* Pass 1 for an abs chunk i whose bytes' digest was checked: the position stream and the
+ * `unit` byte planes of the values (exactly k bytes each, nothing after them), sized first as
+ * patch_decode_chunk sizes them, decompressed into the cache while it has room (entry bits 0:
+ * planes at g + align8(glen), plen = unit * k) and the gaps checked there. */
+static int check_abs_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache)
+{
+    const patch_chunk *c = &p->chunks[i];
+    const patch_tensor *t = &p->tensors[c->tensor];
+    const size_t k = c->count, unit = t->unit;
+    size_t glen, got;
+    int64_t fg = patch_frame_probe(t, c, "position", bytes, c->pos_len, k, k * PATCH_LEB_MAX, &glen);
+    if (fg < 0)
+        return (int)fg;
+    if ((uint64_t)fg != c->pos_len)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
+                          t->name, (unsigned long long)c->index);
+    int64_t fv[4];
+    const uint8_t *v = bytes + c->pos_len;
+    size_t left = c->val_len;
+    for (size_t b = 0; b < unit; b++) {
+        if ((fv[b] = patch_frame_probe(t, c, "value", v, left, k, k, &got)) < 0)
+            return (int)fv[b];
+        v += fv[b];
+        left -= (size_t)fv[b];
+    }
+    if (left != 0)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in value stream",
+                          t->name, (unsigned long long)c->index);
+    size_t gsz = align8(glen), off = cache_reserve(cache, gsz + align8(unit * k));
+    uint8_t *g = off != SIZE_MAX ? cache->mem + off : s->leb;
+    uint8_t *planes = off != SIZE_MAX ? g + gsz : s->planes;
+    int err = patch_frame_unzstd(s, t, c, "position", bytes, (size_t)fg, g, glen);
+    v = bytes + c->pos_len;
+    for (size_t b = 0; !err && b < unit; b++) {
+        err = patch_frame_unzstd(s, t, c, "value", v, (size_t)fv[b], planes + b * k, k);
+        v += fv[b];
+    }
+    if (err)
+        return err;
+    int lr = patch_leb_check(g, glen, k, c->len);
+    if (lr < 0)
+        return patch_gap_error(t, c, lr);
+    if (off == SIZE_MAX)
+        return 0;
+    patch_cache_entry *e = &cache->ent[i];
+    e->off = off;
+    e->glen = (uint32_t)glen;
+    e->plen = (uint32_t)(unit * k);
+    e->elen = 0;
+    e->bits = 0;
+    e->cached = 1;
+    return 0;
 }
 
 /* Pass 1 for chunk i of a cached kind whose bytes' digest was checked. */
 static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache)
 {
+    if (p->values == PULSE_VALUES_ABS)
+        return check_abs_bytes(p, i, bytes, s, cache);
     const patch_chunk *c = &p->chunks[i];
     const patch_tensor *t = &p->tensors[c->tensor];
     int err;
@@ -331,6 +387,23 @@ int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, c
     const patch_chunk *c = &p->chunks[i];
     const patch_tensor *t = &p->tensors[c->tensor];
     const uint8_t *g = cache->mem + e->off, *pk = g + align8(e->glen), *es = pk + align8((size_t)e->plen + 4);
+    const pulse_kernels *kn = pulse_kernels_get();
+    if (e->bits == 0) {
+        /* abs: positions from the kept gaps, values interleaved from their byte planes */
+        const size_t k = c->count, unit = t->unit;
+        int lr = patch_leb_positions(g, e->glen, k, c->len, s->idx);
+        if (lr < 0)
+            return patch_gap_error(t, c, lr);
+        for (size_t b = 0; b < unit; b++)
+            for (size_t j = 0; j < k; j++)
+                s->vals[j * unit + b] = pk[b * k + j];
+        switch (unit) {
+        case 1: kn->scatter8(dst, s->idx, k, s->vals); break;
+        case 2: kn->scatter16((uint16_t *)(void *)dst, s->idx, k, (const uint16_t *)(void *)s->vals); break;
+        default: kn->scatter32((uint32_t *)(void *)dst, s->idx, k, (const uint32_t *)(void *)s->vals); break;
+        }
+        return 0;
+    }
     if (t->unit == 2 && e->bits == 2) {
         /* the streams passed every check of pass 1 (patch_leb_check, patch_ulp2_check16) and lie
          * in private memory: the kernel checks nothing again */
@@ -344,7 +417,6 @@ int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, c
     int err = patch_unpack_ulp(t, c, s, e->bits, pk, es, e->elen);
     if (err)
         return err;
-    const pulse_kernels *kn = pulse_kernels_get();
     switch (t->unit) {
     case 1: kn->ulp_apply8(dst, s->idx, c->count, s->vals); break;
     case 2: kn->ulp_apply16((uint16_t *)(void *)dst, s->idx, c->count, (const uint16_t *)(void *)s->vals); break;

@@ -236,15 +236,16 @@ static inline int patch_leb_next(const uint8_t *src, size_t len, size_t *at, uin
 
 /* ---- pass 1's decoded streams, kept for pass 2 (patch_cache.c) ------------------------ */
 
-/* Where a ulp chunk's decompressed streams lie in the cache, once pass 1 has checked them. */
+/* Where an element-wise chunk's decompressed streams lie in the cache, once pass 1 has checked them. */
 typedef struct patch_cache_entry {
-    uint64_t off;           /* gap bytes at mem + off, then the packed symbols (+ 4 zero bytes), then escapes */
+    uint64_t off;           /* gap bytes at mem + off, then (ulp) the packed symbols (+ 4 zero bytes) and the
+                             * escapes, or (abs, bits 0) the value byte planes, plen = unit * count bytes */
     uint32_t glen, plen, elen;
     uint8_t bits;
-    uint8_t cached;         /* 0: not kept (the cache was full, or not a ulp chunk): pass 2 decodes again */
+    uint8_t cached;         /* 0: not kept (the cache was full, or an opaque chunk): pass 2 decodes again */
 } patch_cache_entry;
 
-/* Pass 1 decompresses the streams of each element-wise ulp chunk straight into this arena
+/* Pass 1 decompresses the streams of each element-wise chunk (ulp or abs) straight into this arena
  * while room is left, checks them there, and pass 2 adds from them without reading,
  * hashing or decompressing the chunk again. The arena has a fixed cap (PATCH_CACHE_CAP, or
  * PULSE_APPLY_CACHE=<bytes>[K|M|G], 0 = off, at most the default), so memory never grows with the model: chunks
@@ -273,14 +274,15 @@ void patch_cache_release(void);
 /* Frees what pulse_patch_apply_ex keeps between calls: the arena and the scratch pool. */
 void patch_apply_release(void);
 
-/* Pass 1 for chunk i: digest, frames, gaps and values checked; a ulp chunk's streams are kept
+/* Pass 1 for chunk i: digest, frames, gaps and values checked; an element-wise chunk's streams are kept
  * in cache (may be NULL) while it has room. Nothing is written. */
 int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache);
 /* Pass 1 for chunks i and i + 1 (i + 1 < p->nchunks): as two patch_check_chunk calls, with
  * both digests computed in one pass when both chunks are cached kinds. */
 int patch_check_chunk2(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache);
-/* Pass 2 for chunk i from the cache: adds the changes into dst (the chunk's first byte).
- * Returns 1 when the chunk is not cached (the caller decodes it again), else 0 or an error. */
+/* Pass 2 for chunk i from the cache: adds the changes (ulp) or stores the values (abs) into
+ * dst (the chunk's first byte). Returns 1 when the chunk is not cached (the caller decodes
+ * it again), else 0 or an error. */
 int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, const patch_cache *cache,
                              uint8_t *dst);
 

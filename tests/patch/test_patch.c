@@ -317,6 +317,26 @@ static void raw_chunk(const uint8_t *leb, size_t leb_len, uint8_t coding, const 
     pulse_sha256(oc->bytes, pl + vl, oc->digest);
 }
 
+/* An abs chunk of a BF16 tensor from raw gap bytes and nplanes value planes of plane_len bytes
+ * each (a well-formed one has 2 planes of `count` bytes), with valid digests. */
+static void raw_abs_chunk(const uint8_t *leb, size_t leb_len, unsigned nplanes, size_t plane_len, uint32_t count,
+                          patch_out_chunk *oc)
+{
+    uint8_t plane[16];
+    size_t cap = ZSTD_compressBound(leb_len) + 4 * ZSTD_compressBound(sizeof plane);
+    oc->bytes = malloc(cap);
+    size_t pl = ZSTD_compress(oc->bytes, cap, leb, leb_len, 3), vl = 0;
+    for (unsigned b = 0; b < nplanes; b++) {
+        for (size_t j = 0; j < plane_len && j < sizeof plane; j++)
+            plane[j] = (uint8_t)(b ? 0x3f : 0x80 + j);
+        vl += ZSTD_compress(oc->bytes + pl + vl, cap - pl - vl, plane, plane_len, 3);
+    }
+    oc->count = count;
+    oc->pos_len = (uint32_t)pl;
+    oc->val_len = (uint32_t)vl;
+    pulse_sha256(oc->bytes, pl + vl, oc->digest);
+}
+
 /* Apply's pass 1 must refuse a crafted chunk exactly as verify does, before any write,
  * whether its streams go to the cache or to scratch buffers (cache off). */
 static void crafted_apply(const pulse_patch *p, pulse_ckpt *a, const uint8_t ida[32], int want)
@@ -455,6 +475,46 @@ static void test_crafted(pulse_ckpt *a)
             CHECK_ERR(pulse_patch_verify(p, a, 1), PULSE_ERR_FORMAT);
             crafted_apply(p, a, ida, PULSE_ERR_FORMAT);
         }
+        pulse_patch_close(&p);
+        free(ot[0].chunks[0].bytes);
+        ot[0].chunks[0].bytes = NULL;
+    }
+    /* Abs chunks: the same gap cases, and value planes of the wrong number or length. Pass 1
+     * keeps abs streams too, so it must refuse each before any write, with the cache and
+     * without it, as verify does. */
+    static const struct {
+        const char *what;
+        uint8_t leb[8];
+        size_t leb_len;
+        uint32_t count;
+        unsigned nplanes;
+        size_t plane_len;
+        int want;
+    } acases[] = {
+        { "abs: position past chunk end", { 70 }, 1, 1, 2, 1, PULSE_ERR_FORMAT },
+        { "abs: gap overflow", { 0xff, 0xff, 0xff, 0xff, 0x7f }, 5, 1, 2, 1, PULSE_ERR_FORMAT },
+        { "abs: too few gaps", { 1 }, 1, 2, 2, 2, PULSE_ERR_FORMAT },
+        { "abs: stray gap bytes", { 1, 2, 3 }, 3, 2, 2, 2, PULSE_ERR_FORMAT },
+        { "abs: a plane short", { 0, 5 }, 2, 2, 2, 1, PULSE_ERR_FORMAT },
+        { "abs: a plane missing", { 0, 5 }, 2, 2, 1, 2, PULSE_ERR_FORMAT },
+        { "abs: a plane too many", { 0, 5 }, 2, 2, 3, 2, PULSE_ERR_FORMAT },
+        { "abs: valid", { 0, 5 }, 2, 2, 2, 2, 0 },
+    };
+    for (size_t c = 0; c < sizeof acases / sizeof acases[0]; c++) {
+        raw_abs_chunk(acases[c].leb, acases[c].leb_len, acases[c].nplanes, acases[c].plane_len, acases[c].count,
+                      &ot[0].chunks[0]);
+        ot[0].changes = acases[c].count;
+        CHECK_OK(patch_write_file(path_of("crafted"), PULSE_VALUES_ABS, CHUNK, ida, ida, ot, n));
+        pulse_patch *p = NULL;
+        int err = pulse_patch_open(&p, path_of("crafted"));
+        if (!err)
+            err = pulse_patch_verify(p, a, 1);
+        if (err != acases[c].want)
+            fprintf(stderr, "crafted case '%s': got %d (%s), wanted %d\n", acases[c].what, err,
+                    pulse_last_error(), acases[c].want);
+        CHECK_EQ_INT(err, acases[c].want);
+        if (p)
+            crafted_apply(p, a, ida, acases[c].want);
         pulse_patch_close(&p);
         free(ot[0].chunks[0].bytes);
         ot[0].chunks[0].bytes = NULL;
