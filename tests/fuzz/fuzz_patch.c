@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fuzz target for the patch parser and chunk decoder: open from memory, decode every chunk, gather the stats, and check the fused and the cached apply against decode-then-scatter. */
+/* Fuzz target for the patch parser and chunk decoder: open from memory, decode every chunk, gather the stats, and check the fused and the cached writes against decode-then-scatter. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,8 +19,8 @@ static uint16_t *start_bytes(uint32_t len)
     return a;
 }
 
-/* The reference for a 16-bit ulp chunk that a write path accepted: decode, then ulp_apply16,
- * from the same start bytes; aborts when decoding refuses it or GOT differs. */
+/* The reference for a 16-bit chunk that a write path accepted: decode, then ulp_apply16 (ulp)
+ * or scatter16 (abs), from the same start bytes; aborts when decoding refuses it or GOT differs. */
 static void expect_decode_then_scatter(const pulse_patch *p, const patch_chunk *c, patch_scratch *s,
                                        const uint16_t *got)
 {
@@ -29,7 +29,10 @@ static void expect_decode_then_scatter(const pulse_patch *p, const patch_chunk *
         return;
     if (patch_decode_checked_chunk(p, c, s) != 0)
         abort();   /* verify passed: a write path accepted what decoding refuses */
-    pulse_kernels_get()->ulp_apply16(a, s->idx, c->count, (const uint16_t *)(void *)s->vals);
+    if (p->values == PULSE_VALUES_ABS)
+        pulse_kernels_get()->scatter16(a, s->idx, c->count, (const uint16_t *)(void *)s->vals);
+    else
+        pulse_kernels_get()->ulp_apply16(a, s->idx, c->count, (const uint16_t *)(void *)s->vals);
     if (memcmp(a, got, (size_t)c->len * 2) != 0)
         abort();
     free(a);
@@ -66,9 +69,9 @@ static void check_fused(const pulse_patch *p)
     patch_pool_free(&pool);
 }
 
-/* Apply's pass 1 keeps a ulp chunk's decompressed streams in a cache and pass 2 adds from it:
- * on a verified patch pass 1 must accept every chunk, and a cached 16-bit chunk must write
- * exactly what decode + ulp_apply16 writes. */
+/* Apply's pass 1 keeps an element-wise chunk's decompressed streams in a cache and pass 2
+ * writes from it: on a verified patch pass 1 must accept every chunk, and a cached 16-bit
+ * chunk must write exactly what decode + ulp_apply16 (ulp) or scatter16 (abs) writes. */
 static void check_cached(const pulse_patch *p)
 {
     patch_pool pool;
