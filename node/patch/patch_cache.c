@@ -227,6 +227,31 @@ static int cached_kind(const pulse_patch *p, const patch_chunk *c)
     return t->dtype != PULSE_DT_OPAQUE && t->unit != 0 && t->unit <= 4;
 }
 
+/* The position stream's frame: it must fill pos_len exactly and declare k..5k gap bytes
+ * (*glen). Returns its compressed size or a negative error. */
+static int64_t probe_positions(const patch_tensor *t, const patch_chunk *c, const uint8_t *bytes, size_t *glen)
+{
+    const size_t k = c->count;
+    int64_t fg = patch_frame_probe(t, c, "position", bytes, c->pos_len, k, k * PATCH_LEB_MAX, glen);
+    if (fg >= 0 && (uint64_t)fg != c->pos_len)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
+                          t->name, (unsigned long long)c->index);
+    return fg;
+}
+
+/* Records that chunk i's checked streams lie in the cache at off. */
+static void keep_entry(patch_cache *cache, size_t i, size_t off, size_t glen, size_t plen, size_t elen,
+                       unsigned bits)
+{
+    patch_cache_entry *e = &cache->ent[i];
+    e->off = off;
+    e->glen = (uint32_t)glen;
+    e->plen = (uint32_t)plen;
+    e->elen = (uint32_t)elen;
+    e->bits = (uint8_t)bits;
+    e->cached = 1;
+}
+
 /* Pass 1 for an abs chunk i whose bytes' digest was checked: the position stream and the
  * `unit` byte planes of the values (exactly k bytes each, nothing after them), sized first as
  * patch_decode_chunk sizes them, decompressed into the cache while it has room (entry bits 0:
@@ -237,12 +262,9 @@ static int check_abs_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     const patch_tensor *t = &p->tensors[c->tensor];
     const size_t k = c->count, unit = t->unit;
     size_t glen, got;
-    int64_t fg = patch_frame_probe(t, c, "position", bytes, c->pos_len, k, k * PATCH_LEB_MAX, &glen);
+    int64_t fg = probe_positions(t, c, bytes, &glen);
     if (fg < 0)
         return (int)fg;
-    if ((uint64_t)fg != c->pos_len)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
-                          t->name, (unsigned long long)c->index);
     int64_t fv[4];
     const uint8_t *v = bytes + c->pos_len;
     size_t left = c->val_len;
@@ -269,36 +291,26 @@ static int check_abs_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     int lr = patch_leb_check(g, glen, k, c->len);
     if (lr < 0)
         return patch_gap_error(t, c, lr);
-    if (off == SIZE_MAX)
-        return 0;
-    patch_cache_entry *e = &cache->ent[i];
-    e->off = off;
-    e->glen = (uint32_t)glen;
-    e->plen = (uint32_t)(unit * k);
-    e->elen = 0;
-    e->bits = 0;
-    e->cached = 1;
+    if (off != SIZE_MAX)
+        keep_entry(cache, i, off, glen, unit * k, 0, 0);
     return 0;
 }
 
-/* Pass 1 for chunk i of a cached kind whose bytes' digest was checked. */
-static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache)
+/* Pass 1 for a ulp chunk i whose bytes' digest was checked: the frames sized first (bounded
+ * as in patch_decode_chunk, so that the room they need is known before anything is
+ * decompressed), the streams decompressed into the cache while it has room (cache may be
+ * NULL), else into the scratch buffers, and checked there; *out says where they are. */
+static int check_ulp_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache,
+                           patch_ulp_streams *out)
 {
-    if (p->values == PULSE_VALUES_ABS)
-        return check_abs_bytes(p, i, bytes, s, cache);
     const patch_chunk *c = &p->chunks[i];
     const patch_tensor *t = &p->tensors[c->tensor];
     int err;
-    /* The frames first (sizes bounded as in patch_decode_chunk), so that the room they need
-     * is known before anything is decompressed. */
     const size_t k = c->count;
     size_t glen, plen, pcs, elen = 0;
-    int64_t fg = patch_frame_probe(t, c, "position", bytes, c->pos_len, k, k * PATCH_LEB_MAX, &glen);
+    int64_t fg = probe_positions(t, c, bytes, &glen);
     if (fg < 0)
         return (int)fg;
-    if ((uint64_t)fg != c->pos_len)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
-                          t->name, (unsigned long long)c->index);
     const uint8_t *v = bytes + c->pos_len;
     size_t left = c->val_len;
     unsigned bits = 0;
@@ -341,16 +353,26 @@ static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, pat
         return patch_gap_error(t, c, lr);
     err = t->unit == 2 && bits == 2 ? patch_ulp2_check16(t, c, pk, k, es, elen)
                                     : patch_unpack_ulp(t, c, s, bits, pk, es, elen);
-    if (err || off == SIZE_MAX)
+    if (err)
         return err;
-    patch_cache_entry *e = &cache->ent[i];
-    e->off = off;
-    e->glen = (uint32_t)glen;
-    e->plen = (uint32_t)plen;
-    e->elen = (uint32_t)elen;
-    e->bits = (uint8_t)bits;
-    e->cached = 1;
+    if (off != SIZE_MAX)
+        keep_entry(cache, i, off, glen, plen, elen, bits);
+    *out = (patch_ulp_streams){ .gaps = g, .glen = glen, .packed = pk, .esc = es, .elen = elen, .bits = bits };
     return 0;
+}
+
+/* Pass 1 for chunk i of a cached kind whose bytes' digest was checked. */
+static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache)
+{
+    patch_ulp_streams unused;
+    return p->values == PULSE_VALUES_ABS ? check_abs_bytes(p, i, bytes, s, cache)
+                                         : check_ulp_bytes(p, i, bytes, s, cache, &unused);
+}
+
+int patch_check_ulp_streams(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes, patch_scratch *s,
+                            patch_ulp_streams *out)
+{
+    return check_ulp_bytes(p, (size_t)(c - p->chunks), bytes, s, NULL, out);
 }
 
 int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache)

@@ -796,7 +796,7 @@ static int decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratc
 
 /* Pass 2 of an apply for the common case, BF16/F16 ulp chunks coded with 2-bit symbols, when
  * pass 1 could not keep the chunk's streams (its cache was full): the streams are
- * decompressed again into private memory, checked there as pass 1 checks them, and added to
+ * decompressed again into private memory, checked there by pass 1's own code, and added to
  * dst (the chunk's first element) by the ulp2_add16 kernel, without expanding positions or
  * values. Digest not rechecked (see patch_decode_checked_chunk); every other check is kept.
  * Returns 1 when the chunk is not of that kind (the caller decodes, then scatters), 2 when
@@ -815,35 +815,11 @@ int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_
         err = decode_bytes(p, c, s, bytes);
         return err ? err : 2;
     }
-    const size_t k = c->count;
-    size_t glen, plen = (k * 2 + 7) / 8, got, esc_len = 0;
-    int64_t r = unzstd_frame(s, t, c, "position", bytes, c->pos_len, s->leb, k, k * PATCH_LEB_MAX, &glen);
-    if (r < 0)
-        return (int)r;
-    if ((uint64_t)r != c->pos_len)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
-                          t->name, (unsigned long long)c->index);
-    const uint8_t *v = bytes + c->pos_len + 1;
-    size_t left = c->val_len - 1;
-    uint8_t *packed = s->planes, *esc = (uint8_t *)s->gaps;
-    if ((r = unzstd_frame(s, t, c, "value", v, left, packed, plen, plen, &got)) < 0)
-        return (int)r;
-    if (left > (size_t)r) {
-        int64_t r2 = unzstd_frame(s, t, c, "escape", v + r, left - (size_t)r, esc, 1, k * PATCH_LEB_MAX, &esc_len);
-        if (r2 < 0)
-            return (int)r2;
-        if ((uint64_t)r2 != left - (size_t)r)
-            return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in value stream",
-                              t->name, (unsigned long long)c->index);
-    }
-    memset(packed + plen, 0, 4);   /* ulp2_add16 reads up to 4 bytes past plen */
-    /* The streams are private now: checked as pass 1 checks them, then added by the kernel,
-     * which checks nothing. */
-    int lr = patch_leb_check(s->leb, glen, k, c->len);
-    if (lr < 0)
-        return patch_gap_error(t, c, lr);
-    if ((err = patch_ulp2_check16(t, c, packed, k, esc, esc_len)) != 0)
+    /* Decompressed into s and checked there exactly as pass 1 checks a chunk, then added by
+     * the kernel, which checks nothing. */
+    patch_ulp_streams st;
+    if ((err = patch_check_ulp_streams(p, c, bytes, s, &st)) != 0)
         return err;
-    pulse_kernels_get()->ulp2_add16((uint16_t *)(void *)dst, s->leb, glen, packed, esc, k);
+    pulse_kernels_get()->ulp2_add16((uint16_t *)(void *)dst, st.gaps, st.glen, st.packed, st.esc, c->count);
     return 0;
 }

@@ -280,6 +280,17 @@ int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_ca
 /* Pass 1 for chunks i and i + 1 (i + 1 < p->nchunks): as two patch_check_chunk calls, with
  * both digests computed in one pass when both chunks are cached kinds. */
 int patch_check_chunk2(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache);
+/* Where a ulp chunk's checked streams lie after patch_check_ulp_streams (scratch buffers). */
+typedef struct patch_ulp_streams {
+    const uint8_t *gaps, *packed, *esc;   /* packed is followed by 4 zero bytes */
+    size_t glen, elen;
+    unsigned bits;                        /* symbol width */
+} patch_ulp_streams;
+/* Pass 1's checks of a ulp chunk c (element-wise, bytes digest-checked or private) without the
+ * cache: its streams decompressed into s's buffers and checked there as pass 1 checks them.
+ * 0 (and *out), or the same FORMAT error pass 1 gives. */
+int patch_check_ulp_streams(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes, patch_scratch *s,
+                            patch_ulp_streams *out);
 /* Pass 2 for chunk i from the cache: adds the changes (ulp) or stores the values (abs) into
  * dst (the chunk's first byte). Returns 1 when the chunk is not cached (the caller decodes
  * it again), else 0 or an error. */
