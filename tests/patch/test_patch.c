@@ -364,6 +364,26 @@ static void crafted_apply(const pulse_patch *p, pulse_ckpt *a, const uint8_t ida
     unsetenv("PULSE_APPLY_CACHE");
 }
 
+/* Writes the crafted chunk now in ot[0].chunks[0] into a patch of the given value code, and
+ * requires verify and apply (crafted_apply) to give `want`; frees the chunk's bytes. */
+static void crafted_case(patch_out_tensor *ot, size_t n, pulse_value_code values, pulse_ckpt *a,
+                         const uint8_t ida[32], const char *what, int want)
+{
+    CHECK_OK(patch_write_file(path_of("crafted"), values, CHUNK, ida, ida, ot, n));
+    pulse_patch *p = NULL;
+    int err = pulse_patch_open(&p, path_of("crafted"));
+    if (!err)
+        err = pulse_patch_verify(p, a, 1);
+    if (err != want)
+        fprintf(stderr, "crafted case '%s': got %d (%s), wanted %d\n", what, err, pulse_last_error(), want);
+    CHECK_EQ_INT(err, want);
+    if (p)
+        crafted_apply(p, a, ida, want);
+    pulse_patch_close(&p);
+    free(ot[0].chunks[0].bytes);
+    ot[0].chunks[0].bytes = NULL;
+}
+
 /* Patches crafted with valid digests over bad content reach the decoder's own checks. */
 static void test_crafted(pulse_ckpt *a)
 {
@@ -404,20 +424,7 @@ static void test_crafted(pulse_ckpt *a)
         uint8_t packed[1] = { cases[c].count == 2 ? 0x05 : 0x01 };   /* z = 2 each */
         raw_chunk(cases[c].leb, cases[c].leb_len, 2, packed, 1, NULL, 0, cases[c].count, &ot[0].chunks[0]);
         ot[0].changes = cases[c].count;
-        CHECK_OK(patch_write_file(path_of("crafted"), PULSE_VALUES_ULP, CHUNK, ida, ida, ot, n));
-        pulse_patch *p = NULL;
-        int err = pulse_patch_open(&p, path_of("crafted"));
-        if (!err)
-            err = pulse_patch_verify(p, a, 1);
-        if (err != cases[c].want)
-            fprintf(stderr, "crafted case '%s': got %d (%s), wanted %d\n", cases[c].what, err,
-                    pulse_last_error(), cases[c].want);
-        CHECK_EQ_INT(err, cases[c].want);
-        if (p)
-            crafted_apply(p, a, ida, cases[c].want);
-        pulse_patch_close(&p);
-        free(ot[0].chunks[0].bytes);
-        ot[0].chunks[0].bytes = NULL;
+        crafted_case(ot, n, PULSE_VALUES_ULP, a, ida, cases[c].what, cases[c].want);
     }
     /* Value streams: 4 changes at positions 0..3 of a.bf16 (BF16: largest zigzag 65535). */
     static const struct {
@@ -448,20 +455,7 @@ static void test_crafted(pulse_ckpt *a)
         raw_chunk(gaps, 4, vcases[c].coding, vcases[c].packed, vcases[c].plen, vcases[c].esc, vcases[c].esc_len,
                   4, &ot[0].chunks[0]);
         ot[0].changes = 4;
-        CHECK_OK(patch_write_file(path_of("crafted"), PULSE_VALUES_ULP, CHUNK, ida, ida, ot, n));
-        pulse_patch *p = NULL;
-        int err = pulse_patch_open(&p, path_of("crafted"));
-        if (!err)
-            err = pulse_patch_verify(p, a, 1);
-        if (err != vcases[c].want)
-            fprintf(stderr, "value case '%s': got %d (%s), wanted %d\n", vcases[c].what, err,
-                    pulse_last_error(), vcases[c].want);
-        CHECK_EQ_INT(err, vcases[c].want);
-        if (p)
-            crafted_apply(p, a, ida, vcases[c].want);
-        pulse_patch_close(&p);
-        free(ot[0].chunks[0].bytes);
-        ot[0].chunks[0].bytes = NULL;
+        crafted_case(ot, n, PULSE_VALUES_ULP, a, ida, vcases[c].what, vcases[c].want);
     }
     /* Padding bits after the last symbol must be zero: 3 changes at coding 2 leave 2 bits. */
     {
@@ -504,20 +498,7 @@ static void test_crafted(pulse_ckpt *a)
         raw_abs_chunk(acases[c].leb, acases[c].leb_len, acases[c].nplanes, acases[c].plane_len, acases[c].count,
                       &ot[0].chunks[0]);
         ot[0].changes = acases[c].count;
-        CHECK_OK(patch_write_file(path_of("crafted"), PULSE_VALUES_ABS, CHUNK, ida, ida, ot, n));
-        pulse_patch *p = NULL;
-        int err = pulse_patch_open(&p, path_of("crafted"));
-        if (!err)
-            err = pulse_patch_verify(p, a, 1);
-        if (err != acases[c].want)
-            fprintf(stderr, "crafted case '%s': got %d (%s), wanted %d\n", acases[c].what, err,
-                    pulse_last_error(), acases[c].want);
-        CHECK_EQ_INT(err, acases[c].want);
-        if (p)
-            crafted_apply(p, a, ida, acases[c].want);
-        pulse_patch_close(&p);
-        free(ot[0].chunks[0].bytes);
-        ot[0].chunks[0].bytes = NULL;
+        crafted_case(ot, n, PULSE_VALUES_ABS, a, ida, acases[c].what, acases[c].want);
     }
     /* Absurd shape (layout check at open): 2^62 elements. */
     uint64_t huge[1] = { 1ull << 62 };
