@@ -37,7 +37,6 @@ size_t measure_llc_bytes(void);
  * there a repeated memcpy ran in 14 ms warm against 17 ms from memory. */
 /* Returns the bytes read, 0 when the buffer could not be allocated (then nothing is evicted). */
 size_t measure_cold(void);
-extern volatile uint64_t measure_cold_sink;
 
 /* RssAnon of this process in KiB (/proc/self/status), 0 when unknown. */
 uint64_t measure_rss_anon_kb(void);
