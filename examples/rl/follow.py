@@ -42,7 +42,7 @@ def main(argv=None):
     probe = T.fixed_prompts()
     print(f"follower: backend {fol.backend}", flush=True)
     checked = changed = 0
-    prev = None
+    prev = prev_step = None
     t_end = time.time() + args.timeout
     while True:
         applied, step = fol.pull()
@@ -50,14 +50,19 @@ def main(argv=None):
             logits = M.inference_logits(model, probe)
             ref = sync.load_logits(args.logits_dir, step)
             equal = torch.equal(logits, ref)
+            if prev is None and step > 0:
+                # A first pull that caught up several steps at once compares with the trainer's
+                # logits at step 0, so the equality is still shown to follow a change.
+                prev, prev_step = sync.load_logits(args.logits_dir, 0), 0
             moved = prev is not None and not torch.equal(logits, prev)
-            prev = logits
+            since = prev_step
+            prev, prev_step = logits, step
             checked += 1
             changed += moved
             diff = (logits.float() - ref.float()).abs().max().item()
             print(f"follower step {step}: {applied} step(s) applied, logits "
                   f"{'EQUAL' if equal else 'DIFFERENT'} to the trainer's bit for bit (max |diff| {diff:g})"
-                  f"{', changed since the last check' if moved else ''}", flush=True)
+                  f"{f', changed since step {since}' if moved else ''}", flush=True)
             if not equal:
                 print(f"follower: MISMATCH at step {step}", file=sys.stderr)
                 return 1
