@@ -436,7 +436,7 @@ static void ulp2_add16_avx2(uint16_t *d, const uint8_t *g, size_t glen, const ui
     const __m256i one = _mm256_set1_epi32(1), three = _mm256_set1_epi32(3);
     const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
     const __m256i dtab = _mm256_setr_epi32(0xffff, 1, 0xfffe, 0, 0, 0, 0, 0);
-    uint64_t next = 0;
+    uint64_t next = 0, cur = 0;
     size_t at = 0, eat = 0, j = 0;
     while (j + 8 <= k) {
         __m128i gb;
@@ -457,6 +457,7 @@ static void ulp2_add16_avx2(uint16_t *d, const uint8_t *g, size_t glen, const ui
         _mm256_storeu_si256((__m256i *)pos, p);
         _mm256_storeu_si256((__m256i *)dl, _mm256_permutevar8x32_epi32(dtab, sym));
         ulp2_add16_step(d, pos, dl, 8, em, esc, &eat);
+        cur = prefetch_cursor(d, cur, pos[7]);
         j += 8;
         at += 8;
     }

@@ -233,13 +233,13 @@ static size_t leb1_run_c(const uint8_t *src, size_t n, uint64_t *sum)
 
 /* Eight changes a step while their gaps are one byte each (nearly always at RL densities):
  * escapes are patched in after the step's eight adds (their table delta is 0), so they never
- * leave the fast path; other steps go one change at a time. Each change prefetches ahead
- * (prefetch_ahead_of, kernels_tail.h). */
+ * leave the fast path; other steps go one change at a time. Each step prefetches ahead
+ * (prefetch_cursor, kernels_tail.h). */
 static void ulp2_add16_c(uint16_t *d, const uint8_t *g, size_t glen, const uint8_t *packed, const uint8_t *esc,
                          size_t k)
 {
     static const uint16_t delta[4] = { 0xffff, 1, 0xfffe, 0 };   /* unzigzag(symbol + 1); escape: 0 for now */
-    uint64_t next = 0;
+    uint64_t next = 0, cur = 0;
     size_t at = 0, eat = 0, j = 0;
     while (j + 8 <= k) {
         uint64_t x;
@@ -256,8 +256,8 @@ static void ulp2_add16_c(uint16_t *d, const uint8_t *g, size_t glen, const uint8
             next += (x >> (8 * i)) & 0xff;
             pos[i] = (uint32_t)next++;
             d[pos[i]] = (uint16_t)(d[pos[i]] + delta[(sym >> (2 * i)) & 3]);
-            prefetch_ahead_of(d, pos[i]);
         }
+        cur = prefetch_cursor(d, cur, pos[7]);
         for (uint32_t em = sym & (sym >> 1) & 0x5555u; em; em &= em - 1) {
             uint32_t q = pos[__builtin_ctz(em) >> 1];
             d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, &eat) + 4));

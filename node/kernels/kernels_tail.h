@@ -173,14 +173,25 @@ static inline void prefetch16(const uint16_t *dst, uint64_t i)
 {
     __builtin_prefetch((const void *)((uintptr_t)dst + 2 * (uintptr_t)i), 0, 2);
 }
-/* ulp2_add16 has no position array to look ahead in: with each change it prefetches the
- * element ADD_AHEAD on (16 KiB of BF16), which the next changes are about to reach. From the
- * write pass of the bench pair on a Xeon VM: 4-32 KiB ahead all alike within noise; without
- * the prefetch 24 ms, with it 12-13 ms warm and 16-18 ms from memory (docs/performance.md). */
+/* ulp2_add16 has no position array to look ahead in: each step of eight changes prefetches
+ * ADD_LINES lines from a cursor that walks the target a line at a time about ADD_AHEAD
+ * elements (16 KiB of BF16) past the step's last change, which the next steps are about to
+ * reach. Eight changes span ~300 bytes at RL densities (a change every ~40 bytes), so five
+ * lines keep pace; the cursor is clamped to [ahead - 4 lines, ahead + 4 KiB], so that it
+ * neither lags where changes are sparse nor runs away where they are dense. From the write
+ * pass of the bench pair on a Xeon VM: 4-32 KiB ahead all alike within noise; without any
+ * prefetch 24 ms, one prefetch per change 16.9-17.1 ms, this cursor 16.4-16.5 ms from
+ * memory (apply_bench, alternating runs; docs/performance.md). */
 #define ADD_AHEAD 8192u
-static inline void prefetch_ahead_of(const uint16_t *d, uint64_t pos)
+#define ADD_LINES 5u
+#define LINE_ELEMS16 32u
+static inline uint64_t prefetch_cursor(const uint16_t *d, uint64_t cur, uint32_t last_pos)
 {
-    prefetch16(d, pos + ADD_AHEAD);
+    uint64_t lo = (uint64_t)last_pos + ADD_AHEAD - 4 * LINE_ELEMS16, hi = lo + 2048;
+    cur = cur < lo ? lo : cur > hi ? hi : cur;
+    for (unsigned i = 0; i < ADD_LINES; i++)
+        prefetch16(d, cur + LINE_ELEMS16 * i);
+    return cur + LINE_ELEMS16 * ADD_LINES;
 }
 
 /* One SIMD step of ulp2_add16 after its vectors were stored: the n adds at pos[] of dl[] (0
@@ -188,10 +199,8 @@ static inline void prefetch_ahead_of(const uint16_t *d, uint64_t pos)
 static inline void ulp2_add16_step(uint16_t *d, const uint32_t *pos, const uint32_t *dl, unsigned n, unsigned em,
                                    const uint8_t *esc, size_t *eat)
 {
-    for (unsigned e = 0; e < n; e++) {
+    for (unsigned e = 0; e < n; e++)
         d[pos[e]] = (uint16_t)(d[pos[e]] + dl[e]);
-        prefetch_ahead_of(d, pos[e]);
-    }
     for (; em; em &= em - 1) {
         uint32_t q = pos[__builtin_ctz(em)];
         d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, eat) + 4));
