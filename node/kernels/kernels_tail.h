@@ -177,17 +177,17 @@ static inline void prefetch16(const uint16_t *dst, uint64_t i)
  * ADD_LINES lines from a cursor that walks the target a line at a time about ADD_AHEAD
  * elements (16 KiB of BF16) past the step's last change, which the next steps are about to
  * reach. Eight changes span ~300 bytes at RL densities (a change every ~40 bytes), so five
- * lines keep pace; the cursor is clamped to [ahead - 4 lines, ahead + 4 KiB], so that it
+ * lines keep pace; the cursor is clamped to [ahead - 4 lines, that + 4 KiB], so that it
  * neither lags where changes are sparse nor runs away where they are dense. From the write
  * pass of the bench pair on a Xeon VM: 4-32 KiB ahead all alike within noise; without any
- * prefetch 24 ms, one prefetch per change 16.9-17.1 ms, this cursor 16.4-16.5 ms from
+ * prefetch 24 ms, one prefetch per change 16.9-17.2 ms, this cursor 16.4-16.5 ms from
  * memory (apply_bench, alternating runs; docs/performance.md). */
 #define ADD_AHEAD 8192u
 #define ADD_LINES 5u
 #define LINE_ELEMS16 32u
 static inline uint64_t prefetch_cursor(const uint16_t *d, uint64_t cur, uint32_t last_pos)
 {
-    uint64_t lo = (uint64_t)last_pos + ADD_AHEAD - 4 * LINE_ELEMS16, hi = lo + 2048;
+    uint64_t lo = (uint64_t)last_pos + ADD_AHEAD - 4 * LINE_ELEMS16, hi = lo + 64 * LINE_ELEMS16;
     cur = cur < lo ? lo : cur > hi ? hi : cur;
     for (unsigned i = 0; i < ADD_LINES; i++)
         prefetch16(d, cur + LINE_ELEMS16 * i);
