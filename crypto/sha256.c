@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* SHA-256 (FIPS 180-4): the portable compression function, padding, and the runtime choice of SHA-NI. */
+/* SHA-256 (FIPS 180-4): the portable compression function, padding, and the runtime choice of SHA-NI and the sixteen-lane AVX-512 kernel. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,11 +97,34 @@ static int cpu_has_sha_ni(void)
 #endif
 }
 
-/* PULSE_CPU_SHA in node/kernels/kernels.h; repeated here because crypto/ sits below node/. */
+/* True when the CPU has AVX-512 F and BW and the OS saves the opmask and ZMM state. */
+static int cpu_has_avx512bw(void)
+{
+#if defined(PULSE_HAVE_SHA_X16) && (defined(__x86_64__) || defined(__i386__))
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1))   /* OSXSAVE */
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0xe6) != 0xe6)   /* XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM */
+        return 0;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return ((b >> 16) & 1) && ((b >> 30) & 1);
+#else
+    return 0;
+#endif
+}
+
+/* PULSE_CPU_AVX512 and PULSE_CPU_SHA in node/kernels/kernels.h; repeated here because
+ * crypto/ sits below node/. */
+#define CPU_MASK_AVX512 0x2u
 #define CPU_MASK_SHA 0x8u
 
 static blocks_fn best_blocks = pulse_sha256_blocks_c;
 static const char *best_name = "portable";
+static int best_lanes16;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 static void choose(void)
@@ -118,6 +141,7 @@ static void choose(void)
         best_blocks = pulse_sha256_blocks_ni;
         best_name = "sha-ni";
     }
+    best_lanes16 = cpu_has_avx512bw() && !(mask & CPU_MASK_AVX512);
 }
 
 static blocks_fn get_blocks(void)
@@ -132,6 +156,17 @@ const char *pulse_sha256_impl(void)
     return best_name;
 }
 
+int pulse_sha256_lanes16(void)
+{
+    pthread_once(&best_once, choose);
+    return best_lanes16;
+}
+
+int pulse_sha256_lanes16_built(void)
+{
+    return cpu_has_avx512bw();
+}
+
 #ifndef PULSE_HAVE_SHA_NI
 void pulse_sha256_blocks_ni(uint32_t h[8], const uint8_t *p, size_t nblocks)
 {
@@ -143,6 +178,22 @@ void pulse_sha256_blocks_ni_x2(uint32_t ha[8], const uint8_t *pa, uint32_t hb[8]
 {
     pulse_sha256_blocks_c(ha, pa, nblocks);   /* never chosen either */
     pulse_sha256_blocks_c(hb, pb, nblocks);
+}
+#endif
+
+#ifndef PULSE_HAVE_SHA_X16
+void pulse_sha256_blocks_x16(uint32_t st[8][16], const uint8_t *const p[16], unsigned live, size_t nblocks)
+{
+    for (int l = 0; l < 16; l++) {   /* never chosen: cpu_has_avx512bw() is 0 */
+        if (!((live >> l) & 1))
+            continue;
+        uint32_t h[8];
+        for (int j = 0; j < 8; j++)
+            h[j] = st[j][l];
+        pulse_sha256_blocks_c(h, p[l], nblocks);
+        for (int j = 0; j < 8; j++)
+            st[j][l] = h[j];
+    }
 }
 #endif
 

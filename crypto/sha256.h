@@ -24,6 +24,12 @@ void pulse_sha256(const void *data, size_t len, uint8_t out[32]);
 void pulse_sha256_x2(const void *a, size_t la, const void *b, size_t lb, uint8_t out_a[32],
                      uint8_t out_b[32]);
 
+/* n one-shot digests at once (out[i] of data[i], len[i] bytes). On AVX-512 the messages share
+ * the sixteen lanes of pulse_sha256_blocks_x16, a lane taking the next message as soon as its
+ * own ends; the last few (when fewer than would keep the lanes worth it) and any CPU without
+ * AVX-512 go through pulse_sha256_x2 in pairs. */
+void pulse_sha256_many(size_t n, const void *const data[], const size_t len[], uint8_t out[][32]);
+
 /* Which implementation runs: "sha-ni" or "portable". Honours PULSE_CPU_MASK like the kernels
  * (bit 0x8 masks SHA-NI; crypto/ reads the variable itself so it does not depend on node/). */
 const char *pulse_sha256_impl(void);
@@ -33,7 +39,12 @@ const char *pulse_sha256_impl(void);
  * (PULSE_CPU_MASK is not consulted here, so tests can compare both on one run). */
 int pulse_sha256_with(const char *impl, const void *data, size_t len, uint8_t out[32]);
 
-/* The 64 round constants, shared by both implementations. */
+/* Whether pulse_sha256_many uses the sixteen lanes (AVX-512 F+BW, not masked by bit 0x2 of
+ * PULSE_CPU_MASK); and, for tests, whether this CPU and build could (the mask not consulted). */
+int pulse_sha256_lanes16(void);
+int pulse_sha256_lanes16_built(void);
+
+/* The 64 round constants, shared by every implementation. */
 extern const uint32_t pulse_sha256_k[64];
 
 /* Compression of whole 64-byte blocks into h; one per implementation. */
@@ -41,5 +52,9 @@ void pulse_sha256_blocks_c(uint32_t h[8], const uint8_t *p, size_t nblocks);
 void pulse_sha256_blocks_ni(uint32_t h[8], const uint8_t *p, size_t nblocks);
 void pulse_sha256_blocks_ni_x2(uint32_t ha[8], const uint8_t *pa, uint32_t hb[8], const uint8_t *pb,
                                size_t nblocks);
+/* Sixteen chaining values at once, transposed (st[j][l] is word j of lane l): each lane l in the
+ * bit mask live compresses nblocks blocks from p[l]; the other lanes are left as they were and
+ * their p[l] is not read. */
+void pulse_sha256_blocks_x16(uint32_t st[8][16], const uint8_t *const p[16], unsigned live, size_t nblocks);
 
 #endif
