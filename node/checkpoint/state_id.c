@@ -105,22 +105,27 @@ static size_t owner_of(const job *j, uint64_t g)
     return lo;
 }
 
-/* Job p hashes global chunks 2p and 2p + 1 (when there is one) in one interleaved pass. */
-static int hash_chunk_pair(void *ctx, size_t p)
+/* Leaves a job: sixteen fill the AVX-512 lanes of pulse_sha256_many (else eight SHA-NI pairs),
+ * and 16 MiB a job still leaves many jobs a thread on any model worth threads. */
+#define LEAVES_A_JOB 16
+
+/* Job p hashes global chunks LEAVES_A_JOB * p onwards, all at once. */
+static int hash_chunk_group(void *ctx, size_t p)
 {
     job *j = ctx;
-    uint64_t g = 2 * (uint64_t)p, total = j->first[j->c->n];
-    const pulse_tensor *ta = &j->c->t[owner_of(j, g)];
-    uint64_t ka = g - j->first[ta - j->c->t];
-    if (g + 1 >= total) {
-        chunk_hash(ta, ka, j->hashes + (size_t)g * 32);
-        return 0;
+    uint64_t g = LEAVES_A_JOB * (uint64_t)p, total = j->first[j->c->n];
+    size_t n = total - g < LEAVES_A_JOB ? (size_t)(total - g) : LEAVES_A_JOB;
+    const void *data[LEAVES_A_JOB];
+    size_t len[LEAVES_A_JOB];
+    size_t ti = owner_of(j, g);
+    for (size_t i = 0; i < n; i++) {
+        while (j->first[ti + 1] <= g + i)   /* the next tensor with chunks owns it */
+            ti++;
+        const uint8_t *d;
+        len[i] = chunk_span(&j->c->t[ti], g + i - j->first[ti], &d);
+        data[i] = d;
     }
-    const pulse_tensor *tb = &j->c->t[owner_of(j, g + 1)];
-    uint64_t kb = g + 1 - j->first[tb - j->c->t];
-    const uint8_t *da, *db;
-    size_t la = chunk_span(ta, ka, &da), lb = chunk_span(tb, kb, &db);
-    pulse_sha256_x2(da, la, db, lb, j->hashes + (size_t)g * 32, j->hashes + (size_t)(g + 1) * 32);
+    pulse_sha256_many(n, data, len, (uint8_t(*)[32])(j->hashes + (size_t)g * 32));
     return 0;
 }
 
@@ -153,7 +158,7 @@ int ckpt_state_id_tensors(const pulse_ckpt *c, int threads, uint8_t out[PULSE_ST
         return pulse_fail(PULSE_ERR_NOMEM, "chunk hashes");
     }
     job j = { c, first, hashes };
-    int r = total ? pulse_parallel_for((size_t)((total + 1) / 2), threads, hash_chunk_pair, &j) : 0;
+    int r = total ? pulse_parallel_for((size_t)((total + LEAVES_A_JOB - 1) / LEAVES_A_JOB), threads, hash_chunk_group, &j) : 0;
     if (!r) {
         pulse_sha256_ctx h;
         pulse_sha256_init(&h);

@@ -53,6 +53,7 @@ typedef struct apply_job {
     atomic_int populating;   /* mode 2: decided to populate */
     atomic_int probes;       /* mode 2: chunks left to measure the faults of */
     patch_pool *pool;
+    const size_t *runs; /* pass 1: run j is chunks runs[j] .. runs[j + 1] - 1 */
 } apply_job;
 
 static void scatter(const pulse_patch *p, const patch_chunk *c, const patch_scratch *s, uint8_t *dst)
@@ -127,18 +128,47 @@ static int write_chunk(apply_job *a, size_t i, patch_scratch *s, uint8_t *dst)
     return err;
 }
 
-/* Pass 1 (nothing written) two chunks a job: their digests are computed together. */
-static int check_pair(void *ctx, size_t j)
+/* Pass 1 (nothing written) a run of chunks a job: read and their digests computed together. */
+static int check_run(void *ctx, size_t j)
 {
     apply_job *a = ctx;
-    size_t i = 2 * j;
     int err = 0;
     patch_scratch *s = patch_pool_take(a->pool, &err);
     if (!s)
         return err;
-    err = i + 1 < a->p->nchunks ? patch_check_chunk2(a->p, i, s, a->cache) : patch_check_chunk(a->p, i, s, a->cache);
+    err = patch_check_run(a->p, a->runs[j], a->runs[j + 1] - a->runs[j], s, a->cache);
     patch_pool_give(a->pool, s);
     return err;
+}
+
+/* Cuts p's chunks into pass 1's runs (PATCH_RUN_MOST, PATCH_RUN_BYTES) and, with more than
+ * one thread, no larger than a quarter of each thread's share of the bytes, so that threads
+ * taking runs as they finish end close together. runs has room for nchunks + 1 entries;
+ * returns the count. */
+static size_t cut_runs(const pulse_patch *p, int threads, size_t *runs)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < p->nchunks; i++)
+        total += (uint64_t)p->chunks[i].pos_len + p->chunks[i].val_len;
+    uint64_t most = threads > 1 ? total / (4 * (uint64_t)threads) : PATCH_RUN_BYTES;
+    if (most > PATCH_RUN_BYTES)
+        most = PATCH_RUN_BYTES;
+    size_t n = 0;
+    for (size_t i = 0; i < p->nchunks;) {
+        runs[n++] = i;
+        uint64_t bytes = (uint64_t)p->chunks[i].pos_len + p->chunks[i].val_len;
+        size_t k = 1;
+        while (i + k < p->nchunks && k < PATCH_RUN_MOST) {
+            uint64_t next = (uint64_t)p->chunks[i + k].pos_len + p->chunks[i + k].val_len;
+            if (bytes + next > most)
+                break;
+            bytes += next;
+            k++;
+        }
+        i += k;
+    }
+    runs[n] = p->nchunks;
+    return n;
 }
 
 static int apply_chunk(void *ctx, size_t i)
@@ -195,9 +225,16 @@ static int run_with(const pulse_patch *p, pulse_ckpt *target, int write, int che
                     .populate = populate_mode(), .pool = pool };
     atomic_init(&a.populating, 0);
     atomic_init(&a.probes, 4);
-    if (!write)
-        return pulse_parallel_for((p->nchunks + 1) / 2, threads, check_pair, &a);
-    return pulse_parallel_for(p->nchunks, threads, apply_chunk, &a);
+    if (write)
+        return pulse_parallel_for(p->nchunks, threads, apply_chunk, &a);
+    size_t *runs = malloc((p->nchunks + 1) * sizeof *runs);
+    if (!runs)
+        return pulse_fail(PULSE_ERR_NOMEM, "pass 1 runs (%zu chunks)", p->nchunks);
+    size_t n = cut_runs(p, patch_threads(threads), runs);
+    a.runs = runs;
+    int err = pulse_parallel_for(n, threads, check_run, &a);
+    free(runs);
+    return err;
 }
 
 static void pool_give(patch_pool *pool, patch_pool *own, const pulse_patch *p)

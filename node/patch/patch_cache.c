@@ -385,17 +385,16 @@ int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_ca
     return err ? err : check_bytes(p, i, bytes, s, cache);
 }
 
-int patch_check_chunk2(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache)
+int patch_check_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, patch_cache *cache)
 {
-    if (!cached_kind(p, &p->chunks[i]) || !cached_kind(p, &p->chunks[i + 1])) {
-        int err = patch_check_chunk(p, i, s, cache);
-        return err ? err : patch_check_chunk(p, i + 1, s, cache);
-    }
-    const uint8_t *a, *b;
-    int err = patch_chunk_bytes2(p, &p->chunks[i], &p->chunks[i + 1], s, &a, &b);
-    if (!err)
-        err = check_bytes(p, i, a, s, cache);
-    return err ? err : check_bytes(p, i + 1, b, s, cache);
+    if (n == 1)
+        return patch_check_chunk(p, first, s, cache);
+    const uint8_t *bytes[PATCH_RUN_MOST];
+    int err = patch_chunk_bytes_run(p, first, n, s, bytes);
+    for (size_t i = 0; !err && i < n; i++)   /* a rare kind kept out of the cache decodes alone */
+        err = cached_kind(p, &p->chunks[first + i]) ? check_bytes(p, first + i, bytes[i], s, cache)
+                                                     : patch_decode_chunk(p, &p->chunks[first + i], s);
+    return err;
 }
 
 /* ---- pass 2: writes -------------------------------------------------------------------- */

@@ -55,7 +55,7 @@ size_t patch_chunk_bytes_bound(uint32_t chunk_elems)
 static void scratch_free(patch_scratch *s)
 {
     free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes); free(s->planes2);
-    free(s->dense); free(s->mark); free(s->in); free(s->in2);
+    free(s->dense); free(s->mark); free(s->in); free(s->run);
     ZSTD_freeCCtx(s->cctx);
     ZSTD_freeDCtx(s->dctx);
     memset(s, 0, sizeof *s);

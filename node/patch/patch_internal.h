@@ -92,8 +92,8 @@ typedef struct patch_scratch {
     int clevel_set;
     uint8_t *in;            /* a chunk's coded bytes read from a patch file */
     size_t in_cap;
-    uint8_t *in2;           /* the second chunk's, when two are checked at once */
-    size_t in2_cap;
+    uint8_t *run;           /* a run of chunks' coded bytes read at once (<= PATCH_RUN_BYTES) */
+    size_t run_cap;
 } patch_scratch;
 
 typedef struct patch_pool {
@@ -163,10 +163,16 @@ size_t patch_chunk_bytes_bound(uint32_t chunk_elems);
  * returned are exactly the bytes whose digest was checked when that matters. */
 int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, int check,
                       const uint8_t **bytes);
-/* The same for two chunks at once, both digests always checked (in one interleaved pass:
- * pulse_sha256_x2); a's copy is read into s->in, b's into s->in2. */
-int patch_chunk_bytes2(const pulse_patch *p, const patch_chunk *a, const patch_chunk *b, patch_scratch *s,
-                       const uint8_t **bytes_a, const uint8_t **bytes_b);
+/* Pass 1 takes chunks in runs: up to PATCH_RUN_MOST consecutive chunks (consecutive in the
+ * data section too) of at most PATCH_RUN_BYTES in all, so that one read brings them and
+ * pulse_sha256_many hashes them side by side (its sixteen lanes want sixteen or more
+ * messages), and their bytes are still in L2 for the checks that follow. */
+#define PATCH_RUN_MOST 32
+#define PATCH_RUN_BYTES ((size_t)2 << 20)
+/* Chunks first .. first + n - 1 (n <= PATCH_RUN_MOST, at most PATCH_RUN_BYTES together when
+ * n > 1) into bytes[]: pointers into the in-memory patch, or one read of their span into
+ * s->run; every digest checked, all at once. */
+int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, const uint8_t *bytes[]);
 
 /* Decodes chunk c of p: checks its digest, decompresses with bounded sizes, checks that
  * positions lie inside the chunk and counts are as declared. Element-wise: positions in
@@ -277,9 +283,9 @@ void patch_apply_release(void);
 /* Pass 1 for chunk i: digest, frames, gaps and values checked; an element-wise chunk's streams are kept
  * in cache (may be NULL) while it has room. Nothing is written. */
 int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache);
-/* Pass 1 for chunks i and i + 1 (i + 1 < p->nchunks): as two patch_check_chunk calls, with
- * both digests computed in one pass when both chunks are cached kinds. */
-int patch_check_chunk2(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache);
+/* Pass 1 for a run of chunks (patch_chunk_bytes_run's limits): as patch_check_chunk on each,
+ * with their bytes read and their digests computed all at once. */
+int patch_check_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, patch_cache *cache);
 /* Where a ulp chunk's checked streams lie after patch_check_ulp_streams (scratch buffers). */
 typedef struct patch_ulp_streams {
     const uint8_t *gaps, *packed, *esc;   /* packed is followed by 4 zero bytes */

@@ -458,20 +458,41 @@ int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch 
     return 0;
 }
 
-int patch_chunk_bytes2(const pulse_patch *p, const patch_chunk *a, const patch_chunk *b, patch_scratch *s,
-                       const uint8_t **bytes_a, const uint8_t **bytes_b)
+int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, const uint8_t *bytes[])
 {
-    int err = chunk_read(p, a, &s->in, &s->in_cap, bytes_a);
-    if (!err)
-        err = chunk_read(p, b, &s->in2, &s->in2_cap, bytes_b);
-    if (err)
-        return err;
-    uint8_t da[32], db[32];
-    pulse_sha256_x2(*bytes_a, (size_t)a->pos_len + a->val_len, *bytes_b, (size_t)b->pos_len + b->val_len, da, db);
-    if (memcmp(da, a->digest, 32) != 0)
-        return digest_mismatch(p, a);
-    if (memcmp(db, b->digest, 32) != 0)
-        return digest_mismatch(p, b);
+    if (n == 1)
+        return patch_chunk_bytes(p, &p->chunks[first], s, 1, bytes);
+    const patch_chunk *a = &p->chunks[first], *z = &p->chunks[first + n - 1];
+    size_t span = (size_t)(z->offset - a->offset) + z->pos_len + z->val_len;
+    const uint8_t *base = p->data + a->offset;
+    if (p->fd >= 0) {
+        if (s->run_cap < span) {
+            size_t cap = span > PATCH_RUN_BYTES ? span : PATCH_RUN_BYTES;
+            uint8_t *in = realloc(s->run, cap);
+            if (!in)
+                return pulse_fail(PULSE_ERR_NOMEM, "chunk run buffer of %zu bytes", cap);
+            s->run = in;
+            s->run_cap = cap;
+        }
+        int err = pread_full(p->fd, s->run, span, p->data_off + a->offset);
+        if (err)
+            return pulse_fail(err, "tensor %s chunk %llu: %s", p->tensors[a->tensor].name,
+                              (unsigned long long)a->index, pulse_last_error());
+        base = s->run;
+    }
+    const void *data[PATCH_RUN_MOST];
+    size_t len[PATCH_RUN_MOST];
+    uint8_t digest[PATCH_RUN_MOST][32];
+    for (size_t i = 0; i < n; i++) {
+        const patch_chunk *c = &p->chunks[first + i];
+        bytes[i] = base + (c->offset - a->offset);   /* laid out back to back, checked at open */
+        data[i] = bytes[i];
+        len[i] = (size_t)c->pos_len + c->val_len;
+    }
+    pulse_sha256_many(n, data, len, digest);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(digest[i], p->chunks[first + i].digest, 32) != 0)
+            return digest_mismatch(p, &p->chunks[first + i]);
     return 0;
 }
 
