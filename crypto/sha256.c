@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "crypto/sha256.h"
+#include "crypto/sha256_rounds.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -47,17 +48,6 @@ static inline uint32_t load_be32(const uint8_t *p)
         h = t1_ + S0(a) + ((a & b) ^ (a & c) ^ (b & c));                      \
     } while (0)
 #define W(i) (w[(i) & 15] += G1(w[((i) - 2) & 15]) + w[((i) - 7) & 15] + G0(w[((i) - 15) & 15]))
-#define EIGHT(i, WF)                                                          \
-    do {                                                                      \
-        ROUND(a, b, c, d, e, f, g, h, (i) + 0, WF((i) + 0));                  \
-        ROUND(h, a, b, c, d, e, f, g, (i) + 1, WF((i) + 1));                  \
-        ROUND(g, h, a, b, c, d, e, f, (i) + 2, WF((i) + 2));                  \
-        ROUND(f, g, h, a, b, c, d, e, (i) + 3, WF((i) + 3));                  \
-        ROUND(e, f, g, h, a, b, c, d, (i) + 4, WF((i) + 4));                  \
-        ROUND(d, e, f, g, h, a, b, c, (i) + 5, WF((i) + 5));                  \
-        ROUND(c, d, e, f, g, h, a, b, (i) + 6, WF((i) + 6));                  \
-        ROUND(b, c, d, e, f, g, h, a, (i) + 7, WF((i) + 7));                  \
-    } while (0)
 #define W0(i) (w[i])
 
 void pulse_sha256_blocks_c(uint32_t st[8], const uint8_t *p, size_t nblocks)
@@ -67,11 +57,11 @@ void pulse_sha256_blocks_c(uint32_t st[8], const uint8_t *p, size_t nblocks)
         for (int i = 0; i < 16; i++)
             w[i] = load_be32(p + 4 * i);
         uint32_t a = st[0], b = st[1], c = st[2], d = st[3], e = st[4], f = st[5], g = st[6], h = st[7];
-        EIGHT(0, W0);
-        EIGHT(8, W0);
+        SHA256_EIGHT(0, W0);
+        SHA256_EIGHT(8, W0);
         for (int i = 16; i < 64; i += 16) {
-            EIGHT(i, W);
-            EIGHT(i + 8, W);
+            SHA256_EIGHT(i, W);
+            SHA256_EIGHT(i + 8, W);
         }
         st[0] += a; st[1] += b; st[2] += c; st[3] += d;
         st[4] += e; st[5] += f; st[6] += g; st[7] += h;

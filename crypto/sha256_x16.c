@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "crypto/sha256.h"
+#include "crypto/sha256_rounds.h"
 
 /* Why lanes and not SHA-NI: on the machines of docs/performance.md sha256rnds2 is a long
  * dependent chain (1.2 GB/s for one message, 1.65 GB/s for two interleaved), while sixteen
@@ -27,18 +28,6 @@
                           ADD(wi, _mm512_set1_epi32((int)pulse_sha256_k[i]))));               \
         d = ADD(d, t1_);                                                                       \
         h = ADD(t1_, ADD(BSIG0(a), MAJ(a, b, c)));                                             \
-    } while (0)
-
-#define EIGHT(i, W)                                   \
-    do {                                              \
-        ROUND(A, B, C, D, E, F, G, H, (i) + 0, W((i) + 0)); \
-        ROUND(H, A, B, C, D, E, F, G, (i) + 1, W((i) + 1)); \
-        ROUND(G, H, A, B, C, D, E, F, (i) + 2, W((i) + 2)); \
-        ROUND(F, G, H, A, B, C, D, E, (i) + 3, W((i) + 3)); \
-        ROUND(E, F, G, H, A, B, C, D, (i) + 4, W((i) + 4)); \
-        ROUND(D, E, F, G, H, A, B, C, (i) + 5, W((i) + 5)); \
-        ROUND(C, D, E, F, G, H, A, B, (i) + 6, W((i) + 6)); \
-        ROUND(B, C, D, E, F, G, H, A, (i) + 7, W((i) + 7)); \
     } while (0)
 
 /* Message words: the first sixteen as loaded, later ones extended in place in a ring. */
@@ -82,13 +71,13 @@ void pulse_sha256_blocks_x16(uint32_t st[8][16], const uint8_t *const p[16], uns
     for (int l = 0; l < 16; l++)
         src[l] = (live >> l) & 1 ? p[l] : idle;
     const __mmask16 keep = (__mmask16)live;
-    __m512i A = _mm512_loadu_si512(st[0]), B = _mm512_loadu_si512(st[1]);
-    __m512i C = _mm512_loadu_si512(st[2]), D = _mm512_loadu_si512(st[3]);
-    __m512i E = _mm512_loadu_si512(st[4]), F = _mm512_loadu_si512(st[5]);
-    __m512i G = _mm512_loadu_si512(st[6]), H = _mm512_loadu_si512(st[7]);
+    __m512i a = _mm512_loadu_si512(st[0]), b = _mm512_loadu_si512(st[1]);
+    __m512i c = _mm512_loadu_si512(st[2]), d = _mm512_loadu_si512(st[3]);
+    __m512i e = _mm512_loadu_si512(st[4]), f = _mm512_loadu_si512(st[5]);
+    __m512i g = _mm512_loadu_si512(st[6]), h = _mm512_loadu_si512(st[7]);
     const __m512i bswap = _mm512_broadcast_i32x4(
         _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL));
-    for (size_t b = 0; b < nblocks; b++) {
+    for (size_t blk = 0; blk < nblocks; blk++) {
         __m512i w[16];
         for (int l = 0; l < 16; l++) {
             w[l] = _mm512_loadu_si512(src[l]);
@@ -98,27 +87,27 @@ void pulse_sha256_blocks_x16(uint32_t st[8][16], const uint8_t *const p[16], uns
         transpose16(w);
         for (int i = 0; i < 16; i++)
             w[i] = _mm512_shuffle_epi8(w[i], bswap);
-        __m512i sA = A, sB = B, sC = C, sD = D, sE = E, sF = F, sG = G, sH = H;
-        EIGHT(0, WLOAD);
-        EIGHT(8, WLOAD);
-        EIGHT(16, WNEXT);
-        EIGHT(24, WNEXT);
-        EIGHT(32, WNEXT);
-        EIGHT(40, WNEXT);
-        EIGHT(48, WNEXT);
-        EIGHT(56, WNEXT);
+        __m512i sa_ = a, sb_ = b, sc_ = c, sd_ = d, se_ = e, sf_ = f, sg_ = g, sh_ = h;
+        SHA256_EIGHT(0, WLOAD);
+        SHA256_EIGHT(8, WLOAD);
+        SHA256_EIGHT(16, WNEXT);
+        SHA256_EIGHT(24, WNEXT);
+        SHA256_EIGHT(32, WNEXT);
+        SHA256_EIGHT(40, WNEXT);
+        SHA256_EIGHT(48, WNEXT);
+        SHA256_EIGHT(56, WNEXT);
         /* a lane outside live keeps its chaining value */
-        A = _mm512_mask_add_epi32(sA, keep, A, sA);
-        B = _mm512_mask_add_epi32(sB, keep, B, sB);
-        C = _mm512_mask_add_epi32(sC, keep, C, sC);
-        D = _mm512_mask_add_epi32(sD, keep, D, sD);
-        E = _mm512_mask_add_epi32(sE, keep, E, sE);
-        F = _mm512_mask_add_epi32(sF, keep, F, sF);
-        G = _mm512_mask_add_epi32(sG, keep, G, sG);
-        H = _mm512_mask_add_epi32(sH, keep, H, sH);
+        a = _mm512_mask_add_epi32(sa_, keep, a, sa_);
+        b = _mm512_mask_add_epi32(sb_, keep, b, sb_);
+        c = _mm512_mask_add_epi32(sc_, keep, c, sc_);
+        d = _mm512_mask_add_epi32(sd_, keep, d, sd_);
+        e = _mm512_mask_add_epi32(se_, keep, e, se_);
+        f = _mm512_mask_add_epi32(sf_, keep, f, sf_);
+        g = _mm512_mask_add_epi32(sg_, keep, g, sg_);
+        h = _mm512_mask_add_epi32(sh_, keep, h, sh_);
     }
-    _mm512_storeu_si512(st[0], A); _mm512_storeu_si512(st[1], B);
-    _mm512_storeu_si512(st[2], C); _mm512_storeu_si512(st[3], D);
-    _mm512_storeu_si512(st[4], E); _mm512_storeu_si512(st[5], F);
-    _mm512_storeu_si512(st[6], G); _mm512_storeu_si512(st[7], H);
+    _mm512_storeu_si512(st[0], a); _mm512_storeu_si512(st[1], b);
+    _mm512_storeu_si512(st[2], c); _mm512_storeu_si512(st[3], d);
+    _mm512_storeu_si512(st[4], e); _mm512_storeu_si512(st[5], f);
+    _mm512_storeu_si512(st[6], g); _mm512_storeu_si512(st[7], h);
 }
