@@ -476,8 +476,9 @@ int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_sc
         }
         int err = pread_full(p->fd, s->run, span, p->data_off + a->offset);
         if (err)
-            return pulse_fail(err, "tensor %s chunk %llu: %s", p->tensors[a->tensor].name,
-                              (unsigned long long)a->index, pulse_last_error());
+            return pulse_fail(err, "tensor %s chunk %llu to tensor %s chunk %llu: %s", p->tensors[a->tensor].name,
+                              (unsigned long long)a->index, p->tensors[z->tensor].name,
+                              (unsigned long long)z->index, pulse_last_error());
         base = s->run;
     }
     const void *data[PATCH_RUN_MOST];
