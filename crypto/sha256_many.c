@@ -157,15 +157,11 @@ void pulse_sha256_many(size_t n, const void *const data[], const size_t len[], u
             many_in_lanes(n - i < BATCH ? n - i : BATCH, data + i, len + i, out + i, worth);
         return;
     }
-    /* Without the lanes (or fewer messages than make them worth it): pairs, sixteen at a time. */
-    pending rest[16];
-    uint8_t *rest_out[16];
-    for (size_t next = 0; next < n;) {
-        size_t k = 0;
-        for (; k < 16 && next < n; k++, next++) {
-            pending_start(&rest[k], data[next], len[next]);
-            rest_out[k] = out[next];
-        }
-        finish_in_pairs(rest, k, rest_out);
+    /* Without the lanes (or fewer messages than make them worth it): pairs, as they come. */
+    for (size_t i = 0; i < n; i += 2) {
+        if (i + 1 < n)
+            pulse_sha256_x2(data[i], len[i], data[i + 1], len[i + 1], out[i], out[i + 1]);
+        else
+            pulse_sha256(data[i], len[i], out[i]);
     }
 }
