@@ -26,6 +26,11 @@ double measure_memcpy(void *dst, const void *src, size_t n, int repeat);
  * the result so that the reads cannot be optimised away. */
 uint64_t measure_read2(const uint8_t *x, size_t nx, const uint8_t *y, size_t ny);
 
+/* Adds delta to the first byte of every 64-byte line of [p, p + n) (volatile accesses, one
+ * line after the other): the least traffic any in-place write of scattered changes causes
+ * when nearly every line holds one, a read and a write-back of each line. */
+void measure_touch_lines(uint8_t *p, size_t n, int delta);
+
 /* Bytes of the last-level cache (sysconf, else the largest cache sysfs lists for CPU 0, else
  * 32 MiB). */
 size_t measure_llc_bytes(void);
