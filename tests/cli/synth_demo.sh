@@ -44,6 +44,20 @@ cmp -s "$tmp/demo/follower2.safetensors" "$tmp/demo/watch/step-000002.safetensor
 if pgrep -f "pulse node .*$tmp/demo" > /dev/null; then fail "demo left a node running"; fi
 if "$PULSE_BIN" demo --followers 0 2> "$tmp/err"; then fail "demo --followers 0 accepted"; fi
 
+# The codec bench end to end at a toy size: every part of its table, the in-place floor among
+# the times (its +1/-1 pass must leave the target in OLD's state, which the bench checks before
+# it prints), a verdict on every target. The times themselves are the bench's business, not a test's.
+"$PULSE_BIN" bench codec --params 2M --mem-params 1M --repeat 1 --keep "$tmp/bk" > "$tmp/bench.log" 2>&1 \
+    || fail "bench codec exited non-zero: $(tail -3 "$tmp/bench.log")"
+for row in "order-0 entropy bound" "pulse apply, trusted base id, no result check" \
+           "in-place floor: a byte of every target line read+written" "memcpy of the checkpoint file bytes" \
+           "peak anonymous memory" "targets of issue 2" "apply / (in-place floor + check pass)"; do
+    grep -qF -- "$row" "$tmp/bench.log" || fail "bench codec printed no row '$row'"
+done
+floor=$(sed -n 's/.*in-place floor: a byte of every target line read+written *\([0-9.]*\) .*/\1/p' "$tmp/bench.log")
+awk -v f="$floor" 'BEGIN { exit !(f > 0) }' || fail "bench codec: in-place floor '$floor' ms"
+[ "$(grep -cE ' (PASS|MISS|noise|n/a|info)$' "$tmp/bench.log")" -ge 12 ] || fail "bench codec: targets without a verdict"
+
 # Usage errors: one line naming the problem (plus the hint), non-zero exit, nothing written.
 if "$PULSE_BIN" synth --steps 2 2> "$tmp/err"; then fail "synth without --out succeeded"; fi
 grep -q -- "--out" "$tmp/err" || fail "synth without --out did not say so"
