@@ -548,9 +548,15 @@ int cmd_manifest(int argc, char **argv)
     }
     struct opts o;
     memset(&o, 0, sizeof o);
-    const char *sub = argv[1];
-    const char *help = !strcmp(sub, "ls") ? usage_ls : !strcmp(sub, "show") ? usage_show
-                     : !strcmp(sub, "audit") ? usage_audit : NULL;
+    static const struct { const char *name, *usage; } subverbs[] = {
+        { "ls", usage_ls }, { "show", usage_show }, { "audit", usage_audit },
+    };
+    const char *sub = argv[1], *help = NULL;
+    for (size_t i = 0; i < sizeof subverbs / sizeof subverbs[0]; i++)
+        if (!strcmp(sub, subverbs[i].name)) {
+            sub = subverbs[i].name;   /* the literal: gcc -fsanitize then sees it is not NULL */
+            help = subverbs[i].usage;
+        }
     if (!help)
         return cli_usage_error("manifest", "unknown subverb '%s' (ls, show, audit)", sub);
     char verb[32];
