@@ -28,17 +28,7 @@ static int die(const char *what)
 /* Best of `repeat` runs, in seconds, each from memory (measure_cold: a read of twice the
  * last-level cache first), unless PULSE_BENCH_WARM is set. */
 static int warm;
-#define BEST(repeat, best, stmt) do { \
-        best = 1e30; \
-        for (int r_ = 0; r_ < (repeat); r_++) { \
-            if (!warm) \
-                measure_cold(); \
-            double t0_ = now(); \
-            stmt; \
-            double t_ = now() - t0_; \
-            if (t_ < best) best = t_; \
-        } \
-    } while (0)
+#define BEST(repeat, best, stmt) MEASURE_BEST(repeat, warm, now, best, stmt)
 
 int main(int argc, char **argv)
 {

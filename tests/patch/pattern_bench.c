@@ -112,16 +112,7 @@ AVX512 static void every_line_fed(unsigned per_step)
 
 #define ROUNDS 3
 #define REPEAT 5
-#define BEST(best, stmt) do { \
-        best = 1e30; \
-        for (int r_ = 0; r_ < REPEAT; r_++) { \
-            measure_cold(); \
-            double t0_ = measure_now(); \
-            stmt; \
-            double t_ = measure_now() - t0_; \
-            if (t_ < best) best = t_; \
-        } \
-    } while (0)
+#define BEST(best, stmt) MEASURE_BEST(REPEAT, 0, measure_now, best, stmt)
 
 int main(int argc, char **argv)
 {

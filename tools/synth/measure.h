@@ -31,6 +31,20 @@ uint64_t measure_read2(const uint8_t *x, size_t nx, const uint8_t *y, size_t ny)
  * when nearly every line holds one, a read and a write-back of each line. */
 void measure_touch_lines(uint8_t *p, size_t n, int delta);
 
+/* best = the least time, on clock(), of `repeat` runs of stmt, each after measure_cold()
+ * unless warm: the benchmarks' "best of N from memory". */
+#define MEASURE_BEST(repeat, warm, clock, best, stmt) do { \
+        (best) = 1e30; \
+        for (int r_ = 0; r_ < (repeat); r_++) { \
+            if (!(warm)) \
+                measure_cold(); \
+            double t0_ = clock(); \
+            stmt; \
+            double t_ = clock() - t0_; \
+            if (t_ < (best)) (best) = t_; \
+        } \
+    } while (0)
+
 /* Bytes of the last-level cache (sysconf, else the largest cache sysfs lists for CPU 0, else
  * 32 MiB). */
 size_t measure_llc_bytes(void);
