@@ -64,7 +64,7 @@ static void finish_in_pairs(pending *m, size_t n, uint8_t *out[])
     int ni = !strcmp(pulse_sha256_impl(), "sha-ni");
     for (size_t i = 0; i < n; i += 2) {
         if (ni && i + 1 < n) {
-            size_t a = (m[i].len - m[i].done) / 64, b = (m[i + 1].len - m[i + 1].done) / 64;
+            size_t a = left_of(&m[i]) / 64, b = left_of(&m[i + 1]) / 64;
             size_t both = a < b ? a : b;
             pulse_sha256_blocks_ni_x2(m[i].h, m[i].data + m[i].done, m[i + 1].h, m[i + 1].data + m[i + 1].done,
                                       both);

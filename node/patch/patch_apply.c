@@ -149,17 +149,17 @@ static size_t cut_runs(const pulse_patch *p, int threads, size_t *runs)
 {
     uint64_t total = 0;
     for (size_t i = 0; i < p->nchunks; i++)
-        total += (uint64_t)p->chunks[i].pos_len + p->chunks[i].val_len;
+        total += patch_chunk_coded(&p->chunks[i]);
     uint64_t most = threads > 1 ? total / (4 * (uint64_t)threads) : PATCH_RUN_BYTES;
     if (most > PATCH_RUN_BYTES)
         most = PATCH_RUN_BYTES;
     size_t n = 0;
     for (size_t i = 0; i < p->nchunks;) {
         runs[n++] = i;
-        uint64_t bytes = (uint64_t)p->chunks[i].pos_len + p->chunks[i].val_len;
+        uint64_t bytes = patch_chunk_coded(&p->chunks[i]);
         size_t k = 1;
         while (i + k < p->nchunks && k < PATCH_RUN_MOST) {
-            uint64_t next = (uint64_t)p->chunks[i + k].pos_len + p->chunks[i + k].val_len;
+            uint64_t next = patch_chunk_coded(&p->chunks[i + k]);
             if (bytes + next > most)
                 break;
             bytes += next;

@@ -35,6 +35,12 @@ typedef struct patch_chunk {
     const uint8_t *digest;  /* into the patch buffer */
 } patch_chunk;
 
+/* A chunk's coded bytes: its position and value streams. */
+static inline size_t patch_chunk_coded(const patch_chunk *c)
+{
+    return (size_t)c->pos_len + c->val_len;
+}
+
 typedef struct patch_tensor {
     char *name;
     char dtype_name[PATCH_MAX_DTYPE_NAME + 1];

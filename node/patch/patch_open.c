@@ -304,7 +304,7 @@ static int open_owned(pulse_patch **out, uint8_t *buf, size_t buf_len, size_t le
     size_t bound = patch_chunk_bytes_bound(p->chunk_elems);
     for (size_t i = 0; i < p->nchunks; i++) {
         const patch_chunk *c = &p->chunks[i];
-        size_t n = (size_t)c->pos_len + c->val_len;
+        size_t n = patch_chunk_coded(c);
         if (n > bound) {
             err = pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %zu coded bytes, more than any valid chunk",
                              p->tensors[c->tensor].name, (unsigned long long)c->index, n);
@@ -416,7 +416,7 @@ int pulse_patch_open(pulse_patch **out, const char *path)
 static int chunk_read(const pulse_patch *p, const patch_chunk *c, uint8_t **buf, size_t *buf_cap,
                       const uint8_t **bytes)
 {
-    size_t n = (size_t)c->pos_len + c->val_len;
+    size_t n = patch_chunk_coded(c);
     if (p->fd < 0) {
         *bytes = p->data + c->offset;
         return 0;
@@ -451,7 +451,7 @@ int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch 
         return err;
     if (check || p->fd >= 0) {   /* a file can change between reads: every copy is checked */
         uint8_t digest[32];
-        pulse_sha256(*bytes, (size_t)c->pos_len + c->val_len, digest);
+        pulse_sha256(*bytes, patch_chunk_coded(c), digest);
         if (memcmp(digest, c->digest, 32) != 0)
             return digest_mismatch(p, c);
     }
@@ -463,7 +463,7 @@ int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_sc
     if (n == 1)
         return patch_chunk_bytes(p, &p->chunks[first], s, 1, bytes);
     const patch_chunk *a = &p->chunks[first], *z = &p->chunks[first + n - 1];
-    size_t span = (size_t)(z->offset - a->offset) + z->pos_len + z->val_len;
+    size_t span = (size_t)(z->offset - a->offset) + patch_chunk_coded(z);
     const uint8_t *base = p->data + a->offset;
     if (p->fd >= 0) {
         if (s->run_cap < span) {
@@ -488,7 +488,7 @@ int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_sc
         const patch_chunk *c = &p->chunks[first + i];
         bytes[i] = base + (c->offset - a->offset);   /* laid out back to back, checked at open */
         data[i] = bytes[i];
-        len[i] = (size_t)c->pos_len + c->val_len;
+        len[i] = patch_chunk_coded(c);
     }
     pulse_sha256_many(n, data, len, digest);
     for (size_t i = 0; i < n; i++)
