@@ -414,13 +414,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     err = patch_file_commit(&d.file, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors);
 done:
     patch_file_abort(&d.file);   /* nothing left to do after a commit */
-    if (d.out)
-        for (size_t i = 0; i < d.ntensors; i++) {
-            for (uint64_t c = 0; d.out[i].chunks && c < d.out[i].nchunks; c++)
-                free(d.out[i].chunks[c].bytes);
-            free(d.out[i].chunks);
-        }
-    free(d.out);
+    patch_out_free(d.out, d.ntensors);
     free(d.chunk_start);
     free(d.parked);
     pthread_cond_destroy(&d.moved);

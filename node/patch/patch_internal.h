@@ -385,6 +385,8 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
                       size_t n);
 /* Closes and removes the temporary. */
 void patch_file_abort(patch_file_out *f);
+/* Frees t[0..n) (each chunk's kept bytes and its chunk array) and t itself; t may be NULL. */
+void patch_out_free(patch_out_tensor *t, size_t n);
 
 /* Every chunk of p on `threads` threads (one scratch slot, zstd context and chunk buffers
  * per worker, reused across chunks, the pool kept between calls): write == 0 checks each

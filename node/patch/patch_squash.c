@@ -212,13 +212,7 @@ int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, 
     err = patch_write_file(out_path, PULSE_VALUES_ABS, p[0]->chunk_elems, p[0]->base_id,
                            p[n - 1]->result_id, q.out, q.ntensors);
 done:
-    if (q.out)
-        for (size_t i = 0; i < q.ntensors; i++) {
-            for (uint64_t c = 0; q.out[i].chunks && c < q.out[i].nchunks; c++)
-                free(q.out[i].chunks[c].bytes);
-            free(q.out[i].chunks);
-        }
-    free(q.out);
+    patch_out_free(q.out, q.ntensors);
     free(q.chunk_start);
     return err;
 }

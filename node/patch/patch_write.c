@@ -309,3 +309,15 @@ int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_e
     }
     return patch_file_commit(&f, values, chunk_elems, base_id, result_id, t, n);
 }
+
+void patch_out_free(patch_out_tensor *t, size_t n)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        for (uint64_t c = 0; t[i].chunks && c < t[i].nchunks; c++)
+            free(t[i].chunks[c].bytes);
+        free(t[i].chunks);
+    }
+    free(t);
+}
