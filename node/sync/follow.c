@@ -443,6 +443,18 @@ static void sync_step_of(const pulse_record *rec, const char *rel, uint64_t move
     snprintf(s->record_key, sizeof s->record_key, "%s", rel);
 }
 
+/* The journal entry of a step about to write the weights: a sync-patch step names its base,
+ * a keyframe none. */
+static node_journal journal_applying(const pulse_record *rec, const char *rel)
+{
+    node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
+    if (rec->kind == PULSE_RECORD_SYNC_PATCH)
+        memcpy(j.base, rec->base, 32);
+    memcpy(j.result, rec->result, 32);
+    snprintf(j.rel, sizeof j.rel, "%s", rel);
+    return j;
+}
+
 /* After the weights reached the step's result: the applied row (once: a recovery may find
  * it already there), the journal's APPLIED phase, the caller's callback (hook, receipt), and
  * the journal removed. */
@@ -508,10 +520,7 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
         f->known = 0;
         return r;
     }
-    node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
-    memcpy(j.base, rec->base, 32);
-    memcpy(j.result, rec->result, 32);
-    snprintf(j.rel, sizeof j.rel, "%s", rel);
+    node_journal j = journal_applying(rec, rel);
     pulse_sync_step s;
     sync_step_of(rec, rel, *moved, &s);
     return finish_step(f, &j, &s);
@@ -557,10 +566,7 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     }
     /* From here the weights may be written: the record is indexed as verified, the journal
      * says "applying". */
-    node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
-    memcpy(j.base, rec->base, 32);
-    memcpy(j.result, rec->result, 32);
-    snprintf(j.rel, sizeof j.rel, "%s", rel);
+    node_journal j = journal_applying(rec, rel);
     r = journal_write(f->o.state_dir, &j);
     if (!r)
         r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
@@ -636,9 +642,7 @@ static int apply_keyframe_memory(pulse_follower *f, const pulse_record *rec, con
     f->known = 0;
     if (r)
         return r;
-    node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
-    memcpy(j.result, rec->result, 32);
-    snprintf(j.rel, sizeof j.rel, "%s", rel);
+    node_journal j = journal_applying(rec, rel);
     pulse_sync_step s;
     sync_step_of(rec, rel, *moved, &s);
     return finish_step(f, &j, &s);
@@ -648,9 +652,7 @@ static int apply_keyframe_step(pulse_follower *f, const pulse_record *rec, const
 {
     if (in_memory(f))
         return apply_keyframe_memory(f, rec, rel, moved);
-    node_journal j = { .phase = JOURNAL_APPLYING, .kind = rec->kind, .step = rec->step };
-    memcpy(j.result, rec->result, 32);
-    snprintf(j.rel, sizeof j.rel, "%s", rel);
+    node_journal j = journal_applying(rec, rel);
     int r = journal_write(f->o.state_dir, &j);
     if (!r)
         r = sync_keyframe_restore(f->st, f->run, rec, f->o.threads, f->o.weights_path, moved);
