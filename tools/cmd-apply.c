@@ -21,7 +21,11 @@ static void usage(FILE *f)
         "\n"
         "  -o OUT        write the result to OUT (same layout as BASE)\n"
         "  --in-place    modify CKPT itself\n"
-        "  --threads N   threads (default: all cores)\n");
+        "  --threads N   threads (default: all cores)\n"
+        "\n"
+        "Environment: PULSE_APPLY_CACHE=<bytes>[K|M|G] caps the memory that keeps each chunk's\n"
+        "decoded streams between the check and the write (default 64M, about 49M changes;\n"
+        "larger patches decode the rest twice; 0 = off).\n");
 }
 
 /* What failed, for the error line: the patch (refused: wrong base, damaged, ...) or the

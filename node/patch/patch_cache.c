@@ -19,17 +19,18 @@ static atomic_flag kept_busy = ATOMIC_FLAG_INIT;
 static uint8_t *kept_mem;   /* guarded by kept_busy */
 static size_t kept_cap;
 
-size_t patch_env_bytes(const char *name, size_t most)
+size_t patch_env_bytes(const char *name, size_t dflt, size_t most)
 {
     const char *e = getenv(name);
     if (!e || !*e)
-        return most;
+        return dflt;
     char *end;
     unsigned long long v = strtoull(e, &end, 10);
+    if (end == e)
+        return dflt;   /* no number: as if unset */
     unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
                      : *end == 'G' || *end == 'g' ? 30 : 0;
     v = v > (most >> shift) ? most : v << shift;
-    /* Never more than the default: the cap is what keeps memory independent of the model. */
     return v > most ? most : (size_t)v;
 }
 
@@ -67,7 +68,7 @@ int patch_cache_open(patch_cache *cache, const pulse_patch *p)
 {
     memset(cache, 0, sizeof *cache);
     atomic_init(&cache->used, 0);
-    size_t cap = patch_env_bytes("PULSE_APPLY_CACHE", PATCH_CACHE_CAP);
+    size_t cap = patch_env_bytes("PULSE_APPLY_CACHE", PATCH_CACHE_CAP, PATCH_CACHE_MOST);
     if (!cap || !p->nchunks)
         return 0;
     cache->ent = calloc(p->nchunks, sizeof *cache->ent);

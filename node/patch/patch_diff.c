@@ -359,7 +359,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         return err;
 
     diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .file = { .fd = -1 } };
-    d.parked_max = patch_env_bytes("PULSE_DIFF_PARK", DIFF_PARKED_MAX);
+    d.parked_max = patch_env_bytes("PULSE_DIFF_PARK", DIFF_PARKED_MAX, DIFF_PARKED_MAX);
     pthread_mutex_init(&d.lock, NULL);
     pthread_cond_init(&d.moved, NULL);
     d.ntensors = pulse_ckpt_count(old_ckpt);

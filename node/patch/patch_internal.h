@@ -260,15 +260,18 @@ typedef struct patch_cache_entry {
 /* Pass 1 decompresses the streams of each element-wise chunk (ulp or abs) straight into this arena
  * while room is left, checks them there, and pass 2 adds from them without reading,
  * hashing or decompressing the chunk again. The arena has a fixed cap (PATCH_CACHE_CAP, or
- * PULSE_APPLY_CACHE=<bytes>[K|M|G], 0 = off, at most the default), so memory never grows with the model: chunks
- * past the cap are decoded again in pass 2, as before. Its pages are kept for the next
- * apply in the process (a follower applies patch after patch), so that only the first
- * apply pays their first touch. */
+ * PULSE_APPLY_CACHE=<bytes>[K|M|G], 0 = off, up to PATCH_CACHE_MOST), so memory never grows
+ * with the model: chunks past the cap are decoded again in pass 2. ~1.36 bytes a change at
+ * RL densities, so the default holds ~49M changes (a 1B-parameter step at 5 %); an operator
+ * of larger models may raise it, trading that memory for pass 2's second decoding
+ * (docs/performance.md, run Q). Its pages are kept for the next apply in the process (a
+ * follower applies patch after patch), so that only the first apply pays their first touch. */
 #define PATCH_CACHE_CAP (64u << 20)
-/* The environment variable `name` as <bytes>[K|M|G] (0 allowed), at most `most`; `most` when
- * unset. How a cap that keeps memory flat is lowered for tests (PULSE_APPLY_CACHE,
- * PULSE_DIFF_PARK). */
-size_t patch_env_bytes(const char *name, size_t most);
+#define PATCH_CACHE_MOST ((size_t)64 << 30)
+/* The environment variable `name` as <bytes>[K|M|G] (0 allowed), at most `most`; `dflt`
+ * when unset or not a number. How a cap that keeps memory flat is set (PULSE_APPLY_CACHE,
+ * PULSE_DIFF_PARK, PULSE_PATCH_FLUSH; the last two only lowered, for tests). */
+size_t patch_env_bytes(const char *name, size_t dflt, size_t most);
 typedef struct patch_cache {
     uint8_t *mem;
     size_t cap;

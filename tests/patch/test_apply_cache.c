@@ -185,6 +185,16 @@ static void test_caps(pulse_ckpt *x, pulse_ckpt *y, pulse_value_code v, int from
         else
             unsetenv("PULSE_APPLY_CACHE");
         size_t ulp, kept = kept_chunks(p, &ulp);
+        patch_cache c;
+        if (patch_cache_open(&c, p) == 0) {
+            /* the cap asked for, above the default too ("1G"); the default when unset */
+            size_t want = !caps[ci] ? PATCH_CACHE_CAP : !strcmp(caps[ci], "0") ? 0
+                          : patch_env_bytes("PULSE_APPLY_CACHE", 0, PATCH_CACHE_MOST);
+            CHECK_EQ_INT(c.cap, want);
+            if (caps[ci] && !strcmp(caps[ci], "1G"))
+                CHECK_EQ_INT(c.cap, (size_t)1 << 30);
+            patch_cache_close(&c);
+        }
         if (caps[ci] && !strcmp(caps[ci], "0")) {
             CHECK_EQ_INT(kept, 0);
         } else if (caps[ci] && (!strcmp(caps[ci], "1K") || !strcmp(caps[ci], "6K"))) {
@@ -484,6 +494,29 @@ static void test_pool_trim(void)
     patch_pool_free(&pool);
 }
 
+/* The byte counts of PULSE_APPLY_CACHE and the other caps: suffixes, the bound, the default
+ * for no number. */
+static void test_env_bytes(void)
+{
+    static const struct { const char *v; size_t want; } cases[] = {
+        { NULL, 64u << 20 }, { "", 64u << 20 }, { "0", 0 }, { "4096", 4096 }, { "2k", 2048 },
+        { "3K", 3072 }, { "128M", (size_t)128 << 20 }, { "2G", (size_t)2 << 30 },
+        { "100G", (size_t)8 << 30 }, { "99999999999999999999", (size_t)8 << 30 }, { "junk", 64u << 20 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].v)
+            setenv("PULSE_TEST_BYTES", cases[i].v, 1);
+        else
+            unsetenv("PULSE_TEST_BYTES");
+        size_t got = patch_env_bytes("PULSE_TEST_BYTES", 64u << 20, (size_t)8 << 30);
+        if (got != cases[i].want)
+            fprintf(stderr, "PULSE_TEST_BYTES=%s: %zu, wanted %zu\n", cases[i].v ? cases[i].v : "(unset)", got,
+                    cases[i].want);
+        CHECK(got == cases[i].want);
+    }
+    unsetenv("PULSE_TEST_BYTES");
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/test-apply-cache-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -502,6 +535,7 @@ int main(void)
     }
     test_random_chunks();
     test_pool_trim();
+    test_env_bytes();
     pulse_ckpt_close(&x);
     pulse_ckpt_close(&y);
     char cmd[600];
