@@ -24,10 +24,10 @@ size_t patch_env_bytes(const char *name, size_t dflt, size_t most)
     const char *e = getenv(name);
     if (!e || !*e)
         return dflt;
+    if (*e < '0' || *e > '9')
+        return dflt;   /* no number (strtoull would also take "-1" as 2^64 - 1): as if unset */
     char *end;
     unsigned long long v = strtoull(e, &end, 10);
-    if (end == e)
-        return dflt;   /* no number: as if unset */
     unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
                      : *end == 'G' || *end == 'g' ? 30 : 0;
     v = v > (most >> shift) ? most : v << shift;

@@ -502,6 +502,7 @@ static void test_env_bytes(void)
         { NULL, 64u << 20 }, { "", 64u << 20 }, { "0", 0 }, { "4096", 4096 }, { "2k", 2048 },
         { "3K", 3072 }, { "128M", (size_t)128 << 20 }, { "2G", (size_t)2 << 30 },
         { "100G", (size_t)8 << 30 }, { "99999999999999999999", (size_t)8 << 30 }, { "junk", 64u << 20 },
+        { "-1", 64u << 20 }, { " 5M", 64u << 20 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (cases[i].v)
