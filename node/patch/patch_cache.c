@@ -30,8 +30,7 @@ size_t patch_env_bytes(const char *name, size_t dflt, size_t most)
     unsigned long long v = strtoull(e, &end, 10);
     unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
                      : *end == 'G' || *end == 'g' ? 30 : 0;
-    v = v > (most >> shift) ? most : v << shift;
-    return v > most ? most : (size_t)v;
+    return v > (most >> shift) ? most : (size_t)(v << shift);
 }
 
 /* Huge pages where the kernel gives them on request (THP "madvise" mode): one fault per
