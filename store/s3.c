@@ -10,6 +10,7 @@
 #include "base/fail.h"
 #include "store/backend.h"
 #include "store/s3_http.h"
+#include "store/s3_xml.h"
 
 #define HASH_CHUNK (256u << 10) /* stays in L2 between the read and the hash */
 
@@ -601,18 +602,6 @@ static int s3_del(pulse_store *st, const char *key)
     return rc;
 }
 
-static int64_t parse_iso8601(const char *t)
-{
-    struct tm tm;
-    memset(&tm, 0, sizeof tm);
-    if (!t || sscanf(t, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                     &tm.tm_min, &tm.tm_sec) != 6)
-        return 0;
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (int64_t)timegm(&tm);
-}
-
 static int s3_list(pulse_store *st, const char *prefix, const char *start_after,
                    pulse_store_list_fn fn, void *ctx)
 {
@@ -622,7 +611,6 @@ static int s3_list(pulse_store *st, const char *prefix, const char *start_after,
     snprintf(page, sizeof page, "%u", (unsigned)s->settings->list_page);
     char *token = NULL;
     int rc = (!fp || (start_after && !fsa)) ? pulse_fail(PULSE_ERR_NOMEM, "list: out of memory") : 0;
-    size_t plen = strlen(s->prefix);
     while (!rc) {
         struct s3_req r, *rp = &r;
         if ((rc = s3_req_init(s, &r, "list", "GET", NULL, NULL)))
@@ -637,42 +625,16 @@ static int s3_list(pulse_store *st, const char *prefix, const char *start_after,
         r.sink = SINK_BUF;
         r.max = 64u << 20;
         rc = s3_run(s, &rp, 1);
-        const char *xml = r.body_out.data ? r.body_out.data : "";
-        const char *pos = xml;
-        char *item;
-        while (!rc && (item = xml_tag(xml, "Contents", &pos))) {
-            /* Contents holds no entity in tag names, so the decoded text still parses. */
-            char *k = xml_tag(item, "Key", NULL), *sz = xml_tag(item, "Size", NULL);
-            char *et = xml_tag(item, "ETag", NULL), *lm = xml_tag(item, "LastModified", NULL);
-            pulse_object_info info;
-            memset(&info, 0, sizeof info);
-            info.size = sz ? strtoull(sz, NULL, 10) : 0;
-            info.mtime = parse_iso8601(lm);
-            if (et) {
-                const char *e = et[0] == '"' ? et + 1 : et;
-                snprintf(info.etag, sizeof info.etag, "%s", e);
-                size_t el = strlen(info.etag);
-                if (el && info.etag[el - 1] == '"')
-                    info.etag[el - 1] = 0;
-            }
-            if (k && strlen(k) >= plen && !strncmp(k, s->prefix, plen))
-                rc = fn(ctx, k + plen, &info);
-            free(k);
-            free(sz);
-            free(et);
-            free(lm);
-            free(item);
-        }
-        char *trunc = rc ? NULL : xml_tag(xml, "IsTruncated", NULL);
+        char *next = NULL;
+        if (!rc)
+            rc = s3_list_page(r.body_out.data ? r.body_out.data : "", s->prefix, s->bucket, fn, ctx, &next);
+        /* A server that answers the same token again would keep this loop going forever. */
+        if (!rc && next && token && !strcmp(next, token))
+            rc = pulse_fail(PULSE_ERR_SERVER, "list %s: the server repeated continuation token %.40s", s->bucket, next);
         free(token);
-        token = NULL;
-        if (trunc && !strcmp(trunc, "true")) {
-            token = xml_tag(xml, "NextContinuationToken", NULL);
-            if (!token)
-                rc = pulse_fail(PULSE_ERR_SERVER, "list %s: truncated answer without a continuation token",
-                                s->bucket);
-        }
-        free(trunc);
+        token = rc ? NULL : next;
+        if (rc)
+            free(next);
         s3_req_free(&r);
         if (!token)
             break;

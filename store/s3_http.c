@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "store/s3_xml.h"
 
 #define ERR_BODY_MAX 65536
 
@@ -51,68 +52,6 @@ void s3_req_free(struct s3_req *r)
         curl_slist_free_all(r->slist);
     r->path = r->url = NULL;
     r->slist = NULL;
-}
-
-char *xml_tag(const char *xml, const char *tag, const char **pos)
-{
-    if (!xml)
-        return NULL;
-    char open[80], close[80];
-    snprintf(open, sizeof open, "<%s>", tag);
-    snprintf(close, sizeof close, "</%s>", tag);
-    const char *a = strstr(pos && *pos ? *pos : xml, open);
-    if (!a)
-        return NULL;
-    a += strlen(open);
-    const char *e = strstr(a, close);
-    if (!e)
-        return NULL;
-    if (pos)
-        *pos = e + strlen(close);
-    struct buf b = { 0 };
-    for (const char *p = a; p < e; p++) {
-        if (*p != '&') {
-            buf_addc(&b, *p);
-            continue;
-        }
-        const char *semi = memchr(p, ';', (size_t)(e - p));
-        if (!semi) {
-            buf_addc(&b, *p);
-            continue;
-        }
-        size_t n = (size_t)(semi - p - 1);
-        const char *name = p + 1;
-        unsigned long cp = 0;
-        if (n == 3 && !strncmp(name, "amp", 3)) cp = '&';
-        else if (n == 2 && !strncmp(name, "lt", 2)) cp = '<';
-        else if (n == 2 && !strncmp(name, "gt", 2)) cp = '>';
-        else if (n == 4 && !strncmp(name, "quot", 4)) cp = '"';
-        else if (n == 4 && !strncmp(name, "apos", 4)) cp = '\'';
-        else if (n > 1 && name[0] == '#')
-            cp = name[1] == 'x' ? strtoul(name + 2, NULL, 16) : strtoul(name + 1, NULL, 10);
-        if (!cp || cp > 0x10FFFF) {
-            buf_addc(&b, *p);
-            continue;
-        }
-        /* UTF-8 encode the character reference. */
-        if (cp < 0x80) {
-            buf_addc(&b, (char)cp);
-        } else if (cp < 0x800) {
-            buf_addc(&b, (char)(0xC0 | (cp >> 6)));
-            buf_addc(&b, (char)(0x80 | (cp & 0x3F)));
-        } else if (cp < 0x10000) {
-            buf_addc(&b, (char)(0xE0 | (cp >> 12)));
-            buf_addc(&b, (char)(0x80 | ((cp >> 6) & 0x3F)));
-            buf_addc(&b, (char)(0x80 | (cp & 0x3F)));
-        } else {
-            buf_addc(&b, (char)(0xF0 | (cp >> 18)));
-            buf_addc(&b, (char)(0x80 | ((cp >> 12) & 0x3F)));
-            buf_addc(&b, (char)(0x80 | ((cp >> 6) & 0x3F)));
-            buf_addc(&b, (char)(0x80 | (cp & 0x3F)));
-        }
-        p = semi;
-    }
-    return buf_take(&b);
 }
 
 /* ---- progress (stderr, only on a TTY unless forced) ---- */

@@ -97,9 +97,6 @@ void s3_req_free(struct s3_req *r);
  * Returns 0 when all succeeded, else the first failure (its detail as the last error). */
 int s3_run(struct s3_store *s, struct s3_req **reqs, size_t n);
 
-/* Text of <tag>...</tag> in xml after *pos (XML entities decoded); NULL when absent. */
-char *xml_tag(const char *xml, const char *tag, const char **pos);
-
 void s3_progress_begin(struct s3_store *s, uint64_t total);
 void s3_progress_end(struct s3_store *s);
 

@@ -151,6 +151,39 @@ static void listing(void)
     CHECK(l.n == 1 && !strcmp(l.keys[0], keys[3]));
 }
 
+static int drop(void *ctx, const char *key, const pulse_object_info *info);
+
+/* Keys holding XML's special characters, and text that looks like XML's escapes and tags: the
+ * list answer escapes them, and each must come back exactly once, unescaped exactly once. */
+static void xml_keys(void)
+{
+    static const char *odd[] = { "xml/a<b>c&d", "xml/&lt;not an escape&amp;", "xml/</Key></Contents>x",
+                                 "xml/'quotes\"", "xml/&#x41;&#65;" };
+    enum { N = sizeof odd / sizeof odd[0] };
+    for (int i = 0; i < N; i++)
+        CHECK_OK(pulse_store_put(st, odd[i], odd[i], strlen(odd[i]), 0));
+    struct listed l = { 0 };
+    CHECK_OK(pulse_store_list(st, "xml/", NULL, collect, &l));
+    CHECK_EQ_INT(l.n, N);
+    for (int i = 0; i < N; i++) {
+        int found = 0;
+        for (int j = 0; j < l.n; j++)
+            found += !strcmp(l.keys[j], odd[i]);
+        if (found != 1)
+            fprintf(stderr, "key %s listed %d times\n", odd[i], found);
+        CHECK(found == 1);
+        CHECK(same(odd[i], odd[i], strlen(odd[i])));
+    }
+    /* start-after with such a key, and deleting by the listed names */
+    memset(&l, 0, sizeof l);
+    CHECK_OK(pulse_store_list(st, "xml/", "xml/&lt;not an escape&amp;", collect, &l));
+    CHECK_EQ_INT(l.n, N - 2);
+    CHECK_OK(pulse_store_list(st, "xml/", NULL, drop, st));
+    memset(&l, 0, sizeof l);
+    CHECK_OK(pulse_store_list(st, "xml/", NULL, collect, &l));
+    CHECK_EQ_INT(l.n, 0);
+}
+
 static void batch(void)
 {
     enum { N = 24 };
@@ -280,6 +313,7 @@ int main(void)
     conditional();
     multipart();
     listing();
+    xml_keys();
     batch();
     presign_and_errors(bucket);
     CHECK_OK(pulse_store_delete(st, "plain"));
