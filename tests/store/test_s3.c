@@ -154,11 +154,13 @@ static void listing(void)
 static int drop(void *ctx, const char *key, const pulse_object_info *info);
 
 /* Keys holding XML's special characters, and text that looks like XML's escapes and tags: the
- * list answer escapes them, and each must come back exactly once, unescaped exactly once. */
+ * list answer escapes them, and each must come back exactly once, unescaped exactly once. The
+ * last one holds every character a URL or SigV4 treats specially, "%20" and a bad "%zz". */
 static void xml_keys(void)
 {
     static const char *odd[] = { "xml/a<b>c&d", "xml/&lt;not an escape&amp;", "xml/</Key></Contents>x",
-                                 "xml/'quotes\"", "xml/&#x41;&#65;" };
+                                 "xml/'quotes\"", "xml/&#x41;&#65;",
+                                 "xml/url+=?#%20%zz~!*(),;:@$[]{}|^`\\" };
     enum { N = sizeof odd / sizeof odd[0] };
     for (int i = 0; i < N; i++)
         CHECK_OK(pulse_store_put(st, odd[i], odd[i], strlen(odd[i]), 0));
