@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/fail.h"
 
@@ -26,7 +27,9 @@ static char *trim(char *s)
 }
 
 /* Sets *out (if still NULL) to `key`'s value in [section] of an INI file; missing files are
- * fine (the AWS tools treat them as empty). */
+ * fine (the AWS tools treat them as empty). As the AWS tools read them (Python's configparser):
+ * section names match exactly, key names in any case; a line is read whole, whatever its
+ * length (an STS session token runs to kilobytes). */
 static int ini_get(const char *path, const char *section, const char *key, char **out)
 {
     if (*out || !path)
@@ -34,9 +37,10 @@ static int ini_get(const char *path, const char *section, const char *key, char 
     FILE *f = fopen(path, "r");
     if (!f)
         return 0;
-    char line[4096];
-    int in = 0;
-    while (fgets(line, sizeof line, f)) {
+    char *line = NULL;
+    size_t cap = 0;
+    int in = 0, rc = 0;
+    while (getline(&line, &cap, f) >= 0) {
         char *s = trim(line);
         if (*s == '#' || *s == ';' || !*s)
             continue;
@@ -52,14 +56,17 @@ static int ini_get(const char *path, const char *section, const char *key, char 
         if (!in || !eq)
             continue;
         *eq = 0;
-        if (!strcmp(trim(s), key)) {
+        if (!strcasecmp(trim(s), key)) {
             *out = strdup(trim(eq + 1));
-            fclose(f);
-            return *out ? 0 : PULSE_ERR_NOMEM;
+            rc = *out ? 0 : PULSE_ERR_NOMEM;
+            break;
         }
     }
+    if (line)
+        explicit_bzero(line, cap);   /* it held a line of the credentials file */
+    free(line);
     fclose(f);
-    return 0;
+    return rc;
 }
 
 static char *home_path(const char *override, const char *rel)

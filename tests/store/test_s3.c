@@ -266,6 +266,72 @@ static int drop(void *ctx, const char *key, const pulse_object_info *info)
     return pulse_store_delete(ctx, key);
 }
 
+/* Credentials, region and endpoint from profile files alone, as most users keep them: the
+ * same server through [profile NAME] files, and a profile with a wrong secret refused. */
+static void profile_files(void)
+{
+    static const char *vars[] = { "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL" };
+    char *saved[4], cred[200], conf[216], text[1024], u[300];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(vars[i]);
+        saved[i] = v ? strdup(v) : NULL;
+    }
+    snprintf(cred, sizeof cred, "%s/pulse-e2e-credentials-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    snprintf(conf, sizeof conf, "%s.config", cred);
+    FILE *f = fopen(cred, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    snprintf(text, sizeof text, "[e2e]\naws_access_key_id = %s\naws_secret_access_key = %s\n"
+             "[e2e-wrong]\naws_access_key_id = %s\naws_secret_access_key = definitely-wrong-secret\n",
+             saved[0] ? saved[0] : "", saved[1] ? saved[1] : "", saved[0] ? saved[0] : "");
+    fputs(text, f);
+    fclose(f);
+    f = fopen(conf, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fprintf(f, "[profile e2e]\nregion = %s\nendpoint_url = %s\n[profile e2e-wrong]\nregion = %s\nendpoint_url = %s\n",
+            saved[2] ? saved[2] : "us-east-1", saved[3] ? saved[3] : "", saved[2] ? saved[2] : "us-east-1",
+            saved[3] ? saved[3] : "");
+    fclose(f);
+    for (int i = 0; i < 4; i++)
+        unsetenv(vars[i]);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", cred, 1);
+    setenv("AWS_CONFIG_FILE", conf, 1);
+    snprintf(u, sizeof u, "%s/profiles", base);
+    pulse_store *p = NULL;
+    setenv("AWS_PROFILE", "e2e", 1);
+    CHECK_OK(pulse_store_open(&p, u, NULL));
+    if (p) {
+        CHECK_OK(pulse_store_put(p, "k", "profile", 7, 0));
+        void *got = NULL;
+        size_t n = 0;
+        CHECK_OK(pulse_store_get(p, "k", 0, PULSE_TO_END, 100, &got, &n, NULL));
+        CHECK(n == 7 && got && !memcmp(got, "profile", 7));
+        pulse_store_free(got);
+        CHECK_OK(pulse_store_delete(p, "k"));
+        pulse_store_close(&p);
+    }
+    setenv("AWS_PROFILE", "e2e-wrong", 1);
+    CHECK_OK(pulse_store_open(&p, u, NULL));
+    if (p) {
+        CHECK_ERR(pulse_store_put(p, "k", "x", 1, 0), PULSE_ERR_AUTH);
+        CHECK(strstr(pulse_last_error(), "definitely") == NULL); /* never the secret */
+        pulse_store_close(&p);
+    }
+    unsetenv("AWS_PROFILE");
+    unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+    unsetenv("AWS_CONFIG_FILE");
+    for (int i = 0; i < 4; i++) {
+        if (saved[i])
+            setenv(vars[i], saved[i], 1);
+        free(saved[i]);
+    }
+    unlink(cred);
+    unlink(conf);
+}
+
 /* scripts/test.sh passes the server as PULSE_RGW_ENV=DIR/env ("export K=V" lines). */
 static void load_rgw_env(void)
 {
@@ -318,6 +384,7 @@ int main(void)
     xml_keys();
     batch();
     presign_and_errors(bucket);
+    profile_files();
     CHECK_OK(pulse_store_delete(st, "plain"));
     pulse_object_info info;
     CHECK_ERR(pulse_store_head(st, "plain", &info), PULSE_ERR_NOTFOUND);
