@@ -46,7 +46,7 @@ static void update_metrics(node_follower *n)
     const follow_counters *c = follower_counters(n->f);
     node_metrics m = { .steps_applied = c->steps_applied, .bytes_fetched = c->bytes_fetched,
                        .verify_failures = c->verify_failures, .hook_failures = n->hook_failures,
-                       .store_retries = c->store_retries };
+                       .store_retries = c->store_retries, .last_step_seconds = c->last_step_seconds };
     uint8_t state[32];
     m.have_held = follower_held(n->f, &m.held_step, state) == 0;
     if (c->have_newest && (!m.have_held || c->newest_step > m.held_step)) {

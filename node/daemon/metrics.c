@@ -50,9 +50,12 @@ int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
         "pulse_hook_failures_total %" PRIu64 "\n"
         "# HELP pulse_store_retries_total Store requests repeated after a transient failure (5xx, SlowDown, resets, timeouts).\n"
         "# TYPE pulse_store_retries_total counter\n"
-        "pulse_store_retries_total %" PRIu64 "\n",
+        "pulse_store_retries_total %" PRIu64 "\n"
+        "# HELP pulse_last_step_seconds Seconds the last applied step took, from its verified record to the weights holding it.\n"
+        "# TYPE pulse_last_step_seconds gauge\n"
+        "pulse_last_step_seconds %.3f\n",
         m->steps_applied, m->have_held ? (long long)m->held_step : -1LL, m->lag_steps, m->lag_seconds,
-        m->bytes_fetched, m->verify_failures, m->hook_failures, m->store_retries);
+        m->bytes_fetched, m->verify_failures, m->hook_failures, m->store_retries, m->last_step_seconds);
     if (n < 0 || (size_t)n >= cap)
         return pulse_fail(PULSE_ERR_LIMIT, "metrics text");
     return 0;

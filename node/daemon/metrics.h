@@ -12,6 +12,7 @@ typedef struct node_metrics {
     int have_held;
     uint64_t lag_steps;
     double lag_seconds;
+    double last_step_seconds;   /* 0 until a step is applied */
 } node_metrics;
 
 /* The exposition text (NUL-terminated) into buf; PULSE_ERR_LIMIT when cap is too small. */

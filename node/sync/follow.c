@@ -33,6 +33,7 @@ struct pulse_follower {
     unsigned max_behind;
     int log;
     follow_counters c;
+    double step_t0;            /* when the step being applied started (monotonic s); 0: none */
 };
 
 /* One listed record of a trusted node; its key says kind, step and node (checked again
@@ -158,6 +159,13 @@ static void saw_record(pulse_follower *f, const pulse_record *rec)
 static void u64s(char *buf, size_t cap, uint64_t v)
 {
     snprintf(buf, cap, "%" PRIu64, v);
+}
+
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* "PREFIX: <the current detail>" (the detail is copied first: it is the buffer written). */
@@ -473,12 +481,20 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
         r = step_journal_write(f, &done);
     if (!r) {
         f->c.steps_applied++;
+        double took = f->step_t0 > 0 ? monotonic_s() - f->step_t0 : -1;
+        if (took >= 0)
+            f->c.last_step_seconds = took;
         if (f->log) {
-            char st[24], by[24], hex[65];
+            char st[24], by[24], ms[24], hex[65];
             u64s(st, sizeof st, s->step);
             u64s(by, sizeof by, s->moved_bytes);
-            node_log("applied", "step", st, "kind", pulse_record_kind_name(s->kind), "bytes", by,
-                     "state", pulse_id_hex(s->result, hex), NULL);
+            const char *kind = pulse_record_kind_name(s->kind);
+            pulse_id_hex(s->result, hex);
+            snprintf(ms, sizeof ms, "%.1f", 1e3 * took);
+            if (took >= 0)
+                node_log("applied", "step", st, "kind", kind, "bytes", by, "ms", ms, "state", hex, NULL);
+            else   /* finished from the journal: when it started is not known */
+                node_log("applied", "step", st, "kind", kind, "bytes", by, "state", hex, NULL);
         }
     }
     /* The callback runs before the journal goes: a crash during it runs it again on restart. */
@@ -680,9 +696,11 @@ static int apply_listed(pulse_follower *f, const char *rel, const pulse_record *
         r = pulse_index_mark_verified(f->ix, rel, PULSE_VERDICT_OK, "verified");
     /* MOVED: the record's bytes, already counted; the objects are counted here. */
     uint64_t total = moved;
+    f->step_t0 = monotonic_s();
     if (!r)
         r = rec->kind == PULSE_RECORD_KEYFRAME ? apply_keyframe_step(f, rec, rel, &total)
                                                : apply_patch_step(f, rec, rel, &total);
+    f->step_t0 = 0;
     f->c.bytes_fetched += total - moved;
     if (r && !f->stopped) {
         r = fail_step(r, rec->step, rel);

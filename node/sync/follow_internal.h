@@ -16,6 +16,7 @@ typedef struct follow_counters {
     uint64_t newest_step;          /* newest step seen in a trusted record or head */
     uint64_t newest_time;          /* its record's publication time (0: not known) */
     int have_newest;
+    double last_step_seconds;      /* the last step applied: its verified record to the weights holding it */
 } follow_counters;
 
 #define FOLLOW_DEFAULT_MAX_BEHIND 8u

@@ -88,9 +88,13 @@ fetched=$(metric f2.prom pulse_bytes_fetched_total)
 for line in '# TYPE pulse_lag_seconds gauge' '# TYPE pulse_bytes_fetched_total counter'; do
   grep -qx "$line" f2.prom || fail "metrics file lacks '$line'"
 done
+took=$(metric f2.prom pulse_last_step_seconds)
+awk -v t="$took" 'BEGIN { exit !(t > 0 && t < 60) }' || fail "last step seconds '$took': want a time > 0"
+timed=$(grep -cE '"event":"applied","step":"[0-9]+","kind":"[a-z-]+","bytes":"[0-9]+","ms":"[0-9]+\.[0-9]","state":"[0-9a-f]{64}"' f2.log)
+[ "$timed" = 7 ] || fail "applied events with their ms: $timed of 7: $(grep applied f2.log | head -3)"
 [ "$("$check" applied f2/state/index.db r | cut -d' ' -f1 | tr '\n' ' ')" = "0 1 2 3 4 5 6 " ] \
   || fail "index applied rows: $("$check" applied f2/state/index.db r)"
-ok "metrics: 7 steps, lag 0, 1 hook failure, $fetched bytes; index has each step applied once"
+ok "metrics: 7 steps, lag 0, 1 hook failure, $fetched bytes, last step ${took} s; each applied event timed; index has each step applied once"
 
 # Receipts: one per step, signed by the follower, naming the state held.
 node=$(sed -n 's/^pulse-ed25519-public-v1 \([0-9a-f]*\).*/\1/p' follower.pub)
