@@ -95,11 +95,23 @@ int cmd_diff(int argc, char **argv)
         pulse_patch_close(&p);
         return cli_fail("diff", r, out);
     }
+    /* As `pulse inspect` counts them: changed elements of element-wise tensors over their
+     * elements, and changed bytes of OPAQUE ones apart. */
+    uint64_t elementwise = 0;
+    for (size_t i = 0; i < pulse_patch_tensor_count(p); i++) {
+        pulse_patch_tensor_info ti;
+        if (pulse_patch_tensor_info_get(p, i, 0, &ti) == 0 && ti.dtype != PULSE_DT_OPAQUE)
+            elementwise += ti.nelems;
+    }
     pulse_patch_close(&p);
-    uint64_t changes = st.changes + st.opaque_changes;
-    printf("%" PRIu64 " changes of %" PRIu64 " elements (%.3f%%), %" PRIu64 " bytes (%.3f%% of %" PRIu64
-           " dense bytes, %s)\n", changes, st.nelems, st.nelems ? 100.0 * (double)changes / (double)st.nelems : 0.0,
-           st.file_bytes, st.dense_bytes ? 100.0 * (double)st.file_bytes / (double)st.dense_bytes : 0.0,
-           st.dense_bytes, o.values == PULSE_VALUES_ULP ? "ulp" : "abs");
+    char op[64] = "";
+    if (st.opaque_changes)
+        snprintf(op, sizeof op, " and %" PRIu64 " changed byte%s in opaque tensors", st.opaque_changes,
+                 st.opaque_changes == 1 ? "" : "s");
+    printf("%" PRIu64 " changes of %" PRIu64 " elements (%.3f%%)%s, %" PRIu64 " bytes (%.3f%% of %" PRIu64
+           " dense bytes, %s)\n", st.changes, elementwise,
+           elementwise ? 100.0 * (double)st.changes / (double)elementwise : 0.0, op, st.file_bytes,
+           st.dense_bytes ? 100.0 * (double)st.file_bytes / (double)st.dense_bytes : 0.0, st.dense_bytes,
+           o.values == PULSE_VALUES_ULP ? "ulp" : "abs");
     return cli_finish_stdout("diff");
 }

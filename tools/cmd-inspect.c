@@ -69,14 +69,15 @@ int cmd_inspect(int argc, char **argv)
         printf("%-40s %-8s %12s %9s %10s %10s %9s %9s\n", "tensor", "dtype", "changes", "density",
                "pos bytes", "val bytes", "bits/chg", "bound");
     }
+    uint64_t elementwise = 0;   /* elements of element-wise tensors: what changes counts */
     for (size_t i = 0; i < n; i++) {
         pulse_patch_tensor_info ti;
         if ((r = pulse_patch_tensor_info_get(p, i, 1, &ti))) {
             pulse_patch_close(&p);
             return cli_fail("inspect", r, path);
         }
-        uint64_t units = ti.dtype == PULSE_DT_OPAQUE ? 0 : ti.nelems;
-        double density = ratio((double)ti.changes, (double)(units ? units : ti.nelems));
+        int opaque = ti.dtype == PULSE_DT_OPAQUE;
+        elementwise += opaque ? 0 : ti.nelems;
         double bits = ratio(8.0 * (double)(ti.pos_bytes + ti.val_bytes), (double)ti.changes);
         double bound = ratio(ti.entropy_bits, (double)ti.changes);
         if (json) {
@@ -89,27 +90,35 @@ int cmd_inspect(int argc, char **argv)
                    ti.nelems, ti.changes, ti.dtype == PULSE_DT_OPAQUE ? "true" : "false",
                    ti.pos_bytes, ti.val_bytes, bits, ti.entropy_bits);
         } else {
-            char b[32] = "replace";
-            if (ti.dtype != PULSE_DT_OPAQUE)
+            /* an OPAQUE tensor's changes are bytes, replaced whole chunks at a time: no density */
+            char b[32] = "replace", d[32] = "bytes";
+            if (!opaque) {
                 snprintf(b, sizeof b, "%.3f", bound);
-            printf("%-40s %-8s %12" PRIu64 " %8.4f%% %10" PRIu64 " %10" PRIu64 " %9.3f %9s\n", ti.name,
-                   ti.dtype_name, ti.changes, 100.0 * density, ti.pos_bytes, ti.val_bytes, bits, b);
+                snprintf(d, sizeof d, "%.4f%%", 100.0 * ratio((double)ti.changes, (double)ti.nelems));
+            }
+            printf("%-40s %-8s %12" PRIu64 " %9s %10" PRIu64 " %10" PRIu64 " %9.3f %9s\n", ti.name,
+                   ti.dtype_name, ti.changes, d, ti.pos_bytes, ti.val_bytes, bits, b);
         }
     }
     double ratio_bound = ratio(coded_bits, st.entropy_bits);
     if (json) {
         printf("],\"total\":{\"file_bytes\":%" PRIu64 ",\"header_bytes\":%" PRIu64 ",\"dense_bytes\":%" PRIu64
-               ",\"elements\":%" PRIu64 ",\"changes\":%" PRIu64 ",\"opaque_changes\":%" PRIu64
+               ",\"elements\":%" PRIu64 ",\"elementwise_elements\":%" PRIu64 ",\"changes\":%" PRIu64
+               ",\"opaque_changes\":%" PRIu64
                ",\"density\":%.6f,\"pos_bytes\":%" PRIu64 ",\"val_bytes\":%" PRIu64 ",\"opaque_bytes\":%" PRIu64
                ",\"bits_per_change\":%.4f,\"entropy_bits\":%.1f,\"entropy_bytes\":%.0f,\"vs_bound\":%.4f}}\n",
-               st.file_bytes, st.header_bytes, st.dense_bytes, st.nelems, st.changes, st.opaque_changes,
-               ratio((double)st.changes, (double)st.nelems), st.pos_bytes, st.val_bytes, st.opaque_bytes,
+               st.file_bytes, st.header_bytes, st.dense_bytes, st.nelems, elementwise, st.changes,
+               st.opaque_changes, ratio((double)st.changes, (double)elementwise), st.pos_bytes, st.val_bytes, st.opaque_bytes,
                ratio(coded_bits, (double)st.changes), st.entropy_bits, st.entropy_bits / 8, ratio_bound);
     } else {
-        printf("\ntotal: %" PRIu64 " changes of %" PRIu64 " elements (%.4f%%); %" PRIu64 " bytes = "
+        char op[64] = "";
+        if (st.opaque_changes)
+            snprintf(op, sizeof op, " and %" PRIu64 " changed byte%s in opaque tensors", st.opaque_changes,
+                 st.opaque_changes == 1 ? "" : "s");
+        printf("\ntotal: %" PRIu64 " changes of %" PRIu64 " elements (%.4f%%)%s; %" PRIu64 " bytes = "
                "%" PRIu64 " positions + %" PRIu64 " values + %" PRIu64 " opaque + %" PRIu64 " header\n",
-               st.changes, st.nelems, 100.0 * ratio((double)st.changes, (double)st.nelems), st.file_bytes,
-               st.pos_bytes, st.val_bytes, st.opaque_bytes, st.header_bytes);
+               st.changes, elementwise, 100.0 * ratio((double)st.changes, (double)elementwise), op,
+               st.file_bytes, st.pos_bytes, st.val_bytes, st.opaque_bytes, st.header_bytes);
         printf("bits per change %.3f; order-0 bound %.3f bits per change (%.0f bytes); streams at %.4f x "
                "the bound; file %.3f%% of %" PRIu64 " dense bytes\n",
                ratio(coded_bits, (double)st.changes), ratio(st.entropy_bits, (double)st.changes),
