@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <inttypes.h>
+
 #include "pulseweights/error.h"
 #include "tools/cli.h"
 
@@ -82,4 +84,24 @@ void cli_json_str(const char *s)
             putchar(c);
     }
     putchar('"');
+}
+
+uint64_t cli_patch_elementwise(const pulse_patch *p)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < pulse_patch_tensor_count(p); i++) {
+        pulse_patch_tensor_info ti;
+        if (pulse_patch_tensor_info_get(p, i, 0, &ti) == 0 && ti.dtype != PULSE_DT_OPAQUE)
+            n += ti.nelems;
+    }
+    return n;
+}
+
+void cli_opaque_note(char *buf, size_t cap, uint64_t opaque_changes)
+{
+    if (!opaque_changes)
+        snprintf(buf, cap, "%s", "");
+    else
+        snprintf(buf, cap, " and %" PRIu64 " changed byte%s in opaque tensors", opaque_changes,
+                 opaque_changes == 1 ? "" : "s");
 }

@@ -3,7 +3,10 @@
 #ifndef PULSE_TOOLS_CLI_H
 #define PULSE_TOOLS_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "pulseweights/patch.h"
 
 /* Prints "pulse VERB: WHAT: <strerror(err)>[: <detail>]" on stderr and returns the exit
  * status for err (1 for every library error; 2 is kept for usage errors). */
@@ -26,5 +29,11 @@ int cli_finish_stdout(const char *verb);
 
 /* Prints s on stdout as a JSON string (quoted; '"', '\\' and control bytes escaped). */
 void cli_json_str(const char *s);
+
+/* How `diff` and `inspect` count a patch's changes: out of the elements of its element-wise
+ * tensors (this sum), with the changed bytes of OPAQUE tensors, replaced a whole chunk at a
+ * time, told apart by cli_opaque_note: " and N changed byte(s) in opaque tensors", or "". */
+uint64_t cli_patch_elementwise(const pulse_patch *p);
+void cli_opaque_note(char *buf, size_t cap, uint64_t opaque_changes);
 
 #endif

@@ -95,19 +95,10 @@ int cmd_diff(int argc, char **argv)
         pulse_patch_close(&p);
         return cli_fail("diff", r, out);
     }
-    /* As `pulse inspect` counts them: changed elements of element-wise tensors over their
-     * elements, and changed bytes of OPAQUE ones apart. */
-    uint64_t elementwise = 0;
-    for (size_t i = 0; i < pulse_patch_tensor_count(p); i++) {
-        pulse_patch_tensor_info ti;
-        if (pulse_patch_tensor_info_get(p, i, 0, &ti) == 0 && ti.dtype != PULSE_DT_OPAQUE)
-            elementwise += ti.nelems;
-    }
+    uint64_t elementwise = cli_patch_elementwise(p);   /* as `pulse inspect` counts */
     pulse_patch_close(&p);
-    char op[64] = "";
-    if (st.opaque_changes)
-        snprintf(op, sizeof op, " and %" PRIu64 " changed byte%s in opaque tensors", st.opaque_changes,
-                 st.opaque_changes == 1 ? "" : "s");
+    char op[64];
+    cli_opaque_note(op, sizeof op, st.opaque_changes);
     printf("%" PRIu64 " changes of %" PRIu64 " elements (%.3f%%)%s, %" PRIu64 " bytes (%.3f%% of %" PRIu64
            " dense bytes, %s)\n", st.changes, elementwise,
            elementwise ? 100.0 * (double)st.changes / (double)elementwise : 0.0, op, st.file_bytes,

@@ -108,13 +108,12 @@ int cmd_inspect(int argc, char **argv)
                ",\"density\":%.6f,\"pos_bytes\":%" PRIu64 ",\"val_bytes\":%" PRIu64 ",\"opaque_bytes\":%" PRIu64
                ",\"bits_per_change\":%.4f,\"entropy_bits\":%.1f,\"entropy_bytes\":%.0f,\"vs_bound\":%.4f}}\n",
                st.file_bytes, st.header_bytes, st.dense_bytes, st.nelems, elementwise, st.changes,
-               st.opaque_changes, ratio((double)st.changes, (double)elementwise), st.pos_bytes, st.val_bytes, st.opaque_bytes,
+               st.opaque_changes, ratio((double)st.changes, (double)elementwise), st.pos_bytes, st.val_bytes,
+               st.opaque_bytes,
                ratio(coded_bits, (double)st.changes), st.entropy_bits, st.entropy_bits / 8, ratio_bound);
     } else {
-        char op[64] = "";
-        if (st.opaque_changes)
-            snprintf(op, sizeof op, " and %" PRIu64 " changed byte%s in opaque tensors", st.opaque_changes,
-                 st.opaque_changes == 1 ? "" : "s");
+        char op[64];
+        cli_opaque_note(op, sizeof op, st.opaque_changes);
         printf("\ntotal: %" PRIu64 " changes of %" PRIu64 " elements (%.4f%%)%s; %" PRIu64 " bytes = "
                "%" PRIu64 " positions + %" PRIu64 " values + %" PRIu64 " opaque + %" PRIu64 " header\n",
                st.changes, elementwise, 100.0 * ratio((double)st.changes, (double)elementwise), op,
