@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch: patch_seeds.py PULSE_BIN OUTDIR.
+# One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
+# symbols), at +-2..6 (4-bit) and at +-120 (8-bit), F32, F16, F8_E4M3, an I64 table (OPAQUE,
+# whole-chunk replace) and an unchanged tensor, all in 1K-element chunks; then the ulp and abs
+# patches, and the squash of the abs patch with a second step. Byte for byte the same each run.
+import os, random, struct, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "patch"))
+from mkckpt import write_safetensors  # noqa: E402
+
+
+def u16(v):
+    return b"".join(struct.pack("<H", x & 0xffff) for x in v)
+
+
+def u32(v):
+    return b"".join(struct.pack("<I", x) for x in v)
+
+
+def main():
+    pulse, out = sys.argv[1], sys.argv[2]
+    random.seed(5)
+    n = 3000
+    base = [random.randrange(0x3c00, 0x4000) for _ in range(n)]
+    small = [v + random.choice([1, -1]) if random.random() < 0.05 else v for v in base]
+    mid = [v + random.choice([3, -4, 5, -6, 2]) if random.random() < 0.2 else v for v in base]
+    big = [v + random.randrange(-120, 120) if random.random() < 0.5 else v for v in base]
+    f32 = [random.getrandbits(32) for _ in range(600)]
+    f32n = [x ^ (1 << random.randrange(32)) if random.random() < 0.1 else x for x in f32]
+    f8 = bytes(random.getrandbits(8) for _ in range(500))
+    f8n = bytes((b + 1) & 0xff if random.random() < 0.3 else b for b in f8)
+    i64 = bytes(random.getrandbits(8) for _ in range(800))
+    i64n = bytearray(i64)
+    i64n[17] ^= 1
+    i64n[500] ^= 0x80
+    f16 = [random.randrange(0x3000, 0x3c00) for _ in range(700)]
+    f16n = [v + 1 if random.random() < 0.02 else v for v in f16]
+    random.seed(9)
+    small2 = [v + 1 if random.random() < 0.03 else v for v in small]
+
+    def ckpt(path, a, b, c, f, e, i, g):
+        write_safetensors(path, [
+            ("a.small", "BF16", [n], u16(a)), ("b.mid", "BF16", [n], u16(b)), ("c.big", "BF16", [n], u16(c)),
+            ("d.f32", "F32", [600], u32(f)), ("e.f8", "F8_E4M3", [500], e), ("f.i64", "I64", [100], bytes(i)),
+            ("g.f16", "F16", [700], u16(g)), ("h.same", "BF16", [10], u16(base[:10]))])
+
+    with tempfile.TemporaryDirectory() as t:
+        old, new, new2 = (os.path.join(t, x + ".safetensors") for x in ("old", "new", "new2"))
+        ckpt(old, base, base, base, f32, f8, i64, f16)
+        ckpt(new, small, mid, big, f32n, f8n, i64n, f16n)
+        ckpt(new2, small2, mid, big, f32n, f8n, i64n, f16n)
+        step2 = os.path.join(t, "step2-abs.patch")
+        run = lambda *a: subprocess.run([pulse, *a], check=True)
+        run("diff", old, new, "-o", os.path.join(out, "multi-ulp.patch"), "--chunk", "1K")
+        run("diff", old, new, "-o", os.path.join(out, "multi-abs.patch"), "--values", "abs", "--chunk", "1K")
+        run("diff", new, new2, "-o", step2, "--values", "abs", "--chunk", "1K")
+        run("squash", os.path.join(out, "multi-abs.patch"), step2, "-o", os.path.join(out, "squashed-multi.patch"))
+
+
+if __name__ == "__main__":
+    main()
