@@ -10,17 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fail.h"
 #include "store/s3_xml.h"
 
 #define ERR_BODY_MAX 65536
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int s3_req_init(struct s3_store *s, struct s3_req *r, const char *op, const char *method,
                 const char *key, const char *user_key)
@@ -60,7 +54,7 @@ void s3_progress_begin(struct s3_store *s, uint64_t total)
 {
     s->prog_total = total;
     s->prog_done = 0;
-    s->prog_start = now_s();
+    s->prog_start = pulse_monotonic_s();
     s->prog_last = 0;
     s->prog_shown = 0;
 }
@@ -72,7 +66,7 @@ static void progress_tick(struct s3_store *s)
         return;
     if (want < 0 && !isatty(2))
         return;
-    double t = now_s();
+    double t = pulse_monotonic_s();
     if (t - s->prog_start < 1.0 || t - s->prog_last < 0.25)
         return;
     s->prog_last = t;
@@ -501,7 +495,7 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
         if (ceil_ms > 20000.0)
             ceil_ms = 20000.0;
         uint32_t span = (uint32_t)ceil_ms + 1;
-        r->next_at = now_s() + (double)randombytes_uniform(span) / 1000.0;
+        r->next_at = pulse_monotonic_s() + (double)randombytes_uniform(span) / 1000.0;
         r->attempt++;
         if (s->retries)
             (*s->retries)++;
@@ -527,7 +521,7 @@ int s3_run(struct s3_store *s, struct s3_req **reqs, size_t n)
     size_t ndone = 0, next = 0;
     int active = 0;
     while (ndone < n) {
-        double t = now_s();
+        double t = pulse_monotonic_s();
         double soonest = -1;
         int gated = 0; /* a request waits for another thread (its payload hash) */
         /* Start what may start; scanning from `next` keeps a large batch linear. */
@@ -577,7 +571,7 @@ int s3_run(struct s3_store *s, struct s3_req **reqs, size_t n)
             for (size_t i = next; i < n; i++)
                 if (!reqs[i]->done && (soonest < 0 || reqs[i]->next_at < soonest))
                     soonest = reqs[i]->next_at;
-            double wait = soonest - now_s();
+            double wait = soonest - pulse_monotonic_s();
             if (gated)
                 wait = 0.001; /* a hashing thread will release it soon */
             if (wait > 0) {

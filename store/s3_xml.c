@@ -97,7 +97,9 @@ static char *text(const char *a, const char *e)
     return buf_take(&b);
 }
 
-/* [a, e) as it stands; NULL only when out of memory. */
+/* [a, e) as it stands; NULL only when out of memory. An element holding others (<Contents>)
+ * is taken so and its texts read from it: decoding the whole first would decode the texts
+ * twice, and a key holding "&lt;/Key&gt;" would end early. */
 static char *markup(const char *a, const char *e)
 {
     struct buf b = { 0 };
@@ -109,12 +111,6 @@ char *xml_tag(const char *xml, const char *tag, const char **pos)
 {
     const char *a, *e;
     return find(xml, tag, pos, &a, &e) ? text(a, e) : NULL;
-}
-
-char *xml_element(const char *xml, const char *tag, const char **pos)
-{
-    const char *a, *e;
-    return find(xml, tag, pos, &a, &e) ? markup(a, e) : NULL;
 }
 
 static int64_t parse_iso8601(const char *t)

@@ -9,11 +9,6 @@
  * escapes decoded once; *pos is moved past it. NULL when absent (or out of memory). */
 char *xml_tag(const char *xml, const char *tag, const char **pos);
 
-/* The same element's inner markup as it stands, escapes left alone: for an element holding
- * others, whose texts are then read with xml_tag (decoding the whole first would decode the
- * texts twice, and a key holding "&lt;/Key&gt;" would end early). */
-char *xml_element(const char *xml, const char *tag, const char **pos);
-
 /* One ListObjectsV2 answer: calls fn(ctx, key without `prefix`, info) for each <Contents>
  * whose key starts with prefix, in the answer's order, stopping at fn's first non-zero, which
  * it returns. Then *token is NextContinuationToken when the answer says IsTruncated, else

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fail.h"
 #include "pulseweights/checkpoint.h"
 #include "tools/cli.h"
@@ -42,13 +43,6 @@ static const char usage[] =
 #define DEMO_RUN "demo"
 #define DEMO_MAX_FOLLOWERS 8
 #define DEMO_STEP_TIMEOUT_S 600.0   /* one step on a slow, loaded machine; a hang is an error */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_ms(unsigned ms)
 {
@@ -139,14 +133,14 @@ static void stop_nodes(struct demo *d)
     for (size_t i = 0; i < n; i++)
         if (all[i]->pid)
             kill(all[i]->pid, SIGTERM);
-    double end = now_s() + 30;
+    double end = pulse_monotonic_s() + 30;
     for (;;) {
         int running = 0;
         for (size_t i = 0; i < n; i++)
             running += node_alive(all[i]);
         if (!running)
             return;
-        if (now_s() > end)
+        if (pulse_monotonic_s() > end)
             break;
         sleep_ms(20);
     }
@@ -307,7 +301,7 @@ static int release_and_wait(struct demo *d, uint64_t k, double *all_s)
 {
     char dst[PATH_MAX];
     snprintf(dst, sizeof dst, "%s/watch/%s", d->dir, strrchr(d->staged[k], '/') + 1);
-    double t0 = now_s();
+    double t0 = pulse_monotonic_s();
     if (rename(d->staged[k], dst) != 0)
         return pulse_fail_errno(PULSE_ERR_IO, "rename %s", d->staged[k]);
     free(d->staged[k]);
@@ -317,7 +311,7 @@ static int release_and_wait(struct demo *d, uint64_t k, double *all_s)
         d->followers[i].reached = -1;
     for (;;) {
         unsigned done = 0;
-        double t = now_s() - t0;
+        double t = pulse_monotonic_s() - t0;
         for (unsigned i = 0; i < d->nfollowers; i++) {
             struct node *f = &d->followers[i];
             if (f->reached < 0 && held_step(f) >= (long long)k)
@@ -366,12 +360,12 @@ static int run_demo(struct demo *d, int *all_identical)
            (unsigned long long)d->m.params, d->m.layers, d->m.hidden, (unsigned long long)d->steps, d->o.lr,
            d->nfollowers, d->dir);
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = pulse_monotonic_s();
     int err = synth_run(&d->m, &d->o, d->steps, (const char *const *)d->staged, d->changed);
     if (err)
         return err;
     printf("synthetic trainer: wrote %llu BF16 checkpoints in %.1f s; now handing them to the trainer node one "
-           "by one\n", (unsigned long long)d->steps + 1, now_s() - t0);
+           "by one\n", (unsigned long long)d->steps + 1, pulse_monotonic_s() - t0);
     fflush(stdout);
     if ((err = start_nodes(d)) != 0)
         return err;

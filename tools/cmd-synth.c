@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/fail.h"
 #include "tools/cli.h"
 #include "tools/synth/args.h"
@@ -22,13 +23,6 @@ static const char usage[] =
     "DIR/step-000000.safetensors (initial weights) ... DIR/step-<N>.safetensors.\n"
     "Prints per step the fraction of BF16 values that changed. The output depends only on\n"
     "--params, --lr and --seed (default 1), never on --threads (default 0 = all cores).\n";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int cmd_synth(int argc, char **argv)
 {
@@ -98,9 +92,9 @@ int cmd_synth(int argc, char **argv)
                (double)m.params * 2 / 1e6);
         printf("trainer: Adam lr %g, gradient correlation %.2f, seed %llu\n", o.lr, o.rho,
                (unsigned long long)o.seed);
-        double t0 = now_s();
+        double t0 = pulse_monotonic_s();
         err = synth_run(&m, &o, steps, (const char *const *)paths, changed);
-        double dt = now_s() - t0;
+        double dt = pulse_monotonic_s() - t0;
         if (!err) {
             printf("step %06d: initial weights -> %s\n", 0, paths[0]);
             for (uint64_t k = 1; k <= steps; k++)

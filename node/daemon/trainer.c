@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/fail.h"
 #include "node/daemon/log.h"
 #include "node/daemon/retention.h"
@@ -82,9 +83,7 @@ static void handled_prune(handled_set *h, const watch_set *cur)
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return 1e3 * pulse_monotonic_s();
 }
 
 static void log_error(const char *what, const char *name, int err)

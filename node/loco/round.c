@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/kernels/kernels.h"
@@ -38,9 +39,7 @@ void loco_say(const round_ctx *c, int always, const char *fmt, ...)
 
 double loco_now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return pulse_monotonic_s();
 }
 
 void loco_sleep_s(double s)

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fail.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/daemon/journal.h"
@@ -159,13 +160,6 @@ static void saw_record(pulse_follower *f, const pulse_record *rec)
 static void u64s(char *buf, size_t cap, uint64_t v)
 {
     snprintf(buf, cap, "%" PRIu64, v);
-}
-
-static double monotonic_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* "PREFIX: <the current detail>" (the detail is copied first: it is the buffer written). */
@@ -481,7 +475,7 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
         r = step_journal_write(f, &done);
     if (!r) {
         f->c.steps_applied++;
-        double took = f->step_t0 > 0 ? monotonic_s() - f->step_t0 : -1;
+        double took = f->step_t0 > 0 ? pulse_monotonic_s() - f->step_t0 : -1;
         if (took >= 0)
             f->c.last_step_seconds = took;
         if (f->log) {
@@ -696,7 +690,7 @@ static int apply_listed(pulse_follower *f, const char *rel, const pulse_record *
         r = pulse_index_mark_verified(f->ix, rel, PULSE_VERDICT_OK, "verified");
     /* MOVED: the record's bytes, already counted; the objects are counted here. */
     uint64_t total = moved;
-    f->step_t0 = monotonic_s();
+    f->step_t0 = pulse_monotonic_s();
     if (!r)
         r = rec->kind == PULSE_RECORD_KEYFRAME ? apply_keyframe_step(f, rec, rel, &total)
                                                : apply_patch_step(f, rec, rel, &total);

@@ -12,15 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "tools/synth/measure.h"
 
 extern char **environ;
 
 double measure_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return pulse_monotonic_s();
 }
 
 double measure_cpu_now(void)
