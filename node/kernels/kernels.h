@@ -99,8 +99,11 @@ typedef struct pulse_kernels {
     void (*ulp_apply16)(uint16_t *dst, const uint32_t *idx, size_t k, const uint16_t *z);
     void (*ulp_apply32)(uint32_t *dst, const uint32_t *idx, size_t k, const uint32_t *z);
 
-    /* ulp to absolute (for squash and crash-safe apply): v[j] = base[idx[j]] + unzigzag(z[j]). */
+    /* ulp to absolute (the squash of one ulp patch, which a follower journals before its
+     * writes): v[j] = base[idx[j]] + unzigzag(z[j]) modulo 2^width. v does not alias z. */
+    void (*ulp_to_abs8)(const uint8_t *base, const uint32_t *idx, size_t k, const uint8_t *z, uint8_t *v);
     void (*ulp_to_abs16)(const uint16_t *base, const uint32_t *idx, size_t k, const uint16_t *z, uint16_t *v);
+    void (*ulp_to_abs32)(const uint32_t *base, const uint32_t *idx, size_t k, const uint32_t *z, uint32_t *v);
 
     /* positions <-> gaps: gaps[0] = idx[0], gaps[j] = idx[j] - idx[j-1] - 1 (idx ascending). */
     void (*gaps_encode)(const uint32_t *idx, size_t k, uint32_t *gaps);

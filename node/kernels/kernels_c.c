@@ -42,18 +42,16 @@ static void ulp_apply##W##_c(T *dst, const uint32_t *idx, size_t k, const T *z) 
 { \
     for (size_t j = 0; j < k; j++) \
         dst[idx[j]] = (T)(dst[idx[j]] + UNZIGZAG(T, z[j])); \
+} \
+static void ulp_to_abs##W##_c(const T *base, const uint32_t *idx, size_t k, const T *z, T *v) \
+{ \
+    for (size_t j = 0; j < k; j++) \
+        v[j] = (T)(base[idx[j]] + UNZIGZAG(T, z[j])); \
 }
 
 DEFINE_WIDTH(8, uint8_t, int8_t)
 DEFINE_WIDTH(16, uint16_t, int16_t)
 DEFINE_WIDTH(32, uint32_t, int32_t)
-
-static void ulp_to_abs16_c(const uint16_t *base, const uint32_t *idx, size_t k,
-                           const uint16_t *z, uint16_t *v)
-{
-    for (size_t j = 0; j < k; j++)
-        v[j] = (uint16_t)(base[idx[j]] + UNZIGZAG(uint16_t, z[j]));
-}
 
 static void gaps_encode_c(const uint32_t *idx, size_t k, uint32_t *gaps)
 {
@@ -305,7 +303,7 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .scatter8 = scatter8_c, .scatter16 = scatter16_c, .scatter32 = scatter32_c,
         .ulp_encode8 = ulp_encode8_c, .ulp_encode16 = ulp_encode16_c, .ulp_encode32 = ulp_encode32_c,
         .ulp_apply8 = ulp_apply8_c, .ulp_apply16 = ulp_apply16_c, .ulp_apply32 = ulp_apply32_c,
-        .ulp_to_abs16 = ulp_to_abs16_c,
+        .ulp_to_abs8 = ulp_to_abs8_c, .ulp_to_abs16 = ulp_to_abs16_c, .ulp_to_abs32 = ulp_to_abs32_c,
         .gaps_encode = gaps_encode_c,
         .gaps_decode = gaps_decode_c,
         .gate = {gate_bf16_c, gate_fp16_c, gate_e4m3_c, gate_e5m2_c},

@@ -147,6 +147,13 @@ static void run_case##W(const pulse_kernels *t, const pulse_kernels *r, const T 
     r->ulp_apply##W(d_r, idx_r, k, o_r); t->ulp_apply##W(d_t, idx_r, k, o_r); \
     CHECK_SAME(!memcmp(d_r, d_t, n * sizeof(T)) && canary_intact(d_t, n * sizeof(T)), "ulp_apply" #W); \
     CHECK_SAME(!memcmp(d_t, b, n * sizeof(T)), "ulp_apply" #W " round trip"); \
+    /* ulp_to_abs of the same differences gives b's values at the positions */ \
+    T *v_r = canary_alloc(cap * sizeof(T)), *v_t = canary_alloc(cap * sizeof(T)), *want = canary_alloc(cap * sizeof(T)); \
+    r->gather##W(b, idx_r, k, want); \
+    r->ulp_to_abs##W(a, idx_r, k, o_r, v_r); t->ulp_to_abs##W(a, idx_r, k, o_r, v_t); \
+    CHECK_SAME(!memcmp(v_r, want, k * sizeof(T)), "ulp_to_abs" #W " reference (a + ulp = b)"); \
+    CHECK_SAME(!memcmp(v_t, v_r, k * sizeof(T)) && canary_intact(v_t, k * sizeof(T)), "ulp_to_abs" #W); \
+    canary_free(v_r); canary_free(v_t); canary_free(want); \
     /* scatter of the gathered values turns a into b */ \
     r->gather##W(b, idx_r, k, o_r); \
     memcpy(d_t, a, n * sizeof(T)); \
