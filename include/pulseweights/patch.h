@@ -134,7 +134,8 @@ PULSE_API int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, con
  * base to p[n-1]'s result, written atomically to out_path. When any input is ulp-coded,
  * base (the checkpoint in p[0]'s base state, checked) is required (PULSE_ERR_INVALID
  * without it); with base the output holds exactly the positions where the result differs
- * from base. zstd_level <= 0 means the default. */
+ * from base. zstd_level 0 means the default, PULSE_PATCH_LEVEL_FAST (the smallest and fastest
+ * on these streams, as for a diff); a negative level keeps Huffman-coded literals on. */
 PULSE_API int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base,
                                  int threads, int zstd_level, const char *out_path);
 

@@ -449,6 +449,27 @@ static int64_t ulp_values(patch_scratch *s, uint8_t *dst, const uint8_t *vals, s
     return best_len;
 }
 
+/* Absolute values after the position frame (pos_len bytes at s->planes): byte planes, low
+ * bytes of every value, then the next byte, each its own zstd frame with its own entropy
+ * tables. The planes are built in s->leb, which the positions no longer need. */
+static int abs_planes(patch_scratch *s, size_t pos_len, const uint8_t *vals, size_t k, unsigned unit,
+                      int level, patch_out_chunk *out)
+{
+    for (unsigned b = 0; b < unit; b++)
+        for (size_t j = 0; j < k; j++)
+            s->leb[b * k + j] = vals[j * unit + b];
+    uint8_t *dst = s->planes;
+    size_t used = pos_len, val_len = 0;
+    for (unsigned b = 0; b < unit; b++) {
+        int64_t r = zstd_frame(s, dst + used, ZSTD_compressBound(k), s->leb + b * k, k, level);
+        if (r < 0)
+            return (int)r;
+        used += (size_t)r;
+        val_len += (size_t)r;
+    }
+    return finish_out(s, out, dst, pos_len, val_len, (uint32_t)k);
+}
+
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
                          unsigned unit, int ulp, int level, patch_out_chunk *out)
 {
@@ -479,21 +500,14 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
         return finish_out(s, out, dst, (size_t)pos_len, (size_t)val_len, (uint32_t)k);
     }
 
-    /* Absolute values: byte planes, low bytes of every value, then the next byte, each
-     * its own zstd frame with its own entropy tables. The planes are built in s->leb
-     * after the gaps were compressed. */
-    for (unsigned b = 0; b < unit; b++)
-        for (size_t j = 0; j < k; j++)
-            s->leb[b * k + j] = vals[j * unit + b];
-    size_t val_len = 0;
-    for (unsigned b = 0; b < unit; b++) {
-        int64_t r = zstd_frame(s, dst + used, ZSTD_compressBound(k), s->leb + b * k, k, level);
-        if (r < 0)
-            return (int)r;
-        used += (size_t)r;
-        val_len += (size_t)r;
-    }
-    return finish_out(s, out, dst, (size_t)pos_len, val_len, (uint32_t)k);
+    return abs_planes(s, (size_t)pos_len, vals, k, unit, level, out);
+}
+
+int patch_encode_abs_at(patch_scratch *s, const uint8_t *pos_frame, size_t pos_len, size_t k,
+                        const uint8_t *vals, unsigned unit, int level, patch_out_chunk *out)
+{
+    memcpy(s->planes, pos_frame, pos_len);
+    return abs_planes(s, pos_len, vals, k, unit, level, out);
 }
 
 int patch_encode_ulp16(patch_scratch *s, size_t leb_len, size_t k, const uint16_t *z, int level,
@@ -729,8 +743,13 @@ static int decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratc
 int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
 {
     const uint8_t *bytes;
-    int err = patch_chunk_bytes(p, c, s, 1, &bytes);
-    return err ? err : decode_bytes(p, c, s, bytes);
+    return patch_decode_chunk_at(p, c, s, &bytes);
+}
+
+int patch_decode_chunk_at(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t **bytes)
+{
+    int err = patch_chunk_bytes(p, c, s, 1, bytes);
+    return err ? err : decode_bytes(p, c, s, *bytes);
 }
 
 int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)

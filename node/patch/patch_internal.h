@@ -147,6 +147,11 @@ typedef struct patch_out_chunk {
  * native width: absolute bits, or zigzag ulp differences >= 1 when ulp != 0). k > 0. */
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
                          unsigned unit, int ulp, int level, patch_out_chunk *out);
+/* Encodes an absolute chunk of k > 0 changes whose position stream is already coded: the
+ * pos_len bytes of pos_frame (a zstd frame of LEB128 gaps, e.g. another patch's chunk with
+ * the same positions; not in s->planes or s->leb), then vals (k x unit bytes). */
+int patch_encode_abs_at(patch_scratch *s, const uint8_t *pos_frame, size_t pos_len, size_t k,
+                        const uint8_t *vals, unsigned unit, int level, patch_out_chunk *out);
 /* The scratch's second output buffer (allocated on first use). NULL with an error set. */
 uint8_t *patch_scratch_planes2(patch_scratch *s, uint32_t chunk_elems);
 /* Copies a staged chunk's bytes into memory of its own (oc->bytes). */
@@ -184,6 +189,9 @@ int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_sc
  * positions lie inside the chunk and counts are as declared. Element-wise: positions in
  * s->idx (s->gaps is not filled), values in s->vals (count x unit, native width). OPAQUE: c->len bytes in s->vals. */
 int patch_decode_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
+/* The same, also saying where the chunk's coded bytes are (in the patch, or s->in; valid
+ * until s reads another chunk). */
+int patch_decode_chunk_at(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t **bytes);
 /* The same without the digest, for a second decode of a chunk whose digest was already
  * checked in this patch's private buffer (p->buf is never written after open); a patch read
  * from a file is read and checked again. */

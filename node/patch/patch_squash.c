@@ -33,6 +33,33 @@ static const patch_chunk *find_chunk(const pulse_patch *p, size_t t, uint64_t in
     return lo < pt->first_coded + pt->ncoded && p->chunks[lo].index == index ? &p->chunks[lo] : NULL;
 }
 
+/* One ulp patch against its base, the follower's journal step: a decoded ulp value is never
+ * zero (the code stores z - 1 or an escape above the symbols), so the positions where the
+ * result differs from the base are exactly the patch's, and their final values are the base's
+ * plus the differences. No copy of the chunk, no diff of it, and the position frame is the
+ * patch's own, copied as it is. */
+static int squash_one_ulp(const squash_job *q, const patch_chunk *c, patch_scratch *s, const uint8_t *base,
+                          unsigned unit, patch_out_chunk *oc)
+{
+    const uint8_t *bytes;
+    int err = patch_decode_chunk_at(q->p[0], c, s, &bytes);
+    if (err || c->count == 0) {
+        oc->count = 0;
+        return err;
+    }
+    const pulse_kernels *k = pulse_kernels_get();
+    switch (unit) {
+    case 1: k->ulp_to_abs8(base, s->idx, c->count, s->vals, s->dense); break;
+    case 2:
+        k->ulp_to_abs16((const uint16_t *)base, s->idx, c->count, (const uint16_t *)s->vals, (uint16_t *)s->dense);
+        break;
+    default:
+        k->ulp_to_abs32((const uint32_t *)base, s->idx, c->count, (const uint32_t *)s->vals, (uint32_t *)s->dense);
+        break;
+    }
+    return patch_encode_abs_at(s, bytes, c->pos_len, c->count, s->dense, unit, q->level, oc);
+}
+
 static int squash_chunk(void *ctx, size_t job)
 {
     squash_job *q = ctx;
@@ -57,6 +84,13 @@ static int squash_chunk(void *ctx, size_t job)
     uint32_t len = (uint32_t)(pt->units - first < q->p[0]->chunk_elems ? pt->units - first
                                                                        : q->p[0]->chunk_elems);
     const uint8_t *base = q->base ? pulse_ckpt_tensor(q->base, lo)->data + first * unit : NULL;
+    if (base && q->n == 1 && !opaque && q->p[0]->values == PULSE_VALUES_ULP) {
+        err = squash_one_ulp(q, find_chunk(q->p[0], lo, ci), s, base, unit, oc);
+        if (!err)
+            err = patch_out_keep(oc);
+        patch_pool_give(&q->pool, s);
+        return err;
+    }
     if (base)
         memcpy(s->dense, base, (size_t)len * unit);
     memset(s->mark, 0, len);
@@ -147,9 +181,9 @@ int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, 
 {
     if (!p || n == 0 || !out_path)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_squash: no patches or no output");
-    if (zstd_level <= 0)
-        zstd_level = 3;
-    if (zstd_level > ZSTD_maxCLevel())
+    if (zstd_level == 0)
+        zstd_level = PULSE_PATCH_LEVEL_FAST;
+    if (zstd_level > ZSTD_maxCLevel() || zstd_level < ZSTD_minCLevel())
         return pulse_fail(PULSE_ERR_INVALID, "zstd level %d", zstd_level);
     int err, any_ulp = 0;
     char h1[65], h2[65];

@@ -562,7 +562,7 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
      * there, every chunk decoded with its digest, so no separate verify pass), holding exactly
      * the positions the step changes with their final values. */
     if (!r)
-        r = pulse_patch_squash(&p, 1, w, f->o.threads, 1, jpath);
+        r = pulse_patch_squash(&p, 1, w, f->o.threads, 0, jpath);
     pulse_ckpt_close(&w);
     pulse_patch_close(&p);
     if (!r)
