@@ -17,7 +17,8 @@ static void usage(FILE *f)
         "Brings FILE to the newest state published for run R by a trusted key: from the newest\n"
         "keyframe when FILE does not exist, then every patch in chain order. Each step is verified\n"
         "(signature, chain, no rollback, object sizes and digests, the whole patch) before FILE is\n"
-        "touched, and the result state id is checked after. Prints one line per applied step.\n"
+        "touched, and the result state id is checked after; FILE is synced to disk before the\n"
+        "command returns. Prints one line per applied step.\n"
         "\n"
         "  --store URL     file:///dir or s3://bucket/prefix\n"
         "  --run R         run name\n"
@@ -92,6 +93,8 @@ int cmd_pull(int argc, char **argv)
     r = pulse_follower_open(&f, &o);
     if (!r)
         r = pulse_follower_pull(f, &applied, &held);
+    if (!r)
+        r = pulse_follower_sync(f);   /* FILE on disk before this says so */
     pulse_follower_close(&f);
     pulse_trust_free(&trust);
     if (r)

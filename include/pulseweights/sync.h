@@ -91,6 +91,14 @@ typedef struct pulse_follow_opts {
      * Each step is verified in full before the first write, so a refused step leaves the tensors
      * as they were. Nothing is journalled: memory does not outlive a crash. */
     pulse_ckpt *weights;
+    /* Nonzero: sync the weights file to disk after every step (msync), as before this field.
+     * 0, the default: the weights are synced when the follower closes and whenever a keyframe
+     * is restored, and between those a note in the state directory names the boot that wrote
+     * them. A process crash loses nothing either way (the page cache is the file); after the
+     * machine itself restarted, weights the note says were not synced and that no longer hash
+     * to a state are replaced by the newest keyframe (docs/node.md). Where the kernel has no
+     * boot id, every step is synced. */
+    int durable;
 } pulse_follow_opts;
 
 PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o);
@@ -99,6 +107,11 @@ typedef struct pulse_follower pulse_follower;
 
 PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts *opts);
 PULSE_API void pulse_follower_close(pulse_follower **f);
+
+/* Syncs the weights file to disk when steps were applied to it without a sync (opts.durable
+ * 0), and removes the state directory's unsynced note; 0 when there was nothing to do.
+ * pulse_follower_close does the same, but cannot say that it failed. */
+PULSE_API int pulse_follower_sync(pulse_follower *f);
 
 /* Brings the weights to the newest published state: lists the run's records, then applies the
  * chain step by step, each verified before the weights are touched. *applied (may be NULL)

@@ -198,6 +198,7 @@ int node_follow_run(const node_follow_cfg *cfg)
     o.state_dir = cfg->state_dir;
     o.weights_path = cfg->weights_path;
     o.threads = cfg->threads;
+    o.durable = cfg->durable;
     o.on_step = on_step;
     o.ctx = &n;
     node_signals_install();
@@ -249,6 +250,8 @@ out:
             u64s(st, sizeof st, step);
             pulse_id_hex(state, hex);
         }
+        if (pulse_follower_sync(n.f) != 0)
+            node_log("sync-failed", "reason", pulse_last_error(), NULL);
         update_metrics(&n);
         node_log("stopped", "step", st, "state", hex, NULL);
     }

@@ -16,6 +16,7 @@ typedef struct node_follow_cfg {
     const char *metrics_addr;        /* "127.0.0.1:PORT" or NULL */
     const char *metrics_file;        /* or NULL */
     int once;                        /* catch up once, then exit */
+    int durable;                     /* sync the weights after every step */
     int threads;
 } node_follow_cfg;
 

@@ -16,7 +16,7 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: pulse node follow --store URL --run R --trust PUB|DIR [--trust ...] --state DIR --weights FILE\n"
         "                         [--key K] [--on-update CMD] [--poll-ms T] [--metrics ADDR:PORT]\n"
-        "                         [--metrics-file PATH] [--once] [--log text|json]\n"
+        "                         [--metrics-file PATH] [--once] [--durable] [--log text|json]\n"
         "\n"
         "Keeps FILE at the newest state published for run R by a trusted key, for as long as it\n"
         "runs: polls each trusted node's head with a conditional GET, verifies every record, applies\n"
@@ -39,6 +39,9 @@ static void usage(FILE *f)
         "  --metrics A:P        serve Prometheus metrics over HTTP on A:P (e.g. 127.0.0.1:9109)\n"
         "  --metrics-file PATH  write the metrics to PATH (atomically) after each event\n"
         "  --once               catch up once, then exit\n"
+        "  --durable            sync FILE to disk after every step (default: at stop and after\n"
+        "                       each keyframe; after a machine restart, weights the disk kept only\n"
+        "                       in part are replaced from the newest keyframe)\n"
         "  --log FORMAT         text (default) or json\n"
         "  --threads N          threads (default: all cores)\n");
 }
@@ -68,6 +71,10 @@ int node_follow_main(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--once")) {
             c.once = 1;
+            continue;
+        }
+        if (!strcmp(a, "--durable")) {
+            c.durable = 1;
             continue;
         }
         if (i + 1 >= argc) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The follower: list a run's records, pick the cheapest verified path, then apply each step in place, journalled. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 #include "base/fail.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/daemon/journal.h"
+#include "node/daemon/unsynced.h"
 #include "node/daemon/log.h"
 #include "node/sync/follow_internal.h"
 #include "node/sync/sync_internal.h"
@@ -35,6 +37,10 @@ struct pulse_follower {
     int log;
     follow_counters c;
     double step_t0;            /* when the step being applied started (monotonic s); 0: none */
+    /* The weights file's unsynced note (node/daemon/unsynced.h): */
+    char boot[UNSYNCED_BOOT_MAX];   /* this boot's id; "" where there is none (every step synced) */
+    int marked;                /* the note names this boot: writes may not be on disk yet */
+    int stale_note;            /* it names another boot: the weights may be torn, until checked */
 };
 
 /* One listed record of a trusted node; its key says kind, step and node (checked again
@@ -59,6 +65,62 @@ typedef struct listing {
     size_t n, cap;
 } listing;
 
+/* The weights file's unsynced note as this process finds it. */
+static int note_open(pulse_follower *f)
+{
+    if (unsynced_boot_id(f->boot) != 0) {
+        pulse_clear_error();
+        f->boot[0] = '\0';
+    }
+    char boot[UNSYNCED_BOOT_MAX];
+    int found = 0, r = unsynced_read(f->o.state_dir, boot, &found);
+    if (!r && found) {
+        f->marked = f->boot[0] && !strcmp(boot, f->boot);
+        f->stale_note = !f->marked;
+    }
+    return r;
+}
+
+/* Whether each step ends with a sync of the weights (asked for, or no boot id to name). */
+static int sync_each_step(const pulse_follower *f)
+{
+    return f->o.durable || !f->boot[0];
+}
+
+/* Before the first write that will not be synced at once: the note, durably. */
+static int note_before_write(pulse_follower *f)
+{
+    if (sync_each_step(f) || f->marked)
+        return 0;
+    int r = unsynced_mark(f->o.state_dir, f->boot);
+    f->marked = !r;
+    return r;
+}
+
+/* The weights are on disk as they are now (synced, or read back whole after a restart):
+ * the note goes. */
+static int note_settled(pulse_follower *f)
+{
+    if (!f->marked && !f->stale_note)
+        return 0;
+    int r = unsynced_clear(f->o.state_dir);
+    if (!r)
+        f->marked = f->stale_note = 0;
+    return r;
+}
+
+PULSE_API int pulse_follower_sync(pulse_follower *f)
+{
+    if (!f->marked || f->o.weights)
+        return 0;
+    int fd = open(f->o.weights_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "weights %s", f->o.weights_path);
+    int r = fdatasync(fd) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "weights %s: fdatasync", f->o.weights_path) : 0;
+    close(fd);
+    return r ? r : note_settled(f);
+}
+
 PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -70,6 +132,7 @@ PULSE_API void pulse_follower_close(pulse_follower **pf)
     if (!pf || !*pf)
         return;
     pulse_follower *f = *pf;
+    pulse_follower_sync(f);
     pulse_index_close(&f->ix);
     pulse_store_close(&f->st);
     free(f->run);
@@ -84,7 +147,8 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     if (!opts || opts->size < offsetof(pulse_follow_opts, weights) || !opts->store_url || !opts->run ||
         !opts->trust || !opts->state_dir)
         return pulse_fail(PULSE_ERR_INVALID, "follower needs a store, a run, trusted keys and a state directory");
-    pulse_ckpt *weights = opts->size >= sizeof *opts ? opts->weights : NULL;
+    pulse_ckpt *weights = opts->size >= offsetof(pulse_follow_opts, weights) + sizeof opts->weights ? opts->weights
+                                                                                     : NULL;
     if (!weights == !opts->weights_path)
         return pulse_fail(PULSE_ERR_INVALID, "follower needs a weights path or tensors in memory (exactly one)");
     if (weights && (weights->nfiles || !(weights->flags & PULSE_CKPT_WRITE)))
@@ -101,6 +165,8 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     f->o.weights = weights;
     f->max_behind = FOLLOW_DEFAULT_MAX_BEHIND;
     int r = sync_mkdir(opts->state_dir);
+    if (!r && !weights)
+        r = note_open(f);
     if (!r)
         r = pulse_store_open(&f->st, opts->store_url, NULL);
     if (!r) {
@@ -382,6 +448,17 @@ static int hash_weights(pulse_follower *f, uint8_t state[32])
     return 0;
 }
 
+/* Weights written without a sync before the machine restarted, and not whole now: the disk
+ * kept only some of the writes. They are no one's state, so the newest keyframe replaces them
+ * (temporary file and rename), as if they were missing; the note stays until it has. */
+static void weights_lost(pulse_follower *f, const char *why)
+{
+    if (f->log)
+        node_log("weights-lost", "weights", f->o.weights_path, "reason", why, NULL);
+    f->known = 1;
+    f->have = 0;
+}
+
 /* The state the weights hold: hashed once, then its step from the index (or, for weights
  * this index did not write, from the newest trusted record that produces exactly it). */
 static int held_state(pulse_follower *f, listing *l)
@@ -416,17 +493,21 @@ static int held_state(pulse_follower *f, listing *l)
         f->known = f->have = 1;
         f->step = a.step;
         memcpy(f->state, state, 32);
-        return 0;
+        return f->stale_note ? note_settled(f) : 0;   /* read back whole from the disk */
     }
     for (size_t i = l->n; i-- > 0;) {
         if (get_listed(f, &l->v[i]) == 0 && !memcmp(l->v[i].rec.result, state, 32)) {
             f->known = f->have = 1;
             f->step = l->v[i].rec.step;
             memcpy(f->state, state, 32);
-            return 0;
+            return f->stale_note ? note_settled(f) : 0;
         }
     }
     char hex[65];
+    if (f->stale_note) {
+        weights_lost(f, "no-state");
+        return 0;
+    }
     return pulse_fail(PULSE_ERR_MISMATCH, "weights %s hold state %.16s..., which no trusted record of run %s produces",
                       f->o.weights_path, pulse_id_hex(state, hex), f->run);
 }
@@ -578,7 +659,9 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     /* From here the weights may be written: the record is indexed as verified, the journal
      * says "applying". */
     node_journal j = journal_applying(rec, rel);
-    r = journal_write(f->o.state_dir, &j);
+    r = note_before_write(f);
+    if (!r)
+        r = journal_write(f->o.state_dir, &j);
     if (!r)
         r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
     if (!r) {
@@ -592,7 +675,7 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
         ao.trust_base_id = f->state;
         r = pulse_patch_apply_ex(p, w, &ao);
     }
-    if (!r)
+    if (!r && sync_each_step(f))
         r = pulse_ckpt_sync(w);
     pulse_ckpt_close(&w);
     pulse_patch_close(&p);
@@ -675,6 +758,11 @@ static int apply_keyframe_step(pulse_follower *f, const pulse_record *rec, const
         journal_clear(f->o.state_dir);   /* restore is temp + rename: the weights are unchanged */
         return r;
     }
+    /* The restored file is on disk (synced, renamed, its directory synced): whatever the note
+     * said about the old one no longer applies. */
+    r = note_settled(f);
+    if (r)
+        return r;
     pulse_sync_step s;
     sync_step_of(rec, rel, *moved, &s);
     return finish_step(f, &j, &s);
@@ -749,12 +837,20 @@ int follower_recover(pulse_follower *f, int *did)
             r = pulse_ckpt_sync(w);
         pulse_ckpt_close(&w);
         pulse_patch_close(&p);
+        if (r && f->stale_note) {
+            /* Torn by a restart of the machine, beyond this one step: a keyframe mends it. */
+            pulse_clear_error();
+            weights_lost(f, "journal-recovery-failed");
+            return journal_clear(f->o.state_dir);
+        }
         if (r)
         {
             char pre[4200];
             snprintf(pre, sizeof pre, "recovery of step %s from the journal in %s", st, f->o.state_dir);
             return fail_prefixed(r, pre);
         }
+        if (f->stale_note && (r = note_settled(f)) != 0)   /* the recovery synced them, whole */
+            return r;
     } else if (j.phase == JOURNAL_APPLYING) {
         /* Keyframe restore renames into place: the weights are the old state or the result. */
         uint8_t state[32];
@@ -773,7 +869,10 @@ int follower_recover(pulse_follower *f, int *did)
     memcpy(s.base, j.base, 32);
     memcpy(s.result, j.result, 32);
     snprintf(s.record_key, sizeof s.record_key, "%s", j.rel);
-    return finish_step(f, &j, &s);
+    r = finish_step(f, &j, &s);
+    if (f->stale_note)
+        f->known = 0;   /* "applied" before the restart says nothing of the disk: hash them */
+    return r;
 }
 
 int follower_try_next(pulse_follower *f, const char *rel, int *applied)

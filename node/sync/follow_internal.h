@@ -36,6 +36,7 @@ int follower_held(const pulse_follower *f, uint64_t *step, uint8_t state[32]);
  * this first too). Idempotent; *did (may be NULL) says whether there was one. */
 int follower_recover(pulse_follower *f, int *did);
 
+
 /* Fast path of a head poll: fetches the sync-patch record at REL (relative to the run) and
  * applies it when it verifies, is newer than the held state and chains on it. *applied = 1
  * then; *applied = 0 (and 0 returned) when it does not chain or is not there, so the caller

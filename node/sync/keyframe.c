@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "base/durable.h"
 #include "base/fail.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/checkpoint/filespace.h"
@@ -196,6 +197,8 @@ int sync_keyframe_restore(pulse_store *st, const char *run, const pulse_record *
     }
     if (!rc && rename(tmp, path) != 0)
         rc = pulse_fail_errno(PULSE_ERR_IO, "cannot rename %s to %s", tmp, path);
+    else if (!rc)
+        rc = pulse_fsync_parent(path);   /* the restore is durable once this returns */
     if (rc)
         unlink(tmp);
     return rc;

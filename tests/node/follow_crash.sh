@@ -45,6 +45,7 @@ for round in $(seq 1 8); do
 done
 follow k --once --key follower.key 2>>k.log || fail "final run after $kills kills: $(tail -5 k.log)"
 cmp -s "$(ckpt 7)" k/w.safetensors || fail "weights after $kills kills differ from step 7"
+[ ! -e k/state/unsynced ] || fail "a clean exit left the unsynced note: $(cat k/state/unsynced)"
 rows=$("$check" applied k/state/index.db r | cut -d' ' -f1 | tr '\n' ' ')
 first=${rows%% *}
 want=$(seq "$first" 7 | tr '\n' ' ')
@@ -75,3 +76,76 @@ done
 follow s --once 2>>s.log || fail "run after SIGTERMs: $(tail -3 s.log)"
 cmp -s "$(ckpt 7)" s/w.safetensors || fail "weights after SIGTERMs differ from step 7"
 ok "SIGTERM at random moments: exit 0 each time, a published state held, then caught up to step 7"
+
+# 4. Steps are not synced one by one (docs/node.md): a running follower's state directory holds
+#    a note naming this boot; a clean stop syncs the weights and removes it; --durable writes none.
+boot=$(cat /proc/sys/kernel/random/boot_id)
+mkdir u
+start_follow u.log u --poll-ms 50
+at_step7() { grep -q 'applied step=7' u.log; }
+wait_until 60 at_step7 || fail "follower did not reach step 7: $(tail -3 u.log)"
+[ "$(cat u/state/unsynced)" = "pulse-unsynced 1 boot $boot" ] \
+  || fail "running follower's note: '$(cat u/state/unsynced 2>&1)', boot $boot"
+kill -TERM "$bg"; wait "$bg" || fail "SIGTERM: exit $?"; bg=""
+[ ! -e u/state/unsynced ] || fail "stop left the unsynced note"
+cmp -s u/w.safetensors "$(ckpt 7)" || fail "weights at stop differ from step 7"
+mkdir d
+start_follow d.log d --poll-ms 50 --durable
+at_step7d() { grep -q 'applied step=7' d.log; }
+wait_until 60 at_step7d || fail "--durable follower did not reach step 7: $(tail -3 d.log)"
+[ ! -e d/state/unsynced ] || fail "--durable wrote an unsynced note"
+kill -TERM "$bg"; wait "$bg" || fail "SIGTERM --durable: exit $?"; bg=""
+cmp -s d/w.safetensors "$(ckpt 7)" || fail "--durable weights differ from step 7"
+ok "unsynced note while running (this boot), gone after SIGTERM; none with --durable"
+
+# 5. A restart of the machine, made by hand as it leaves things: the note names another boot,
+#    and the disk kept some of the last steps' pages (step 7's first half, step 5's second half).
+tear() {   # tear DIR: DIR's weights as a lost write-back leaves them
+  size=$(stat -c %s "$(ckpt 7)")
+  cut=$(( (size / 4096 / 2) * 4096 ))
+  { head -c "$cut" "$(ckpt 7)"; tail -c +$((cut + 1)) "$(ckpt 5)"; } >"$1/w.safetensors"
+  cp "$1/w.safetensors" "$1/torn"
+}
+other="pulse-unsynced 1 boot 00000000-0000-4000-8000-00000000dead"
+tear u
+printf '%s\n' "$other" >u/state/unsynced
+follow u --once 2>u2.log || fail "after a lost write-back: $(tail -3 u2.log)"
+grep -q 'weights-lost .*reason=no-state' u2.log || fail "no weights-lost event: $(cat u2.log)"
+grep -q 'catch-up path=keyframe' u2.log || fail "not restored from the keyframe: $(cat u2.log)"
+cmp -s u/w.safetensors "$(ckpt 7)" || fail "weights after a lost write-back differ from step 7"
+[ ! -e u/state/unsynced ] || fail "the other boot's note was left after the keyframe restore"
+ok "weights torn by a lost write-back (note from another boot): replaced from the keyframe, step 7"
+
+#    The same torn file without the note (or with this boot's) is no one's state: refused, untouched.
+tear u
+if follow u --once 2>u3.log; then fail "torn weights without a note were accepted"; fi
+grep -q 'which no trusted record of run r produces' u3.log || fail "refusal not named: $(cat u3.log)"
+cmp -s u/w.safetensors u/torn || fail "refused weights were changed"
+printf 'pulse-unsynced 1 boot %s\n' "$boot" >u/state/unsynced
+if follow u --once 2>u4.log; then fail "torn weights with this boot's note were accepted"; fi
+cmp -s u/w.safetensors u/torn || fail "refused weights were changed (this boot's note)"
+rm -f u/state/unsynced
+ok "the same torn file without a note, or with this boot's, is refused and left as it was"
+
+#    A journalled step at the restart: torn beyond that one step, the journal cannot mend it, so
+#    the keyframe does; torn within it, the journal does, and the note goes.
+P diff "$(ckpt 6)" "$(ckpt 7)" --values abs -o u/state/journal.patch >/dev/null
+jtext=$(printf 'pulse-journal 1\nphase applying\nkind sync-patch\nstep 7\nbase %s\nresult %s\nrecord records/sync-patch/000000000007/%s\n' \
+  "$(P hash "$(ckpt 6)")" "$(P hash "$(ckpt 7)")" "$node")
+printf '%s' "$jtext" >u/state/journal
+tear u
+printf '%s\n' "$other" >u/state/unsynced
+follow u --once 2>u5.log || fail "journal + lost write-back: $(tail -3 u5.log)"
+grep -q 'weights-lost .*reason=journal-recovery-failed' u5.log || fail "no weights-lost event: $(cat u5.log)"
+cmp -s u/w.safetensors "$(ckpt 7)" || fail "weights after journal + lost write-back differ from step 7"
+[ ! -e u/state/journal ] && [ ! -e u/state/unsynced ] || fail "journal or note left behind"
+P diff "$(ckpt 6)" "$(ckpt 7)" --values abs -o u/state/journal.patch >/dev/null
+printf '%s' "$jtext" >u/state/journal
+{ head -c "$cut" "$(ckpt 7)"; tail -c +$((cut + 1)) "$(ckpt 6)"; } >u/w.safetensors
+printf '%s\n' "$other" >u/state/unsynced
+follow u --once 2>u6.log || fail "journal, torn within the step: $(tail -3 u6.log)"
+grep -q 'recovered step=7 phase=applying' u6.log || fail "no journal recovery: $(cat u6.log)"
+grep -q 'weights-lost' u6.log && fail "weights lost although the journal mended them: $(cat u6.log)"
+cmp -s u/w.safetensors "$(ckpt 7)" || fail "weights after the journal's recovery differ from step 7"
+[ ! -e u/state/unsynced ] || fail "the note was left after the journal's recovery"
+ok "a journalled step at the restart: torn beyond it, the keyframe mends it; torn within it, the journal"
