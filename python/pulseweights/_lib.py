@@ -125,7 +125,7 @@ ON_STEP = ctypes.CFUNCTYPE(c_int, c_void, ctypes.POINTER(SyncStep))
 class FollowOpts(ctypes.Structure):
     _fields_ = [("size", c_size), ("store_url", c_str), ("run", c_str), ("trust", c_void),
                 ("state_dir", c_str), ("weights_path", c_str), ("threads", c_int), ("on_step", ON_STEP),
-                ("ctx", c_void), ("weights", c_void), ("_tail", ctypes.c_uint8 * _TAIL)]
+                ("ctx", c_void), ("weights", c_void), ("durable", c_int), ("_tail", ctypes.c_uint8 * _TAIL)]
 
 
 class LocoRoundOpts(ctypes.Structure):
@@ -181,6 +181,7 @@ publisher_publish_ckpt = _proto("pulse_publisher_publish_ckpt", c_int, c_void, c
 follow_opts_default = _proto("pulse_follow_opts_default", None, P(FollowOpts))
 follower_open = _proto("pulse_follower_open", c_int, P(c_void), P(FollowOpts))
 follower_close = _proto("pulse_follower_close", None, P(c_void))
+follower_sync = _proto("pulse_follower_sync", c_int, c_void)
 follower_pull = _proto("pulse_follower_pull", c_int, c_void, P(c_size), P(SyncStep))
 
 loco_view_from_name = _proto("pulse_loco_view_from_name", c_int, c_str)

@@ -99,9 +99,10 @@ class Follower(_lib.Closeable):
     """Follows a run: each pull() verifies every step (signature, digests, base state, the whole
     patch) before the weights are written. weights=mapping updates those tensors IN PLACE (their
     buffers are held from here until close(); names, dtypes and shapes must be the run's);
-    weights_path=FILE keeps a safetensors file instead (created from a keyframe when absent)."""
+    weights_path=FILE keeps a safetensors file instead (created from a keyframe when absent),
+    synced to disk by sync() and close(), or after every step with durable=True."""
 
-    def __init__(self, store, run, trust, state_dir, weights=None, weights_path=None, threads=0):
+    def __init__(self, store, run, trust, state_dir, weights=None, weights_path=None, threads=0, durable=False):
         if (weights is None) == (weights_path is None):
             raise ValueError("give exactly one of weights (tensors updated in place) and weights_path")
         self._f = ctypes.c_void_p()
@@ -118,6 +119,7 @@ class Follower(_lib.Closeable):
             o.store_url, o.run, o.state_dir, o.weights_path = self._keep
             o.trust = self._trust
             o.threads = int(threads)
+            o.durable = 1 if durable else 0
             o.weights = self._wrapped.ptr if self._wrapped else None
             self._cb = _lib.ON_STEP(self._on_step)   # referenced as long as the follower
             o.on_step = self._cb
@@ -153,6 +155,12 @@ class Follower(_lib.Closeable):
             done = [s for s in self._steps if s.step == info.step and s.result == info.result]
             info = done[-1] if done else info._replace(base=None, already=False)
         return int(n.value), info
+
+    def sync(self):
+        """Syncs a weights_path file to disk now (pulse_follower_sync); close() does it too."""
+        if not self._f:
+            raise ValueError("follower is closed")
+        _lib.check(_lib.follower_sync(self._f))
 
     @property
     def steps(self):

@@ -214,6 +214,10 @@ def test_sync(work):
                      state_dir=os.path.join(work, "fol-file"), weights_path=os.path.join(work, "w.safetensors")) as ff:
         e = raises("PULSE_ERR_CORRUPT", ff.pull, "file follower: corrupted step 3")
         check(e is not None and e.applied >= 1, "file follower applied the good steps first")
+        note = os.path.join(work, "fol-file", "unsynced")
+        check(os.path.exists(note), "file follower noted its unsynced weights")
+        ff.sync()
+        check(not os.path.exists(note), "sync() synced them and removed the note")
     check(pulse_hash(os.path.join(work, "w.safetensors")) == pw.state_id(dict(
         (k, follower_model[k]) for k in follower_model)), "file follower holds the memory follower's state")
     pub.close()
