@@ -87,6 +87,8 @@ int cmd_publish(int argc, char **argv)
     if (r)
         return cli_fail("publish", r, o.store_url);
     r = pulse_publisher_publish(p, ckpt, step, flags, &s);
+    if (!r)
+        r = pulse_publisher_sync(p);   /* the next publish's base on disk before this returns */
     pulse_publisher_close(&p);
     if (r)
         return cli_fail("publish", r, ckpt);

@@ -44,6 +44,11 @@ typedef struct pulse_publish_opts {
     pulse_value_code values;       /* default PULSE_VALUES_ULP */
     int threads;                   /* 0 = all cores */
     int zstd_level;                /* 0 (default): the codec's level for patches, 3 for keyframes */
+    /* Nonzero: sync the state directory's copy of the last published state (the next diff's
+     * base) after every publish, as before this field. 0, the default: it is synced when the
+     * publisher closes, and a note names the boot that wrote it; after a restart of the machine a
+     * copy that no longer hashes to its state is deleted, so the next publish is a keyframe. */
+    int durable;
 } pulse_publish_opts;
 
 PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o);
@@ -52,6 +57,11 @@ typedef struct pulse_publisher pulse_publisher;
 
 /* Opens the store, loads the key (refused when group/others can read it), opens the index. */
 PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_opts *opts);
+
+/* Syncs the state directory's copy of the last published state to disk when publishes updated
+ * it without a sync (opts.durable 0), and removes the note; 0 when there was nothing to do.
+ * pulse_publisher_close does the same, but cannot say that it failed. */
+PULSE_API int pulse_publisher_sync(pulse_publisher *p);
 PULSE_API void pulse_publisher_close(pulse_publisher **p);
 
 /* Flags of pulse_publisher_publish. */

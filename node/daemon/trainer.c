@@ -268,6 +268,8 @@ int node_trainer_run(const node_trainer_opts *o)
         }
         t.transient = 0;
     }
+    if (pulse_publisher_sync(t.pub) != 0)
+        node_log("sync-failed", "reason", pulse_last_error(), (char *)NULL);
     node_log("stopped", "role", "trainer", "node", node_hex, (char *)NULL);
 out:
     watch_set_clear(&prev);

@@ -33,6 +33,9 @@ static void usage(FILE *f)
         "                         objects (default 2; 0 keeps everything)\n"
         "  --poll-ms T            milliseconds between scans (default 1000)\n"
         "  --once                 scan twice (T apart), publish what is finished, exit\n"
+        "  --durable              sync the copy of the last published state (the next diff's\n"
+        "                         base) after every publish (default: at stop; after a machine\n"
+        "                         restart, a copy the disk kept only in part is replaced by a keyframe)\n"
         "  --values CODE          ulp (default) or abs\n"
         "  --threads N            threads (default: all cores)\n"
         "  --log FORMAT           text (default) or json: one line per event on stderr\n");
@@ -49,6 +52,10 @@ int node_trainer_main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         uint64_t v;
+        if (!strcmp(a, "--durable")) {
+            o.pub.durable = 1;
+            continue;
+        }
         if (!strcmp(a, "--once")) {
             o.once = 1;
             continue;

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The publisher: diff against the last published state, upload objects, commit a signed record, move the head. */
+#include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,9 +9,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/durable.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
+#include "node/daemon/unsynced.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/manifest.h"
 #include "pulseweights/sync.h"
@@ -21,7 +25,108 @@ struct pulse_publisher {
     pulse_secret_key *key;
     uint8_t node[32];
     pulse_index *ix;
+    char boot[UNSYNCED_BOOT_MAX];   /* this boot's id; "" where there is none (every copy synced) */
+    int marked;                /* the state directory's unsynced note names this boot */
 };
+
+static void updating_path(const pulse_publisher *p, char out[4096]);
+static void last_path(const pulse_publisher *p, const uint8_t state[32], char out[4096]);
+
+/* The copy of the head's state (the next diff's base): 1 with its path in out, 0 when there is
+ * no head or no copy, or an error. */
+static int head_copy(pulse_publisher *p, char out[4096], uint8_t state[32])
+{
+    uint64_t step;
+    int h = pulse_index_head(p->ix, p->run, &step, state);
+    if (h == PULSE_ERR_NOTFOUND) {
+        pulse_clear_error();
+        return 0;
+    }
+    if (h)
+        return h;
+    last_path(p, state, out);
+    return access(out, F_OK) == 0;
+}
+
+/* The copy is updated in place without a sync (node/daemon/unsynced.h): a note naming this
+ * boot first, durably. Where the kernel has no boot id, or durable is asked for, every update
+ * is synced instead and no note is written. */
+static int sync_each_publish(const pulse_publisher *p)
+{
+    return p->o.durable || !p->boot[0];
+}
+
+static int note_before_update(pulse_publisher *p)
+{
+    if (sync_each_publish(p) || p->marked)
+        return 0;
+    int r = unsynced_mark(p->state_dir, p->boot);
+    p->marked = !r;
+    return r;
+}
+
+/* At open: a note from another boot means the copy may hold only some of its updates (the
+ * machine restarted before they were written back). It is kept only if it still hashes to its
+ * state; otherwise it goes, and the next publish is a keyframe, as after any lost copy. */
+static int copy_after_restart(pulse_publisher *p)
+{
+    if (unsynced_boot_id(p->boot) != 0) {
+        pulse_clear_error();
+        p->boot[0] = '\0';
+    }
+    char boot[UNSYNCED_BOOT_MAX], path[4096], work[4096];
+    int found = 0, r = unsynced_read(p->state_dir, boot, &found);
+    if (r || !found)
+        return r;
+    if (p->boot[0] && !strcmp(boot, p->boot)) {
+        p->marked = 1;
+        return 0;
+    }
+    uint8_t state[32], id[32];
+    int have = head_copy(p, path, state);
+    if (have < 0)
+        return have;
+    if (have) {
+        pulse_ckpt *c = NULL;
+        int whole = pulse_ckpt_open(&c, path, PULSE_CKPT_READ) == 0 && pulse_ckpt_state_id(c, p->o.threads, id) == 0
+                    && !memcmp(id, state, 32);
+        pulse_ckpt_close(&c);
+        pulse_clear_error();
+        if (!whole) {
+            fprintf(stderr, "pulse: %s no longer holds its state (the machine restarted before it was written back): "
+                            "removed; the next publish is a keyframe\n", path);
+            if (unlink(path) != 0)
+                return pulse_fail_errno(PULSE_ERR_IO, "remove %s", path);
+        }
+    }
+    updating_path(p, work);
+    unlink(work);
+    return unsynced_clear(p->state_dir);
+}
+
+PULSE_API int pulse_publisher_sync(pulse_publisher *p)
+{
+    if (!p || !p->marked)
+        return 0;
+    char path[4096];
+    uint8_t state[32];
+    int have = head_copy(p, path, state);
+    if (have < 0)
+        return have;
+    if (have) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return pulse_fail_errno(PULSE_ERR_IO, "%s", path);
+        int r = fdatasync(fd) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "%s: fdatasync", path) : 0;
+        close(fd);
+        if (r)
+            return r;
+    }
+    int r = unsynced_clear(p->state_dir);
+    if (!r)
+        p->marked = 0;
+    return r;
+}
 
 PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o)
 {
@@ -36,6 +141,7 @@ PULSE_API void pulse_publisher_close(pulse_publisher **pp)
     if (!pp || !*pp)
         return;
     pulse_publisher *p = *pp;
+    pulse_publisher_sync(p);
     pulse_index_close(&p->ix);
     pulse_key_free(&p->key);
     pulse_store_close(&p->st);
@@ -48,13 +154,15 @@ PULSE_API void pulse_publisher_close(pulse_publisher **pp)
 PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_opts *opts)
 {
     *out = NULL;
-    if (!opts || opts->size < sizeof *opts || !opts->store_url || !opts->run || !opts->key_path ||
-        !opts->state_dir)
+    /* A caller built before `durable` was appended passes the shorter size: 0 then. */
+    if (!opts || opts->size < offsetof(pulse_publish_opts, durable) || !opts->store_url || !opts->run ||
+        !opts->key_path || !opts->state_dir)
         return pulse_fail(PULSE_ERR_INVALID, "publisher needs a store, a run, a key and a state directory");
     pulse_publisher *p = calloc(1, sizeof *p);
     if (!p)
         return pulse_fail(PULSE_ERR_NOMEM, "publisher");
-    p->o = *opts;
+    memcpy(&p->o, opts, opts->size < sizeof p->o ? opts->size : sizeof p->o);
+    p->o.size = sizeof p->o;
     p->run = strdup(opts->run);
     p->state_dir = strdup(opts->state_dir);
     int r = (!p->run || !p->state_dir) ? pulse_fail(PULSE_ERR_NOMEM, "publisher") : 0;
@@ -77,6 +185,8 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
         snprintf(path, sizeof path, "%s/index.db", opts->state_dir);
         r = pulse_index_open(&p->ix, path);
     }
+    if (!r)
+        r = copy_after_restart(p);
     if (r) {
         pulse_publisher_close(&p);
         return r;
@@ -266,13 +376,15 @@ static int update_last(pulse_publisher *p, const pulse_ckpt *c, const char *old_
     if (pulse_ckpt_nfiles(last) == 1 && !strcmp(pulse_ckpt_file_path(last, 0), old_path)) {
         char work[4096];
         updating_path(p, work);
-        if (rename(old_path, work) != 0) {
+        if ((r = note_before_update(p)) != 0) {
+            /* nothing written */
+        } else if (rename(old_path, work) != 0) {
             r = pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", old_path, work);
         } else if ((r = ckpt_update_from(last, c, p->o.threads, NULL)) == PULSE_ERR_MISMATCH) {
             /* nothing was written: the copy gets its name back, and the caller copies */
             pulse_clear_error();
             r = rename(work, old_path) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", work, old_path) : 1;
-        } else if (!r && !(r = pulse_ckpt_sync(last))) {
+        } else if (!r && !(r = sync_each_publish(p) ? pulse_ckpt_sync(last) : 0)) {
             r = ckpt_rename_durable(work, path);
         }
     }
