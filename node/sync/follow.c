@@ -851,6 +851,17 @@ int follower_recover(pulse_follower *f, int *did)
         }
         if (f->stale_note && (r = note_settled(f)) != 0)   /* the recovery synced them, whole */
             return r;
+    } else if (j.phase == JOURNAL_APPLIED && f->stale_note) {
+        /* "Applied" before a restart of the machine says nothing of what the disk kept: the
+         * hook and receipt are redone only for weights that hash to the result. */
+        uint8_t state[32];
+        if (access(f->o.weights_path, F_OK) != 0 || hash_weights(f, state) != 0 || memcmp(state, j.result, 32)) {
+            pulse_clear_error();
+            weights_lost(f, "no-state");
+            return journal_clear(f->o.state_dir);
+        }
+        if ((r = note_settled(f)) != 0)
+            return r;
     } else if (j.phase == JOURNAL_APPLYING) {
         /* Keyframe restore renames into place: the weights are the old state or the result. */
         uint8_t state[32];
@@ -869,10 +880,7 @@ int follower_recover(pulse_follower *f, int *did)
     memcpy(s.base, j.base, 32);
     memcpy(s.result, j.result, 32);
     snprintf(s.record_key, sizeof s.record_key, "%s", j.rel);
-    r = finish_step(f, &j, &s);
-    if (f->stale_note)
-        f->known = 0;   /* "applied" before the restart says nothing of the disk: hash them */
-    return r;
+    return finish_step(f, &j, &s);
 }
 
 int follower_try_next(pulse_follower *f, const char *rel, int *applied)

@@ -148,7 +148,19 @@ grep -q 'recovered step=7 phase=applying' u6.log || fail "no journal recovery: $
 grep -q 'weights-lost' u6.log && fail "weights lost although the journal mended them: $(cat u6.log)"
 cmp -s u/w.safetensors "$(ckpt 7)" || fail "weights after the journal's recovery differ from step 7"
 [ ! -e u/state/unsynced ] || fail "the note was left after the journal's recovery"
-ok "a journalled step at the restart: torn beyond it, the keyframe mends it; torn within it, the journal"
+#    A step journalled "applied" (its hook not yet run) at the restart, the weights torn: the hook
+#    never sees them; they are replaced from the keyframe first.
+printf '%s' "$jtext" | sed 's/^phase applying$/phase applied/' >u/state/journal
+tear u
+printf '%s\n' "$other" >u/state/unsynced
+follow u --once --on-update 'cmp -s "$PULSE_WEIGHTS" "'"$work"'/ckpt/step-$(printf %06d "$PULSE_STEP").safetensors" || echo "$PULSE_STEP" >>'"$work"'/hook-saw' 2>u7.log \
+  || fail "journal applied + lost write-back: $(tail -3 u7.log)"
+grep -q 'weights-lost .*reason=no-state' u7.log || fail "no weights-lost event: $(cat u7.log)"
+[ ! -e hook-saw ] || fail "the hook ran over weights not at its step: $(cat hook-saw)"
+grep -q 'hook step=7 status=ok' u7.log || fail "the hook did not run for step 7: $(cat u7.log)"
+cmp -s u/w.safetensors "$(ckpt 7)" || fail "weights after journal applied + lost write-back differ from step 7"
+[ ! -e u/state/journal ] && [ ! -e u/state/unsynced ] || fail "journal or note left behind (applied)"
+ok "a journalled step at the restart: torn beyond it, the keyframe mends it; torn within it, the journal; journalled applied, the hook never sees torn weights"
 
 # 6. The publisher's copy of the last published state (the next diff's base) is not synced after
 #    each publish either: `pulse publish` syncs it before it returns (no note left). After a restart
