@@ -67,7 +67,7 @@ int sync_commit_record(pulse_store *st, const char *run, const pulse_secret_key 
                        sync_same_fn same, char rel[SYNC_KEY_MAX], uint8_t **bytes, size_t *len,
                        uint64_t *moved);
 
-/* mkdir -p of one level (EEXIST is fine). */
+/* mkdir -p (EEXIST is fine, at every level). */
 int sync_mkdir(const char *dir);
 
 #endif

@@ -17,6 +17,12 @@ follow f1 --once --metrics-file f1.prom 2>f1b.log || fail "second --once: $(cat 
 [ "$(metric f1.prom pulse_steps_applied_total)" = 0 ] || fail "second --once applied steps: $(cat f1.prom)"
 [ "$(metric f1.prom pulse_held_step)" = 2 ] || fail "second --once: held step is not 2"
 ok "--once catches up bit-identically; a second --once applies nothing"
+follow deep/er --once 2>deep.log || fail "a state directory two levels below what exists: $(cat deep.log)"
+cmp -s "$(ckpt 2)" deep/er/w.safetensors || fail "weights under a created state directory differ"
+touch plain
+if follow plain/x --once 2>plain.log; then fail "a state directory under a file was accepted"; fi
+grep -q 'cannot create directory plain/x' plain.log || fail "the refusal does not name the directory: $(cat plain.log)"
+ok "--state is created with its missing parents (mkdir -p); under a plain file it is refused by name"
 
 # 2. A running follower: hook, receipts, metrics, steps published while it runs.
 cat >hook.sh <<'H'
