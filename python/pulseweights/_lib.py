@@ -116,7 +116,7 @@ _TAIL = 1024
 class PublishOpts(ctypes.Structure):
     _fields_ = [("size", c_size), ("store_url", c_str), ("run", c_str), ("key_path", c_str),
                 ("state_dir", c_str), ("values", c_int), ("threads", c_int), ("zstd_level", c_int),
-                ("_tail", ctypes.c_uint8 * _TAIL)]
+                ("durable", c_int), ("_tail", ctypes.c_uint8 * _TAIL)]
 
 
 ON_STEP = ctypes.CFUNCTYPE(c_int, c_void, ctypes.POINTER(SyncStep))
@@ -174,6 +174,7 @@ trust_free = _proto("pulse_trust_free", None, P(c_void))
 publish_opts_default = _proto("pulse_publish_opts_default", None, P(PublishOpts))
 publisher_open = _proto("pulse_publisher_open", c_int, P(c_void), P(PublishOpts))
 publisher_close = _proto("pulse_publisher_close", None, P(c_void))
+publisher_sync = _proto("pulse_publisher_sync", c_int, c_void)
 publisher_publish = _proto("pulse_publisher_publish", c_int, c_void, c_str, ctypes.c_int64, ctypes.c_uint,
                            P(SyncStep))
 publisher_publish_ckpt = _proto("pulse_publisher_publish_ckpt", c_int, c_void, c_void, ctypes.c_int64,

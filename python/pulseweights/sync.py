@@ -38,9 +38,10 @@ def keygen(path_prefix, comment=""):
 
 class Publisher(_lib.Closeable):
     """Signs and publishes checkpoints of a run (docs/sync.md). One publisher per run and key;
-    STATE_DIR keeps its index and the last published state (the next diff's base)."""
+    STATE_DIR keeps its index and the last published state (the next diff's base), synced to disk
+    by sync() and close(), or after every publish with durable=True."""
 
-    def __init__(self, store, run, key, state_dir, values="ulp", threads=0, zstd_level=0):
+    def __init__(self, store, run, key, state_dir, values="ulp", threads=0, zstd_level=0, durable=False):
         if values not in _VALUES:
             raise ValueError("values must be 'ulp' or 'abs', not %r" % (values,))
         o = _lib.PublishOpts()
@@ -51,6 +52,7 @@ class Publisher(_lib.Closeable):
         o.values = _VALUES[values]
         o.threads = int(threads)
         o.zstd_level = int(zstd_level)
+        o.durable = 1 if durable else 0
         self._p = ctypes.c_void_p()
         _lib.check(_lib.publisher_open(ctypes.byref(self._p), ctypes.byref(o)))
 
@@ -75,6 +77,10 @@ class Publisher(_lib.Closeable):
         _lib.check(_lib.publisher_publish(self._handle(), _lib.enc(path), -1 if step is None else int(step),
                                           _lib.PUBLISH_KEYFRAME if keyframe else 0, ctypes.byref(s)))
         return _step_info(s)
+
+    def sync(self):
+        """Syncs state_dir's copy of the last published state to disk now (pulse_publisher_sync)."""
+        _lib.check(_lib.publisher_sync(self._handle()))
 
     def close(self):
         if getattr(self, "_p", None):

@@ -151,6 +151,21 @@ def test_sync(work):
               for k in follower_model), "the follower's arrays were written in place (same objects, same buffers)")
     applied, held = fol.pull()
     check(applied == 0 and held.step == 2, "nothing new: applied %d" % applied)
+
+    # A file publisher updates its copy of the last state in place without a sync: a note until sync().
+    with pw.Publisher(store=url, run="rl-file", key=os.path.join(work, "trainer.key"),
+                      state_dir=os.path.join(work, "pub-file")) as pf:
+        for step in range(3):
+            check(pf.publish_file(os.path.join(work, "step%d.safetensors" % step)).step == step, "file publish %d" % step)
+        note = os.path.join(work, "pub-file", "unsynced")
+        check(os.path.exists(note), "the file publisher noted its unsynced copy")
+        pf.sync()
+        check(not os.path.exists(note), "Publisher.sync() removed the note")
+    with pw.Publisher(store=url, run="rl-file", key=os.path.join(work, "trainer.key"),
+                      state_dir=os.path.join(work, "pub-durable"), durable=True) as pd:
+        for step in range(3):
+            pd.publish_file(os.path.join(work, "step%d.safetensors" % step))
+        check(not os.path.exists(os.path.join(work, "pub-durable", "unsynced")), "durable=True writes no note")
     check(pub.publish(trainer).already, "publishing the same state again is a no-op")
 
     # A corrupted object: refused, arrays unchanged.
