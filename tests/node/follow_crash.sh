@@ -148,6 +148,22 @@ grep -q 'recovered step=7 phase=applying' u6.log || fail "no journal recovery: $
 grep -q 'weights-lost' u6.log && fail "weights lost although the journal mended them: $(cat u6.log)"
 cmp -s u/w.safetensors "$(ckpt 7)" || fail "weights after the journal's recovery differ from step 7"
 [ ! -e u/state/unsynced ] || fail "the note was left after the journal's recovery"
+#    A journal whose patch is gone (fsynced, but a disk can still lose it): after a restart of the
+#    machine that reads as torn weights too.
+printf '%s' "$jtext" >u/state/journal
+rm -f u/state/journal.patch
+{ head -c "$cut" "$(ckpt 7)"; tail -c +$((cut + 1)) "$(ckpt 6)"; } >u/w.safetensors
+printf '%s\n' "$other" >u/state/unsynced
+follow u --once 2>u8.log || fail "journal without its patch + lost write-back: $(tail -3 u8.log)"
+grep -q 'weights-lost .*reason=journal-recovery-failed' u8.log || fail "no weights-lost event: $(cat u8.log)"
+cmp -s u/w.safetensors "$(ckpt 7)" || fail "weights after a lost journal patch differ from step 7"
+#    The same without the note (a process crash, the patch removed by hand): an error naming it.
+printf '%s' "$jtext" >u/state/journal
+{ head -c "$cut" "$(ckpt 7)"; tail -c +$((cut + 1)) "$(ckpt 6)"; } >u/w.safetensors
+if follow u --once 2>u9.log; then fail "a journal without its patch was accepted without a note"; fi
+grep -q 'recovery of step 7 from the journal' u9.log || fail "the refusal does not name the recovery: $(cat u9.log)"
+rm -f u/state/journal
+cp "$(ckpt 7)" u/w.safetensors
 #    A step journalled "applied" (its hook not yet run) at the restart, the weights torn: the hook
 #    never sees them; they are replaced from the keyframe first.
 printf '%s' "$jtext" | sed 's/^phase applying$/phase applied/' >u/state/journal
