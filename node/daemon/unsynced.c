@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The follower's note of weights written since their last sync, with the boot id that wrote them. */
+/* A node's note of a file written since its last sync, with the boot id that wrote it. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,69 +21,81 @@ static int note_path(const char *dir, const char *suffix, char *out, size_t cap)
     return 0;
 }
 
-/* One line of at most UNSYNCED_BOOT_MAX - 1 characters from path, without its newline. */
+/* The first line of path, without its newline: 0, -ENOENT when there is no such file, or -1. */
 static int read_line(const char *path, char *out, size_t cap)
 {
     FILE *f = fopen(path, "r");
     if (!f)
-        return -1;
+        return errno == ENOENT ? -ENOENT : -1;
     int ok = fgets(out, (int)cap, f) != NULL;
     fclose(f);
     if (!ok)
-        return -1;
+        out[0] = '\0';
     out[strcspn(out, "\n")] = '\0';
     return 0;
 }
 
-int unsynced_boot_id(char boot[UNSYNCED_BOOT_MAX])
+int unsynced_open(unsynced_note *n, const char *dir)
 {
-    if (read_line("/proc/sys/kernel/random/boot_id", boot, UNSYNCED_BOOT_MAX) != 0 || !boot[0])
-        return pulse_fail(PULSE_ERR_NOTFOUND, "no boot id (/proc/sys/kernel/random/boot_id)");
+    char path[4096], line[UNSYNCED_BOOT_MAX + 64];
+    memset(n, 0, sizeof *n);
+    if (read_line("/proc/sys/kernel/random/boot_id", n->boot, sizeof n->boot) != 0)
+        n->boot[0] = '\0';
+    int r = note_path(dir, "", path, sizeof path);
+    if (r)
+        return r;
+    int got = read_line(path, line, sizeof line);
+    if (got == -ENOENT)
+        return 0;
+    if (got != 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "%s", path);
+    size_t m = strlen(UNSYNCED_MAGIC);
+    n->marked = n->boot[0] && !strncmp(line, UNSYNCED_MAGIC, m) && !strcmp(line + m, n->boot);
+    n->stale = !n->marked;
     return 0;
 }
 
-int unsynced_mark(const char *dir, const char *boot)
+int unsynced_sync_each(const unsynced_note *n, int durable)
 {
+    return durable || !n->boot[0];
+}
+
+int unsynced_before_write(unsynced_note *n, const char *dir, int durable)
+{
+    if (unsynced_sync_each(n, durable) || n->marked)
+        return 0;
     char path[4096], tmp[4200], text[UNSYNCED_BOOT_MAX + 64];
     int r = note_path(dir, "", path, sizeof path);
     if (!r)
         r = note_path(dir, ".tmp", tmp, sizeof tmp);
     if (r)
         return r;
-    int n = snprintf(text, sizeof text, "%s%s\n", UNSYNCED_MAGIC, boot);
-    return pulse_replace_file(path, tmp, text, (size_t)n, 1);
+    int len = snprintf(text, sizeof text, "%s%s\n", UNSYNCED_MAGIC, n->boot);
+    r = pulse_replace_file(path, tmp, text, (size_t)len, 1);
+    n->marked = !r;
+    return r;
 }
 
-int unsynced_read(const char *dir, char boot[UNSYNCED_BOOT_MAX], int *found)
+int unsynced_settle(unsynced_note *n, const char *dir, const char *path)
 {
-    char path[4096], line[UNSYNCED_BOOT_MAX + 64];
-    *found = 0;
-    int r = note_path(dir, "", path, sizeof path);
-    if (r)
-        return r;
-    if (access(path, F_OK) != 0) {
-        if (errno == ENOENT)
-            return 0;
-        return pulse_fail_errno(PULSE_ERR_IO, "%s", path);
+    if (!n->marked && !n->stale)
+        return 0;
+    if (path && n->marked) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return pulse_fail_errno(PULSE_ERR_IO, "%s", path);
+        int r = fdatasync(fd) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "%s: fdatasync", path) : 0;
+        close(fd);
+        if (r)
+            return r;
     }
-    *found = 1;
-    size_t m = strlen(UNSYNCED_MAGIC);
-    if (read_line(path, line, sizeof line) != 0 || strncmp(line, UNSYNCED_MAGIC, m) != 0 || !line[m]
-        || strlen(line + m) >= UNSYNCED_BOOT_MAX)
-        snprintf(boot, UNSYNCED_BOOT_MAX, "?");
-    else
-        snprintf(boot, UNSYNCED_BOOT_MAX, "%s", line + m);
-    return 0;
-}
-
-int unsynced_clear(const char *dir)
-{
-    char path[4096];
-    int r = note_path(dir, "", path, sizeof path);
-    if (!r && unlink(path) != 0) {
-        if (errno == ENOENT)
-            return 0;
-        r = pulse_fail_errno(PULSE_ERR_IO, "remove %s", path);
-    }
-    return r ? r : pulse_fsync_dir(dir);
+    char note[4096];
+    int r = note_path(dir, "", note, sizeof note);
+    if (!r && unlink(note) != 0 && errno != ENOENT)
+        r = pulse_fail_errno(PULSE_ERR_IO, "remove %s", note);
+    if (!r)
+        r = pulse_fsync_dir(dir);
+    if (!r)
+        n->marked = n->stale = 0;
+    return r;
 }

@@ -1,29 +1,36 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal: the follower's note that its weights hold writes the disk may not have yet, named by the boot that made them. */
+/* Internal: a node's note that a file it keeps holds writes the disk may not have yet, named by the boot that made them. */
 #ifndef PULSE_NODE_DAEMON_UNSYNCED_H
 #define PULSE_NODE_DAEMON_UNSYNCED_H
 
-/* A follower that does not sync its weights after every step (the default, docs/node.md)
- * writes DIR/unsynced, durably, before the first such write: it holds the kernel's boot id.
- * While the machine stays up the page cache is the file, whatever a process crash does; only
- * a restart of the machine can lose writes the kernel had not written back. So a note from
- * another boot says "the weights may be torn across several steps", and one from this boot
- * says nothing. The note goes once the weights are synced (a clean stop, a keyframe restore). */
+/* A follower's weights and a publisher's copy of its last state are written without a sync
+ * after every step (the default, docs/node.md). Before the first such write the node writes
+ * DIR/unsynced, durably: it holds the kernel's boot id. While the machine stays up the page
+ * cache is the file, whatever a process crash does; only a restart of the machine can lose
+ * writes the kernel had not written back. So a note from another boot says "the file may be
+ * torn across several steps", and one from this boot says nothing. The note goes once the
+ * file is synced (a clean stop, a keyframe restore) or found whole after a restart. */
 
 #define UNSYNCED_BOOT_MAX 64
 
-/* This boot's id (/proc/sys/kernel/random/boot_id, Linux): 0, or PULSE_ERR_NOTFOUND where
- * there is none (then every step is synced instead). */
-int unsynced_boot_id(char boot[UNSYNCED_BOOT_MAX]);
+typedef struct unsynced_note {
+    char boot[UNSYNCED_BOOT_MAX];   /* this boot's id; "" where there is none (every write synced) */
+    int marked;                     /* DIR/unsynced names this boot: writes may not be on disk yet */
+    int stale;                      /* it names another boot (or does not parse): check the file */
+} unsynced_note;
 
-/* Writes DIR/unsynced holding BOOT (temporary file, fsync, rename, fsync of DIR). */
-int unsynced_mark(const char *dir, const char *boot);
+/* This boot's id (/proc/sys/kernel/random/boot_id, Linux) and what DIR/unsynced says. */
+int unsynced_open(unsynced_note *n, const char *dir);
 
-/* Reads DIR/unsynced: *found = 0 when there is none, else its boot id in BOOT. A note that
- * does not parse reads as a boot id of its own ("?"), which matches no boot. */
-int unsynced_read(const char *dir, char boot[UNSYNCED_BOOT_MAX], int *found);
+/* Whether every write is to be synced at once: asked for (durable), or no boot id to name. */
+int unsynced_sync_each(const unsynced_note *n, int durable);
 
-/* Removes DIR/unsynced and fsyncs DIR; none there is not an error. */
-int unsynced_clear(const char *dir);
+/* Before a write that will not be synced at once: the note naming this boot, durably (once). */
+int unsynced_before_write(unsynced_note *n, const char *dir, int durable);
+
+/* The file is on disk as it is now: PATH (may be NULL: already synced, or read back whole)
+ * is fdatasynced when the note names this boot, then the note is removed (temporary name,
+ * fsync of DIR). 0 with nothing to do when there is no note. */
+int unsynced_settle(unsynced_note *n, const char *dir, const char *path);
 
 #endif

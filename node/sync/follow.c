@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The follower: list a run's records, pick the cheapest verified path, then apply each step in place, journalled. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stddef.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -37,10 +36,7 @@ struct pulse_follower {
     int log;
     follow_counters c;
     double step_t0;            /* when the step being applied started (monotonic s); 0: none */
-    /* The weights file's unsynced note (node/daemon/unsynced.h): */
-    char boot[UNSYNCED_BOOT_MAX];   /* this boot's id; "" where there is none (every step synced) */
-    int marked;                /* the note names this boot: writes may not be on disk yet */
-    int stale_note;            /* it names another boot: the weights may be torn, until checked */
+    unsynced_note note;        /* the weights file's (node/daemon/unsynced.h) */
 };
 
 /* One listed record of a trusted node; its key says kind, step and node (checked again
@@ -65,60 +61,23 @@ typedef struct listing {
     size_t n, cap;
 } listing;
 
-/* The weights file's unsynced note as this process finds it. */
-static int note_open(pulse_follower *f)
-{
-    if (unsynced_boot_id(f->boot) != 0) {
-        pulse_clear_error();
-        f->boot[0] = '\0';
-    }
-    char boot[UNSYNCED_BOOT_MAX];
-    int found = 0, r = unsynced_read(f->o.state_dir, boot, &found);
-    if (!r && found) {
-        f->marked = f->boot[0] && !strcmp(boot, f->boot);
-        f->stale_note = !f->marked;
-    }
-    return r;
-}
-
-/* Whether each step ends with a sync of the weights (asked for, or no boot id to name). */
+/* Whether each step ends with a sync of the weights. */
 static int sync_each_step(const pulse_follower *f)
 {
-    return f->o.durable || !f->boot[0];
+    return unsynced_sync_each(&f->note, f->o.durable);
 }
 
-/* Before the first write that will not be synced at once: the note, durably. */
-static int note_before_write(pulse_follower *f)
-{
-    if (sync_each_step(f) || f->marked)
-        return 0;
-    int r = unsynced_mark(f->o.state_dir, f->boot);
-    f->marked = !r;
-    return r;
-}
-
-/* The weights are on disk as they are now (synced, or read back whole after a restart):
- * the note goes. */
+/* The weights are on disk as they are now (synced, or read back whole after a restart). */
 static int note_settled(pulse_follower *f)
 {
-    if (!f->marked && !f->stale_note)
-        return 0;
-    int r = unsynced_clear(f->o.state_dir);
-    if (!r)
-        f->marked = f->stale_note = 0;
-    return r;
+    return unsynced_settle(&f->note, f->o.state_dir, NULL);
 }
 
 PULSE_API int pulse_follower_sync(pulse_follower *f)
 {
-    if (!f->marked || f->o.weights)
+    if (!f->note.marked || f->o.weights)
         return 0;
-    int fd = open(f->o.weights_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "weights %s", f->o.weights_path);
-    int r = fdatasync(fd) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "weights %s: fdatasync", f->o.weights_path) : 0;
-    close(fd);
-    return r ? r : note_settled(f);
+    return unsynced_settle(&f->note, f->o.state_dir, f->o.weights_path);
 }
 
 PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o)
@@ -166,7 +125,7 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     f->max_behind = FOLLOW_DEFAULT_MAX_BEHIND;
     int r = sync_mkdir(opts->state_dir);
     if (!r && !weights)
-        r = note_open(f);
+        r = unsynced_open(&f->note, opts->state_dir);
     if (!r)
         r = pulse_store_open(&f->st, opts->store_url, NULL);
     if (!r) {
@@ -493,18 +452,18 @@ static int held_state(pulse_follower *f, listing *l)
         f->known = f->have = 1;
         f->step = a.step;
         memcpy(f->state, state, 32);
-        return f->stale_note ? note_settled(f) : 0;   /* read back whole from the disk */
+        return f->note.stale ? note_settled(f) : 0;   /* read back whole from the disk */
     }
     for (size_t i = l->n; i-- > 0;) {
         if (get_listed(f, &l->v[i]) == 0 && !memcmp(l->v[i].rec.result, state, 32)) {
             f->known = f->have = 1;
             f->step = l->v[i].rec.step;
             memcpy(f->state, state, 32);
-            return f->stale_note ? note_settled(f) : 0;
+            return f->note.stale ? note_settled(f) : 0;
         }
     }
     char hex[65];
-    if (f->stale_note) {
+    if (f->note.stale) {
         weights_lost(f, "no-state");
         return 0;
     }
@@ -659,7 +618,7 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     /* From here the weights may be written: the record is indexed as verified, the journal
      * says "applying". */
     node_journal j = journal_applying(rec, rel);
-    r = note_before_write(f);
+    r = unsynced_before_write(&f->note, f->o.state_dir, f->o.durable);
     if (!r)
         r = journal_write(f->o.state_dir, &j);
     if (!r)
@@ -837,7 +796,7 @@ int follower_recover(pulse_follower *f, int *did)
             r = pulse_ckpt_sync(w);
         pulse_ckpt_close(&w);
         pulse_patch_close(&p);
-        if (r && f->stale_note) {
+        if (r && f->note.stale) {
             /* Torn by a restart of the machine, beyond this one step: a keyframe mends it. */
             pulse_clear_error();
             weights_lost(f, "journal-recovery-failed");
@@ -849,9 +808,9 @@ int follower_recover(pulse_follower *f, int *did)
             snprintf(pre, sizeof pre, "recovery of step %s from the journal in %s", st, f->o.state_dir);
             return fail_prefixed(r, pre);
         }
-        if (f->stale_note && (r = note_settled(f)) != 0)   /* the recovery synced them, whole */
+        if (f->note.stale && (r = note_settled(f)) != 0)   /* the recovery synced them, whole */
             return r;
-    } else if (j.phase == JOURNAL_APPLIED && f->stale_note) {
+    } else if (j.phase == JOURNAL_APPLIED && f->note.stale) {
         /* "Applied" before a restart of the machine says nothing of what the disk kept: the
          * hook and receipt are redone only for weights that hash to the result. */
         uint8_t state[32];

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The publisher: diff against the last published state, upload objects, commit a signed record, move the head. */
-#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/durable.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
@@ -25,8 +23,7 @@ struct pulse_publisher {
     pulse_secret_key *key;
     uint8_t node[32];
     pulse_index *ix;
-    char boot[UNSYNCED_BOOT_MAX];   /* this boot's id; "" where there is none (every copy synced) */
-    int marked;                /* the state directory's unsynced note names this boot */
+    unsynced_note note;        /* the copy of the last state's (node/daemon/unsynced.h) */
 };
 
 static void updating_path(const pulse_publisher *p, char out[4096]);
@@ -48,21 +45,11 @@ static int head_copy(pulse_publisher *p, char out[4096], uint8_t state[32])
     return access(out, F_OK) == 0;
 }
 
-/* The copy is updated in place without a sync (node/daemon/unsynced.h): a note naming this
- * boot first, durably. Where the kernel has no boot id, or durable is asked for, every update
- * is synced instead and no note is written. */
+/* The copy is updated in place without a sync (node/daemon/unsynced.h) unless durable is asked
+ * for or the kernel has no boot id to name. */
 static int sync_each_publish(const pulse_publisher *p)
 {
-    return p->o.durable || !p->boot[0];
-}
-
-static int note_before_update(pulse_publisher *p)
-{
-    if (sync_each_publish(p) || p->marked)
-        return 0;
-    int r = unsynced_mark(p->state_dir, p->boot);
-    p->marked = !r;
-    return r;
+    return unsynced_sync_each(&p->note, p->o.durable);
 }
 
 /* At open: a note from another boot means the copy may hold only some of its updates (the
@@ -70,18 +57,10 @@ static int note_before_update(pulse_publisher *p)
  * state; otherwise it goes, and the next publish is a keyframe, as after any lost copy. */
 static int copy_after_restart(pulse_publisher *p)
 {
-    if (unsynced_boot_id(p->boot) != 0) {
-        pulse_clear_error();
-        p->boot[0] = '\0';
-    }
-    char boot[UNSYNCED_BOOT_MAX], path[4096], work[4096];
-    int found = 0, r = unsynced_read(p->state_dir, boot, &found);
-    if (r || !found)
+    char path[4096], work[4096];
+    int r = unsynced_open(&p->note, p->state_dir);
+    if (r || !p->note.stale)
         return r;
-    if (p->boot[0] && !strcmp(boot, p->boot)) {
-        p->marked = 1;
-        return 0;
-    }
     uint8_t state[32], id[32];
     int have = head_copy(p, path, state);
     if (have < 0)
@@ -101,31 +80,17 @@ static int copy_after_restart(pulse_publisher *p)
     }
     updating_path(p, work);
     unlink(work);
-    return unsynced_clear(p->state_dir);
+    return unsynced_settle(&p->note, p->state_dir, NULL);
 }
 
 PULSE_API int pulse_publisher_sync(pulse_publisher *p)
 {
-    if (!p || !p->marked)
+    if (!p || !p->note.marked)
         return 0;
     char path[4096];
     uint8_t state[32];
     int have = head_copy(p, path, state);
-    if (have < 0)
-        return have;
-    if (have) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return pulse_fail_errno(PULSE_ERR_IO, "%s", path);
-        int r = fdatasync(fd) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "%s: fdatasync", path) : 0;
-        close(fd);
-        if (r)
-            return r;
-    }
-    int r = unsynced_clear(p->state_dir);
-    if (!r)
-        p->marked = 0;
-    return r;
+    return have < 0 ? have : unsynced_settle(&p->note, p->state_dir, have ? path : NULL);
 }
 
 PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o)
@@ -376,7 +341,7 @@ static int update_last(pulse_publisher *p, const pulse_ckpt *c, const char *old_
     if (pulse_ckpt_nfiles(last) == 1 && !strcmp(pulse_ckpt_file_path(last, 0), old_path)) {
         char work[4096];
         updating_path(p, work);
-        if ((r = note_before_update(p)) != 0) {
+        if ((r = unsynced_before_write(&p->note, p->state_dir, p->o.durable)) != 0) {
             /* nothing written */
         } else if (rename(old_path, work) != 0) {
             r = pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", old_path, work);
