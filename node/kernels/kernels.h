@@ -153,7 +153,40 @@ typedef struct pulse_kernels {
      * last escape. */
     void (*ulp2_add16)(uint16_t *d, const uint8_t *gaps, size_t glen, const uint8_t *packed,
                        const uint8_t *esc, size_t k);
+
+    /* Rice-coded gaps (the position stream's Rice coding, docs/patch-format.md) back to
+     * LEB128. src[0..len) holds a remainder plane, k fields of `shift` bits (field j at bit
+     * j*shift, LSB first; pulse_rice_rem_bytes(k, shift) bytes, zero padding), then a unary
+     * plane: per gap, gap >> shift zero bits then a one bit, LSB first; the k-th one lies in
+     * the last byte and the bits after it are zero. Gap j is (quotient << shift) | field j.
+     * Writes the k gaps as LEB128 to leb and their bytes to *leb_len. Returns 0, or, checked
+     * gap by gap in order as patch_leb_positions does, -1 (the planes end before k gaps), -2
+     * (a gap >= 2^32), -4 (a position, previous + gap + 1 from -1 on, reaches limit); after
+     * the k gaps, -3 (bytes after the k-th one, or nonzero padding in either plane). leb needs
+     * room for pulse_rice_leb_room(k, limit) bytes plus 64 of slack that may be scribbled;
+     * *leb_len and leb are unspecified after an error. k >= 1, shift <= 31. Reads no byte at or
+     * past len. */
+    int (*rice_gaps)(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
+                     size_t *leb_len);
 } pulse_kernels;
+
+/* Bytes of the remainder plane of k Rice fields of `shift` bits. */
+static inline size_t pulse_rice_rem_bytes(size_t k, unsigned shift)
+{
+    return (k * shift + 7) / 8;
+}
+
+/* The most LEB128 bytes k gaps whose positions stay below limit can take: one each, and one
+ * more for each gap of 2^7, 2^14, 2^21 and 2^28 or more (a gap g needs g + 1 of the limit). */
+static inline size_t pulse_rice_leb_room(size_t k, uint32_t limit)
+{
+    size_t n = k;
+    for (unsigned b = 7; b <= 28; b += 7) {
+        size_t most = limit / (((size_t)1 << b) + 1);
+        n += most < k ? most : k;
+    }
+    return n;
+}
 
 /* The best table for this CPU (honouring PULSE_CPU_MASK), filled once; never NULL. */
 const pulse_kernels *pulse_kernels_get(void);

@@ -607,12 +607,20 @@ static size_t leb1_run_avx2(const uint8_t *src, size_t n, uint64_t *sum)
     return leb1_run_tail(src, j, n, sum);
 }
 
+/* No byte compress here: the portable blocks (kernels_tail.h). */
+static int rice_gaps_avx2(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
+                        size_t *leb_len)
+{
+    return rice_gaps_portable(pulse_rice_byte_table(), src, len, k, shift, limit, leb, leb_len);
+}
+
 int pulse_kernels_init_avx2(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_AVX2))
         return -1;
     pthread_once(&positions_once, init_positions);
     k->name = "avx2";
+    k->rice_gaps = rice_gaps_avx2;
     k->diff8 = diff8_avx2;
     k->diff16 = diff16_avx2;
     k->diff_extract16 = diff_extract16_avx2;

@@ -596,6 +596,128 @@ stop:;
     return j + r;
 }
 
+/* rice_gaps 64 unary bits a step: vpcompressb turns the step's ones into their bit indices,
+ * their differences are the quotients, vpermb + vpsrlvw cut the matching remainder fields
+ * out of one masked load, and the gaps go out as one byte each. A step stops before the
+ * first gap of 128 or more (that one goes through the scalar step, as does a quotient of 57
+ * or more, which leaves a step without a one), and a position that reaches the limit is
+ * found when the sums are settled (below); so every error is the reference's. Shifts above
+ * 6 (sparse chunks, gaps mostly >= 128) take the scalar steps. */
+static int rice_gaps_avx512(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
+                            size_t *leb_len)
+{
+    size_t rb = pulse_rice_rem_bytes(k, shift);
+    if (rb > len)
+        return -1;
+    const uint8_t *u = src + rb;
+    const size_t ulen = len - rb;
+    rice_state st = { 0 };
+    int rc = 0;
+    if (shift <= 6) {
+        const __m512i iota8 = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48,
+                                              47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32,
+                                              31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                              15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        const __m512i prev8 = _mm512_sub_epi8(iota8, _mm512_set1_epi8(1));
+        const __m512i lanes = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                               15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        const __m512i step_lo = _mm512_mullo_epi16(lanes, _mm512_set1_epi16((short)shift));
+        const __m512i step_hi = _mm512_add_epi16(step_lo, _mm512_set1_epi16((short)(32 * shift)));
+        const __m512i rmask = _mm512_set1_epi16((short)((1u << shift) - 1));
+        const __m512i seven = _mm512_set1_epi16(7), byte_hi = _mm512_set1_epi16(0x100);
+        const __m512i big = _mm512_set1_epi16(128), zero = _mm512_setzero_si512();
+        const __m128i count = _mm_cvtsi32_si128((int)shift);
+        /* The state in registers, stored to st only around a scalar step. The steps' gap sums
+         * add up in a vector (a horizontal sum a step would be a third of the loop's time), so
+         * `next` lags: it lacks the `lag` vector's sum and one per gap since `lag_from`. It is
+         * made exact before every scalar step and at the end: a position that reached the limit
+         * in a vector step then shows as next > limit, and since a vector step cannot fail any
+         * other way, the reference's answer is -4. */
+        size_t j = 0, bit = 0, o = 0, lag_from = 0;
+        uint64_t next = 0;
+        __m512i lag = _mm512_setzero_si512();
+#define RICE_SETTLE() do { \
+            next += (uint64_t)_mm512_reduce_add_epi64(lag) + (j - lag_from); \
+            lag = _mm512_setzero_si512(); \
+            lag_from = j; \
+            if (next > limit) { \
+                rc = -4; \
+                goto out; \
+            } \
+        } while (0)
+#define RICE_SCALAR_STEP() do { \
+            RICE_SETTLE(); \
+            st = (rice_state){ .j = j, .bit = bit, .next = next, .o = o }; \
+            if ((rc = rice_gaps_tail(src, rb, u, ulen, j + 1, shift, limit, leb, &st)) != 0) \
+                goto out; \
+            j = st.j; bit = st.bit; next = st.next; o = st.o; lag_from = j; \
+        } while (0)
+        while (j < k && (bit >> 3) + 8 <= ulen) {
+            uint64_t w;
+            memcpy(&w, u + (bit >> 3), 8);
+            w >>= bit & 7;
+            size_t left = k - j;
+            if (!w) {   /* a quotient of 57 or more */
+                RICE_SCALAR_STEP();
+                continue;
+            }
+            if ((uint64_t)_mm_popcnt_u64(w) > left)
+                w = _pdep_u64(((uint64_t)1 << left) - 1, w);   /* left < 64 here */
+            /* quotients: differences of the ones' bit indices (the first counts from -1) */
+            __m512i p = _mm512_maskz_compress_epi8(w, iota8);
+            __m512i pp = _mm512_mask_permutexvar_epi8(_mm512_set1_epi8(-1), ~(__mmask64)1, prev8, p);
+            __m512i q = _mm512_sub_epi8(_mm512_sub_epi8(p, pp), _mm512_set1_epi8(1));
+            /* remainder fields j .. j + 63: 16-bit windows at their byte, shifted down */
+            size_t rbit = j * shift, at = rbit >> 3;
+            size_t avail = len - at;
+            __m512i rs = _mm512_maskz_loadu_epi8(avail >= 64 ? ~(__mmask64)0 : (__mmask64)_bzhi_u64(~0ull, (unsigned)avail),
+                                                 src + at);
+            __m512i off = _mm512_set1_epi16((short)(rbit & 7));
+            __m512i b_lo = _mm512_add_epi16(step_lo, off), b_hi = _mm512_add_epi16(step_hi, off);
+            __m512i i_lo = _mm512_srli_epi16(b_lo, 3), i_hi = _mm512_srli_epi16(b_hi, 3);
+            i_lo = _mm512_add_epi16(_mm512_add_epi16(i_lo, _mm512_slli_epi16(i_lo, 8)), byte_hi);
+            i_hi = _mm512_add_epi16(_mm512_add_epi16(i_hi, _mm512_slli_epi16(i_hi, 8)), byte_hi);
+            __m512i r_lo = _mm512_srlv_epi16(_mm512_permutexvar_epi8(i_lo, rs), _mm512_and_si512(b_lo, seven));
+            __m512i r_hi = _mm512_srlv_epi16(_mm512_permutexvar_epi8(i_hi, rs), _mm512_and_si512(b_hi, seven));
+            __m512i g_lo = _mm512_or_si512(_mm512_sll_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(q)), count),
+                                           _mm512_and_si512(r_lo, rmask));
+            __m512i g_hi = _mm512_or_si512(_mm512_sll_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q, 1)), count),
+                                           _mm512_and_si512(r_hi, rmask));
+            unsigned n = (unsigned)_mm_popcnt_u64(w);
+            uint64_t valid = n == 64 ? ~0ull : ((uint64_t)1 << n) - 1;
+            uint64_t large = ((uint64_t)_mm512_cmpge_epu16_mask(g_lo, big)
+                              | (uint64_t)_mm512_cmpge_epu16_mask(g_hi, big) << 32) & valid;
+            /* A step cut short is a branch of its own: the common step's j and bit then never
+             * wait for the remainders (only the unary load and its count are on the chain). */
+            uint64_t used = w;
+            if (__builtin_expect(large != 0, 0)) {
+                n = (unsigned)_tzcnt_u64(large);
+                if (n == 0) {   /* a gap of two or more LEB128 bytes */
+                    RICE_SCALAR_STEP();
+                    continue;
+                }
+                valid = ((uint64_t)1 << n) - 1;
+                used = _pdep_u64(valid, w);   /* the bits up to the step's last one */
+            }
+            __m512i g8 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(g_lo)),
+                                            _mm512_cvtepi16_epi8(g_hi), 1);
+            lag = _mm512_add_epi64(lag, _mm512_sad_epu8(_mm512_maskz_mov_epi8(valid, g8), zero));
+            _mm512_storeu_si512(leb + o, g8);
+            o += n;
+            j += n;
+            bit += 64 - (size_t)__builtin_clzll(used);
+        }
+        RICE_SETTLE();
+#undef RICE_SCALAR_STEP
+#undef RICE_SETTLE
+        st = (rice_state){ .j = j, .bit = bit, .next = next, .o = o };
+    }
+    rc = rice_gaps_tail(src, rb, u, ulen, k, shift, limit, leb, &st);
+out:
+    *leb_len = st.o;
+    return rc ? rc : rice_finish(src, rb, u, ulen, k, shift, &st);
+}
+
 int pulse_kernels_init_avx512(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_AVX512))
@@ -622,5 +744,6 @@ int pulse_kernels_init_avx512(pulse_kernels *k)
     k->gate[PULSE_VIEW_FP16] = gate_fp16_avx512;
     k->scatter_add_f32 = scatter_add_f32_avx512;
     k->leb1_run = leb1_run_avx512;
+    k->rice_gaps = rice_gaps_avx512;
     return 0;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Scalar reference kernels: the definition of every job in the table, which each ISA version must match bit for bit. */
+#include <pthread.h>
 #include <string.h>
 
 #include "node/kernels/kernels.h"
@@ -291,6 +292,32 @@ static size_t ulp_pack2_16_c(const uint16_t *z, size_t k, uint8_t *packed, uint8
     return ulp_pack2_16_tail(z, 0, k, packed, esc, 0, hist);
 }
 
+static rice_byte_table rice_table;
+static pthread_once_t rice_table_once = PTHREAD_ONCE_INIT;
+
+static void rice_table_init(void)
+{
+    rice_table_fill(&rice_table);
+}
+
+const rice_byte_table *pulse_rice_byte_table(void)
+{
+    pthread_once(&rice_table_once, rice_table_init);
+    return &rice_table;
+}
+
+static int rice_gaps_c(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
+                       size_t *leb_len)
+{
+    size_t rb = pulse_rice_rem_bytes(k, shift);
+    if (rb > len)
+        return -1;
+    rice_state st = { 0 };
+    int rc = rice_gaps_tail(src, rb, src + rb, len - rb, k, shift, limit, leb, &st);
+    *leb_len = st.o;
+    return rc ? rc : rice_finish(src, rb, src + rb, len - rb, k, shift, &st);
+}
+
 void pulse_kernels_init_c(pulse_kernels *k)
 {
     *k = (pulse_kernels){
@@ -311,5 +338,6 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .scatter_add_f32 = scatter_add_f32_c,
         .leb1_run = leb1_run_c,
         .ulp2_add16 = ulp2_add16_c,
+        .rice_gaps = rice_gaps_c,
     };
 }

@@ -265,11 +265,19 @@ static size_t gate_bf16_neon(const float *theta, const float *delta, float *e, s
     return k;
 }
 
+/* No byte compress here: the portable blocks (kernels_tail.h). */
+static int rice_gaps_neon(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
+                        size_t *leb_len)
+{
+    return rice_gaps_portable(pulse_rice_byte_table(), src, len, k, shift, limit, leb, leb_len);
+}
+
 int pulse_kernels_init_neon(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_NEON))
         return -1;
     k->name = "neon";
+    k->rice_gaps = rice_gaps_neon;
     k->diff8 = diff8_neon;
     k->diff16 = diff16_neon;
     k->diff32 = diff32_neon;

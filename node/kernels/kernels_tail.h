@@ -5,6 +5,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "node/kernels/kernels.h"
 
 /* Decodes gaps[j..k) into idx[j..k), starting from the running position NEXT (the position
  * after idx[j-1], 0 at the start). A 64-bit running position cannot wrap for any k that fits
@@ -205,6 +208,264 @@ static inline void ulp2_add16_step(uint16_t *d, const uint32_t *pos, const uint3
         uint32_t q = pos[__builtin_ctz(em)];
         d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, eat) + 4));
     }
+}
+
+/* ---- rice_gaps: the state between steps and the scalar steps every version ends with ---- */
+
+typedef struct rice_state {
+    size_t j;        /* gaps decoded */
+    size_t bit;      /* the next bit of the unary plane */
+    uint64_t next;   /* the position after the last change (0 at the start) */
+    size_t o;        /* LEB128 bytes written */
+} rice_state;
+
+/* 57 bits of p[0..n) from bit `bit` on, the bits at or past n * 8 read as zero (little-endian). */
+static inline uint64_t rice_bits57(const uint8_t *p, size_t n, size_t bit)
+{
+    size_t b = bit >> 3;
+    uint64_t w = 0;
+    if (b + 8 <= n) {
+        memcpy(&w, p + b, 8);
+    } else {
+        for (size_t i = 0; b + i < n; i++)
+            w |= (uint64_t)p[b + i] << (8 * i);
+    }
+    return (w >> (bit & 7)) & ((1ull << 57) - 1);
+}
+
+/* Gaps st->j .. end - 1 one at a time; the remainder plane is src[0..rb), the unary plane
+ * u[0..ulen). Returns 0 or the first error (-1, -2, -4), st then at the failing gap. */
+static inline int rice_gaps_tail(const uint8_t *src, size_t rb, const uint8_t *u, size_t ulen, size_t end,
+                                 unsigned shift, uint32_t limit, uint8_t *leb, rice_state *st)
+{
+    const uint64_t rmask = ((uint64_t)1 << shift) - 1;
+    const size_t ubits = ulen * 8;
+    for (; st->j < end; st->j++) {
+        uint64_t q = 0;
+        size_t bit = st->bit;
+        for (;;) {
+            if (bit >= ubits)
+                return -1;
+            uint64_t w = rice_bits57(u, ulen, bit);
+            if (w) {
+                unsigned z = (unsigned)__builtin_ctzll(w);
+                q += z;
+                bit += z + 1;
+                break;
+            }
+            q += 57;
+            bit += 57;
+        }
+        if (q > (UINT32_MAX >> shift))
+            return -2;
+        uint32_t g = (uint32_t)(q << shift) | (uint32_t)(rice_bits57(src, rb, st->j * shift) & rmask);
+        if (st->next + g >= limit)
+            return -4;
+        st->next += (uint64_t)g + 1;
+        st->bit = bit;
+        st->o += leb_put_tail(leb + st->o, g);
+    }
+    return 0;
+}
+
+/* After the k gaps: nothing after the byte holding the k-th one, zero bits after it, zero
+ * padding after the last remainder field. 0 or -3. */
+static inline int rice_finish(const uint8_t *src, size_t rb, const uint8_t *u, size_t ulen, size_t k,
+                              unsigned shift, const rice_state *st)
+{
+    if ((st->bit + 7) / 8 != ulen)
+        return -3;
+    if ((st->bit & 7) && (u[st->bit >> 3] >> (st->bit & 7)))
+        return -3;
+    size_t rbits = k * shift;
+    if ((rbits & 7) && (src[rb - 1] >> (rbits & 7)))
+        return -3;
+    return 0;
+}
+
+/* rice_gaps without vector registers, for the ISAs that lack byte compress (AVX2, NEON):
+ * blocks of up to 256 gaps in two phases. Phase 1 turns the unary plane into quotients a
+ * byte at a time (a table gives the quotients of a byte's ones, a carry the zeros before
+ * them); phase 2 joins eight quotients with eight remainder fields cut from one 64-bit load
+ * by shifts. A block needs no check but the limit (its quotients are under 256 and its shift
+ * at most 6, so no gap overflows), which is made once per block: a position at or past the
+ * limit is the only way a block can fail, so the reference's answer is then -4. A block
+ * stops at a run of 200 zeros or the plane's end; returns 0 (st after the last block, which
+ * may have made no progress: the caller then takes one scalar step) or -4. */
+typedef struct rice_byte_table {
+    uint64_t q[256];   /* the quotients of the ones of byte b, each from the bit after the previous (the first from bit 0) */
+    uint8_t n[256];    /* its ones */
+    uint8_t tail[256]; /* the zeros after its last one (8 when none) */
+} rice_byte_table;
+
+/* The table, filled once (kernels_c.c). */
+const rice_byte_table *pulse_rice_byte_table(void);
+
+static inline void rice_table_fill(rice_byte_table *t)
+{
+    for (unsigned b = 0; b < 256; b++) {
+        uint64_t q = 0;
+        unsigned n = 0, prev = 0;
+        for (unsigned i = 0; i < 8; i++)
+            if (b >> i & 1) {
+                q |= (uint64_t)(i - prev) << (8 * n++);
+                prev = i + 1;
+            }
+        t->q[b] = q;
+        t->n[b] = (uint8_t)n;
+        t->tail[b] = (uint8_t)(8 - prev);
+    }
+}
+
+/* One byte b of phase 1 (bits below `skip` already cleared), exactly: its ones' quotients
+ * to q + *nq (the first after *carry zeros), stopping at the want-th one. 1 when that was
+ * in b (*end_bit then after it). */
+static inline int rice_phase1_byte(const rice_byte_table *tb, unsigned b, unsigned skip, size_t bi, size_t want,
+                                   uint8_t *q, size_t *nq, unsigned *carry, size_t *end_bit)
+{
+    unsigned n = tb->n[b];
+    if (!n) {
+        *carry += 8 - skip;
+        return 0;
+    }
+    uint64_t e = tb->q[b] - skip + *carry;   /* byte 0: first one's index >= skip */
+    memcpy(q + *nq, &e, 8);
+    if (*nq + n >= want) {
+        unsigned take = (unsigned)(want - *nq), at = 0;
+        for (unsigned bb = b; take; take--) {
+            at = (unsigned)__builtin_ctz(bb);
+            bb &= bb - 1;
+        }
+        *end_bit = bi * 8 + at + 1;
+        *nq = want;
+        return 1;
+    }
+    *nq += n;
+    *carry = tb->tail[b];
+    return 0;
+}
+
+/* Eight s-bit fields (s <= 6), the low 8s bits of x, one to a byte: halves, quarters, eighths. */
+static inline uint64_t rice_spread8(uint64_t x, unsigned s)
+{
+    const uint64_t f1 = ((uint64_t)1 << s) - 1, f2 = ((uint64_t)1 << (2 * s)) - 1, f4 = ((uint64_t)1 << (4 * s)) - 1;
+    x = (x & f4) | (x >> (4 * s) & f4) << 32;
+    x = (x & (f2 | f2 << 32)) | (x >> (2 * s) & (f2 | f2 << 32)) << 16;
+    const uint64_t m1 = f1 * 0x0001000100010001ull;
+    return (x & m1) | (x >> s & m1) << 8;
+}
+
+static inline int rice_gaps_blocks(const rice_byte_table *tb, const uint8_t *src, size_t rb, const uint8_t *u,
+                                   size_t ulen, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
+                                   rice_state *st)
+{
+    if (shift > 6)
+        return 0;
+    const uint64_t ones = 0x0101010101010101ull, fm = ((uint64_t)1 << shift) - 1;
+    const uint64_t small = ones * (uint8_t)(0xffu << (7 - shift) & 0xff);   /* quotient bits that make a gap >= 128 */
+    uint8_t q[256 + 8];
+    while (st->j < k) {
+        size_t want = k - st->j < 256 ? k - st->j : 256;
+        /* phase 1: quotients of the next `want` ones; end_bit = after the last one taken */
+        size_t bi = st->bit >> 3, nq = 0, end_bit = st->bit;
+        unsigned carry = 0;
+        int done = 0;
+        if (bi < ulen && (st->bit & 7)) {
+            unsigned skip = (unsigned)(st->bit & 7);
+            done = rice_phase1_byte(tb, (unsigned)(u[bi] >> skip) << skip, skip, bi, want, q, &nq, &carry, &end_bit);
+            bi++;
+        }
+        if (!done) {
+            /* whole bytes, eight quotients stored each time, while eight more surely fit */
+            while (nq + 8 <= want && bi < ulen && carry < 200) {
+                unsigned b = u[bi++];
+                uint64_t e = tb->q[b] + carry;
+                memcpy(q + nq, &e, 8);
+                unsigned n = tb->n[b];
+                nq += n;
+                carry = n ? tb->tail[b] : carry + 8;
+            }
+            while (!done && nq < want && bi < ulen && carry < 200) {
+                done = rice_phase1_byte(tb, u[bi], 0, bi, want, q, &nq, &carry, &end_bit);
+                bi++;
+            }
+            if (!done)
+                end_bit = bi * 8 - carry;
+        }
+        if (!nq)
+            return 0;   /* a long quotient, or the plane's end: the scalar steps */
+        /* phase 2: gaps of one or two LEB128 bytes (quotients < 256, shift <= 6: < 2^14) */
+        uint64_t sum = 0;
+        size_t o = st->o, j = st->j, g = 0;
+        for (; g + 8 <= nq; g += 8) {
+            uint64_t q8, w;
+            memcpy(&q8, q + g, 8);
+            size_t rbit = (j + g) * shift;
+            if ((rbit >> 3) + 8 <= rb) {
+                memcpy(&w, src + (rbit >> 3), 8);
+                w >>= rbit & 7;
+            } else {
+                w = rice_bits57(src, rb, rbit);
+            }
+            uint64_t r8 = rice_spread8(w & (((uint64_t)1 << (8 * shift)) - 1), shift);
+            if (!(q8 & small)) {
+                uint64_t g8 = q8 << shift | r8;   /* every byte < 128: no carry between them */
+                memcpy(leb + o, &g8, 8);
+                o += 8;
+                uint64_t t = (g8 & 0x00ff00ff00ff00ffull) + (g8 >> 8 & 0x00ff00ff00ff00ffull);
+                t = (t & 0x0000ffff0000ffffull) + (t >> 16 & 0x0000ffff0000ffffull);
+                sum += (t & 0xffffffffull) + (t >> 32);
+                continue;
+            }
+            /* a gap of two bytes among them: one at a time, each checked against the limit
+             * before it is written, so that no more bytes go out than valid gaps can take */
+            for (unsigned i = 0; i < 8; i++) {
+                uint32_t gap = (uint32_t)(q8 >> (8 * i) & 0xff) << shift | (uint32_t)(r8 >> (8 * i) & 0xff);
+                if (st->next + sum + g + i + gap >= limit)
+                    return -4;
+                sum += gap;
+                o += leb_put_tail(leb + o, gap);
+            }
+        }
+        for (; g < nq; g++) {
+            uint32_t gap = (uint32_t)q[g] << shift | (uint32_t)(rice_bits57(src, rb, (j + g) * shift) & fm);
+            if (st->next + sum + g + gap >= limit)
+                return -4;
+            sum += gap;
+            o += leb_put_tail(leb + o, gap);
+        }
+        st->next += sum + nq;
+        if (st->next > limit)
+            return -4;
+        st->j = j + nq;
+        st->o = o;
+        st->bit = end_bit;
+    }
+    return 0;
+}
+
+/* rice_gaps for the tables without byte compress: blocks, a scalar step where a block
+ * cannot go on, the final checks. */
+static inline int rice_gaps_portable(const rice_byte_table *tb, const uint8_t *src, size_t len, size_t k,
+                                     unsigned shift, uint32_t limit, uint8_t *leb, size_t *leb_len)
+{
+    size_t rb = pulse_rice_rem_bytes(k, shift);
+    if (rb > len)
+        return -1;
+    const uint8_t *u = src + rb;
+    const size_t ulen = len - rb;
+    rice_state st = { 0 };
+    int rc = 0;
+    while (st.j < k) {
+        if (shift <= 6 && (rc = rice_gaps_blocks(tb, src, rb, u, ulen, k, shift, limit, leb, &st)) != 0)
+            break;
+        if (st.j == k)
+            break;
+        if ((rc = rice_gaps_tail(src, rb, u, ulen, shift > 6 ? k : st.j + 1, shift, limit, leb, &st)) != 0)
+            break;
+    }
+    *leb_len = st.o;
+    return rc ? rc : rice_finish(src, rb, u, ulen, k, shift, &st);
 }
 
 #endif
