@@ -62,10 +62,10 @@ int cmd_inspect(int argc, char **argv)
     double coded_bits = 8.0 * (double)(st.pos_bytes + st.val_bytes);
     if (json) {
         printf("{\"format\":%d,\"values\":\"%s\",\"base\":\"%s\",\"result\":\"%s\",\"chunk_elems\":%u,"
-               "\"tensors\":[", PULSE_PATCH_VERSION, code, base, result, pulse_patch_chunk_elems(p));
+               "\"tensors\":[", pulse_patch_version(p), code, base, result, pulse_patch_chunk_elems(p));
     } else {
         printf("patch %s: format %d, values %s, chunk %u elements\nbase   %s\nresult %s\n\n",
-               path, PULSE_PATCH_VERSION, code, pulse_patch_chunk_elems(p), base, result);
+               path, pulse_patch_version(p), code, pulse_patch_chunk_elems(p), base, result);
         printf("%-40s %-8s %12s %9s %10s %10s %9s %9s\n", "tensor", "dtype", "changes", "density",
                "pos bytes", "val bytes", "bits/chg", "bound");
     }

@@ -227,24 +227,20 @@ static int cached_kind(const pulse_patch *p, const patch_chunk *c)
     return t->dtype != PULSE_DT_OPAQUE && t->unit != 0 && t->unit <= 4;
 }
 
-/* The position stream's frame: it must fill pos_len exactly and declare k..5k gap bytes
- * (*glen). Returns its compressed size or a negative error. */
-static int64_t probe_positions(const patch_tensor *t, const patch_chunk *c, const uint8_t *bytes, size_t *glen)
+/* Room for a probed position stream's gaps in the arena: exactly the declared bytes of a zstd
+ * frame; for Rice the most they can take plus the decoder's 64 bytes of slack. */
+static size_t gap_room(const patch_pos *pp)
 {
-    const size_t k = c->count;
-    int64_t fg = patch_frame_probe(t, c, "position", bytes, c->pos_len, k, k * PATCH_LEB_MAX, glen);
-    if (fg >= 0 && (uint64_t)fg != c->pos_len)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
-                          t->name, (unsigned long long)c->index);
-    return fg;
+    return align8(pp->coding == PATCH_POS_ZSTD ? pp->glen : pp->glen + 64);
 }
 
 /* Records that chunk i's checked streams lie in the cache at off. */
-static void keep_entry(patch_cache *cache, size_t i, size_t off, size_t glen, size_t plen, size_t elen,
+static void keep_entry(patch_cache *cache, size_t i, size_t off, size_t groom, size_t glen, size_t plen, size_t elen,
                        unsigned bits)
 {
     patch_cache_entry *e = &cache->ent[i];
     e->off = off;
+    e->groom = (uint32_t)groom;
     e->glen = (uint32_t)glen;
     e->plen = (uint32_t)plen;
     e->elen = (uint32_t)elen;
@@ -255,16 +251,17 @@ static void keep_entry(patch_cache *cache, size_t i, size_t off, size_t glen, si
 /* Pass 1 for an abs chunk i whose bytes' digest was checked: the position stream and the
  * `unit` byte planes of the values (exactly k bytes each, nothing after them), sized first as
  * patch_decode_chunk sizes them, decompressed into the cache while it has room (entry bits 0:
- * planes at g + align8(glen), plen = unit * k) and the gaps checked there. */
+ * planes after the gaps' room, plen = unit * k) and the gaps checked there. */
 static int check_abs_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache)
 {
     const patch_chunk *c = &p->chunks[i];
     const patch_tensor *t = &p->tensors[c->tensor];
     const size_t k = c->count, unit = t->unit;
     size_t glen, got;
-    int64_t fg = probe_positions(t, c, bytes, &glen);
-    if (fg < 0)
-        return (int)fg;
+    patch_pos pp;
+    int err = patch_pos_probe(p, c, bytes, &pp);
+    if (err)
+        return err;
     int64_t fv[4];
     const uint8_t *v = bytes + c->pos_len;
     size_t left = c->val_len;
@@ -277,10 +274,10 @@ static int check_abs_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     if (left != 0)
         return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in value stream",
                           t->name, (unsigned long long)c->index);
-    size_t gsz = align8(glen), off = cache_reserve(cache, gsz + align8(unit * k));
+    size_t gsz = gap_room(&pp), off = cache_reserve(cache, gsz + align8(unit * k));
     uint8_t *g = off != SIZE_MAX ? cache->mem + off : s->leb;
     uint8_t *planes = off != SIZE_MAX ? g + gsz : s->planes;
-    int err = patch_frame_unzstd(s, t, c, "position", bytes, (size_t)fg, g, glen);
+    err = patch_pos_decode(s, p, c, &pp, g, &glen, 1);
     v = bytes + c->pos_len;
     for (size_t b = 0; !err && b < unit; b++) {
         err = patch_frame_unzstd(s, t, c, "value", v, (size_t)fv[b], planes + b * k, k);
@@ -288,11 +285,8 @@ static int check_abs_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     }
     if (err)
         return err;
-    int lr = patch_leb_check(g, glen, k, c->len);
-    if (lr < 0)
-        return patch_gap_error(t, c, lr);
     if (off != SIZE_MAX)
-        keep_entry(cache, i, off, glen, unit * k, 0, 0);
+        keep_entry(cache, i, off, gsz, glen, unit * k, 0, 0);
     return 0;
 }
 
@@ -308,9 +302,9 @@ static int check_ulp_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     int err;
     const size_t k = c->count;
     size_t glen, plen, pcs, elen = 0;
-    int64_t fg = probe_positions(t, c, bytes, &glen);
-    if (fg < 0)
-        return (int)fg;
+    patch_pos pp;
+    if ((err = patch_pos_probe(p, c, bytes, &pp)) != 0)
+        return err;
     const uint8_t *v = bytes + c->pos_len;
     size_t left = c->val_len;
     unsigned bits = 0;
@@ -331,7 +325,7 @@ static int check_ulp_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     }
     /* Into the cache while it has room, else into the scratch buffers (gaps <= 5k bytes in
      * leb, packed + 4 in planes, escapes <= 5k in gaps: each large enough). */
-    size_t gsz = align8(glen), psz = align8(plen + 4);
+    size_t gsz = gap_room(&pp), psz = align8(plen + 4);
     size_t off = cache_reserve(cache, gsz + psz + align8(elen));
     uint8_t *g, *pk, *es;
     if (off != SIZE_MAX) {
@@ -343,20 +337,17 @@ static int check_ulp_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
         pk = s->planes;
         es = (uint8_t *)s->gaps;
     }
-    if ((err = patch_frame_unzstd(s, t, c, "position", bytes, (size_t)fg, g, glen)) != 0
+    if ((err = patch_pos_decode(s, p, c, &pp, g, &glen, 1)) != 0
         || (err = patch_frame_unzstd(s, t, c, "value", v, (size_t)fv, pk, plen)) != 0
         || (elen && (err = patch_frame_unzstd(s, t, c, "escape", v + fv, (size_t)fe, es, elen)) != 0))
         return err;
     memset(pk + plen, 0, 4);   /* pass 2 loads 32 bits of symbols at a time */
-    int lr = patch_leb_check(g, glen, k, c->len);
-    if (lr < 0)
-        return patch_gap_error(t, c, lr);
     err = t->unit == 2 && bits == 2 ? patch_ulp2_check16(t, c, pk, k, es, elen)
                                     : patch_unpack_ulp(t, c, s, bits, pk, es, elen);
     if (err)
         return err;
     if (off != SIZE_MAX)
-        keep_entry(cache, i, off, glen, plen, elen, bits);
+        keep_entry(cache, i, off, gsz, glen, plen, elen, bits);
     *out = (patch_ulp_streams){ .gaps = g, .glen = glen, .packed = pk, .esc = es, .elen = elen, .bits = bits };
     return 0;
 }
@@ -407,7 +398,7 @@ int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, c
     const patch_cache_entry *e = &cache->ent[i];
     const patch_chunk *c = &p->chunks[i];
     const patch_tensor *t = &p->tensors[c->tensor];
-    const uint8_t *g = cache->mem + e->off, *pk = g + align8(e->glen), *es = pk + align8((size_t)e->plen + 4);
+    const uint8_t *g = cache->mem + e->off, *pk = g + e->groom, *es = pk + align8((size_t)e->plen + 4);
     const pulse_kernels *kn = pulse_kernels_get();
     if (e->bits == 0) {
         /* abs: positions from the kept gaps, values interleaved from their byte planes */

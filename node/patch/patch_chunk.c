@@ -185,9 +185,7 @@ void patch_pool_release_kept(patch_kept_kind kind)
 /* ---- encoder --------------------------------------------------------------------- */
 
 
-/* Compresses src into dst (capacity cap); returns bytes or a negative error. */
-static int64_t zstd_frame(patch_scratch *s, uint8_t *dst, size_t cap, const uint8_t *src, size_t n,
-                          int level)
+int64_t patch_zstd_frame(patch_scratch *s, uint8_t *dst, size_t cap, const uint8_t *src, size_t n, int level)
 {
     /* Parameters stick to the context across frames; they are set again only when the level
      * changes (the context is reused for every chunk of this worker). */
@@ -311,11 +309,11 @@ static int64_t ulp_frames(patch_scratch *s, uint8_t *dst, unsigned bits, const u
                           size_t esc_len, int level)
 {
     dst[0] = (uint8_t)bits;
-    int64_t a = zstd_frame(s, dst + 1, ZSTD_compressBound(plen), packed, plen, level);
+    int64_t a = patch_zstd_frame(s, dst + 1, ZSTD_compressBound(plen), packed, plen, level);
     if (a < 0)
         return a;
     int64_t b = 0;
-    if (esc_len && (b = zstd_frame(s, dst + 1 + a, ZSTD_compressBound(esc_len), s->leb, esc_len, level)) < 0)
+    if (esc_len && (b = patch_zstd_frame(s, dst + 1 + a, ZSTD_compressBound(esc_len), s->leb, esc_len, level)) < 0)
         return b;
     return 1 + a + b;
 }
@@ -461,7 +459,7 @@ static int abs_planes(patch_scratch *s, size_t pos_len, const uint8_t *vals, siz
     uint8_t *dst = s->planes;
     size_t used = pos_len, val_len = 0;
     for (unsigned b = 0; b < unit; b++) {
-        int64_t r = zstd_frame(s, dst + used, ZSTD_compressBound(k), s->leb + b * k, k, level);
+        int64_t r = patch_zstd_frame(s, dst + used, ZSTD_compressBound(k), s->leb + b * k, k, level);
         if (r < 0)
             return (int)r;
         used += (size_t)r;
@@ -485,10 +483,9 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
             leb_len += leb_put_tail(s->leb + leb_len, g);
     }
 
-    /* Output layout in s->planes: [pos frame][value stream]. */
+    /* Output layout in s->planes: [position stream][value stream]. */
     uint8_t *dst = s->planes;
-    size_t cap = ZSTD_compressBound(leb_len);
-    int64_t pos_len = zstd_frame(s, dst, cap, s->leb, leb_len, level);
+    int64_t pos_len = patch_pos_encode(s, dst, s->leb, leb_len, k, level);
     if (pos_len < 0)
         return (int)pos_len;
     size_t used = (size_t)pos_len;
@@ -503,18 +500,20 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
     return abs_planes(s, (size_t)pos_len, vals, k, unit, level, out);
 }
 
-int patch_encode_abs_at(patch_scratch *s, const uint8_t *pos_frame, size_t pos_len, size_t k,
+int patch_encode_abs_at(patch_scratch *s, const uint8_t *pos_stream, size_t pos_len, int bare_zstd, size_t k,
                         const uint8_t *vals, unsigned unit, int level, patch_out_chunk *out)
 {
-    memcpy(s->planes, pos_frame, pos_len);
-    return abs_planes(s, pos_len, vals, k, unit, level, out);
+    if (bare_zstd)
+        s->planes[0] = PATCH_POS_ZSTD;
+    memcpy(s->planes + !!bare_zstd, pos_stream, pos_len);
+    return abs_planes(s, pos_len + !!bare_zstd, vals, k, unit, level, out);
 }
 
 int patch_encode_ulp16(patch_scratch *s, size_t leb_len, size_t k, const uint16_t *z, int level,
                        patch_out_chunk *out)
 {
     uint8_t *dst = s->planes;
-    int64_t pos_len = zstd_frame(s, dst, ZSTD_compressBound(leb_len), s->leb, leb_len, level);
+    int64_t pos_len = patch_pos_encode(s, dst, s->leb, leb_len, k, level);
     if (pos_len < 0)
         return (int)pos_len;
     int64_t val_len = ulp_values(s, dst + pos_len, (const uint8_t *)z, k, 2, level);
@@ -527,7 +526,7 @@ int patch_encode_replace(patch_scratch *s, const uint8_t *bytes, uint32_t len, u
                          int level, patch_out_chunk *out)
 {
     /* Whole chunks of OPAQUE bytes (token ids, masks) do repeat: never below level 1. */
-    int64_t r = zstd_frame(s, s->planes, ZSTD_compressBound(len), bytes, len, level < 1 ? 1 : level);
+    int64_t r = patch_zstd_frame(s, s->planes, ZSTD_compressBound(len), bytes, len, level < 1 ? 1 : level);
     if (r < 0)
         return (int)r;
     return finish_out(s, out, s->planes, 0, (size_t)r, count);
@@ -777,16 +776,16 @@ static int decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratc
     }
 
     size_t k = c->count;
-    int64_t r = unzstd_frame(s, t, c, "position", bytes, c->pos_len, s->leb, k,
-                             k * PATCH_LEB_MAX, &got);
-    if (r < 0)
-        return (int)r;
-    if ((uint64_t)r != c->pos_len)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in position stream",
-                          t->name, (unsigned long long)c->index);
+    patch_pos pp;
+    int err = patch_pos_probe(p, c, bytes, &pp);
+    if (!err)
+        err = patch_pos_decode(s, p, c, &pp, s->leb, &got, 0);
+    if (err)
+        return err;
     /* LEB128 gaps: exactly k of them, each fitting 32 bits, filling the stream, every
      * position inside the chunk. */
     int lr = patch_leb_positions(s->leb, got, k, c->len, s->idx);
+    int64_t r;
     if (lr < 0)
         return patch_gap_error(t, c, lr);
 

@@ -59,6 +59,7 @@ typedef struct patch_tensor {
 } patch_tensor;
 
 struct pulse_patch {
+    uint32_t version;       /* 2 or 3 (PULSE_PATCH_VERSION): 2 has no position coding byte */
     uint8_t *buf;           /* private copy: the whole patch (in memory), or header + table + digest (file) */
     size_t len;             /* the whole patch */
     int fd;                 /* the patch file, chunk data read from it by chunk; -1 in memory */
@@ -143,14 +144,49 @@ typedef struct patch_out_chunk {
     uint8_t digest[32];
 } patch_out_chunk;
 
+/* ---- the position stream (patch_positions.c) -------------------------------------------- */
+
+/* Its first byte (format 3): the coding. */
+#define PATCH_POS_ZSTD 0u   /* a zstd frame of the LEB128 gaps follows */
+#define PATCH_POS_RICE 1u   /* PATCH_POS_RICE + s (s = 0..31): Rice planes, s-bit remainders */
+
+/* A position stream's coding and body, probed before decoding. */
+typedef struct patch_pos {
+    unsigned coding;
+    const uint8_t *body;    /* after the coding byte */
+    size_t body_len;
+    size_t fsz;             /* zstd: the frame's bytes (== body_len) */
+    size_t glen;            /* zstd: the gap bytes the frame declares; Rice: the most they can
+                               take (pulse_rice_leb_room), the decoder scribbling 64 past them */
+} patch_pos;
+
+/* Reads chunk c's position stream coding (format 2: zstd, no coding byte) and, for zstd, the
+ * frame's sizes: k..5k gap bytes declared, the frame filling the stream. 0 or an error. */
+int patch_pos_probe(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes, patch_pos *pp);
+/* Decodes the probed stream into LEB128 gaps at leb (room for pp->glen + 64 bytes), *glen the
+ * bytes. Rice is checked gap by gap as it decodes (exactly k gaps, each < 2^32, positions
+ * inside the chunk, nothing after them); a zstd frame's gaps are checked the same way by
+ * patch_leb_check when `check` is set (a caller that runs patch_leb_positions next passes 0). */
+int patch_pos_decode(patch_scratch *s, const pulse_patch *p, const patch_chunk *c, const patch_pos *pp,
+                     uint8_t *leb, size_t *glen, int check);
+/* The position stream of k gaps, leb[0..leb_len) as LEB128, at dst (room for
+ * patch_pos_bound(leb_len) bytes): Rice or zstd, whichever is smaller (zstd is only tried when
+ * Rice is not clearly near the entropy of the gaps). Returns its length or an error. */
+int64_t patch_pos_encode(patch_scratch *s, uint8_t *dst, const uint8_t *leb, size_t leb_len, size_t k, int level);
+size_t patch_pos_bound(size_t leb_len);
+/* One zstd frame of src[0..n) at dst (capacity cap) at `level`, with s's context; its length
+ * or an error. */
+int64_t patch_zstd_frame(patch_scratch *s, uint8_t *dst, size_t cap, const uint8_t *src, size_t n, int level);
+
 /* Encodes an element-wise chunk from positions idx[0..k) and values (k x unit bytes,
  * native width: absolute bits, or zigzag ulp differences >= 1 when ulp != 0). k > 0. */
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
                          unsigned unit, int ulp, int level, patch_out_chunk *out);
 /* Encodes an absolute chunk of k > 0 changes whose position stream is already coded: the
- * pos_len bytes of pos_frame (a zstd frame of LEB128 gaps, e.g. another patch's chunk with
- * the same positions; not in s->planes or s->leb), then vals (k x unit bytes). */
-int patch_encode_abs_at(patch_scratch *s, const uint8_t *pos_frame, size_t pos_len, size_t k,
+ * pos_len bytes of pos_stream (e.g. another patch's chunk with the same positions; not in
+ * s->planes or s->leb; with bare_zstd, a format-2 stream, the zstd frame alone, to which the
+ * coding byte is added), then vals (k x unit bytes). */
+int patch_encode_abs_at(patch_scratch *s, const uint8_t *pos_stream, size_t pos_len, int bare_zstd, size_t k,
                         const uint8_t *vals, unsigned unit, int level, patch_out_chunk *out);
 /* The scratch's second output buffer (allocated on first use). NULL with an error set. */
 uint8_t *patch_scratch_planes2(patch_scratch *s, uint32_t chunk_elems);
@@ -258,9 +294,10 @@ static inline int patch_leb_next(const uint8_t *src, size_t len, size_t *at, uin
 
 /* Where an element-wise chunk's decompressed streams lie in the cache, once pass 1 has checked them. */
 typedef struct patch_cache_entry {
-    uint64_t off;           /* gap bytes at mem + off, then (ulp) the packed symbols (+ 4 zero bytes) and the
-                             * escapes, or (abs, bits 0) the value byte planes, plen = unit * count bytes */
-    uint32_t glen, plen, elen;
+    uint64_t off;           /* glen gap bytes at mem + off in a region of groom bytes, then (ulp) the packed
+                             * symbols (+ 4 zero bytes) and the escapes, or (abs, bits 0) the value byte
+                             * planes, plen = unit * count bytes */
+    uint32_t groom, glen, plen, elen;
     uint8_t bits;
     uint8_t cached;         /* 0: not kept (the cache was full, or an opaque chunk): pass 2 decodes again */
 } patch_cache_entry;

@@ -228,11 +228,12 @@ static int open_owned(pulse_patch **out, uint8_t *buf, size_t buf_len, size_t le
         goto fail;
     }
     uint32_t version = (uint32_t)le(buf + 8, 4);
-    if (version != PULSE_PATCH_VERSION) {
-        err = pulse_fail(PULSE_ERR_UNSUPPORTED, "patch format version %u (this build reads %u)",
+    if (version != PULSE_PATCH_VERSION && version != 2) {
+        err = pulse_fail(PULSE_ERR_UNSUPPORTED, "patch format version %u (this build reads 2 and %u)",
                          version, PULSE_PATCH_VERSION);
         goto fail;
     }
+    p->version = version;
     unsigned code = buf[12];
     uint32_t chunk = (uint32_t)le(buf + 16, 4);
     uint32_t ntensors = (uint32_t)le(buf + 20, 4);
@@ -518,4 +519,5 @@ pulse_value_code pulse_patch_values(const pulse_patch *p) { return p->values; }
 const uint8_t *pulse_patch_base_id(const pulse_patch *p) { return p->base_id; }
 const uint8_t *pulse_patch_result_id(const pulse_patch *p) { return p->result_id; }
 uint32_t pulse_patch_chunk_elems(const pulse_patch *p) { return p->chunk_elems; }
+uint32_t pulse_patch_version(const pulse_patch *p) { return p->version; }
 size_t pulse_patch_tensor_count(const pulse_patch *p) { return p->ntensors; }

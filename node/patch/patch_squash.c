@@ -36,7 +36,7 @@ static const patch_chunk *find_chunk(const pulse_patch *p, size_t t, uint64_t in
 /* One ulp patch against its base, the follower's journal step: a decoded ulp value is never
  * zero (the code stores z - 1 or an escape above the symbols), so the positions where the
  * result differs from the base are exactly the patch's, and their final values are the base's
- * plus the differences. No copy of the chunk, no diff of it, and the position frame is the
+ * plus the differences. No copy of the chunk, no diff of it, and the position stream is the
  * patch's own, copied as it is. */
 static int squash_one_ulp(const squash_job *q, const patch_chunk *c, patch_scratch *s, const uint8_t *base,
                           unsigned unit, patch_out_chunk *oc)
@@ -57,7 +57,7 @@ static int squash_one_ulp(const squash_job *q, const patch_chunk *c, patch_scrat
         k->ulp_to_abs32((const uint32_t *)base, s->idx, c->count, (const uint32_t *)s->vals, (uint32_t *)s->dense);
         break;
     }
-    return patch_encode_abs_at(s, bytes, c->pos_len, c->count, s->dense, unit, q->level, oc);
+    return patch_encode_abs_at(s, bytes, c->pos_len, q->p[0]->version == 2, c->count, s->dense, unit, q->level, oc);
 }
 
 static int squash_chunk(void *ctx, size_t job)

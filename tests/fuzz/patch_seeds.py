@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch: patch_seeds.py PULSE_BIN OUTDIR.
+# Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch: patch_seeds.py PULSE_BIN OUTDIR;
+# patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
+# new, new2 .safetensors), which tests/patch/format2.sh applies the committed format-2 seeds to.
 # One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
 # symbols), at +-2..6 (4-bit) and at +-120 (8-bit), F32, F16, F8_E4M3, an I64 table (OPAQUE,
 # whole-chunk replace) and an unchanged tensor, all in 1K-element chunks; then the ulp and abs
@@ -21,6 +23,7 @@ def u32(v):
 
 def main():
     pulse, out = sys.argv[1], sys.argv[2]
+    only_checkpoints = pulse == "--checkpoints"
     random.seed(5)
     n = 3000
     base = [random.randrange(0x3c00, 0x4000) for _ in range(n)]
@@ -47,10 +50,13 @@ def main():
             ("g.f16", "F16", [700], u16(g)), ("h.same", "BF16", [10], u16(base[:10]))])
 
     with tempfile.TemporaryDirectory() as t:
-        old, new, new2 = (os.path.join(t, x + ".safetensors") for x in ("old", "new", "new2"))
+        where = out if only_checkpoints else t
+        old, new, new2 = (os.path.join(where, x + ".safetensors") for x in ("old", "new", "new2"))
         ckpt(old, base, base, base, f32, f8, i64, f16)
         ckpt(new, small, mid, big, f32n, f8n, i64n, f16n)
         ckpt(new2, small2, mid, big, f32n, f8n, i64n, f16n)
+        if only_checkpoints:
+            return
         step2 = os.path.join(t, "step2-abs.patch")
         run = lambda *a: subprocess.run([pulse, *a], check=True)
         run("diff", old, new, "-o", os.path.join(out, "multi-ulp.patch"), "--chunk", "1K")

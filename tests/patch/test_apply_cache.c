@@ -321,8 +321,33 @@ static void put_frame(patch_out_chunk *oc, size_t *at, const uint8_t *src, size_
     *at += ZSTD_compress(oc->bytes + *at, ZSTD_compressBound(n) + 64, src, n, 1);
 }
 
+/* The Rice planes of gaps g[0..k) at shift sh (docs/patch-format.md), bit by bit, to o;
+ * returns the bytes. */
+static size_t rice_put(const uint32_t *g, size_t k, unsigned sh, uint8_t *o)
+{
+    size_t rb = (k * sh + 7) / 8, bit = 0;
+    memset(o, 0, rb);
+    for (size_t j = 0; j < k; j++)
+        for (unsigned b = 0; b < sh; b++, bit++)
+            if (g[j] >> b & 1)
+                o[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+    uint8_t *u = o + rb;
+    bit = 0;
+    for (size_t j = 0; j < k; j++) {
+        for (uint32_t q = g[j] >> sh; q; q--, bit++)
+            if (!(bit & 7))
+                u[bit >> 3] = 0;
+        if (!(bit & 7))
+            u[bit >> 3] = 0;
+        u[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+        bit++;
+    }
+    return rb + (bit + 7) / 8;
+}
+
 /* One chunk of a `unit`-byte tensor: k changes with random positions and zigzag values,
- * coded at a random width; one time in three one stream is damaged in some small way. */
+ * positions coded by zstd or Rice, values at a random width; one time in three one stream
+ * is damaged in some small way. */
 static void random_chunk(unsigned unit, patch_out_chunk *oc)
 {
     uint8_t gaps[RL * 6 + 8], packed[RL + 8], esc[RL * 6 + 8];
@@ -332,10 +357,14 @@ static void random_chunk(unsigned unit, patch_out_chunk *oc)
     for (uint32_t i = 0; i < RL && chosen < k; i++)   /* k positions, ascending */
         if (rnd() % (RL - i) < k - chosen)
             pos[chosen++] = i;
+    uint32_t gv[RL];
     for (size_t j = 0; j < k; j++) {
-        gl += leb_put(gaps + gl, pos[j] - (j ? last + 1 : 0), rnd() % 16 == 0);
+        gv[j] = pos[j] - (j ? last + 1 : 0);
+        gl += leb_put(gaps + gl, gv[j], rnd() % 16 == 0);
         last = pos[j];
     }
+    int rice = rnd() % 2;
+    unsigned shift = rnd() % 8 ? (unsigned)(rnd() % 7) : 31;
     static const unsigned widths[] = { 2, 2, 2, 4, 8 };
     unsigned bits = widths[rnd() % 5];
     uint32_t m = 1u << bits, maxz = unit == 4 ? 0xffffffffu : (1u << (8 * unit)) - 1;
@@ -351,7 +380,7 @@ static void random_chunk(unsigned unit, patch_out_chunk *oc)
     int count_delta = 0;
     if (rnd() % 3 == 0) {
         switch (rnd() % 10) {
-        case 0: gaps[rnd() % gl] ^= (uint8_t)(1u << (rnd() % 8)); break;
+        case 0: if (rice) gv[rnd() % k] += 1 + (uint32_t)(rnd() % 3); else gaps[rnd() % gl] ^= (uint8_t)(1u << (rnd() % 8)); break;
         case 1: if (gl > 1) gl--; break;
         case 2: gaps[gl++] = (uint8_t)(rnd() % 4); break;
         case 3: packed[rnd() % plen] ^= (uint8_t)(1u << (rnd() % 8)); break;
@@ -363,9 +392,24 @@ static void random_chunk(unsigned unit, patch_out_chunk *oc)
         default: bits = 3; break;                                      /* unknown coding */
         }
     }
-    oc->bytes = malloc(ZSTD_compressBound(gl) + ZSTD_compressBound(plen) + ZSTD_compressBound(el) + 256);
-    size_t at = 0;
-    put_frame(oc, &at, gaps, gl);
+    oc->bytes = malloc(1 + ZSTD_compressBound(gl) + 4 * RL + 64 + ZSTD_compressBound(plen) + ZSTD_compressBound(el) + 256);
+    size_t at = 1;
+    if (rice) {
+        /* damage: a gap grown (above), or the planes cut, lengthened or a bit flipped */
+        oc->bytes[0] = (uint8_t)(PATCH_POS_RICE + shift);
+        size_t rl = rice_put(gv, k, shift, oc->bytes + 1);
+        unsigned d = rnd() % 12;
+        if (d == 0 && rl > 1)
+            rl--;
+        else if (d == 1)
+            oc->bytes[1 + rl++] = (uint8_t)(rnd() % 4);
+        else if (d == 2)
+            oc->bytes[1 + rnd() % rl] ^= (uint8_t)(1u << (rnd() % 8));
+        at += rl;
+    } else {
+        oc->bytes[0] = PATCH_POS_ZSTD;
+        put_frame(oc, &at, gaps, gl);
+    }
     oc->pos_len = (uint32_t)at;
     oc->bytes[at++] = (uint8_t)bits;
     put_frame(oc, &at, packed, plen);

@@ -346,14 +346,19 @@ static void test_damage(pulse_ckpt *a, pulse_ckpt *b)
     free(buf);
 }
 
-/* Builds one element-wise chunk from raw gap bytes and a ulp value stream: the coding byte,
- * the packed symbols and, when esc_len > 0, the escape bytes, with valid digests. */
-static void raw_chunk(const uint8_t *leb, size_t leb_len, uint8_t coding, const uint8_t *packed, size_t plen,
-                      const uint8_t *esc, size_t esc_len, uint32_t count, patch_out_chunk *oc)
+/* Builds one element-wise chunk from a position stream body (raw gap bytes for zstd coding
+ * 0, else the Rice planes as given) and a ulp value stream: the coding byte, the packed
+ * symbols and, when esc_len > 0, the escape bytes, with valid digests. */
+static void raw_chunk_coded(uint8_t pos_coding, const uint8_t *leb, size_t leb_len, uint8_t coding,
+                            const uint8_t *packed, size_t plen, const uint8_t *esc, size_t esc_len, uint32_t count,
+                            patch_out_chunk *oc)
 {
-    size_t cap = ZSTD_compressBound(leb_len) + 1 + ZSTD_compressBound(plen) + ZSTD_compressBound(esc_len);
+    size_t cap = 1 + ZSTD_compressBound(leb_len) + 1 + ZSTD_compressBound(plen) + ZSTD_compressBound(esc_len);
     oc->bytes = malloc(cap);
-    size_t pl = ZSTD_compress(oc->bytes, cap, leb, leb_len, 3), vl = 1;
+    oc->bytes[0] = pos_coding;
+    size_t pl = 1 + (pos_coding == PATCH_POS_ZSTD ? ZSTD_compress(oc->bytes + 1, cap - 1, leb, leb_len, 3)
+                                                  : (memcpy(oc->bytes + 1, leb, leb_len), leb_len));
+    size_t vl = 1;
     oc->bytes[pl] = coding;
     vl += ZSTD_compress(oc->bytes + pl + vl, cap - pl - vl, packed, plen, 3);
     if (esc_len)
@@ -364,15 +369,22 @@ static void raw_chunk(const uint8_t *leb, size_t leb_len, uint8_t coding, const 
     pulse_sha256(oc->bytes, pl + vl, oc->digest);
 }
 
+static void raw_chunk(const uint8_t *leb, size_t leb_len, uint8_t coding, const uint8_t *packed, size_t plen,
+                      const uint8_t *esc, size_t esc_len, uint32_t count, patch_out_chunk *oc)
+{
+    raw_chunk_coded(PATCH_POS_ZSTD, leb, leb_len, coding, packed, plen, esc, esc_len, count, oc);
+}
+
 /* An abs chunk of a BF16 tensor from raw gap bytes and nplanes value planes of plane_len bytes
  * each (a well-formed one has 2 planes of `count` bytes), with valid digests. */
 static void raw_abs_chunk(const uint8_t *leb, size_t leb_len, unsigned nplanes, size_t plane_len, uint32_t count,
                           patch_out_chunk *oc)
 {
     uint8_t plane[16];
-    size_t cap = ZSTD_compressBound(leb_len) + 4 * ZSTD_compressBound(sizeof plane);
+    size_t cap = 1 + ZSTD_compressBound(leb_len) + 4 * ZSTD_compressBound(sizeof plane);
     oc->bytes = malloc(cap);
-    size_t pl = ZSTD_compress(oc->bytes, cap, leb, leb_len, 3), vl = 0;
+    oc->bytes[0] = PATCH_POS_ZSTD;
+    size_t pl = 1 + ZSTD_compress(oc->bytes + 1, cap - 1, leb, leb_len, 3), vl = 0;
     for (unsigned b = 0; b < nplanes; b++) {
         for (size_t j = 0; j < plane_len && j < sizeof plane; j++)
             plane[j] = (uint8_t)(b ? 0x3f : 0x80 + j);
@@ -473,6 +485,35 @@ static void test_crafted(pulse_ckpt *a)
         ot[0].changes = cases[c].count;
         crafted_case(ot, n, PULSE_VALUES_ULP, a, ida, cases[c].what, cases[c].want);
     }
+    /* Rice-coded position streams (coding byte 1 + shift): remainder plane, then per gap its
+     * quotient in zeros and a one, LSB first. */
+    static const struct {
+        const char *what;
+        uint8_t pos_coding;
+        uint8_t body[8];
+        size_t body_len;
+        uint32_t count;
+        int want;
+    } rcases[] = {
+        { "rice: valid (gaps 0 and 5 at shift 2)", 3, { 0x04, 0x05 }, 2, 2, 0 },
+        { "rice: valid (gaps 0 and 5 at shift 0)", 1, { 0x41 }, 1, 2, 0 },
+        { "rice: position past chunk end", 7, { 0x06, 0x02 }, 2, 1, PULSE_ERR_FORMAT },
+        { "rice: too few gaps", 1, { 0x01 }, 1, 2, PULSE_ERR_FORMAT },
+        { "rice: a byte after the last gap", 1, { 0x03, 0x00 }, 2, 2, PULSE_ERR_FORMAT },
+        { "rice: a one after the last gap", 1, { 0x03 }, 1, 1, PULSE_ERR_FORMAT },
+        { "rice: nonzero remainder padding", 3, { 0x14, 0x05 }, 2, 2, PULSE_ERR_FORMAT },
+        { "rice: gap overflow", 32, { 0, 0, 0, 0, 0x04 }, 5, 1, PULSE_ERR_FORMAT },
+        { "rice: remainder plane past the stream", 32, { 0, 0, 0 }, 3, 2, PULSE_ERR_FORMAT },
+        { "rice: unknown coding", 33, { 0x01 }, 1, 1, PULSE_ERR_UNSUPPORTED },
+        { "rice: no planes", 1, { 0 }, 0, 1, PULSE_ERR_FORMAT },
+    };
+    for (size_t c = 0; c < sizeof rcases / sizeof rcases[0]; c++) {
+        uint8_t packed[1] = { rcases[c].count == 2 ? 0x05 : 0x01 };
+        raw_chunk_coded(rcases[c].pos_coding, rcases[c].body, rcases[c].body_len, 2, packed, 1, NULL, 0,
+                        rcases[c].count, &ot[0].chunks[0]);
+        ot[0].changes = rcases[c].count;
+        crafted_case(ot, n, PULSE_VALUES_ULP, a, ida, rcases[c].what, rcases[c].want);
+    }
     /* Value streams: 4 changes at positions 0..3 of a.bf16 (BF16: largest zigzag 65535). */
     static const struct {
         const char *what;
@@ -568,7 +609,7 @@ static void test_crafted(pulse_ckpt *a)
         { 88, 8, 1ull << 60, PULSE_ERR_FORMAT },
         { 96, 8, ~0ull, PULSE_ERR_FORMAT },
         { 8, 4, 1, PULSE_ERR_UNSUPPORTED },   /* version 1: the old value layout */
-        { 8, 4, 3, PULSE_ERR_UNSUPPORTED },
+        { 8, 4, 4, PULSE_ERR_UNSUPPORTED },
         { 12, 1, 7, PULSE_ERR_FORMAT },
     };
     for (size_t h = 0; buf && h < sizeof hdr / sizeof hdr[0]; h++) {
@@ -679,6 +720,63 @@ static double bound_of(const pulse_ckpt *x, const pulse_ckpt *y, uint32_t chunk)
 /* ulp round trips through every symbol width and the escape path: per BF16 chunk a
  * different spread of differences (+-1 with 2% escapes, |d| < 8, |d| up to 127), then
  * wrapping and extreme differences and NaN/Inf/-0 transitions for BF16, F32 and F8. */
+/* The diff codes each chunk's positions in Rice or zstd, whichever is smaller: independent
+ * changes (RL's usual step) go to Rice, a regular pattern and runs of changes to zstd, and
+ * every one of them applies bit for bit. */
+static void test_position_codings(void)
+{
+    enum { CH = 4096, N = 3 * CH };
+    static const pulse_tensor_spec sp[] = { { "a", "BF16", 1, { N } } };
+    pulse_ckpt *x = NULL, *y = NULL;
+    CHECK_OK(pulse_ckpt_create(&x, path_of("pos-x.safetensors"), sp, 1, NULL));
+    CHECK_OK(pulse_ckpt_create(&y, path_of("pos-y.safetensors"), sp, 1, NULL));
+    if (!x || !y) {
+        pulse_ckpt_close(&x);
+        pulse_ckpt_close(&y);
+        return;
+    }
+    uint16_t *a0 = (uint16_t *)(void *)pulse_ckpt_tensor(x, 0)->data;
+    uint16_t *a1 = (uint16_t *)(void *)pulse_ckpt_tensor(y, 0)->data;
+    rng = 7;
+    for (unsigned i = 0; i < N; i++) {
+        a0[i] = a1[i] = (uint16_t)rnd();
+        int change = i < CH ? rnd() % 20 == 0        /* chunk 0: independent, 5 % */
+                     : i < 2 * CH ? i % 4 == 0       /* chunk 1: every fourth element */
+                                  : i % 1000 < 200;  /* chunk 2: runs of 200 in 1000 */
+        if (change)
+            a1[i] = (uint16_t)(a0[i] + (rnd() % 2 ? 1 : -1));
+    }
+    CHECK_OK(pulse_ckpt_commit(x));
+    CHECK_OK(pulse_ckpt_commit(y));
+    pulse_diff_opts o;
+    pulse_diff_opts_default(&o);
+    o.chunk_elems = CH;
+    CHECK_OK(pulse_patch_diff(x, y, &o, path_of("pos.patch")));
+    size_t len = 0;
+    uint8_t *bytes = slurp(path_of("pos.patch"), &len);
+    pulse_patch *p = NULL;
+    CHECK_OK(pulse_patch_open(&p, path_of("pos.patch")));
+    if (p && bytes) {
+        CHECK_EQ_INT((int)p->nchunks, 3);
+        CHECK_EQ_INT((int)pulse_patch_version(p), PULSE_PATCH_VERSION);
+        for (size_t i = 0; i < p->nchunks && i < 3; i++) {
+            unsigned coding = bytes[p->data_off + p->chunks[i].offset];
+            if (i == 0)
+                CHECK(coding >= PATCH_POS_RICE && coding <= PATCH_POS_RICE + 31);
+            else
+                CHECK_EQ_INT((int)coding, (int)PATCH_POS_ZSTD);
+        }
+        pulse_ckpt *r = NULL;
+        CHECK_OK(apply_to_copy(p, x, "pos-r.safetensors", &r));
+        CHECK(r && same_data(r, y));
+        pulse_ckpt_close(&r);
+    }
+    pulse_patch_close(&p);
+    free(bytes);
+    pulse_ckpt_close(&x);
+    pulse_ckpt_close(&y);
+}
+
 static void test_ulp_escapes(void)
 {
     enum { N = 3 * 4096, CH = 4096 };
@@ -962,6 +1060,7 @@ int main(void)
         test_crafted(a);
         test_layout_mismatch(a);
         test_ulp_escapes();
+        test_position_codings();
         test_apply_opts(a, b, c);
         test_file_changes(a, b);
         test_thread_order(a, b);
