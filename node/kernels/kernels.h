@@ -168,6 +168,11 @@ typedef struct pulse_kernels {
      * past len. */
     int (*rice_gaps)(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
                      size_t *leb_len);
+    /* The encoder's side: the Rice planes of the k gaps given as LEB128 in leb[0..len) (a valid
+     * stream of exactly k gaps, the encoder's own: nothing is checked) at `shift` <= 31, to out;
+     * returns their bytes. out needs room for pulse_rice_rem_bytes(k, shift) + (sum of
+     * (gap >> shift) + k + 7) / 8 bytes plus 64 of slack that may be scribbled. */
+    size_t (*rice_put)(const uint8_t *leb, size_t len, size_t k, unsigned shift, uint8_t *out);
 } pulse_kernels;
 
 /* Bytes of the remainder plane of k Rice fields of `shift` bits. */

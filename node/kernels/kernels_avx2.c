@@ -607,6 +607,76 @@ static size_t leb1_run_avx2(const uint8_t *src, size_t n, uint64_t *sum)
     return leb1_run_tail(src, j, n, sum);
 }
 
+/* rice_put 32 gaps a step while they are one byte each with quotients under 8 (shift <= 6):
+ * the remainders packed by two multiply-adds and a shift (8s bits in each 64-bit lane), the
+ * unary codes of each lane's eight gaps made in the lane (prefix sums of quotient + 1 by three
+ * shifted adds, then one variable shift of 1 per gap), and the four lanes' fields and codes
+ * appended by the reference's bit writers; any other step is the reference's. The bits are
+ * the reference's by construction: the planes are one concatenation, whichever way a step
+ * is cut. */
+static inline __attribute__((always_inline)) size_t rice_put_avx2_at(const uint8_t *leb, size_t len, size_t k,
+                                                                     const unsigned s, uint8_t *out)
+{
+    size_t rb = pulse_rice_rem_bytes(k, s);
+    rice_writer r = { .p = out }, u = { .p = out + rb };
+    size_t at = 0;
+    const __m256i slow = _mm256_set1_epi8((char)(0x80 | (0xffu << (s + 3 < 8 ? s + 3 : 8) & 0xff)));
+    const __m256i fmask = _mm256_set1_epi8((char)((1u << s) - 1)), qmask = _mm256_set1_epi8((char)(0xffu >> s));
+    const __m256i m1 = _mm256_set1_epi16((short)(1 | (1 << (8 + s)))), m2 = _mm256_set1_epi32(1 | (1 << (16 + 2 * s)));
+    const __m256i one8 = _mm256_set1_epi8(1), low32 = _mm256_set1_epi64x(0xffffffffll), ones = _mm256_set1_epi64x(1);
+    const __m256i bytemask = _mm256_set1_epi64x(0xff);
+    const __m128i c4 = _mm_cvtsi32_si128((int)(4 * s)), cs = _mm_cvtsi32_si128((int)s);
+    while (s <= 6 && at + 32 <= len) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(leb + at));
+        if (!_mm256_testz_si256(x, slow)) {
+            rice_put_step(leb, len, &at, s, &r, &u);
+            continue;
+        }
+        /* remainders: pairs (a + b << s), then quads, then the lane's two halves */
+        __m256i f = _mm256_maddubs_epi16(_mm256_and_si256(x, fmask), m1);
+        f = _mm256_madd_epi16(f, m2);
+        f = _mm256_or_si256(_mm256_and_si256(f, low32), _mm256_sll_epi64(_mm256_srli_epi64(f, 32), c4));
+        /* unary: byte i of p = P_i + 1, the end of gap i's code in its lane */
+        __m256i q = _mm256_and_si256(_mm256_srl_epi16(x, cs), qmask);
+        __m256i p = _mm256_add_epi8(q, one8);
+        p = _mm256_add_epi8(p, _mm256_slli_epi64(p, 8));
+        p = _mm256_add_epi8(p, _mm256_slli_epi64(p, 16));
+        p = _mm256_add_epi8(p, _mm256_slli_epi64(p, 32));
+        __m256i code = _mm256_setzero_si256();
+        for (int i = 0; i < 8; i++) {
+            __m256i end = _mm256_and_si256(_mm256_srli_epi64(p, 8 * i), bytemask);
+            code = _mm256_or_si256(code, _mm256_sllv_epi64(ones, _mm256_sub_epi64(end, ones)));
+        }
+        uint64_t fl[4], cl[4], pl[4];
+        _mm256_storeu_si256((__m256i *)(void *)fl, f);
+        _mm256_storeu_si256((__m256i *)(void *)cl, code);
+        _mm256_storeu_si256((__m256i *)(void *)pl, p);
+        for (int l = 0; l < 4; l++) {
+            rice_bits(&r, fl[l], 8 * s);
+            rice_bits_last(&u, cl[l], (unsigned)(pl[l] >> 56));
+        }
+        at += 32;
+    }
+    while (at < len)
+        rice_put_step(leb, len, &at, s, &r, &u);
+    rice_flush(&r);
+    return (size_t)(rice_flush(&u) - out);
+}
+
+static size_t rice_put_avx2(const uint8_t *leb, size_t len, size_t k, unsigned shift, uint8_t *out)
+{
+    switch (shift) {
+    case 0: return rice_put_avx2_at(leb, len, k, 0, out);
+    case 1: return rice_put_avx2_at(leb, len, k, 1, out);
+    case 2: return rice_put_avx2_at(leb, len, k, 2, out);
+    case 3: return rice_put_avx2_at(leb, len, k, 3, out);
+    case 4: return rice_put_avx2_at(leb, len, k, 4, out);
+    case 5: return rice_put_avx2_at(leb, len, k, 5, out);
+    case 6: return rice_put_avx2_at(leb, len, k, 6, out);
+    default: return rice_put_ref(leb, len, k, shift, out);
+    }
+}
+
 /* No byte compress here: the portable blocks (kernels_tail.h). */
 static int rice_gaps_avx2(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
                         size_t *leb_len)
@@ -621,6 +691,7 @@ int pulse_kernels_init_avx2(pulse_kernels *k)
     pthread_once(&positions_once, init_positions);
     k->name = "avx2";
     k->rice_gaps = rice_gaps_avx2;
+    k->rice_put = rice_put_avx2;
     k->diff8 = diff8_avx2;
     k->diff16 = diff16_avx2;
     k->diff_extract16 = diff_extract16_avx2;

@@ -318,6 +318,11 @@ static int rice_gaps_c(const uint8_t *src, size_t len, size_t k, unsigned shift,
     return rc ? rc : rice_finish(src, rb, src + rb, len - rb, k, shift, &st);
 }
 
+static size_t rice_put_c(const uint8_t *leb, size_t len, size_t k, unsigned shift, uint8_t *out)
+{
+    return rice_put_ref(leb, len, k, shift, out);
+}
+
 void pulse_kernels_init_c(pulse_kernels *k)
 {
     *k = (pulse_kernels){
@@ -339,5 +344,6 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .leb1_run = leb1_run_c,
         .ulp2_add16 = ulp2_add16_c,
         .rice_gaps = rice_gaps_c,
+        .rice_put = rice_put_c,
     };
 }

@@ -468,4 +468,124 @@ static inline int rice_gaps_portable(const rice_byte_table *tb, const uint8_t *s
     return rc ? rc : rice_finish(src, rb, u, ulen, k, shift, &st);
 }
 
+/* ---- rice_put: the bit writers and the reference step, shared with the SIMD versions ---- */
+
+typedef struct rice_writer {
+    uint8_t *p;
+    uint64_t acc;
+    unsigned n;   /* bits in acc, < 64 */
+} rice_writer;
+
+/* Appends the low `bits` bits of v (bits <= 64, the rest of v zero); full words only are
+ * stored, so a plane never writes past its own bytes (the remainder plane lies right before
+ * the unary plane). */
+static inline void rice_bits(rice_writer *w, uint64_t v, unsigned bits)
+{
+    if (!bits)
+        return;
+    w->acc |= v << w->n;
+    if (w->n + bits < 64) {
+        w->n += bits;
+        return;
+    }
+    memcpy(w->p, &w->acc, 8);   /* little-endian, as every reader of the planes */
+    w->p += 8;
+    unsigned used = 64 - w->n;
+    w->acc = used < 64 ? v >> used : 0;
+    w->n = w->n + bits - 64;
+}
+
+/* The same without a branch, for the unary plane (the codes' lengths vary, and a mispredicted
+ * flush cost more than a store): the word is stored every time and the pointer moves on once
+ * it is full, so up to 8 bytes past the plane's end are written. */
+static inline void rice_bits_last(rice_writer *w, uint64_t v, unsigned bits)
+{
+    w->acc |= v << w->n;
+    memcpy(w->p, &w->acc, 8);
+    unsigned n = w->n + bits;
+    uint64_t rest = (v >> 1) >> (63 - w->n);   /* v's bits that did not fit (w->n may be 0) */
+    int full = n >= 64;
+    w->p += full ? 8 : 0;
+    w->acc = full ? rest : w->acc;
+    w->n = n & 63;
+}
+
+static inline uint8_t *rice_flush(rice_writer *w)
+{
+    for (unsigned i = 0; i < w->n; i += 8)
+        *w->p++ = (uint8_t)(w->acc >> i);
+    return w->p;
+}
+
+/* One gap's quotient q in unary: q zeros, then a one. */
+static inline void rice_unary(rice_writer *w, uint64_t q)
+{
+    for (; q >= 63; q -= 63)
+        rice_bits_last(w, 0, 63);
+    rice_bits_last(w, (uint64_t)1 << q, (unsigned)q + 1);
+}
+
+#define RICE_ONES 0x0101010101010101ull
+
+/* Eight s-bit fields (s <= 7), one in each byte of x, packed into the low 8s bits. */
+static inline uint64_t rice_pack_fields(uint64_t x, unsigned s)
+{
+    x = (x & 0x00ff00ff00ff00ffull) | ((x & 0xff00ff00ff00ff00ull) >> (8 - s));
+    x = (x & 0x0000ffff0000ffffull) | ((x & 0xffff0000ffff0000ull) >> (16 - 2 * s));
+    return (x & 0xffffffffull) | ((x >> 32) << (4 * s));
+}
+
+/* One step of rice_put at shift s from leb[*at]: eight one-byte gaps with quotients under 8
+ * at once (their remainders packed by shifts, their unary codes, at most 64 bits, placed by
+ * one multiply that sums the code lengths in every byte), else one gap. */
+static inline __attribute__((always_inline)) void rice_put_step(const uint8_t *leb, size_t len, size_t *at,
+                                                                const unsigned s, rice_writer *r, rice_writer *u)
+{
+    const uint64_t rmask = RICE_ONES * ((1u << (s < 8 ? s : 0)) - 1);
+    const uint64_t slow = s < 8 ? RICE_ONES * (uint8_t)(0xffu << (s + 3 < 8 ? s + 3 : 8)) | RICE_ONES * 0x80 : ~0ull;
+    uint64_t x;
+    if (s < 8 && *at + 8 <= len && (memcpy(&x, leb + *at, 8), !(x & slow))) {
+        rice_bits(r, rice_pack_fields(x & rmask, s), 8 * s);
+        uint64_t q = x >> s & RICE_ONES * (0xffu >> s), ends = (q + RICE_ONES) * RICE_ONES;   /* byte i: P_i + 1 */
+        uint64_t code = 0;
+        for (unsigned i = 0; i < 8; i++)
+            code |= (uint64_t)1 << ((ends >> (8 * i) & 0xff) - 1);
+        rice_bits_last(u, code, (unsigned)(ends >> 56));
+        *at += 8;
+        return;
+    }
+    uint32_t g = leb_trusted(leb, at);   /* the encoder's own stream: always valid */
+    rice_bits(r, s ? g & (uint32_t)(((uint64_t)1 << s) - 1) : 0, s);
+    rice_unary(u, (uint64_t)g >> s);
+}
+
+/* The reference at a constant shift (rice_put_ref inlines it once per shift 0..7, so that
+ * every mask and shift is a constant). */
+static inline __attribute__((always_inline)) size_t rice_put_at(const uint8_t *leb, size_t len, size_t k,
+                                                                const unsigned s, uint8_t *out)
+{
+    size_t rb = pulse_rice_rem_bytes(k, s);
+    rice_writer r = { .p = out }, u = { .p = out + rb };
+    size_t at = 0;
+    while (at < len)
+        rice_put_step(leb, len, &at, s, &r, &u);
+    rice_flush(&r);   /* k * s bits: exactly rb bytes, the padding zero */
+    return (size_t)(rice_flush(&u) - out);
+}
+
+static inline size_t rice_put_ref(const uint8_t *leb, size_t len, size_t k, unsigned s, uint8_t *out)
+{
+    switch (s) {
+    case 0: return rice_put_at(leb, len, k, 0, out);
+    case 1: return rice_put_at(leb, len, k, 1, out);
+    case 2: return rice_put_at(leb, len, k, 2, out);
+    case 3: return rice_put_at(leb, len, k, 3, out);
+    case 4: return rice_put_at(leb, len, k, 4, out);
+    case 5: return rice_put_at(leb, len, k, 5, out);
+    case 6: return rice_put_at(leb, len, k, 6, out);
+    case 7: return rice_put_at(leb, len, k, 7, out);
+    default: return rice_put_at(leb, len, k, s, out);   /* sparse chunks: one gap at a time */
+    }
+}
+
 #endif

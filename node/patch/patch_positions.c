@@ -108,110 +108,15 @@ static double entropy_bytes(const rice_plan *pl, size_t k)
     return (bits + 8.0 * (double)pl->big_bytes) / 8;
 }
 
-/* ---- the Rice writer --------------------------------------------------------------------- */
-
-typedef struct bit_writer {
-    uint8_t *p;
-    uint64_t acc;
-    unsigned n;   /* bits in acc, < 64 */
-} bit_writer;
-
-/* Appends the low `bits` bits of v (bits <= 64, the rest of v zero). */
-static inline void put_bits(bit_writer *w, uint64_t v, unsigned bits)
-{
-    if (!bits)
-        return;
-    w->acc |= v << w->n;
-    if (w->n + bits < 64) {
-        w->n += bits;
-        return;
-    }
-    memcpy(w->p, &w->acc, 8);   /* little-endian, as every reader of the planes */
-    w->p += 8;
-    unsigned used = 64 - w->n;
-    w->acc = used < 64 ? v >> used : 0;
-    w->n = w->n + bits - 64;
-}
-
-static uint8_t *flush_bits(bit_writer *w)
-{
-    for (unsigned i = 0; i < w->n; i += 8)
-        *w->p++ = (uint8_t)(w->acc >> i);
-    return w->p;
-}
-
-/* One gap's quotient q in unary: q zeros, then a one. */
-static inline void put_unary(bit_writer *w, uint64_t q)
-{
-    for (; q >= 63; q -= 63)
-        put_bits(w, 0, 63);
-    put_bits(w, (uint64_t)1 << q, (unsigned)q + 1);
-}
-
-static const uint64_t ONES = 0x0101010101010101ull;
-
-/* Eight s-bit fields (s <= 7), one in each byte of x, packed into the low 8s bits. */
-static inline uint64_t pack_fields(uint64_t x, unsigned s)
-{
-    x = (x & 0x00ff00ff00ff00ffull) | ((x & 0xff00ff00ff00ff00ull) >> (8 - s));
-    x = (x & 0x0000ffff0000ffffull) | ((x & 0xffff0000ffff0000ull) >> (16 - 2 * s));
-    return (x & 0xffffffffull) | ((x >> 32) << (4 * s));
-}
-
-/* Writes the planes of the k gaps in leb[0..len) at shift s to out; returns the bytes. Eight
- * one-byte gaps with quotients under 8 at once: their remainders packed by shifts, their unary
- * codes (at most 64 bits) placed by one multiply that sums the code lengths in every byte.
- * Inlined once per shift 0..7 (rice_write), so that every mask and shift is a constant. */
-static inline __attribute__((always_inline)) size_t rice_write_at(const uint8_t *leb, size_t len, size_t k,
-                                                                  const unsigned s, uint8_t *out)
-{
-    size_t rb = pulse_rice_rem_bytes(k, s);
-    bit_writer r = { .p = out }, u = { .p = out + rb };
-    const uint64_t rmask = ONES * ((1u << (s < 8 ? s : 0)) - 1);
-    const uint64_t slow = s < 8 ? ONES * (uint8_t)(0xffu << (s + 3 < 8 ? s + 3 : 8)) | ONES * 0x80 : ~0ull;
-    size_t at = 0;
-    while (at < len) {
-        uint64_t x;
-        if (s < 8 && at + 8 <= len && (memcpy(&x, leb + at, 8), !(x & slow))) {
-            put_bits(&r, pack_fields(x & rmask, s), 8 * s);
-            uint64_t q = x >> s & ONES * (0xffu >> s), ends = (q + ONES) * ONES;   /* byte i: P_i + 1 */
-            uint64_t code = 0;
-            for (unsigned i = 0; i < 8; i++)
-                code |= (uint64_t)1 << ((ends >> (8 * i) & 0xff) - 1);
-            put_bits(&u, code, (unsigned)(ends >> 56));
-            at += 8;
-            continue;
-        }
-        uint32_t g = 0;
-        (void)patch_leb_next(leb, len, &at, &g);   /* the caller's own stream: always valid */
-        put_bits(&r, s ? g & (uint32_t)(((uint64_t)1 << s) - 1) : 0, s);
-        put_unary(&u, (uint64_t)g >> s);
-    }
-    flush_bits(&r);   /* k * s bits: exactly rb bytes, the padding zero */
-    return (size_t)(flush_bits(&u) - out);
-}
-
-static size_t rice_write(const uint8_t *leb, size_t len, size_t k, unsigned s, uint8_t *out)
-{
-    switch (s) {
-    case 0: return rice_write_at(leb, len, k, 0, out);
-    case 1: return rice_write_at(leb, len, k, 1, out);
-    case 2: return rice_write_at(leb, len, k, 2, out);
-    case 3: return rice_write_at(leb, len, k, 3, out);
-    case 4: return rice_write_at(leb, len, k, 4, out);
-    case 5: return rice_write_at(leb, len, k, 5, out);
-    case 6: return rice_write_at(leb, len, k, 6, out);
-    case 7: return rice_write_at(leb, len, k, 7, out);
-    default: return rice_write_at(leb, len, k, s, out);   /* sparse chunks: one gap at a time */
-    }
-}
-
 /* ---- encoder --------------------------------------------------------------------------- */
 
 size_t patch_pos_bound(size_t leb_len)
 {
     return 1 + ZSTD_compressBound(leb_len);
 }
+
+/* (rice_put writes up to 64 bytes past the planes: the callers' buffers,
+ * patch_chunk_bytes_bound, hold the value stream after the position stream.) */
 
 int64_t patch_pos_encode(patch_scratch *s, uint8_t *dst, const uint8_t *leb, size_t leb_len, size_t k, int level)
 {
@@ -239,7 +144,7 @@ int64_t patch_pos_encode(patch_scratch *s, uint8_t *dst, const uint8_t *leb, siz
         }
     }
     dst[0] = (uint8_t)(PATCH_POS_RICE + shift);
-    return 1 + (int64_t)rice_write(leb, leb_len, k, shift, dst + 1);
+    return 1 + (int64_t)pulse_kernels_get()->rice_put(leb, leb_len, k, shift, dst + 1);
 }
 
 /* ---- decoder --------------------------------------------------------------------------- */

@@ -579,6 +579,18 @@ static void check_rice_gaps(const pulse_kernels *t, const pulse_kernels *r)
                     canary_free(o_r); canary_free(o_t);
                     guard_free(&gd);
                 }
+                /* the encoder's side: rice_put writes exactly these planes, from the LEB128
+                 * gaps ending at a guard page */
+                guarded gl;
+                uint8_t *lebin = guard_alloc(&gl, want_len);
+                memcpy(lebin, want, want_len);
+                uint8_t *p_r = canary_alloc(len + 64), *p_t = canary_alloc(len + 64);
+                size_t n_r = r->rice_put(lebin, want_len, k, sh, p_r), n_t = t->rice_put(lebin, want_len, k, sh, p_t);
+                CHECK_SAME(n_r == len && !memcmp(p_r, enc, len), "rice_put definition");
+                CHECK_SAME(n_t == len && !memcmp(p_t, enc, len), "rice_put");
+                CHECK_SAME(canary_intact(p_t, len + 64) && canary_intact(p_r, len + 64), "rice_put overrun");
+                canary_free(p_r); canary_free(p_t);
+                guard_free(&gl);
                 free(enc);
             }
             free(want);
