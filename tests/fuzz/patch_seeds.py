@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch: patch_seeds.py PULSE_BIN OUTDIR;
+# Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch (and one with both position
+# codings): patch_seeds.py PULSE_BIN OUTDIR;
 # patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
 # new, new2 .safetensors), which tests/patch/format2.sh applies the committed format-2 seeds to.
 # One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
@@ -63,6 +64,18 @@ def main():
         run("diff", old, new, "-o", os.path.join(out, "multi-abs.patch"), "--values", "abs", "--chunk", "1K")
         run("diff", new, new2, "-o", step2, "--values", "abs", "--chunk", "1K")
         run("squash", os.path.join(out, "multi-abs.patch"), step2, "-o", os.path.join(out, "squashed-multi.patch"))
+        # Both position codings in one format-3 patch: independent changes (Rice), every fourth
+        # element and runs of 100 in 400 (zstd), 1K-element chunks.
+        random.seed(11)
+        m = 3072
+        r0 = [random.randrange(0x3c00, 0x4000) for _ in range(m)]
+        r1 = [v + (1 if random.random() < 0.5 else -1)
+              if (i < 1024 and random.random() < 0.05) or (1024 <= i < 2048 and i % 4 == 0) or (i >= 2048 and i % 400 < 100)
+              else v for i, v in enumerate(r0)]
+        ra, rb = os.path.join(t, "ra.safetensors"), os.path.join(t, "rb.safetensors")
+        write_safetensors(ra, [("a.runs", "BF16", [m], u16(r0))])
+        write_safetensors(rb, [("a.runs", "BF16", [m], u16(r1))])
+        run("diff", ra, rb, "-o", os.path.join(out, "codings-ulp.patch"), "--chunk", "1K")
 
 
 if __name__ == "__main__":
