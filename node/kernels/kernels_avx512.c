@@ -606,11 +606,10 @@ stop:;
 static int rice_gaps_avx512(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
                             size_t *leb_len)
 {
-    size_t rb = pulse_rice_rem_bytes(k, shift);
-    if (rb > len)
+    size_t rb, ulen;
+    const uint8_t *u;
+    if (rice_planes(src, len, k, shift, &rb, &u, &ulen))
         return -1;
-    const uint8_t *u = src + rb;
-    const size_t ulen = len - rb;
     rice_state st = { 0 };
     int rc = 0;
     if (shift <= 6) {

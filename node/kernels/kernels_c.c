@@ -309,13 +309,14 @@ const rice_byte_table *pulse_rice_byte_table(void)
 static int rice_gaps_c(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
                        size_t *leb_len)
 {
-    size_t rb = pulse_rice_rem_bytes(k, shift);
-    if (rb > len)
+    size_t rb, ulen;
+    const uint8_t *u;
+    if (rice_planes(src, len, k, shift, &rb, &u, &ulen))
         return -1;
     rice_state st = { 0 };
-    int rc = rice_gaps_tail(src, rb, src + rb, len - rb, k, shift, limit, leb, &st);
+    int rc = rice_gaps_tail(src, rb, u, ulen, k, shift, limit, leb, &st);
     *leb_len = st.o;
-    return rc ? rc : rice_finish(src, rb, src + rb, len - rb, k, shift, &st);
+    return rc ? rc : rice_finish(src, rb, u, ulen, k, shift, &st);
 }
 
 static size_t rice_put_c(const uint8_t *leb, size_t len, size_t k, unsigned shift, uint8_t *out)

@@ -233,6 +233,19 @@ static inline uint64_t rice_bits57(const uint8_t *p, size_t n, size_t bit)
     return (w >> (bit & 7)) & ((1ull << 57) - 1);
 }
 
+/* The planes of a Rice stream src[0..len) of k fields of `shift` bits: the remainder plane is
+ * src[0..*rb), the unary plane *u[0..*ulen). -1 when the remainder plane does not fit. */
+static inline int rice_planes(const uint8_t *src, size_t len, size_t k, unsigned shift, size_t *rb,
+                              const uint8_t **u, size_t *ulen)
+{
+    *rb = pulse_rice_rem_bytes(k, shift);
+    if (*rb > len)
+        return -1;
+    *u = src + *rb;
+    *ulen = len - *rb;
+    return 0;
+}
+
 /* Gaps st->j .. end - 1 one at a time; the remainder plane is src[0..rb), the unary plane
  * u[0..ulen). Returns 0 or the first error (-1, -2, -4), st then at the failing gap. */
 static inline int rice_gaps_tail(const uint8_t *src, size_t rb, const uint8_t *u, size_t ulen, size_t end,
@@ -449,11 +462,10 @@ static inline int rice_gaps_blocks(const rice_byte_table *tb, const uint8_t *src
 static inline int rice_gaps_portable(const rice_byte_table *tb, const uint8_t *src, size_t len, size_t k,
                                      unsigned shift, uint32_t limit, uint8_t *leb, size_t *leb_len)
 {
-    size_t rb = pulse_rice_rem_bytes(k, shift);
-    if (rb > len)
+    size_t rb, ulen;
+    const uint8_t *u;
+    if (rice_planes(src, len, k, shift, &rb, &u, &ulen))
         return -1;
-    const uint8_t *u = src + rb;
-    const size_t ulen = len - rb;
     rice_state st = { 0 };
     int rc = 0;
     while (st.j < k) {

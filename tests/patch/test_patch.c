@@ -720,6 +720,22 @@ static double bound_of(const pulse_ckpt *x, const pulse_ckpt *y, uint32_t chunk)
 /* ulp round trips through every symbol width and the escape path: per BF16 chunk a
  * different spread of differences (+-1 with 2% escapes, |d| < 8, |d| up to 127), then
  * wrapping and extreme differences and NaN/Inf/-0 transitions for BF16, F32 and F8. */
+/* Two fresh checkpoints of one layout, NAME-x and NAME-y; 0 (both closed) when either fails. */
+static int make_pair(const char *name, const pulse_tensor_spec *sp, size_t n, pulse_ckpt **x, pulse_ckpt **y)
+{
+    char nx[64], ny[64];
+    snprintf(nx, sizeof nx, "%s-x.safetensors", name);
+    snprintf(ny, sizeof ny, "%s-y.safetensors", name);
+    *x = *y = NULL;
+    CHECK_OK(pulse_ckpt_create(x, path_of(nx), sp, n, NULL));
+    CHECK_OK(pulse_ckpt_create(y, path_of(ny), sp, n, NULL));
+    if (*x && *y)
+        return 1;
+    pulse_ckpt_close(x);
+    pulse_ckpt_close(y);
+    return 0;
+}
+
 /* The diff codes each chunk's positions in Rice or zstd, whichever is smaller: independent
  * changes (RL's usual step) go to Rice, a regular pattern and runs of changes to zstd, and
  * every one of them applies bit for bit. */
@@ -727,14 +743,9 @@ static void test_position_codings(void)
 {
     enum { CH = 4096, N = 3 * CH };
     static const pulse_tensor_spec sp[] = { { "a", "BF16", 1, { N } } };
-    pulse_ckpt *x = NULL, *y = NULL;
-    CHECK_OK(pulse_ckpt_create(&x, path_of("pos-x.safetensors"), sp, 1, NULL));
-    CHECK_OK(pulse_ckpt_create(&y, path_of("pos-y.safetensors"), sp, 1, NULL));
-    if (!x || !y) {
-        pulse_ckpt_close(&x);
-        pulse_ckpt_close(&y);
+    pulse_ckpt *x, *y;
+    if (!make_pair("pos", sp, 1, &x, &y))
         return;
-    }
     uint16_t *a0 = (uint16_t *)(void *)pulse_ckpt_tensor(x, 0)->data;
     uint16_t *a1 = (uint16_t *)(void *)pulse_ckpt_tensor(y, 0)->data;
     rng = 7;
@@ -783,14 +794,9 @@ static void test_ulp_escapes(void)
     static const pulse_tensor_spec sp[] = {
         { "a", "BF16", 1, { N } }, { "b", "F32", 1, { 16 } }, { "c", "F8_E5M2", 1, { 16 } },
     };
-    pulse_ckpt *x = NULL, *y = NULL;
-    CHECK_OK(pulse_ckpt_create(&x, path_of("esc-x.safetensors"), sp, 3, NULL));
-    CHECK_OK(pulse_ckpt_create(&y, path_of("esc-y.safetensors"), sp, 3, NULL));
-    if (!x || !y) {
-        pulse_ckpt_close(&x);
-        pulse_ckpt_close(&y);
+    pulse_ckpt *x, *y;
+    if (!make_pair("esc", sp, 3, &x, &y))
         return;
-    }
     uint16_t *a0 = (uint16_t *)(void *)pulse_ckpt_tensor(x, 0)->data;
     uint16_t *a1 = (uint16_t *)(void *)pulse_ckpt_tensor(y, 0)->data;
     rng = 42;
