@@ -7,7 +7,7 @@
 #include "base/fail.h"
 #include "node/patch/patch_internal.h"
 
-/* ---- the plan: the Rice stream's exact size for every shift, from one pass ---------------- */
+/* ---- the plan: the Rice stream's size at every shift, estimated from one pass ----------- */
 
 typedef struct rice_plan {
     uint32_t hist[256];      /* every fourth byte of the stream, where it is a one-byte gap */
