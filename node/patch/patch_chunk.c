@@ -500,13 +500,13 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
     return abs_planes(s, (size_t)pos_len, vals, k, unit, level, out);
 }
 
-int patch_encode_abs_at(patch_scratch *s, const uint8_t *pos_stream, size_t pos_len, int bare_zstd, size_t k,
-                        const uint8_t *vals, unsigned unit, int level, patch_out_chunk *out)
+int patch_encode_abs_at(patch_scratch *s, const patch_pos *pp, size_t k, const uint8_t *vals, unsigned unit,
+                        int level, patch_out_chunk *out)
 {
-    if (bare_zstd)
-        s->planes[0] = PATCH_POS_ZSTD;
-    memcpy(s->planes + !!bare_zstd, pos_stream, pos_len);
-    return abs_planes(s, pos_len + !!bare_zstd, vals, k, unit, level, out);
+    /* in format 3 whatever format it was read from: its coding byte, then its body */
+    s->planes[0] = (uint8_t)pp->coding;
+    memcpy(s->planes + 1, pp->body, pp->body_len);
+    return abs_planes(s, 1 + pp->body_len, vals, k, unit, level, out);
 }
 
 int patch_encode_ulp16(patch_scratch *s, size_t leb_len, size_t k, const uint16_t *z, int level,

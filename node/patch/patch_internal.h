@@ -182,12 +182,11 @@ int64_t patch_zstd_frame(patch_scratch *s, uint8_t *dst, size_t cap, const uint8
  * native width: absolute bits, or zigzag ulp differences >= 1 when ulp != 0). k > 0. */
 int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const uint8_t *vals,
                          unsigned unit, int ulp, int level, patch_out_chunk *out);
-/* Encodes an absolute chunk of k > 0 changes whose position stream is already coded: the
- * pos_len bytes of pos_stream (e.g. another patch's chunk with the same positions; not in
- * s->planes or s->leb; with bare_zstd, a format-2 stream, the zstd frame alone, to which the
- * coding byte is added), then vals (k x unit bytes). */
-int patch_encode_abs_at(patch_scratch *s, const uint8_t *pos_stream, size_t pos_len, int bare_zstd, size_t k,
-                        const uint8_t *vals, unsigned unit, int level, patch_out_chunk *out);
+/* Encodes an absolute chunk of k > 0 changes whose position stream is already coded: pp,
+ * another patch's stream probed by patch_pos_probe (its body not in s->planes or s->leb),
+ * written in format 3 (a format-2 stream gets its coding byte), then vals (k x unit bytes). */
+int patch_encode_abs_at(patch_scratch *s, const patch_pos *pp, size_t k, const uint8_t *vals, unsigned unit,
+                        int level, patch_out_chunk *out);
 /* The scratch's second output buffer (allocated on first use). NULL with an error set. */
 uint8_t *patch_scratch_planes2(patch_scratch *s, uint32_t chunk_elems);
 /* Copies a staged chunk's bytes into memory of its own (oc->bytes). */

@@ -10,7 +10,7 @@
 /* ---- the plan: the Rice stream's size at every shift, estimated from one pass ----------- */
 
 typedef struct rice_plan {
-    uint32_t hist[256];      /* every fourth byte of the stream, where it is a one-byte gap */
+    uint32_t hist[128];      /* every fourth byte of the stream, where it is a one-byte gap */
     uint64_t sampled;        /* how many were counted */
     uint64_t small_sum;      /* the sum of all one-byte gaps (exact) */
     uint64_t big_q[32];      /* sum of g >> s over the gaps of two or more bytes, per shift s */

@@ -57,7 +57,10 @@ static int squash_one_ulp(const squash_job *q, const patch_chunk *c, patch_scrat
         k->ulp_to_abs32((const uint32_t *)base, s->idx, c->count, (const uint32_t *)s->vals, (uint32_t *)s->dense);
         break;
     }
-    return patch_encode_abs_at(s, bytes, c->pos_len, q->p[0]->version == 2, c->count, s->dense, unit, q->level, oc);
+    patch_pos pp;
+    if ((err = patch_pos_probe(q->p[0], c, bytes, &pp)) != 0)
+        return err;
+    return patch_encode_abs_at(s, &pp, c->count, s->dense, unit, q->level, oc);
 }
 
 static int squash_chunk(void *ctx, size_t job)
