@@ -522,6 +522,18 @@ static int naming_cmp(const void *pa, const void *pb)
     return x->entry < y->entry ? -1 : x->entry > y->entry;
 }
 
+static int digest_only_cmp(const void *pa, const void *pb)
+{
+    return memcmp(((const struct naming *)pa)->digest, ((const struct naming *)pb)->digest, PULSE_DIGEST_BYTES);
+}
+
+/* A record whose objects the audit checks: it verified under the trust set (for a receipt, its
+ * signer is trusted too) and its content matches its key and run. */
+static int verified_naming(const pulse_audit_entry *e)
+{
+    return e->parsed && e->valid && e->trusted;
+}
+
 static int object_cmp(const void *pa, const void *pb)
 {
     return memcmp(((const struct listed_object *)pa)->digest, ((const struct listed_object *)pb)->digest,
@@ -701,23 +713,36 @@ static int download(struct audit *a, const struct naming *nm, struct job *jobs, 
  * every listed object named by some record. */
 static int check_objects(struct audit *a)
 {
-    size_t n_nm = 0;
+    /* Only records that verified (trusted signature, filed under the key their content gives,
+     * this run) lead to an object being checked or downloaded: anyone can write a record that
+     * names a huge object, and the audit must not fetch it on that record's word. Objects the
+     * refused records name are kept apart, to say so when no verified record names them. */
+    size_t n_nm = 0, n_rf = 0;
     for (size_t i = 0; i < a->n_entries; i++)
         if (a->entries[i].parsed)
-            n_nm += a->recs[i].n_objects;
+            *(verified_naming(&a->entries[i]) ? &n_nm : &n_rf) += a->recs[i].n_objects;
     struct naming *nm = calloc(n_nm ? n_nm : 1, sizeof *nm);
+    struct naming *rf = calloc(n_rf ? n_rf : 1, sizeof *rf);
     struct job *jobs = calloc(n_nm ? n_nm : 1, sizeof *jobs);
-    if (!nm || !jobs) {
+    if (!nm || !rf || !jobs) {
         free(nm);
+        free(rf);
         free(jobs);
         return pulse_fail(PULSE_ERR_NOMEM, "audit: out of memory");
     }
-    size_t k = 0;
+    size_t k = 0, kr = 0;
     for (size_t i = 0; i < a->n_entries; i++)
         if (a->entries[i].parsed)
-            for (uint32_t o = 0; o < a->recs[i].n_objects; o++)
-                nm[k++] = (struct naming){ a->recs[i].objects[o].digest, i, o };
+            for (uint32_t o = 0; o < a->recs[i].n_objects; o++) {
+                struct naming one = { a->recs[i].objects[o].digest, i, o };
+                if (verified_naming(&a->entries[i]))
+                    nm[k++] = one;
+                else
+                    rf[kr++] = one;
+            }
     qsort(nm, n_nm, sizeof *nm, naming_cmp);
+    if (n_rf)
+        qsort(rf, n_rf, sizeof *rf, naming_cmp);
     if (a->n_objects)  /* qsort(NULL, 0, ...) is undefined behaviour */
         qsort(a->objects, a->n_objects, sizeof *a->objects, object_cmp);
 
@@ -764,11 +789,18 @@ static int check_objects(struct audit *a)
         pulse_hex_encode(a->objects[i].digest, PULSE_DIGEST_BYTES, hex);
         a->rep->orphans++;
         a->rep->orphan_bytes += a->objects[i].size;
-        problem(a, NULL, "objects/%s: orphan: no record names it (%llu bytes)", hex,
-                (unsigned long long)a->objects[i].size);
+        struct naming probe = { a->objects[i].digest, 0, 0 };
+        const struct naming *by = n_rf ? bsearch(&probe, rf, n_rf, sizeof *rf, digest_only_cmp) : NULL;
+        if (by)
+            problem(a, NULL, "objects/%s: orphan: named only by a refused record (%s), not downloaded (%llu bytes)",
+                    hex, a->entries[by->entry].key, (unsigned long long)a->objects[i].size);
+        else
+            problem(a, NULL, "objects/%s: orphan: no record names it (%llu bytes)", hex,
+                    (unsigned long long)a->objects[i].size);
     }
     int rc = n_jobs ? download(a, nm, jobs, n_jobs) : 0;
     free(nm);
+    free(rf);
     free(jobs);
     return rc;
 }

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Chain-aware retention: drop this node's records older than its oldest kept keyframe, then unneeded objects. */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -7,6 +9,7 @@
 #include "base/fail.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/record.h"
+#include "node/daemon/log.h"
 #include "node/daemon/retention.h"
 
 #define RET_KEY_MAX 1100
@@ -16,6 +19,9 @@ typedef struct rec_entry {
     int kind;
     uint64_t step;
     int mine;
+    int own;                 /* fetched and verified as this node's record (fetch_own) */
+    uint8_t (*digests)[32];  /* the objects it names, when own */
+    uint32_t n_digests;
 } rec_entry;
 
 typedef struct rec_list {
@@ -86,6 +92,7 @@ static int list_record_cb(void *ctx, const char *key, const pulse_object_info *i
         l->cap = cap;
     }
     rec_entry *e = &l->e[l->n++];
+    memset(e, 0, sizeof *e);
     strcpy(e->key, key);
     e->kind = pulse_record_kind_from_name(kname);
     e->step = step;
@@ -101,19 +108,99 @@ static int list_records(pulse_store *st, const char *run, rec_list *l)
     return pulse_store_list(st, prefix, NULL, list_record_cb, l);
 }
 
-/* Adds the digests of the record at KEY to SET. */
+/* Keys of junk already logged: a pass runs after every publish, and one line per junk record
+ * is enough (the node is single-threaded here). Past the cap, junk is still skipped, silently. */
+#define JUNK_LOGGED_MAX 256
+static char *junk_logged[JUNK_LOGGED_MAX];
+static size_t n_junk_logged;
+
+static void log_junk(const char *key, const char *why)
+{
+    for (size_t i = 0; i < n_junk_logged; i++)
+        if (!strcmp(junk_logged[i], key))
+            return;
+    if (n_junk_logged == JUNK_LOGGED_MAX)
+        return;
+    char *dup = strdup(key);
+    if (!dup)
+        return;
+    junk_logged[n_junk_logged++] = dup;
+    node_log("skipped", "what", "retention", "record", key, "reason", why, (char *)NULL);
+}
+
+/* Reads the record at E's key and keeps it only if it is this node's own: it verifies under
+ * TRUST (this node's key alone), is of run RUN and is filed under the key its content gives.
+ * Returns 0 with e->own set (and its digests kept) or clear (junk: logged once, skipped);
+ * PULSE_ERR_NOTFOUND when it is gone; a store failure otherwise. Nothing is ever deleted on
+ * the word of a key alone: anyone who can write to the bucket can write keys. */
+static int fetch_own(pulse_store *st, const char *run, const pulse_trust *trust, rec_entry *e)
+{
+    e->own = 0;
+    void *data = NULL;
+    size_t len = 0;
+    int r = pulse_store_get(st, e->key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
+    if (r == PULSE_ERR_LIMIT) {
+        log_junk(e->key, "larger than any record");
+        pulse_clear_error();
+        return 0;
+    }
+    if (r)
+        return r;
+    pulse_record rec;
+    r = pulse_record_verify(data, len, trust, NULL, &rec);
+    pulse_store_free(data);
+    if (r) {
+        char why[400];
+        snprintf(why, sizeof why, "does not verify under this node's key: %s", pulse_last_error());
+        log_junk(e->key, why);
+        pulse_clear_error();
+        return 0;
+    }
+    char want[RET_KEY_MAX];
+    size_t rl = strlen(run);
+    if (strcmp(rec.run, run) || pulse_record_key(&rec, want, sizeof want) || strcmp(e->key + rl + 1, want)) {
+        char why[RET_KEY_MAX + 100];
+        snprintf(why, sizeof why, "the record inside is %s step %" PRIu64 " of run '%.200s' (a copy)",
+                 pulse_record_kind_name(rec.kind) ? pulse_record_kind_name(rec.kind) : "?", rec.step, rec.run);
+        log_junk(e->key, why);
+        pulse_record_clear(&rec);
+        pulse_clear_error();
+        return 0;
+    }
+    r = 0;
+    if (rec.n_objects && !(e->digests = malloc((size_t)rec.n_objects * 32)))
+        r = pulse_fail(PULSE_ERR_NOMEM, "retention: digests");
+    for (uint32_t i = 0; !r && i < rec.n_objects; i++)
+        memcpy(e->digests[i], rec.objects[i].digest, 32);
+    if (!r) {
+        e->n_digests = rec.n_objects;
+        e->own = 1;
+    }
+    pulse_record_clear(&rec);
+    return r;
+}
+
+/* Adds the digests of the record at KEY, of any node, to SET: its objects are kept whoever
+ * signed it. Bytes that are no record name nothing a reader could fetch, so they protect
+ * nothing (and must not stop every later pass from deleting anything). */
 static int record_digests(pulse_store *st, const char *key, digest_set *set)
 {
     void *data = NULL;
     size_t len = 0;
     int r = pulse_store_get(st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
+    if (r == PULSE_ERR_LIMIT) {
+        pulse_clear_error();
+        return 0;
+    }
     if (r)
         return r;
     pulse_record rec;
     r = pulse_record_parse(data, len, &rec);
     pulse_store_free(data);
-    if (r)
-        return pulse_fail(r, "retention: %s is not a record", key);
+    if (r) {
+        pulse_clear_error();
+        return 0;
+    }
     for (uint32_t i = 0; !r && i < rec.n_objects; i++)
         r = digest_add(set, rec.objects[i].digest);
     pulse_record_clear(&rec);
@@ -166,6 +253,15 @@ static int list_object_cb(void *ctx, const char *key, const pulse_object_info *i
     return 0;
 }
 
+static void free_entries(rec_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->e[i].digests);
+    free(l->e);
+    l->e = NULL;
+    l->n = l->cap = 0;
+}
+
 int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32], unsigned keep_keyframes,
                        uint64_t orphan_grace_s, node_retention_stats *out)
 {
@@ -177,17 +273,37 @@ int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32],
     digest_set freed = { 0 }, named = { 0 };
     uint64_t *kf = NULL;
     obj_sweep sw = { 0 };
+    pulse_trust *trust = NULL;
 
     int r = list_records(st, run, &l);
     size_t nkf = 0;
-    if (!r && l.n) {
-        kf = malloc(l.n * sizeof *kf);
-        if (!kf)
-            r = pulse_fail(PULSE_ERR_NOMEM, "retention");
-    }
     for (size_t i = 0; !r && i < l.n; i++)
-        if (l.e[i].mine && l.e[i].kind == PULSE_RECORD_KEYFRAME)
-            kf[nkf++] = l.e[i].step;
+        nkf += l.e[i].mine && l.e[i].kind == PULSE_RECORD_KEYFRAME;
+    if (r || nkf <= keep_keyframes)
+        goto done;   /* fewer keys than kept keyframes: fewer records too, nothing to read */
+
+    /* Only keyframes that verify as this node's count: junk under its node id (a key says
+     * nothing) must neither push the real ones out of the kept window nor be deleted. */
+    pulse_public_key self = { 0 };
+    memcpy(self.key, node, 32);
+    r = pulse_trust_new(&trust);
+    if (!r)
+        r = pulse_trust_add(trust, &self);
+    if (!r && !(kf = malloc(nkf * sizeof *kf)))
+        r = pulse_fail(PULSE_ERR_NOMEM, "retention");
+    nkf = 0;
+    for (size_t i = 0; !r && i < l.n; i++) {
+        rec_entry *e = &l.e[i];
+        if (!e->mine || e->kind != PULSE_RECORD_KEYFRAME)
+            continue;
+        int g = fetch_own(st, run, trust, e);
+        if (g && g != PULSE_ERR_NOTFOUND)
+            r = g;
+        else if (!g && e->own)
+            kf[nkf++] = e->step;
+        else
+            out->records_skipped += !g;
+    }
     if (!r && nkf) {
         qsort(kf, nkf, sizeof *kf, desc_u64);
         out->keyframes_kept = nkf < keep_keyframes ? nkf : keep_keyframes;
@@ -208,22 +324,34 @@ int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32],
                                  (e->kind == PULSE_RECORD_SYNC_PATCH && e->step <= oldest));
         if (!doomed)
             continue;
-        int g = record_digests(st, e->key, &freed);
-        if (g == PULSE_ERR_NOTFOUND)
-            continue;  /* deleted meanwhile (another pass) */
-        /* An unreadable record of ours is still deleted; its objects become orphans. */
-        g = pulse_store_delete(st, e->key);
+        if (e->kind == PULSE_RECORD_SYNC_PATCH) {
+            int g = fetch_own(st, run, trust, e);
+            if (g == PULSE_ERR_NOTFOUND)
+                continue;  /* deleted meanwhile (another pass) */
+            if (g) {
+                r = g;
+                break;
+            }
+            out->records_skipped += !e->own;
+        }
+        if (!e->own)
+            continue;
+        for (uint32_t k = 0; !r && k < e->n_digests; k++)
+            r = digest_add(&freed, e->digests[k]);
+        int g = r ? 0 : pulse_store_delete(st, e->key);
         if (g && g != PULSE_ERR_NOTFOUND)
             r = g;
-        else
+        else if (!r)
             out->records_deleted++;
     }
     if (r)
         goto done;
-    qsort(freed.d, freed.n, 32, digest_cmp);
+    if (freed.n)
+        qsort(freed.d, freed.n, 32, digest_cmp);
 
     /* 2. Everything still named, by any node: listed again, after the deletions, so records
      *    written meanwhile count too. */
+    free_entries(&l);
     r = list_records(st, run, &l);
     for (size_t i = 0; !r && i < l.n; i++) {
         int g = record_digests(st, l.e[i].key, &named);
@@ -232,7 +360,8 @@ int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32],
     }
     if (r)
         goto done;
-    qsort(named.d, named.n, 32, digest_cmp);
+    if (named.n)
+        qsort(named.d, named.n, 32, digest_cmp);
 
     /* 3. Objects no record names: those the deleted records named, and old orphans. */
     char prefix[RET_KEY_MAX];
@@ -254,10 +383,11 @@ int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32],
         }
     }
 done:
+    pulse_trust_free(&trust);
     free(sw.victims);
     free(sw.victim_sizes);
     free(kf);
-    free(l.e);
+    free_entries(&l);
     free(freed.d);
     free(named.d);
     return r;

@@ -12,6 +12,7 @@ typedef struct node_retention_stats {
     size_t keyframes_kept;          /* this node's keyframes left (at most keep_keyframes) */
     uint64_t oldest_kept_keyframe;  /* its step, when keyframes_kept > 0 */
     size_t records_deleted, objects_deleted;
+    size_t records_skipped;         /* keys under NODE's id whose content is not NODE's record there */
     uint64_t object_bytes_deleted;
 } node_retention_stats;
 
@@ -22,8 +23,11 @@ typedef struct node_retention_stats {
  * still present (of any node) names, plus objects named by no record whose mtime is more than
  * ORPHAN_GRACE_S seconds old (leftovers of a crash; younger ones may be a publish in flight).
  * Records go before objects so a reader never finds a record whose objects are gone.
- * Does nothing (no GETs) while NODE has at most KEEP_KEYFRAMES keyframes. If a remaining
- * record cannot be read, no object is deleted and the error is returned. */
+ * Only records that verify under NODE's key, carry run RUN and are filed under the key their
+ * content gives are counted or deleted: anything else under NODE's id is skipped (logged once
+ * per process) and left alone. Does nothing (no GETs) while NODE has at most KEEP_KEYFRAMES
+ * keyframe keys. If a remaining record cannot be read, no object is deleted and the error is
+ * returned; bytes that do not parse as a record name no object. */
 int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32], unsigned keep_keyframes,
                        uint64_t orphan_grace_s, node_retention_stats *out);
 

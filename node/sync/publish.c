@@ -301,6 +301,106 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
     return r;
 }
 
+/* Whether REC (verified as this node's) is what this publisher itself left: a record of its last
+ * state (the step's patch or keyframe), or this very step, STEP to STATE, written by a run of
+ * this publish that stopped after moving the head and before indexing. */
+static int head_is_own_progress(const pulse_record *rec, int have_last, uint64_t last_step,
+                                const uint8_t last_state[32], uint64_t step, const uint8_t state[32])
+{
+    if (have_last && rec->step == last_step && !memcmp(rec->result, last_state, 32))
+        return 1;
+    if (rec->step != step || memcmp(rec->result, state, 32))
+        return 0;
+    return rec->kind == PULSE_RECORD_KEYFRAME ||
+           (rec->kind == PULSE_RECORD_SYNC_PATCH && have_last && !memcmp(rec->base, last_state, 32));
+}
+
+/* The store's record chain is the single truth: before publishing STEP (STATE), the node's head
+ * must name this publisher's last record (what its index says it published last), or the record
+ * of this very step. A head naming another record of this node that verifies under its key
+ * means another process publishes with the same key (split brain): going on would leave
+ * followers on states neither chain holds, so the publish is refused and nothing is written.
+ * A head that is missing, unreadable as a key or names no record of this node is no evidence
+ * of anything (anyone may write it) and is overwritten by this publish. Costs one GET of the
+ * head, and one of the record it names when that is not in the index. */
+static int check_head_is_ours(pulse_publisher *p, int have_last, uint64_t last_step, const uint8_t last_state[32],
+                              uint64_t step, const uint8_t state[32])
+{
+    char head_rel[SYNC_KEY_MAX], head[SYNC_KEY_MAX], rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX];
+    sync_head_rel(p->node, head_rel);
+    int r = sync_run_key(p->run, head_rel, head);
+    void *data = NULL;
+    size_t len = 0;
+    if (!r)
+        r = pulse_store_get(p->st, head, 0, PULSE_TO_END, SYNC_KEY_MAX, &data, &len, NULL);
+    if (r == PULSE_ERR_NOTFOUND || r == PULSE_ERR_LIMIT) {
+        pulse_clear_error();
+        return 0;
+    }
+    if (r)
+        return r;
+    if (len && ((char *)data)[len - 1] == '\n')
+        len--;
+    int usable = len > 0 && len < SYNC_KEY_MAX && !memchr(data, '\n', len) && !memchr(data, '\0', len);
+    if (usable) {
+        memcpy(rel, data, len);
+        rel[len] = '\0';
+    }
+    pulse_store_free(data);
+    if (!usable || sync_run_key(p->run, rel, key)) {
+        pulse_clear_error();
+        return 0;
+    }
+
+    if (have_last) {   /* the usual case: the head names a record this publisher indexed */
+        pulse_index_link *links = NULL;
+        size_t n = 0;
+        r = pulse_index_chain(p->ix, p->run, last_step, &links, &n);
+        int known = 0;
+        for (size_t i = 0; !r && i < n && !known; i++)
+            known = links[i].step == last_step && !strcmp(links[i].key, rel);
+        free(links);
+        if (r || known)
+            return r;
+    }
+
+    data = NULL;
+    r = pulse_store_get(p->st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
+    if (r == PULSE_ERR_NOTFOUND || r == PULSE_ERR_LIMIT) {
+        pulse_clear_error();
+        return 0;
+    }
+    if (r)
+        return r;
+    pulse_trust *self = NULL;
+    pulse_public_key pub = { 0 };
+    memcpy(pub.key, p->node, 32);
+    pulse_record rec = { 0 };
+    char want[SYNC_KEY_MAX];
+    int own = 0;
+    r = pulse_trust_new(&self);
+    if (!r)
+        r = pulse_trust_add(self, &pub);
+    if (!r && !pulse_record_verify(data, len, self, NULL, &rec))
+        own = !strcmp(rec.run, p->run) && !pulse_record_key(&rec, want, sizeof want) && !strcmp(want, rel);
+    pulse_store_free(data);
+    pulse_trust_free(&self);
+    if (!r && own && !head_is_own_progress(&rec, have_last, last_step, last_state, step, state)) {
+        char hex[65];
+        if (have_last)
+            r = pulse_fail(PULSE_ERR_EXISTS, "%s in the store is not this publisher's last record (step %llu, state "
+                           "%.16s...): another publisher with the same key?", rel, (unsigned long long)last_step,
+                           pulse_id_hex(last_state, hex));
+        else
+            r = pulse_fail(PULSE_ERR_EXISTS, "%s in the store is not this publisher's last record (%s has "
+                           "published nothing): another publisher with the same key?", rel, p->state_dir);
+    }
+    pulse_record_clear(&rec);
+    if (!r)
+        pulse_clear_error();
+    return r;
+}
+
 /* Whether this node's keyframe record of STEP is in the store (*err set on a store failure). */
 static int keyframe_exists(pulse_publisher *p, uint64_t step, int *err)
 {
@@ -426,10 +526,13 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
         }
     }
     if (!r && have_last && !memcmp(state, last_state, 32)) {
-        /* Already published: make sure the head says so (a crash may have come before it). */
+        /* Already published: make sure the head says so (a crash may have come before it),
+         * unless another publisher of this key has gone on from there. */
         pulse_index_link *links = NULL;
         size_t n = 0;
-        r = pulse_index_chain(p->ix, p->run, last_step, &links, &n);
+        r = check_head_is_ours(p, have_last, last_step, last_state, last_step, state);
+        if (!r)
+            r = pulse_index_chain(p->ix, p->run, last_step, &links, &n);
         if (!r && n) {
             uint8_t *bytes = NULL;
             size_t len = 0;
@@ -465,6 +568,8 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
             r = pulse_fail(PULSE_ERR_INVALID, "step %lld is not after the last published step %llu",
                            (long long)step, (unsigned long long)last_step);
     }
+    if (!r)
+        r = check_head_is_ours(p, have_last, last_step, last_state, (uint64_t)step, state);
     if (!r && have_last) {
         last_path(p, last_state, lpath);
         if (access(lpath, F_OK) != 0) {
