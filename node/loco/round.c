@@ -665,11 +665,13 @@ static int aggregate_tensor(void *ctx, size_t t)
      * theta_r near FP32's limit): every trainer computed these very bits, so every one refuses the
      * round here, before anything is committed or published. */
     size_t bad_t = loco_first_not_finite(acc, th->nelems), bad_m = loco_first_not_finite(m, th->nelems);
-    if (bad_t < th->nelems || bad_m < th->nelems)
+    if (bad_t < th->nelems || bad_m < th->nelems) {
+        int in_theta = bad_t < th->nelems;
         return pulse_fail(PULSE_ERR_INVALID, "the outer step makes %s not finite at tensor %s element %zu (outer lr "
-                          "%g, momentum %g): round %" PRIu64 " not committed", bad_t < th->nelems ? "theta_{r+1}" : "the momentum",
-                          th->name, bad_t < th->nelems ? bad_t : bad_m, (double)c->o->outer_lr, (double)c->o->momentum,
+                          "%g, momentum %g): round %" PRIu64 " not committed", in_theta ? "theta_{r+1}" : "the momentum",
+                          th->name, in_theta ? bad_t : bad_m, (double)c->o->outer_lr, (double)c->o->momentum,
                           c->st.round);
+    }
     return 0;
 }
 

@@ -461,9 +461,12 @@ static void test_bound_round(void)
     CHECK(access(path, F_OK) != 0);
     snprintf(path, sizeof path, "%s/store/inf/records/loco-shard", tmp);
     CHECK(access(path, F_OK) == 0);   /* the shard was published: the path above would show a result */
-    /* the same move with a sane outer lr is an ordinary round */
+    /* the same move with a sane outer lr is an ordinary round, from a fresh state and as a re-run of
+     * the failed one (its shard record, the same objects, is taken as it is) */
     CHECK_OK(bound_round(tmp, sd[2], "ok", 4.0f, 1.0f));
     CHECK_EQ_INT(state_round(sd[2]), 1);
+    CHECK_OK(bound_round(tmp, sd[1], "inf", 4.0f, 1.0f));
+    CHECK_EQ_INT(state_round(sd[1]), 1);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     CHECK(system(cmd) == 0);
