@@ -16,6 +16,11 @@
 #define LOCO_SHARD_HEADER 40
 #define LOCO_SHARD_ROLE "loco-shard"
 #define LOCO_MEMBERS_ROLE "loco-members"
+/* The largest magnitude a shard value may have (docs/loco.md "Bounded values"): a trainer's value
+ * |a| <= 2^16, an owner's sum of K members' values |S| <= K x 2^16. Fixed, so every trainer applies
+ * the same rule; far above any honest pseudo-gradient (Adam moves a weight by about lr per step),
+ * and low enough that no sum, mean or outer step of bounded values can reach FP32's limit. */
+#define LOCO_MAX_VALUE 65536.0f
 
 /* One shard in memory: positions relative to `start` within tensor `tensor` (index in
  * canonical order), values FP32. idx/val owned. */
@@ -86,6 +91,10 @@ int loco_gate_mean(const struct pulse_kernels *kt, int view, const float *theta,
                    uint32_t *idx, float *val, size_t k, uint32_t *hidx, float *hval, size_t *n_pub, size_t *n_held);
 /* The withheld sums into the owner's error feedback: e[idx[j]] = e[idx[j]] + sum[j] (one rounding). */
 void loco_carry_sum(float *e, const uint32_t *idx, const float *sum, size_t k);
+/* The first j < k with |val[j]| not <= bound (NaN and +-Inf included), or k when there is none. */
+size_t loco_first_over(const float *val, size_t k, float bound);
+/* The first i < n with x[i] NaN or +-Inf, or n when every element is finite. */
+size_t loco_first_not_finite(const float *x, size_t n);
 /* Round to nearest even BF16, as an FP32 whose low 16 bits are zero (finite x). */
 float loco_bf16_round(float x);
 

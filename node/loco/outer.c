@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The fixed-order FP32 arithmetic of a LoCo round (pseudo-gradient, mean, outer step): built with -ffp-contract=off. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,4 +116,20 @@ void loco_carry_sum(float *e, const uint32_t *idx, const float *sum, size_t k)
 {
     for (size_t j = 0; j < k; j++)
         e[idx[j]] = e[idx[j]] + sum[j];
+}
+
+size_t loco_first_over(const float *val, size_t k, float bound)
+{
+    for (size_t j = 0; j < k; j++)
+        if (!(fabsf(val[j]) <= bound))   /* a comparison: exact, the same on every ISA; NaN fails it */
+            return j;
+    return k;
+}
+
+size_t loco_first_not_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
 }

@@ -1059,6 +1059,14 @@ static int red_decode(void *ctx, size_t i)
         if (!isfinite(j->s->val[e]))
             return pulse_fail(PULSE_ERR_FORMAT, "owner %s: reduced shard of tensor %s: element %" PRIu64
                               " is not finite", j->owner, j->o->tensor, j->o->range_offset + j->s->idx[e]);
+    /* The sum of x->k members' values, each within LOCO_MAX_VALUE, never exceeds k times it (K x 2^16
+     * is an FP32 number and rounding is monotonic): an owner's larger sum is refused alike everywhere. */
+    float bound = (float)x->k * LOCO_MAX_VALUE;
+    size_t over = loco_first_over(j->s->val, j->s->k, bound);
+    if (over < j->s->k)
+        return pulse_fail(PULSE_ERR_FORMAT, "owner %s: reduced shard of tensor %s: element %" PRIu64 ": a sum over the "
+                          "bound (%g, more than %zu members x %g)", j->owner, j->o->tensor,
+                          j->o->range_offset + j->s->idx[over], (double)j->s->val[over], x->k, (double)LOCO_MAX_VALUE);
     if (c->o->reduce_gate && j->s->k) {
         /* Every published sum must pass the owner's gate: its mean update changes the view. */
         float *u = malloc((size_t)j->s->k * 4);

@@ -114,6 +114,13 @@ static int gate_range(void *ctx, size_t i)
             r = pulse_fail(PULSE_ERR_INVALID, "tensor %s element %" PRIu64 ": this trainer's own update is %s",
                            th->name, j->s.start + (k ? idx[bad] : 0),
                            gc == PULSE_GATE_NOT_FINITE ? "not finite (NaN or Inf in theta_local?)" : "malformed");
+        /* The bound every receiver applies (docs/loco.md "Bounded values"): refused here, loudly,
+         * rather than published and excluded by everyone else. */
+        size_t over = r ? k : loco_first_over(val, k, LOCO_MAX_VALUE);
+        if (over < k)
+            r = pulse_fail(PULSE_ERR_INVALID, "tensor %s element %" PRIu64 ": this trainer's own update %g is over the "
+                           "bound of %g per entry (diverged local training?)", th->name, j->s.start + idx[over],
+                           (double)val[over], (double)LOCO_MAX_VALUE);
         if (!r && k) {
             j->s.k = (uint32_t)k;
             j->s.idx = malloc(k * 4);
@@ -350,6 +357,12 @@ int loco_check_shard_object(round_ctx *c, const pulse_record_object *o, const vo
         return pulse_fail(PULSE_ERR_FORMAT, "tensor %s element %" PRIu64 ": %s", o->tensor,
                           o->range_offset + s->idx[bad], why[-g]);
     }
+    /* Finite is not enough: a few values near FP32's limit overflow the sum (docs/loco.md
+     * "Bounded values"). The rule depends on the value alone, so every trainer decides alike. */
+    size_t over = loco_first_over(s->val, s->k, LOCO_MAX_VALUE);
+    if (over < s->k)
+        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s element %" PRIu64 ": a value over the bound (%g, more than %g)",
+                          o->tensor, o->range_offset + s->idx[over], (double)s->val[over], (double)LOCO_MAX_VALUE);
     return 0;
 }
 
@@ -645,9 +658,20 @@ static int aggregate_tensor(void *ctx, size_t t)
                 c->kt->scatter_add_f32(acc + s->start, s->idx, s->k, s->val);
         }
     }
-    loco_outer_step((const float *)(const void *)th->data, acc, (float)c->rep->included,
-                    (float *)(void *)pulse_ckpt_tensor(g->m_new, t)->data, c->o->outer_lr, c->o->momentum,
-                    c->o->nesterov, acc, th->nelems);
+    float *m = (float *)(void *)pulse_ckpt_tensor(g->m_new, t)->data;
+    loco_outer_step((const float *)(const void *)th->data, acc, (float)c->rep->included, m, c->o->outer_lr,
+                    c->o->momentum, c->o->nesterov, acc, th->nelems);
+    /* Bounded values cannot overflow the sum, but the outer step can (an outer lr, a momentum or a
+     * theta_r near FP32's limit): every trainer computed these very bits, so every one refuses the
+     * round here, before anything is committed or published. */
+    size_t bad_t = loco_first_not_finite(acc, th->nelems), bad_m = loco_first_not_finite(m, th->nelems);
+    if (bad_t < th->nelems || bad_m < th->nelems) {
+        int in_theta = bad_t < th->nelems;
+        return pulse_fail(PULSE_ERR_INVALID, "the outer step makes %s not finite at tensor %s element %zu (outer lr "
+                          "%g, momentum %g): round %" PRIu64 " not committed", in_theta ? "theta_{r+1}" : "the momentum",
+                          th->name, in_theta ? bad_t : bad_m, (double)c->o->outer_lr, (double)c->o->momentum,
+                          c->st.round);
+    }
     return 0;
 }
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Test helper: publishes a validly signed but bad LoCo shard record (an entry the gate keeps back, a NaN, or a replayed older record). */
+/* Test helper: publishes a validly signed but bad LoCo shard record (an entry the gate keeps back, a NaN, a huge value, or a replayed older record). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,9 +23,12 @@ int main(int argc, char **argv)
 {
     if (argc < 6) {
         fputs("usage: loco_forge STORE-URL RUN KEY.key STATE-DIR invisible|nan|replay|result [SRC-ROUND | OFFSET LEN]\n"
+              "       loco_forge STORE-URL RUN KEY.key STATE-DIR value|reduced V [OFFSET LEN]\n"
               "  signs with KEY a loco-shard record for STATE-DIR's round (theta_r and its view id from there):\n"
               "  invisible: one good entry and one the BF16 gate keeps back; visible: the good entry only;\n"
-              "  nan: a NaN value;\n"
+              "  nan: a NaN value; value V: two entries, +V and -V (any large V passes the gate);\n"
+              "  reduced V: instead a loco-reduced record of attempt 0 (KEY as an owner) with one reduced\n"
+              "  object, +V and -V, at [OFFSET, OFFSET + LEN) of the first tensor;\n"
               "  replay: KEY's own record of SRC-ROUND copied byte for byte under this round's key;\n"
               "  result: a loco-result record for the round with another result state (members unreadable).\n",
               stderr);
@@ -93,11 +96,17 @@ int main(int argc, char **argv)
         pulse_key_free(&k);
         return 0;
     }
-    /* invisible|nan [OFFSET LEN]: the shard covers [OFFSET, OFFSET + LEN) of the first tensor
-     * (default [0, 4096)), so a reduce-scatter test can put it in a range another trainer owns. */
+    /* invisible|nan|value V|reduced V [OFFSET LEN]: the shard covers [OFFSET, OFFSET + LEN) of the
+     * first tensor (default [0, 4096)), so a reduce-scatter test can put it in a range another
+     * trainer owns (or, reduced, in one this key owns). */
+    int with_value = !strcmp(mode, "value") || !strcmp(mode, "reduced");
+    if (with_value && argc < 7)
+        return die("value and reduced need V", PULSE_ERR_INVALID);
+    int ra = with_value ? 7 : 6;   /* where OFFSET LEN start */
     const pulse_tensor *t = pulse_ckpt_tensor(s.theta, 0);
-    uint64_t start = argc >= 8 ? strtoull(argv[6], NULL, 10) : 0;
-    uint32_t len = argc >= 8 ? (uint32_t)strtoul(argv[7], NULL, 10) : (t->nelems < 4096 ? (uint32_t)t->nelems : 4096);
+    uint64_t start = argc >= ra + 2 ? strtoull(argv[ra], NULL, 10) : 0;
+    uint32_t len = argc >= ra + 2 ? (uint32_t)strtoul(argv[ra + 1], NULL, 10)
+                                  : (t->nelems < 4096 ? (uint32_t)t->nelems : 4096);
     if (len == 0 || start > t->nelems || len > t->nelems - start)
         return die("range outside the first tensor", PULSE_ERR_INVALID);
     const float *theta = (const float *)(const void *)t->data + start;
@@ -108,6 +117,15 @@ int main(int argc, char **argv)
         idx[0] = 0;
         val[0] = NAN;
         n = 1;
+    } else if (with_value) {
+        if (len < 2)
+            return die("value and reduced need a range of 2 elements at least", PULSE_ERR_INVALID);
+        float v = strtof(argv[6], NULL);
+        idx[0] = 0;
+        val[0] = v;
+        idx[1] = 1;
+        val[1] = -v;
+        n = 2;
     } else {
         /* A visible entry (half the weight), then an invisible one (a millionth of a weight). */
         for (uint32_t i = 0; i < len && n < 2; i++)
@@ -131,13 +149,19 @@ int main(int argc, char **argv)
     pulse_record r;
     uint8_t *bytes = NULL;
     size_t blen = 0;
+    int reduced = !strcmp(mode, "reduced");
+    if (reduced) {   /* an owner's record of attempt 0: <run>/loco-rs/<round:012>/00/<node id> */
+        snprintf(rel, sizeof rel, "loco-rs/%012llu/00/%s", (unsigned long long)s.round, hex);
+        sync_run_key(run, rel, key);
+    }
     if ((rc = sync_put_objects(st, run, &b, 1, &moved)) ||
-        (rc = pulse_record_init(&r, PULSE_RECORD_LOCO_SHARD, run, s.round)))
+        (rc = pulse_record_init(&r, reduced ? PULSE_RECORD_LOCO_REDUCED : PULSE_RECORD_LOCO_SHARD, run, s.round)))
         return die("object", rc);
     memcpy(r.base, s.view_id, 32);
     r.time = (uint64_t)time(NULL);
     r.changes = n;
-    if ((rc = pulse_record_add_object(&r, b.digest, olen, "loco-shard", t->name, start, len)) ||
+    if ((rc = pulse_record_add_object(&r, b.digest, olen, reduced ? "loco-reduced" : "loco-shard", t->name, start,
+                                      len)) ||
         (rc = pulse_record_sign(&r, k, &bytes, &blen)) || (rc = pulse_store_put(st, key, bytes, blen, PULSE_PUT_IF_ABSENT)))
         return die(key, rc);
     puts(rel);

@@ -196,9 +196,36 @@ def cmd_verify_gate(theta_path, m_path, theta_new_path, cut, lr, *trainers):
           % (n_union, n_pub, n_held, float(d_total), float(w_total), err, bound, n_exact, n_held))
 
 
+def cmd_shift(local_path, out, *shifts):
+    """OUT = LOCAL with large honest moves: shifts are ELEMENT:D pairs, local[ELEMENT] - D in every
+    tensor that has the element (so the trainer's a there is about +D)."""
+    t = read_st(local_path)
+    for name in t:
+        shape, a = t[name]
+        for sh in shifts:
+            i, d = sh.split(":")
+            if int(i) < len(a):
+                a[int(i)] = f32(a[int(i)] - float(d))
+    write_st(out, t)
+
+
+def cmd_finite(*paths):
+    """Every element of every PATH finite; prints the largest magnitude."""
+    big = 0.0
+    for p in paths:
+        for name, (shape, a) in read_st(p).items():
+            for i, x in enumerate(a):
+                if not finite(x):
+                    sys.exit("FAIL: %s: %s[%d] is %r" % (p, name, i, x))
+                big = max(big, abs(x))
+    print("finite; largest |x| %.9g" % big)
+
+
 if __name__ == "__main__":
-    cmds = {"init": cmd_init, "local": cmd_local, "verify": cmd_verify, "verify-gate": cmd_verify_gate}
+    cmds = {"init": cmd_init, "local": cmd_local, "verify": cmd_verify, "verify-gate": cmd_verify_gate,
+            "shift": cmd_shift, "finite": cmd_finite}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         sys.exit("usage: locogen.py init OUT SEED | local THETA SEED LR STEPS OUT... | verify THETA NEW [LOCAL E_OLD E_NEW INC]..."
-                 " | verify-gate THETA M_OLD NEW CUT LR [LOCAL E_OLD E_NEW]...")
+                 " | verify-gate THETA M_OLD NEW CUT LR [LOCAL E_OLD E_NEW]... | shift LOCAL OUT [ELEMENT:D]..."
+                 " | finite FILE...")
     cmds[sys.argv[1]](*sys.argv[2:])
