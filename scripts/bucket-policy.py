@@ -80,9 +80,6 @@ def build(a):
     run_readers = [u for u, _ in trainers] + [u for u, _ in followers] + readers
     st.append({"Sid": "ReadRun", "Effect": "Allow", "Principal": who(run_readers),
                "Action": ["s3:GetObject"], "Resource": [obj(f"{R}/*")]})
-    st.append({"Sid": "ListRun", "Effect": "Allow", "Principal": who(run_readers),
-               "Action": ["s3:ListBucket"], "Resource": [f"arn:aws:s3:::{a.bucket}"],
-               "Condition": {"StringLike": {"s3:prefix": [f"{R}/*"]}}})
     for uid, node in trainers:
         st.append({"Sid": sid(f"TrainerWrites{uid}"), "Effect": "Allow", "Principal": who([uid]),
                    "Action": writes,
@@ -115,9 +112,6 @@ def build(a):
         luids = [u for u, _ in locos]
         st.append({"Sid": "ReadLocoRun", "Effect": "Allow", "Principal": who(luids),
                    "Action": ["s3:GetObject"], "Resource": [obj(f"{L}/*")]})
-        st.append({"Sid": "ListLocoRun", "Effect": "Allow", "Principal": who(luids),
-                   "Action": ["s3:ListBucket"], "Resource": [f"arn:aws:s3:::{a.bucket}"],
-                   "Condition": {"StringLike": {"s3:prefix": [f"{L}/*"]}}})
         for uid, node in locos:
             # Shard objects share objects/ and the round's plan keys are shared by design
             # (docs/loco.md): every LoCo trainer may create them.
@@ -133,6 +127,13 @@ def build(a):
                    "Resource": [obj(f"{L}/*")]})
         st.append({"Sid": "NoLocoDeletes", "Effect": "Deny", "Principal": who(luids),
                    "Action": ["s3:DeleteObject"], "Resource": [obj(f"{L}/*")]})
+    # Listing, unconditionally: S3 answers a GET of a missing key with 403 instead of 404 to whoever
+    # may not list the bucket (a condition on s3:prefix does not hold there), and pulse needs the 404
+    # (a head before the first publish, a LoCo plan not yet written). Names only: reading needs
+    # s3:GetObject, which stays within the run.
+    listers = run_readers + [u for u, _ in locos]
+    st.insert(1, {"Sid": "ListBucket", "Effect": "Allow", "Principal": who(listers),
+                  "Action": ["s3:ListBucket"], "Resource": [f"arn:aws:s3:::{a.bucket}"]})
     return {"Version": "2012-10-17", "Statement": st}
 
 
