@@ -71,8 +71,10 @@ def build(a):
     def who(uids):
         return {"AWS": sorted({arn(u) for u in uids})}
 
-    def sid(s):
-        return re.sub(r"[^A-Za-z0-9]", "", s)[:120]
+    def sid(what, uid):
+        # Statement ids are letters and digits only: "TrainerWritesForTrainer0" for trainer-0.
+        words = re.split(r"[^A-Za-z0-9]+", uid)
+        return (what + "For" + "".join(w[:1].upper() + w[1:] for w in words))[:120]
 
     R = a.run
     writes = ["s3:PutObject", "s3:AbortMultipartUpload"]
@@ -81,12 +83,12 @@ def build(a):
     st.append({"Sid": "ReadRun", "Effect": "Allow", "Principal": who(run_readers),
                "Action": ["s3:GetObject"], "Resource": [obj(f"{R}/*")]})
     for uid, node in trainers:
-        st.append({"Sid": sid(f"TrainerWrites{uid}"), "Effect": "Allow", "Principal": who([uid]),
+        st.append({"Sid": sid("TrainerWrites", uid), "Effect": "Allow", "Principal": who([uid]),
                    "Action": writes,
                    "Resource": [obj(f"{R}/objects/*"), obj(f"{R}/records/*/*/{node}"),
                                 obj(f"{R}/heads/*/{node}")]})
         # Retention: its own records, and any object no kept record names.
-        st.append({"Sid": sid(f"TrainerRetention{uid}"), "Effect": "Allow", "Principal": who([uid]),
+        st.append({"Sid": sid("TrainerRetention", uid), "Effect": "Allow", "Principal": who([uid]),
                    "Action": ["s3:DeleteObject"],
                    "Resource": [obj(f"{R}/objects/*"), obj(f"{R}/records/*/*/{node}")]})
     # Whatever the bucket's ACL says, nobody but the trainers writes or deletes the run's data.
@@ -97,9 +99,9 @@ def build(a):
     for uid, node in followers:
         if not node:
             continue
-        st.append({"Sid": sid(f"FollowerReceipts{uid}"), "Effect": "Allow", "Principal": who([uid]),
+        st.append({"Sid": sid("FollowerReceipts", uid), "Effect": "Allow", "Principal": who([uid]),
                    "Action": ["s3:PutObject"], "Resource": [obj(f"{R}/receipts/{node}/*")]})
-        st.append({"Sid": sid(f"OnlyFollowerWritesReceipts{uid}"), "Effect": "Deny",
+        st.append({"Sid": sid("OnlyFollowerWritesReceipts", uid), "Effect": "Deny",
                    "NotPrincipal": who([uid]), "Action": writes + ["s3:DeleteObject"],
                    "Resource": [obj(f"{R}/receipts/{node}/*")]})
     # A receipt is create-if-absent and never removed by its node.
@@ -115,11 +117,11 @@ def build(a):
         for uid, node in locos:
             # Shard objects share objects/ and the round's plan keys are shared by design
             # (docs/loco.md): every LoCo trainer may create them.
-            st.append({"Sid": sid(f"LocoWrites{uid}"), "Effect": "Allow", "Principal": who([uid]),
+            st.append({"Sid": sid("LocoWrites", uid), "Effect": "Allow", "Principal": who([uid]),
                        "Action": writes,
                        "Resource": [obj(f"{L}/objects/*"), obj(f"{L}/records/*/*/{node}"),
                                     obj(f"{L}/loco-rs/*/*/{node}"), obj(f"{L}/loco-rs/*/*/plan")]})
-            st.append({"Sid": sid(f"OnlyLocoTrainerWritesOwn{uid}"), "Effect": "Deny",
+            st.append({"Sid": sid("OnlyLocoTrainerWritesOwn", uid), "Effect": "Deny",
                        "NotPrincipal": who([uid]), "Action": writes + ["s3:DeleteObject"],
                        "Resource": [obj(f"{L}/records/*/*/{node}"), obj(f"{L}/loco-rs/*/*/{node}")]})
         st.append({"Sid": "OnlyLocoTrainersWriteLocoRun", "Effect": "Deny",
@@ -134,6 +136,12 @@ def build(a):
     listers = run_readers + [u for u, _ in locos]
     st.insert(1, {"Sid": "ListBucket", "Effect": "Allow", "Principal": who(listers),
                   "Action": ["s3:ListBucket"], "Resource": [f"arn:aws:s3:::{a.bucket}"]})
+    seen = {}
+    for x in st:  # ids unique within the policy (users "a.b" and "a-b" both give "AB")
+        n = seen.get(x["Sid"], 0)
+        seen[x["Sid"]] = n + 1
+        if n:
+            x["Sid"] += str(n + 1)
     return {"Version": "2012-10-17", "Statement": st}
 
 
