@@ -36,6 +36,14 @@ trainer_once
 grep -q '"event":"published","step":"3"' trainer.log || fail "the trainer did not publish step 3: $(cat trainer.log)"
 grep -q '"event":"retained"' trainer.log || fail "no retention pass deleted anything: $(cat trainer.log)"
 ok "the trainer published steps 0..3 and its retention deleted old records and objects"
+# Objects of 64 MiB and more go up in parts (initiate, parts, complete: s3:PutObject for each): the
+# same with a low threshold, then removed as retention would.
+head -c 12000000 /dev/urandom >big
+big_key="$run/objects/$(sha256sum big | cut -c1-64)"
+as pulse-trainer timeout 60 env PULSE_S3_MULTIPART_THRESHOLD=8M PULSE_S3_PART_SIZE=5M \
+  "$PULSE_BIN" store put "$store/$big_key" big --if-absent 2>err || fail "multipart put as the trainer: $(cat err)"
+as pulse-trainer pulse_store rm "$store/$big_key" 2>err || fail "the trainer's delete of an object: $(cat err)"
+ok "the trainer uploads a multipart object and deletes it"
 
 # A follower (its own credentials) pulls bit-identically, and its node writes its receipts.
 as pulse-follower-a P pull --store "$store" --run "$run" --trust trainer.pub --state pa \
