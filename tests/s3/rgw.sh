@@ -6,6 +6,7 @@
 #   tests/s3/rgw.sh start DIR   # DIR is created (or must be empty); writes DIR/env; progress on stderr
 #   tests/s3/rgw.sh stop DIR    # kills the daemons by their PID files (TERM, then KILL); safe twice
 #   tests/s3/rgw.sh env DIR     # prints DIR/env (export lines for the AWS_* and PULSE_TEST_BUCKET)
+#   tests/s3/rgw.sh users DIR UID...   # extra users with their own keys (tests/s3/rgw_users.sh create)
 #
 # Everything (config, data, logs, admin sockets, PID files) lives under DIR, so it needs neither
 # /etc/ceph nor /var/run/ceph, and several clusters can run side by side on free ports.
@@ -273,7 +274,7 @@ stop_all() {
 
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|env DIR" >&2; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|env DIR | users DIR UID..." >&2; exit 2; }
 case "$cmd" in
   start) do_start ;;
   stop)
@@ -285,5 +286,9 @@ case "$cmd" in
     [ -s "$dir/env" ] || die "$dir/env missing: is RGW started (tests/s3/rgw.sh start $dir)?"
     cat "$dir/env"
     ;;
-  *) echo "usage: $0 start|stop|env DIR" >&2; exit 2 ;;
+  users)
+    shift 2
+    exec bash "$(dirname "${BASH_SOURCE[0]}")/rgw_users.sh" create "$dir" "$@"
+    ;;
+  *) echo "usage: $0 start|stop|env DIR | users DIR UID..." >&2; exit 2 ;;
 esac
