@@ -50,32 +50,46 @@ static long holder_pid(int fd)
     return pid > 0 && (*end == '\n' || *end == '\0') ? pid : 0;
 }
 
+/* What a node reads from its state directory (journal, index, the copy of the last state)
+ * decides what it applies or publishes: one that another user could write into is as good
+ * as theirs. */
+static int state_dir_check_fd(int dfd, const char *dir)
+{
+    struct stat st;
+    if (fstat(dfd, &st) != 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "cannot stat state directory %s", dir);
+    if (st.st_uid != geteuid())
+        return pulse_fail(PULSE_ERR_INVALID, "state directory %s is owned by uid %lu, not by this user (uid %lu)",
+                          dir, (unsigned long)st.st_uid, (unsigned long)geteuid());
+    if (st.st_mode & 022)
+        return pulse_fail(PULSE_ERR_INVALID, "state directory %s has mode %04o: group or others can write it "
+                          "(run chmod 700 %s)", dir, (unsigned)(st.st_mode & 07777), dir);
+    return 0;
+}
+
+int state_dir_check(const char *dir)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return pulse_fail_errno(errno == ENOENT ? PULSE_ERR_NOTFOUND : PULSE_ERR_IO, "cannot open state directory %s",
+                                dir);
+    int r = state_dir_check_fd(dfd, dir);
+    close(dfd);
+    return r;
+}
+
 int state_dir_open(const char *dir, state_dir *out)
 {
     out->fd = -1;
     int r = sync_mkdir(dir);
     if (r)
         return r;
-    /* What the node will write there (journal, index, the weights' copy) decides what it
-     * applies: a directory another user could write into is as good as theirs. */
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return pulse_fail_errno(PULSE_ERR_IO, "cannot open state directory %s", dir);
-    struct stat st;
-    if (fstat(dfd, &st) != 0) {
-        r = pulse_fail_errno(PULSE_ERR_IO, "cannot stat state directory %s", dir);
+    if ((r = state_dir_check_fd(dfd, dir)) != 0) {
         close(dfd);
         return r;
-    }
-    if (st.st_uid != geteuid()) {
-        close(dfd);
-        return pulse_fail(PULSE_ERR_INVALID, "state directory %s is owned by uid %lu, not by this user (uid %lu)",
-                          dir, (unsigned long)st.st_uid, (unsigned long)geteuid());
-    }
-    if (st.st_mode & 022) {
-        close(dfd);
-        return pulse_fail(PULSE_ERR_INVALID, "state directory %s has mode %04o: group or others can write it "
-                          "(run chmod 700 %s)", dir, (unsigned)(st.st_mode & 07777), dir);
     }
     /* The lock file itself: never followed through a link, never passed to a hook's exec. */
     int fd = openat(dfd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);

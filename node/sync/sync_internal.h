@@ -83,6 +83,8 @@ typedef struct state_dir {
  * that died on DIR left running (node_hook_reap_stale). Held until state_dir_close (or the
  * process ends). */
 int state_dir_open(const char *dir, state_dir *out);
+/* The owner and mode checks of state_dir_open alone (loco's state directory). */
+int state_dir_check(const char *dir);
 void state_dir_close(state_dir *d);
 
 #endif

@@ -83,3 +83,17 @@ ln -s "$work/victim" c/state/lock
 if follow c --once 2>c.log; then fail "follow with a symlinked lock file ran"; fi
 [ ! -e victim ] || fail "the lock file's link was followed"
 ok "a symbolic link in place of the lock file is refused"
+
+# 5. A LoCo trainer's state directory (pulse loco init / round) is held to the same rule.
+PYTHONPATH="$here/../patch" python3 -c '
+from mkckpt import write_safetensors
+import struct
+write_safetensors("theta0.safetensors", [("w", "F32", [64], struct.pack("<64f", *range(64)))])'
+P loco init --state loco-new --global theta0.safetensors >/dev/null || fail "loco init"
+[ "$(stat -c %a loco-new)" = 700 ] || fail "loco init created its state directory with mode $(stat -c %a loco-new)"
+mkdir loco-open
+chmod 777 loco-open
+if P loco init --state loco-open --global theta0.safetensors >/dev/null 2>loco.log; then fail "loco init into a 0777 directory ran"; fi
+grep -q "has mode 0777: group or others can write it (run chmod 700" loco.log || fail "loco init: no clear refusal: $(cat loco.log)"
+[ -z "$(ls -A loco-open)" ] || fail "loco init wrote into a 0777 directory"
+ok "loco init creates its state directory 0700 and refuses one others can write"
