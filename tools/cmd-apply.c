@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/fail.h"
+#include "node/patch/patch_undo.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/patch.h"
 #include "tools/cli.h"
@@ -16,8 +18,11 @@ static void usage(FILE *f)
         "\n"
         "Checks that the checkpoint is the patch's base state and that every chunk of the patch\n"
         "is intact before writing anything, applies it, and checks the result's state id.\n"
-        "With -o, OUT is created only on success. With --in-place, CKPT is left untouched when the\n"
-        "patch is refused.\n"
+        "With -o, OUT is created only on success. With --in-place, CKPT is left as it was when the\n"
+        "patch is refused: the bytes at every position the patch writes are saved first (in memory,\n"
+        "~4 + element size bytes a change) and put back if the result is not the patch's result.\n"
+        "An in-place apply that is killed part-way leaves CKPT torn (pulse pull and pulse node\n"
+        "follow journal each step and finish it after a crash).\n"
         "\n"
         "  -o OUT        write the result to OUT (same layout as BASE)\n"
         "  --in-place    modify CKPT itself\n"
@@ -80,9 +85,29 @@ int cmd_apply(int argc, char **argv)
             pulse_patch_close(&p);
             return cli_fail("apply", r, paths[0]);
         }
-        r = pulse_patch_apply(p, target, threads);
-        if (!r)
-            r = pulse_ckpt_sync(target);
+        /* Every check but the result's can be made before the first write (pass 1); the
+         * result's only after, so the old bytes are kept to put back. */
+        patch_undo undo;
+        r = patch_undo_save(&undo, p, target, threads);
+        if (!r) {
+            r = pulse_patch_apply(p, target, threads);
+            if (r) {
+                char detail[1024];
+                snprintf(detail, sizeof detail, "%s", pulse_last_error());
+                char *tail = strstr(detail, " (target was written)");
+                if (tail)
+                    *tail = '\0';
+                patch_undo_restore(&undo, target);
+                int sr = pulse_ckpt_sync(target);
+                if (sr)
+                    r = pulse_fail(sr, "%s; putting %s back: %s", detail, paths[0], pulse_last_error());
+                else
+                    pulse_fail(r, "%s (%s left as it was)", detail, paths[0]);
+            } else {
+                r = pulse_ckpt_sync(target);
+            }
+            patch_undo_free(&undo);
+        }
         pulse_ckpt_close(&target);
         pulse_patch_close(&p);
         return r ? cli_fail("apply", r, why(r, paths[0])) : 0;

@@ -78,8 +78,8 @@ static int on_step(void *ctx, const pulse_sync_step *s)
         snprintf(e_weights, sizeof e_weights, "PULSE_WEIGHTS=%s", n->weights_abs);
         snprintf(e_run, sizeof e_run, "PULSE_RUN=%s", cfg->run);
         const char *env[] = { e_step, e_state, e_weights, e_run };
-        if (node_hook_run(cfg->on_update, env, 4, cfg->hook_timeout_ms ? cfg->hook_timeout_ms : 60000, why,
-                          sizeof why) != 0) {
+        if (node_hook_run(cfg->on_update, env, 4, cfg->hook_timeout_ms ? cfg->hook_timeout_ms : 60000,
+                          cfg->state_dir, why, sizeof why) != 0) {
             n->hook_failures++;
             node_log("hook-failed", "step", st, "reason", why, NULL);
         } else {

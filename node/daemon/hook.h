@@ -1,15 +1,26 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal: the follower's on-update command, run through /bin/sh with a timeout. */
+/* Internal: the follower's on-update command, run through /bin/sh with a timeout, never outliving the node. */
 #ifndef PULSE_NODE_DAEMON_HOOK_H
 #define PULSE_NODE_DAEMON_HOOK_H
 
 #include <stddef.h>
 
-/* Runs `/bin/sh -c CMD` with ENV ("NAME=value" strings, n of them) added to the environment,
- * in its own process group, and waits up to timeout_ms (0: no limit). A command still running
- * then is killed with its whole group (SIGKILL). Returns 0 when it exited 0; otherwise -1 and
- * WHY says what happened ("exit 3", "signal 9", "timeout after 5000 ms", "fork: ..."). A stop
- * signal to the node does not cut the command short: the step is finished first. */
-int node_hook_run(const char *cmd, const char *const *env, size_t n, unsigned timeout_ms, char *why, size_t cap);
+/* Runs `/bin/sh -c CMD` with ENV ("NAME=value" strings, n of them) and PULSE_HOOK_ID (a fresh
+ * random id) added to the environment, in its own process group, and waits up to timeout_ms
+ * (0: no limit). A command still running then is killed with its whole group (SIGKILL). The
+ * shell gets SIGKILL when the node dies (PR_SET_PDEATHSIG); with STATE_DIR (may be NULL) its
+ * group and id are recorded in STATE_DIR/hook.pgid while it runs, so that the next node on that
+ * directory kills what the shell started (node_hook_reap_stale). Returns 0 when it exited 0;
+ * otherwise -1 and WHY says what happened ("exit 3", "signal 9", "timeout after 5000 ms",
+ * "fork: ..."). A stop signal to the node does not cut the command short: the step is finished
+ * first. */
+int node_hook_run(const char *cmd, const char *const *env, size_t n, unsigned timeout_ms, const char *state_dir,
+                  char *why, size_t cap);
+
+/* Before a node touches the weights: when STATE_DIR/hook.pgid names the command of a node that
+ * died while it ran, kills every live process carrying its PULSE_HOOK_ID (its group with them)
+ * and waits until none is left, then removes the record. 0 when there was none. The caller
+ * holds the state directory's lock, so no live node's command is touched. */
+int node_hook_reap_stale(const char *state_dir);
 
 #endif

@@ -15,6 +15,7 @@
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
 #include "node/parallel.h"
+#include "node/sync/sync_internal.h"
 
 #define ROUND_FILE_MAX 512
 
@@ -103,7 +104,14 @@ void loco_state_close(loco_state *s)
 int loco_state_load(const char *dir, loco_state *s)
 {
     memset(s, 0, sizeof *s);
-    int r = read_round(dir, &s->round, &s->view, s->view_id);
+    /* Its files decide what the round computes and publishes: as a node's state directory. */
+    int r = state_dir_check(dir);
+    if (r == PULSE_ERR_NOTFOUND) {
+        pulse_clear_error();   /* read_round names what is missing */
+        r = 0;
+    }
+    if (!r)
+        r = read_round(dir, &s->round, &s->view, s->view_id);
     char path[4096];
     if (!r) {
         loco_state_path(dir, "theta", s->round, path);
@@ -165,8 +173,11 @@ int pulse_loco_init(const char *state_dir, const char *from, int view)
     pulse_clear_error();
     if (!state_dir || !from || !pulse_loco_view_name(view))
         return pulse_fail(PULSE_ERR_INVALID, "loco init needs a state directory, a checkpoint and a view");
-    if (mkdir(state_dir, 0755) != 0 && errno != EEXIST)
+    if (mkdir(state_dir, 0700) != 0 && errno != EEXIST)
         return pulse_fail_errno(PULSE_ERR_IO, "cannot create %s", state_dir);
+    int bad = state_dir_check(state_dir);
+    if (bad)
+        return bad;
     char path[4096];
     snprintf(path, sizeof path, "%s/round", state_dir);
     if (access(path, F_OK) == 0)
@@ -204,8 +215,11 @@ int pulse_loco_init_tensors(const char *state_dir, const pulse_loco_tensor *t, s
     pulse_clear_error();
     if (!state_dir || (n && !t) || n > PULSE_ST_MAX_TENSORS || !pulse_loco_view_name(view))
         return pulse_fail(PULSE_ERR_INVALID, "loco init needs a state directory, tensors and a view");
-    if (mkdir(state_dir, 0755) != 0 && errno != EEXIST)
+    if (mkdir(state_dir, 0700) != 0 && errno != EEXIST)
         return pulse_fail_errno(PULSE_ERR_IO, "cannot create %s", state_dir);
+    int bad = state_dir_check(state_dir);
+    if (bad)
+        return bad;
     /* The tensors go through a checkpoint file in the state directory (then removed): the state
      * is made exactly as from a file, by pulse_loco_init. */
     pulse_tensor_spec *specs = calloc(n ? n : 1, sizeof *specs);

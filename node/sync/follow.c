@@ -37,6 +37,7 @@ struct pulse_follower {
     follow_counters c;
     double step_t0;            /* when the step being applied started (monotonic s); 0: none */
     unsynced_note note;        /* the weights file's (node/daemon/unsynced.h) */
+    state_dir dir;             /* locked while open: one process applies to these weights */
 };
 
 /* One listed record of a trusted node; its key says kind, step and node (checked again
@@ -94,6 +95,7 @@ PULSE_API void pulse_follower_close(pulse_follower **pf)
     pulse_follower_sync(f);
     pulse_index_close(&f->ix);
     pulse_store_close(&f->st);
+    state_dir_close(&f->dir);
     free(f->run);
     free(f);
     *pf = NULL;
@@ -123,7 +125,8 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     f->o.size = sizeof f->o;
     f->o.weights = weights;
     f->max_behind = FOLLOW_DEFAULT_MAX_BEHIND;
-    int r = sync_mkdir(opts->state_dir);
+    f->dir.fd = -1;
+    int r = state_dir_open(opts->state_dir, &f->dir);
     if (!r && !weights)
         r = unsynced_open(&f->note, opts->state_dir);
     if (!r)

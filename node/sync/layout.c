@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Bucket keys of a run (docs/sync.md): objects/<digest>, records/..., heads/sync/<node>. */
-#include <errno.h>
 #include <stdio.h>
-#include <sys/stat.h>
 
 #include "base/fail.h"
 #include "node/sync/sync_internal.h"
@@ -30,24 +28,4 @@ void sync_head_rel(const uint8_t node[32], char out[SYNC_KEY_MAX])
     char hex[PULSE_NODE_ID_HEX];
     pulse_node_id_hex(node, hex);
     snprintf(out, SYNC_KEY_MAX, "heads/sync/%s", hex);
-}
-
-int sync_mkdir(const char *dir)
-{
-    char path[4096];
-    int n = snprintf(path, sizeof path, "%s", dir);
-    if (n < 0 || (size_t)n >= sizeof path)
-        return pulse_fail(PULSE_ERR_LIMIT, "directory name too long: %.64s...", dir);
-    /* Each missing parent first, as `mkdir -p`: a state directory named deeper than what exists. */
-    for (char *c = path + 1; *c; c++) {
-        if (*c != '/')
-            continue;
-        *c = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return pulse_fail_errno(PULSE_ERR_IO, "cannot create directory %s", path);
-        *c = '/';
-    }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return pulse_fail_errno(PULSE_ERR_IO, "cannot create directory %s", dir);
-    return 0;
 }

@@ -24,6 +24,7 @@ struct pulse_publisher {
     uint8_t node[32];
     pulse_index *ix;
     unsynced_note note;        /* the copy of the last state's (node/daemon/unsynced.h) */
+    state_dir dir;             /* locked while open: one process publishes from this state */
 };
 
 static void updating_path(const pulse_publisher *p, char out[4096]);
@@ -110,6 +111,7 @@ PULSE_API void pulse_publisher_close(pulse_publisher **pp)
     pulse_index_close(&p->ix);
     pulse_key_free(&p->key);
     pulse_store_close(&p->st);
+    state_dir_close(&p->dir);
     free(p->run);
     free(p->state_dir);
     free(p);
@@ -128,6 +130,7 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
         return pulse_fail(PULSE_ERR_NOMEM, "publisher");
     memcpy(&p->o, opts, opts->size < sizeof p->o ? opts->size : sizeof p->o);
     p->o.size = sizeof p->o;
+    p->dir.fd = -1;
     p->run = strdup(opts->run);
     p->state_dir = strdup(opts->state_dir);
     int r = (!p->run || !p->state_dir) ? pulse_fail(PULSE_ERR_NOMEM, "publisher") : 0;
@@ -141,7 +144,7 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
         r = pulse_key_load_secret(opts->key_path, &p->key);
     if (!r) {
         pulse_key_public(p->key, p->node);
-        r = sync_mkdir(opts->state_dir);
+        r = state_dir_open(opts->state_dir, &p->dir);
     }
     if (!r)
         r = pulse_store_open(&p->st, opts->store_url, NULL);

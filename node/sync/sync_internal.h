@@ -67,7 +67,24 @@ int sync_commit_record(pulse_store *st, const char *run, const pulse_secret_key 
                        sync_same_fn same, char rel[SYNC_KEY_MAX], uint8_t **bytes, size_t *len,
                        uint64_t *moved);
 
-/* mkdir -p (EEXIST is fine, at every level). */
+/* mkdir -p (EEXIST is fine, at every level); what it creates gets mode 0700. */
 int sync_mkdir(const char *dir);
+
+/* A node's state directory, held open and locked (node/sync/state_dir.c). */
+typedef struct state_dir {
+    int fd;   /* the lock file, flock'ed exclusively; -1: not held */
+} state_dir;
+
+/* Creates DIR as sync_mkdir does, refuses it when it is not owned by this user or group or
+ * others can write it (PULSE_ERR_INVALID, naming the mode and `chmod 700 DIR`), then locks
+ * DIR/lock for this process (opened O_NOFOLLOW | O_CLOEXEC, flock LOCK_EX | LOCK_NB) and writes
+ * its pid there. Another process holding it: PULSE_ERR_EXISTS, "state directory DIR is in use
+ * by another pulse process (pid N)". Then, lock held, kills what an on-update command of a node
+ * that died on DIR left running (node_hook_reap_stale). Held until state_dir_close (or the
+ * process ends). */
+int state_dir_open(const char *dir, state_dir *out);
+/* The owner and mode checks of state_dir_open alone (loco's state directory). */
+int state_dir_check(const char *dir);
+void state_dir_close(state_dir *d);
 
 #endif
