@@ -111,6 +111,12 @@ def main():
         def log_message(self, fmt, *a):
             pass
 
+        def handle(self):
+            try:
+                super().handle()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (or was killed): nothing to answer
+
         def do_GET(self):
             u = urlsplit(self.path)
             q = parse_qs(u.query)

@@ -41,16 +41,18 @@ unset AWS_ENDPOINT_URL_S3 AWS_PROFILE AWS_SESSION_TOKEN
 export PULSE_S3_RETRIES=1 PULSE_S3_BACKOFF_MS=10 PULSE_S3_TIMEOUT=3
 export PULSE_S3_LIST_MAX_KEYS=5000
 
-# refused MODE WANT: `pulse store ls` fails (exit non-zero, not killed by the 60 s bound) with
-# one line on stderr holding WANT.
+# refused MODE WANT [first]: `pulse store ls` fails (exit non-zero, not killed by the 60 s bound)
+# with one line on stderr holding WANT; with `first` (the first page is refused), having listed
+# nothing: a refused page hands no key on.
 refused() {
-  local mode=$1 want=$2 rc=0
+  local mode=$1 want=$2 first=${3:-} rc=0
   start_server "$mode"
   timeout 60 "$PULSE_BIN" store ls "s3://bucket/run/" >"$work/out" 2>"$work/err" || rc=$?
   [ "$rc" != 124 ] || fail "$mode: pulse store ls hung (killed after 60 s; $(wc -l <"$work/log") requests)"
   [ "$rc" != 0 ] || fail "$mode: pulse store ls succeeded ($(wc -l <"$work/out") keys listed)"
   [ "$(wc -l <"$work/err")" = 1 ] || fail "$mode: expected a one-line error, got: $(head -c 2000 "$work/err")"
   grep -qF -- "$want" "$work/err" || fail "$mode: error lacks '$want': $(cat "$work/err")"
+  [ -z "$first" ] || [ ! -s "$work/out" ] || fail "$mode: listed keys of a refused page: $(head -c 200 "$work/out")"
   echo "ok   $mode: exit $rc, $(wc -l <"$work/log") requests: $(cat "$work/err")"
 }
 
@@ -63,11 +65,11 @@ echo "ok   ok: four keys over two pages"
 refused alternate "a second time"
 refused endless "after 6 pages"
 refused endless-keys "more than 5000 keys"
-refused random "bytes that are not XML, starting"
-refused html "not a ListBucketResult but markup starting \"<!DOCTYPE html>"
-refused error200 "not a ListBucketResult but a <Error> document (Code InternalError)"
-refused cut "the answer is cut"
-refused notoken "truncated answer without a continuation token"
+refused random "bytes that are not XML, starting" first
+refused html "not a ListBucketResult but markup starting \"<!DOCTYPE html>" first
+refused error200 "not a ListBucketResult but a <Error> document (Code InternalError)" first
+refused cut "the answer is cut" first
+refused notoken "truncated answer without a continuation token" first
 refused backwards "'run/k001' comes after 'run/k003'"
 refused repeat "'run/k000' comes after 'run/k001'"
 # 2 KB/s stays below PULSE_S3_LOW_SPEED (8 KiB/s by default) for PULSE_S3_TIMEOUT: cut, retried, cut.
