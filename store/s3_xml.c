@@ -196,8 +196,10 @@ static int element(struct cur *c, int depth, struct elem *e)
         char q = *c->p;
         if (q == '"' || q == '\'') {
             const char *close = memchr(c->p + 1, q, (size_t)(c->end - c->p - 1));
-            if (!close)
+            if (!close) {
+                c->p = c->end;   /* cut inside an attribute's value */
                 break;
+            }
             c->p = close + 1;
             continue;
         }

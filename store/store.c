@@ -69,7 +69,7 @@ void pulse_store_default_settings(pulse_store_settings *s)
         s->backoff_ms = (long)v;
     if (env_u64("PULSE_S3_LIST_PAGE", &v) && v >= 1 && v <= 1000)
         s->list_page = (uint32_t)v;
-    if (env_u64("PULSE_S3_LIST_MAX_KEYS", &v) && v >= 1)
+    if (env_u64("PULSE_S3_LIST_MAX_KEYS", &v) && v >= 1 && v <= (1ull << 40))
         s->list_max_keys = v;
     if (env_u64("PULSE_S3_REQUEST_TIMEOUT", &v) && v >= 1 && v <= 604800)
         s->request_timeout_s = (long)v;
@@ -134,7 +134,7 @@ int pulse_store_open(pulse_store **out, const char *url, const pulse_store_setti
     pulse_store_settings *s = &st->settings;
     if (s->concurrency < 1 || s->concurrency > 256 || s->part_size < 1 || s->retries < 0 ||
         s->timeout_s < 1 || s->backoff_ms < 0 || s->list_page < 1 || s->list_page > 1000 ||
-        s->multipart_threshold < 1 || s->list_max_keys < 1 || s->request_timeout_s < 1 ||
+        s->multipart_threshold < 1 || s->list_max_keys < 1 || s->list_max_keys > (1ull << 40) || s->request_timeout_s < 1 ||
         s->request_timeout_s > 604800 || s->low_speed > (1ull << 40)) {
         free(st);
         return pulse_fail(PULSE_ERR_INVALID, "store open: settings out of range");

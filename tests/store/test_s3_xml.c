@@ -160,6 +160,8 @@ static void refusals(void)
         { "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketRes", 0, PULSE_ERR_FORMAT, "cut" },
         { "<ListBucketResult><IsTruncated>false</IsTruncated><Conte", 0, PULSE_ERR_FORMAT, "cut inside a tag" },
         { "<ListBucketResult", 0, PULSE_ERR_FORMAT, "cut inside a tag" },
+        { "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/><IsTruncated>false</IsTruncated>"
+          "</ListBucketResult>", 0, PULSE_ERR_FORMAT, "cut inside a tag" },
         /* an entry closed by another's end tag, text mixed into the listing, trailing bytes */
         { "<ListBucketResult><Contents><Key>run/1</Key></Size></Contents><IsTruncated>false</IsTruncated>"
           "</ListBucketResult>", 0, PULSE_ERR_FORMAT, "cut" },
