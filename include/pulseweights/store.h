@@ -24,7 +24,7 @@ typedef struct pulse_store_settings {
     uint64_t part_size;           /* s3: multipart part size and parallel-GET range size (>= 5 MiB
                                    * on AWS; any size on RGW and in tests) */
     int retries;                  /* retries after the first attempt, per request */
-    long timeout_s;               /* connect timeout, and a transfer below 1 KiB/s this long fails */
+    long timeout_s;               /* connect timeout, and a transfer below low_speed this long fails */
     long backoff_ms;              /* first backoff ceiling; doubles per retry (full jitter), capped 20 s */
     int progress;                 /* -1: on a TTY (stderr) for long transfers; 0: never; 1: always */
     uint32_t list_page;           /* keys per list request (s3 max-keys), 1..1000 */
