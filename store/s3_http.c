@@ -627,6 +627,8 @@ int s3_run(struct s3_store *s, struct s3_req **reqs, size_t n)
             r->active = 0;
             active--;
             finish(s, r, cc);
+            /* r (and its error buffer) may be gone by the time the pooled handle is reused. */
+            curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, NULL);
             if (s->npool < S3_POOL)
                 s->pool[s->npool++] = r->easy;
             else
