@@ -39,11 +39,22 @@ struct store_ops {
     void (*close)(pulse_store *st);
 };
 
+/* A caller's deadline for a whole operation (pulse_store_set_deadline). */
+struct store_deadline {
+    double at;     /* seconds on CLOCK_MONOTONIC; 0: none */
+    double span;   /* seconds from when it was set to `at`, for the error line */
+};
+
+/* 0 while st's deadline (if any) has not passed, else PULSE_ERR_NETWORK with the one line
+ * every deadline failure uses: "OP WHO: the deadline of N s for this operation passed". */
+int store_deadline_check(const struct store_deadline *d, const char *op, const char *who);
+
 struct pulse_store {
     const struct store_ops *ops;
     pulse_store_settings settings;
     void *impl;
     uint64_t retries;   /* requests repeated after a transient failure (s3) */
+    struct store_deadline deadline;
 };
 
 /* Backend constructors: `rest` is the URL after the scheme's "://". */

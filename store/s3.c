@@ -602,6 +602,50 @@ static int s3_del(pulse_store *st, const char *key)
     return rc;
 }
 
+/* The continuation tokens one listing has been given, as keyed 64-bit hashes (the server
+ * cannot aim collisions at a key it never sees): a token seen twice is a loop. */
+struct token_set {
+    uint64_t *slot;   /* 0: empty */
+    size_t cap, n;
+    unsigned char key[crypto_shorthash_KEYBYTES];
+};
+
+/* 1 when token was new (now added), 0 when seen before, -1 when out of memory. */
+static int token_add(struct token_set *t, const char *token)
+{
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        uint64_t *slot = calloc(cap, sizeof *slot);
+        if (!slot)
+            return -1;
+        for (size_t i = 0; i < t->cap; i++)
+            for (size_t j = t->slot[i] & (cap - 1); t->slot[i]; j = (j + 1) & (cap - 1))
+                if (!slot[j]) {
+                    slot[j] = t->slot[i];
+                    break;
+                }
+        free(t->slot);
+        t->slot = slot;
+        t->cap = cap;
+    }
+    unsigned char h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, (const unsigned char *)token, strlen(token), t->key);
+    uint64_t v;
+    memcpy(&v, h, sizeof v);
+    v |= 1; /* never 0, the empty mark */
+    size_t j = v & (t->cap - 1);
+    for (; t->slot[j]; j = (j + 1) & (t->cap - 1))
+        if (t->slot[j] == v)
+            return 0;
+    t->slot[j] = v;
+    t->n++;
+    return 1;
+}
+
+/* A listing asks page after page while the server says there is more. A broken or hostile
+ * server could say so forever (a new token each time, or two in turn) or send a page that is
+ * no listing at all; each page is checked (s3_list_page), each token must be new, and the
+ * pages are bounded by what list_max_keys keys need. */
 static int s3_list(pulse_store *st, const char *prefix, const char *start_after,
                    pulse_store_list_fn fn, void *ctx)
 {
@@ -609,9 +653,24 @@ static int s3_list(pulse_store *st, const char *prefix, const char *start_after,
     char *fp = full_key(s, prefix), *fsa = start_after ? full_key(s, start_after) : NULL;
     char page[16];
     snprintf(page, sizeof page, "%u", (unsigned)s->settings->list_page);
+    uint64_t max_pages = (s->settings->list_max_keys + s->settings->list_page - 1) / s->settings->list_page + 1;
+    struct buf w = { 0 };
+    buf_printf(&w, "s3://%s/%s at %s", s->bucket, fp ? fp : "", s->origin);
+    struct s3_list_state ls = { .what = w.data ? w.data : s->bucket, .prefix = fp, .strip = strlen(s->prefix),
+                                .max_keys = s->settings->list_max_keys, .last = fsa };
+    struct token_set seen = { 0 };
+    randombytes_buf(seen.key, sizeof seen.key);
     char *token = NULL;
-    int rc = (!fp || (start_after && !fsa)) ? pulse_fail(PULSE_ERR_NOMEM, "list: out of memory") : 0;
+    uint64_t pages = 0;
+    int rc = (!fp || (start_after && !fsa) || w.oom) ? pulse_fail(PULSE_ERR_NOMEM, "list: out of memory") : 0;
     while (!rc) {
+        if (++pages > max_pages) {
+            rc = pulse_fail(PULSE_ERR_LIMIT, "list %s: the server still says there is more after %llu pages "
+                            "(%llu keys); PULSE_S3_LIST_MAX_KEYS=%llu bounds a listing", ls.what,
+                            (unsigned long long)max_pages, (unsigned long long)ls.keys,
+                            (unsigned long long)s->settings->list_max_keys);
+            break;
+        }
         struct s3_req r, *rp = &r;
         if ((rc = s3_req_init(s, &r, "list", "GET", NULL, NULL)))
             break;
@@ -627,10 +686,14 @@ static int s3_list(pulse_store *st, const char *prefix, const char *start_after,
         rc = s3_run(s, &rp, 1);
         char *next = NULL;
         if (!rc)
-            rc = s3_list_page(r.body_out.data ? r.body_out.data : "", s->prefix, s->bucket, fn, ctx, &next);
-        /* A server that answers the same token again would keep this loop going forever. */
-        if (!rc && next && token && !strcmp(next, token))
-            rc = pulse_fail(PULSE_ERR_SERVER, "list %s: the server repeated continuation token %.40s", s->bucket, next);
+            rc = s3_list_page(r.body_out.data ? r.body_out.data : "", r.body_out.data ? r.body_out.len : 0, &ls,
+                              fn, ctx, &next);
+        int fresh = !rc && next ? token_add(&seen, next) : 1;
+        if (fresh < 0)
+            rc = pulse_fail(PULSE_ERR_NOMEM, "list: out of memory");
+        else if (!fresh)
+            rc = pulse_fail(PULSE_ERR_SERVER, "list %s: the server gave continuation token '%.40s' a second "
+                            "time after %llu pages (a loop)", ls.what, next, (unsigned long long)pages);
         free(token);
         token = rc ? NULL : next;
         if (rc)
@@ -640,8 +703,10 @@ static int s3_list(pulse_store *st, const char *prefix, const char *start_after,
             break;
     }
     free(token);
+    free(seen.slot);
     free(fp);
-    free(fsa);
+    free(ls.last); /* fsa, or the last key listed */
+    buf_free(&w);
     return rc;
 }
 
@@ -826,6 +891,7 @@ int store_s3_open(pulse_store *st, const char *rest)
     }
     s->settings = &st->settings;
     s->retries = &st->retries;
+    s->deadline = &st->deadline;
     s->bucket = strndup(rest, blen);
     struct buf p = { 0 }, o = { 0 }, h = { 0 }, b = { 0 };
     buf_adds(&p, prefix);

@@ -251,6 +251,7 @@ static int start(struct s3_store *s, struct s3_req *r)
     if (r->payload_hash_of)
         memcpy(r->payload_hash, r->payload_hash_of, 65);
     r->over_limit = 0;
+    r->deadline_cut = 0;
     r->etag[0] = r->meta_sha[0] = 0;
     r->have_length = 0;
     r->total = UINT64_MAX;
@@ -327,11 +328,24 @@ static int start(struct s3_store *s, struct s3_req *r)
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->slist);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+    r->curl_err[0] = 0;
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, s->settings->timeout_s);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    /* A server that trickles (or streams without end) must not hold a request for hours: a
+     * floor on the speed, and an end to every attempt, at the handle's deadline at the latest. */
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, (long)s->settings->low_speed);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, s->settings->timeout_s);
+    double limit_ms = (double)s->settings->request_timeout_s * 1000.0;
+    if (s->deadline->at) {
+        double left_ms = (s->deadline->at - pulse_monotonic_s()) * 1000.0;
+        if (left_ms < limit_ms) {
+            limit_ms = left_ms < 1.0 ? 1.0 : left_ms;
+            r->deadline_cut = 1;   /* a timeout of this attempt is the deadline */
+        }
+    }
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)limit_ms);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL);
     /* Fewer, larger reads, writes and socket calls than libcurl's 16 KiB / 64 KiB defaults. */
@@ -399,8 +413,10 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
         if (r->over_limit == 4)
             return fail_final(r, PULSE_ERR_NOMEM, "%s %s: out of memory", r->op, k);
         transient_err = r->over_limit == 2 ? PULSE_ERR_CORRUPT : PULSE_ERR_NETWORK;
-        snprintf(why, sizeof why, "%s", r->over_limit == 2 ? "server sent more bytes than the range"
-                                                         : curl_easy_strerror(cc));
+        /* libcurl's buffer says which limit cut a timeout ("Operation too slow. Less than N
+         * bytes/sec ...", "Operation timed out after N ms ..."); its strerror only "Timeout". */
+        snprintf(why, sizeof why, "%.190s", r->over_limit == 2 ? "server sent more bytes than the range"
+                                        : r->curl_err[0] ? r->curl_err : curl_easy_strerror(cc));
     } else if (st >= 200 && st < 300) {
         int head = !strcmp(r->method, "HEAD");
         if (r->expect_len != UINT64_MAX && r->received != r->expect_len) {
@@ -487,6 +503,14 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
         }
     }
     free(code);
+    if ((r->deadline_cut && cc == CURLE_OPERATION_TIMEDOUT) || store_deadline_check(s->deadline, r->op, k)) {
+        if (r->deadline_cut && cc == CURLE_OPERATION_TIMEDOUT)
+            pulse_fail(PULSE_ERR_NETWORK, "%s %s: the deadline of %.3g s for this operation passed", r->op, k,
+                       s->deadline->span > 0 ? s->deadline->span : 0.0);
+        /* The attempt was cut by the deadline, or failed after it: no retry starts. */
+        fail_final(r, PULSE_ERR_NETWORK, "%s (the last attempt: %s)", pulse_last_error(), why);
+        return;
+    }
     if (r->attempt < s->settings->retries) {
         /* Full jitter: uniform in [0, min(cap, base * 2^attempt)). */
         double ceil_ms = (double)s->settings->backoff_ms;
@@ -496,6 +520,13 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
             ceil_ms = 20000.0;
         uint32_t span = (uint32_t)ceil_ms + 1;
         r->next_at = pulse_monotonic_s() + (double)randombytes_uniform(span) / 1000.0;
+        if (s->deadline->at && r->next_at >= s->deadline->at) {
+            /* Waiting out the backoff would already pass the deadline. */
+            fail_final(r, PULSE_ERR_NETWORK, "%s %s: the deadline of %.3g s for this operation passes "
+                       "before a retry could start (the last attempt: %s)", r->op, k,
+                       s->deadline->span > 0 ? s->deadline->span : 0.0, why);
+            return;
+        }
         r->attempt++;
         if (s->retries)
             (*s->retries)++;
@@ -547,7 +578,9 @@ int s3_run(struct s3_store *s, struct s3_req **reqs, size_t n)
                     continue;
                 }
             }
-            int rc = start(s, r);
+            int rc = store_deadline_check(s->deadline, r->op, who(s, r));
+            if (!rc)
+                rc = start(s, r);
             if (rc) {
                 fail_final(r, rc, "%s", pulse_last_error());
                 ndone++;
@@ -594,6 +627,8 @@ int s3_run(struct s3_store *s, struct s3_req **reqs, size_t n)
             r->active = 0;
             active--;
             finish(s, r, cc);
+            /* r (and its error buffer) may be gone by the time the pooled handle is reused. */
+            curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, NULL);
             if (s->npool < S3_POOL)
                 s->pool[s->npool++] = r->easy;
             else

@@ -9,6 +9,7 @@
 
 #include "crypto/sha256.h"
 #include "pulseweights/store.h"
+#include "store/backend.h"
 #include "store/buf.h"
 #include "store/s3_config.h"
 #include "store/sigv4.h"
@@ -23,6 +24,7 @@ struct s3_store {
     struct s3_config cfg;
     const pulse_store_settings *settings;
     uint64_t *retries;  /* the handle's counter (pulse_store_retries) */
+    const struct store_deadline *deadline; /* the handle's (pulse_store_set_deadline) */
     char *bucket;
     char *prefix;      /* "" or ending in '/' */
     char *origin;      /* scheme://host[:port] */
@@ -80,11 +82,13 @@ struct s3_req {
 
     /* Engine state. */
     int attempt, active, done, over_limit;
+    int deadline_cut;        /* this attempt's time limit is the handle's deadline */
     double next_at;
     uint64_t read_pos;
     CURL *easy;
     struct curl_slist *slist;
     char *url;
+    char curl_err[CURL_ERROR_SIZE]; /* libcurl's own words for a failed attempt */
     pulse_sha256_ctx hs;
 };
 
@@ -93,7 +97,9 @@ int s3_req_init(struct s3_store *s, struct s3_req *r, const char *op, const char
                 const char *key, const char *user_key);
 void s3_req_free(struct s3_req *r);
 
-/* Runs the requests, at most settings->concurrency at once; each gets its own result.
+/* Runs the requests, at most settings->concurrency at once; each gets its own result. Each
+ * attempt ends after settings->request_timeout_s, or at the handle's deadline when that comes
+ * first; past the deadline no attempt or retry starts (PULSE_ERR_NETWORK naming it).
  * Returns 0 when all succeeded, else the first failure (its detail as the last error). */
 int s3_run(struct s3_store *s, struct s3_req **reqs, size_t n);
 

@@ -9,12 +9,32 @@
  * escapes decoded once; *pos is moved past it. NULL when absent (or out of memory). */
 char *xml_tag(const char *xml, const char *tag, const char **pos);
 
-/* One ListObjectsV2 answer: calls fn(ctx, key without `prefix`, info) for each <Contents>
- * whose key starts with prefix, in the answer's order, stopping at fn's first non-zero, which
- * it returns. Then *token is NextContinuationToken when the answer says IsTruncated, else
- * NULL; a truncated answer without a token is PULSE_ERR_SERVER. `what` names the listing in
- * errors. */
-int s3_list_page(const char *xml, const char *prefix, const char *what, pulse_store_list_fn fn, void *ctx,
+#include <stddef.h>
+#include <stdint.h>
+
+/* What one listing has seen across its pages; the caller fills the first four fields and
+ * frees `last` at the end. */
+struct s3_list_state {
+    const char *what;    /* names the listing (store URL and endpoint) in errors */
+    const char *prefix;  /* the full prefix asked for: every key must start with it */
+    size_t strip;        /* bytes cut from the front of each key handed to fn (the store's prefix) */
+    uint64_t max_keys;   /* more keys than this in the whole listing is PULSE_ERR_LIMIT */
+    char *last;          /* the greatest key so far (malloc'd): start-after, or NULL, at first */
+    uint64_t keys;       /* keys listed so far */
+};
+
+/* One ListObjectsV2 answer of len bytes (xml[len] == 0). The whole page is checked first:
+ * its root must be <ListBucketResult> (anything else, such as random bytes, an HTML page or
+ * an <Error> document, is PULSE_ERR_FORMAT saying what it was), every element closed (a cut
+ * answer is PULSE_ERR_FORMAT), IsTruncated true or false, each <Contents> with one Key and a
+ * numeric Size (PULSE_ERR_SERVER / PULSE_ERR_FORMAT), keys strictly increasing from ls->last
+ * and under ls->prefix (PULSE_ERR_SERVER: a server that repeats, reorders or loops), at most
+ * ls->max_keys in all (PULSE_ERR_LIMIT). Only then fn(ctx, key + ls->strip, info) is called
+ * for each entry in order, stopping at fn's first non-zero, which it returns. *token is
+ * NextContinuationToken when the answer says IsTruncated, else NULL; a truncated answer
+ * without a token is PULSE_ERR_SERVER. A failed page hands back no token and leaves ls as
+ * it was. */
+int s3_list_page(const char *xml, size_t len, struct s3_list_state *ls, pulse_store_list_fn fn, void *ctx,
                  char **token);
 
 #endif

@@ -3,12 +3,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fail.h"
 #include "store/backend.h"
 
@@ -49,6 +51,9 @@ void pulse_store_default_settings(pulse_store_settings *s)
     s->backoff_ms = 200;
     s->progress = -1;
     s->list_page = 1000;
+    s->list_max_keys = 1000000;
+    s->request_timeout_s = 600;
+    s->low_speed = 8192;
     uint64_t v;
     if (env_u64("PULSE_S3_CONCURRENCY", &v) && v >= 1 && v <= 256)
         s->concurrency = (int)v;
@@ -64,6 +69,12 @@ void pulse_store_default_settings(pulse_store_settings *s)
         s->backoff_ms = (long)v;
     if (env_u64("PULSE_S3_LIST_PAGE", &v) && v >= 1 && v <= 1000)
         s->list_page = (uint32_t)v;
+    if (env_u64("PULSE_S3_LIST_MAX_KEYS", &v) && v >= 1 && v <= (1ull << 40))
+        s->list_max_keys = v;
+    if (env_u64("PULSE_S3_REQUEST_TIMEOUT", &v) && v >= 1 && v <= 604800)
+        s->request_timeout_s = (long)v;
+    if (env_u64("PULSE_S3_LOW_SPEED", &v) && v <= (1ull << 40))
+        s->low_speed = v;
 }
 
 int store_check_key(const char *op, const char *key)
@@ -123,7 +134,8 @@ int pulse_store_open(pulse_store **out, const char *url, const pulse_store_setti
     pulse_store_settings *s = &st->settings;
     if (s->concurrency < 1 || s->concurrency > 256 || s->part_size < 1 || s->retries < 0 ||
         s->timeout_s < 1 || s->backoff_ms < 0 || s->list_page < 1 || s->list_page > 1000 ||
-        s->multipart_threshold < 1) {
+        s->multipart_threshold < 1 || s->list_max_keys < 1 || s->list_max_keys > (1ull << 40) || s->request_timeout_s < 1 ||
+        s->request_timeout_s > 604800 || s->low_speed > (1ull << 40)) {
         free(st);
         return pulse_fail(PULSE_ERR_INVALID, "store open: settings out of range");
     }
@@ -152,6 +164,26 @@ void pulse_store_close(pulse_store **st)
     (*st)->ops->close(*st);
     free(*st);
     *st = NULL;
+}
+
+int store_deadline_check(const struct store_deadline *d, const char *op, const char *who)
+{
+    if (!d->at || pulse_monotonic_s() < d->at)
+        return 0;
+    return pulse_fail(PULSE_ERR_NETWORK, "%s %s: the deadline of %.3g s for this operation passed", op, who,
+                      d->span > 0 ? d->span : 0.0);
+}
+
+int pulse_store_set_deadline(pulse_store *st, double monotonic_s)
+{
+    pulse_clear_error();
+    if (!st)
+        return pulse_fail(PULSE_ERR_INVALID, "set deadline: no store");
+    if (!isfinite(monotonic_s) || monotonic_s < 0)
+        return pulse_fail(PULSE_ERR_INVALID, "set deadline: %g is not a time on CLOCK_MONOTONIC", monotonic_s);
+    st->deadline.at = monotonic_s;
+    st->deadline.span = monotonic_s ? monotonic_s - pulse_monotonic_s() : 0;
+    return 0;
 }
 
 uint64_t pulse_store_retries(const pulse_store *st)
@@ -207,6 +239,8 @@ int pulse_store_put(pulse_store *st, const char *key, const void *data, size_t l
     if (!st || (!data && len))
         return pulse_fail(PULSE_ERR_INVALID, "put: no store or no data");
     int rc = store_check_key("put", key);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "put", key);
     if (rc)
         return rc;
     struct store_src src = { data ? data : "", len, -1 };
@@ -219,6 +253,8 @@ int pulse_store_put_file(pulse_store *st, const char *key, const char *path, uns
     if (!st || !path)
         return pulse_fail(PULSE_ERR_INVALID, "put: no store or no file");
     int rc = store_check_key("put", key);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "put", key);
     if (rc)
         return rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -245,6 +281,8 @@ static int get_mem(pulse_store *st, const char *key, uint64_t offset, uint64_t l
     *data = NULL;
     *len = 0;
     int rc = store_check_key("get", key);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "get", key);
     if (rc)
         return rc;
     pulse_object_info tmp;
@@ -280,6 +318,8 @@ int pulse_store_get_file(pulse_store *st, const char *key, uint64_t offset, uint
     if (!st || !path || !*path)
         return pulse_fail(PULSE_ERR_INVALID, "get: no output file");
     int rc = store_check_key("get", key);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "get", key);
     if (rc)
         return rc;
     size_t n = strlen(path);
@@ -322,6 +362,8 @@ int pulse_store_head(pulse_store *st, const char *key, pulse_object_info *info)
     if (!st)
         return pulse_fail(PULSE_ERR_INVALID, "head: no store");
     int rc = store_check_key("head", key);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "head", key);
     return rc ? rc : st->ops->head(st, key, info ? info : &tmp);
 }
 
@@ -331,6 +373,8 @@ int pulse_store_delete(pulse_store *st, const char *key)
     if (!st)
         return pulse_fail(PULSE_ERR_INVALID, "delete: no store");
     int rc = store_check_key("delete", key);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "delete", key);
     return rc ? rc : st->ops->del(st, key);
 }
 
@@ -343,6 +387,8 @@ int pulse_store_list(pulse_store *st, const char *prefix, const char *start_afte
     if (!prefix)
         prefix = "";
     int rc = store_check_prefix(prefix);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "list", *prefix ? prefix : "(all keys)");
     if (rc)
         return rc;
     if (start_after && !*start_after)

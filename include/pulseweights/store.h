@@ -24,16 +24,23 @@ typedef struct pulse_store_settings {
     uint64_t part_size;           /* s3: multipart part size and parallel-GET range size (>= 5 MiB
                                    * on AWS; any size on RGW and in tests) */
     int retries;                  /* retries after the first attempt, per request */
-    long timeout_s;               /* connect timeout, and a transfer below 1 KiB/s this long fails */
+    long timeout_s;               /* connect timeout, and a transfer below low_speed this long fails */
     long backoff_ms;              /* first backoff ceiling; doubles per retry (full jitter), capped 20 s */
     int progress;                 /* -1: on a TTY (stderr) for long transfers; 0: never; 1: always */
     uint32_t list_page;           /* keys per list request (s3 max-keys), 1..1000 */
+    /* Appended fields (older callers' `size` leaves them at their defaults): */
+    uint64_t list_max_keys;       /* s3: keys one listing may hold; it may fetch at most
+                                   * ceil(list_max_keys / list_page) + 1 pages */
+    long request_timeout_s;       /* s3: each attempt of each request ends after this long */
+    uint64_t low_speed;           /* s3: bytes/s; a transfer below it for timeout_s fails (0: off) */
 } pulse_store_settings;
 
 /* Defaults: concurrency 16, threshold 64 MiB, part 16 MiB, retries 6, timeout 30 s, backoff
- * 200 ms, progress -1, list page 1000; then PULSE_S3_CONCURRENCY, PULSE_S3_MULTIPART_THRESHOLD,
- * PULSE_S3_PART_SIZE, PULSE_S3_RETRIES, PULSE_S3_TIMEOUT, PULSE_S3_BACKOFF_MS, PULSE_S3_LIST_PAGE
- * override (sizes accept K/M/G suffixes). */
+ * 200 ms, progress -1, list page 1000, list max keys 1000000, request timeout 600 s, low speed
+ * 8 KiB/s; then PULSE_S3_CONCURRENCY, PULSE_S3_MULTIPART_THRESHOLD, PULSE_S3_PART_SIZE,
+ * PULSE_S3_RETRIES, PULSE_S3_TIMEOUT, PULSE_S3_BACKOFF_MS, PULSE_S3_LIST_PAGE,
+ * PULSE_S3_LIST_MAX_KEYS, PULSE_S3_REQUEST_TIMEOUT, PULSE_S3_LOW_SPEED override (sizes accept
+ * K/M/G suffixes). */
 PULSE_API void pulse_store_default_settings(pulse_store_settings *s);
 
 /* Opens "file:///abs/dir[/prefix]" or "s3://bucket[/prefix]". Keys are relative to the URL.
@@ -137,6 +144,15 @@ PULSE_API int pulse_store_batch(pulse_store *st, pulse_transfer *xfers, size_t n
 /* Retries this handle has made since it was opened (each repeated request counts once; 0 on
  * file://). For metrics: a rising count means a flaky link or an overloaded server. */
 PULSE_API uint64_t pulse_store_retries(const pulse_store *st);
+
+/* Sets a deadline for everything this handle does from now on, as seconds on CLOCK_MONOTONIC
+ * (clock_gettime; base/clock.h's pulse_monotonic_s), e.g. pulse_monotonic_s() + 300 around a
+ * whole pull; 0 clears it. After it, every call (and every request and retry inside one)
+ * fails at once with PULSE_ERR_NETWORK, "... the deadline of N s for this operation passed";
+ * an attempt in flight is cut when it comes, and no retry starts (or waits) past it. It stays
+ * until changed: clear it when the operation is over. PULSE_ERR_INVALID for a negative or
+ * non-finite value. */
+PULSE_API int pulse_store_set_deadline(pulse_store *st, double monotonic_s);
 
 /* Frees what the store returned (buffers, URLs, split strings); NULL-safe. */
 PULSE_API void pulse_store_free(void *p);
