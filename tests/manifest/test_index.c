@@ -78,7 +78,7 @@ static void test_basics(const char *path)
     CHECK_OK(pulse_index_open(&ix, path));
     int v = 0;
     CHECK_OK(pulse_index_schema_version(ix, &v));
-    CHECK_EQ_INT(v, 1);
+    CHECK_EQ_INT(v, PULSE_INDEX_SCHEMA_VERSION);
     CHECK(sql_text_is(path, "PRAGMA journal_mode", "wal"));
 
     char keys[4][PULSE_INDEX_MAX_KEY + 1];
@@ -195,7 +195,7 @@ static void test_basics(const char *path)
     CHECK_OK(pulse_index_head(ix, "run1", &step, state));
     CHECK_EQ_INT(step, 2);
     pulse_index_close(&ix);
-    CHECK_EQ_INT(sql_count(path, "PRAGMA user_version"), 1);
+    CHECK_EQ_INT(sql_count(path, "PRAGMA user_version"), PULSE_INDEX_SCHEMA_VERSION);
     CHECK_EQ_INT(sql_count(path, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"), 1);
     for (int s = 0; s < 4; s++)
         free(bytes[s]);
