@@ -78,7 +78,7 @@ static const struct migration {
       "  digest BLOB NOT NULL CHECK (length(digest) = 32),"
       "  trust BLOB NOT NULL CHECK (length(trust) = 32),"
       "  reason TEXT NOT NULL,"
-      "  time INTEGER NOT NULL);" },
+      "  time INTEGER NOT NULL) WITHOUT ROWID;" },
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 _Static_assert(N_MIGRATIONS == PULSE_INDEX_SCHEMA_VERSION, "one migration per schema version");

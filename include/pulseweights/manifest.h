@@ -89,7 +89,7 @@ PULSE_API int pulse_index_load_trusted(pulse_index *ix, pulse_trust *t);
 /* A record refused before it was stored (it does not verify, or its key is not what it says):
  * its verdict without its bytes. KEY is the bucket key; SIZE and ETAG as listed; DIGEST the
  * SHA-256 of the bytes fetched; TRUST the SHA-256 of the trust set that refused it (another
- * set may accept it). */
+ * set may accept it); REASON without the key (the row has it). */
 typedef struct pulse_index_refusal {
     char key[PULSE_INDEX_MAX_KEY + 1];
     uint64_t size, time;

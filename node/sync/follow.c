@@ -284,7 +284,7 @@ static void known_refusal(pulse_follower *f, const char *key, listed *e)
         return;
     e->fetched = 1;
     e->err = PULSE_ERR_AUTH;
-    snprintf(e->why, sizeof e->why, "%s", rf.reason);
+    snprintf(e->why, sizeof e->why, "step %" PRIu64 ": %s: %s", e->step, e->rel, rf.reason);
 }
 
 /* Anything that is not a trusted node's record is not ours to use (pulse manifest audit reports it). */
@@ -482,11 +482,13 @@ static int get_listed(pulse_follower *f, listed *e)
     int r = fetch_record(f, e->rel, &e->rec, &e->bytes, &e->len, &moved);
     f->c.bytes_fetched += moved;
     if (r) {
+        char reason[256];
+        snprintf(reason, sizeof reason, "%s", pulse_last_error());
         r = fail_step(r, e->step, e->rel);
         e->err = r;
         snprintf(e->why, sizeof e->why, "%s", pulse_last_error());
         if (is_verdict(r))
-            refuse_record(f, e->rel, e->bytes, e->bytes ? e->len : e->size, e->etag, e->why);
+            refuse_record(f, e->rel, e->bytes, e->bytes ? e->len : e->size, e->etag, reason);
         else if (r != PULSE_ERR_NOTFOUND && f->log)
             node_log("fetch-failed", "record", e->rel, "reason", e->why, NULL);
         pulse_fail(r, "%s", e->why);
@@ -1095,10 +1097,10 @@ int follower_try_next(pulse_follower *f, const char *rel, int *applied)
         return 0;
     }
     if (r) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", pulse_last_error());
         r = fail_step(r, e.step, rel);
         if (is_verdict(r)) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", pulse_last_error());
             refuse_record(f, rel, bytes, len, NULL, why);
             flush_refusals(f);
         } else if (f->log) {
