@@ -39,6 +39,8 @@ grep -q refused f2.log && fail "a refused record was logged again: $(cat f2.log)
 [ "$(sqlite3 f/state/index.db 'SELECT count(*) FROM refusals')" = 2 ] || fail "refusals table is not 2 rows"
 [ "$(sqlite3 f/state/index.db "SELECT count(*) FROM records WHERE key LIKE '%999999999999%'")" = 0 ] \
   || fail "the junk record's bytes were stored in the index"
+[ "$(sqlite3 f/state/index.db "SELECT count(*) FROM records WHERE key LIKE '%000000000100%'")" = 0 ] \
+  || fail "the replayed record's bytes were stored in the index"
 ok "refusals kept as verdict rows: logged once, not counted again"
 
 # 3. A forged head naming a far step does not move the lag figures of a running follower.
