@@ -284,7 +284,8 @@ static void known_refusal(pulse_follower *f, const char *key, listed *e)
         return;
     e->fetched = 1;
     e->err = PULSE_ERR_AUTH;
-    snprintf(e->why, sizeof e->why, "step %" PRIu64 ": %s: %s", e->step, e->rel, rf.reason);
+    if (snprintf(e->why, sizeof e->why, "step %" PRIu64 ": %s: %s", e->step, e->rel, rf.reason) >= (int)sizeof e->why)
+        e->why[sizeof e->why - 1] = '\0';   /* a shortened reason still names the record first */
 }
 
 /* Anything that is not a trusted node's record is not ours to use (pulse manifest audit reports it). */
@@ -491,6 +492,8 @@ static int get_listed(pulse_follower *f, listed *e)
             refuse_record(f, e->rel, e->bytes, e->bytes ? e->len : e->size, e->etag, reason);
         else if (r != PULSE_ERR_NOTFOUND && f->log)
             node_log("fetch-failed", "record", e->rel, "reason", e->why, NULL);
+        pulse_store_free(e->bytes);   /* a refused record's bytes are of no further use */
+        e->bytes = NULL;
         pulse_fail(r, "%s", e->why);
         return r;
     }
