@@ -159,9 +159,7 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     f->o.size = sizeof f->o;
     f->o.weights = weights;
     f->max_behind = FOLLOW_DEFAULT_MAX_BEHIND;
-    int r = trust_digest(opts->trust, f->trust_id);
-    if (!r)
-        r = sync_mkdir(opts->state_dir);
+    int r = sync_mkdir(opts->state_dir);
     if (!r && !weights)
         r = unsynced_open(&f->note, opts->state_dir);
     if (!r)
@@ -173,6 +171,8 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     }
     for (size_t i = 0; !r && i < pulse_trust_count(opts->trust); i++)
         r = pulse_index_trust_key(f->ix, pulse_trust_get(opts->trust, i), (uint64_t)time(NULL));
+    if (!r)
+        r = trust_digest(opts->trust, f->trust_id);
     if (r) {
         pulse_follower_close(&f);
         return r;
