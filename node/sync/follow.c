@@ -596,8 +596,7 @@ static void untrusted_state(pulse_follower *f, uint64_t step, const uint8_t stat
     u64s(st, sizeof st, step);
     pulse_id_hex(state, hex);
     f->c.untrusted_state = 1;
-    node_log("untrusted-state", "step", st, "state", hex, "action", f->keep_untrusted ? "kept" : "keyframe",
-                 NULL);
+    node_log("untrusted-state", "step", st, "state", hex, "action", f->keep_untrusted ? "kept" : "keyframe", NULL);
     if (!f->keep_untrusted)
         f->have = 0;
 }
