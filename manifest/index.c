@@ -67,6 +67,18 @@ static const struct migration {
       "  key BLOB PRIMARY KEY CHECK (length(key) = 32),"
       "  comment TEXT NOT NULL,"
       "  added_time INTEGER NOT NULL);" },
+    /* Verdicts on records refused before they could be stored (unsigned, untrusted, replayed,
+     * junk): one small row per key instead of the record's bytes, so junk in a bucket costs the
+     * index a row, and the follower need not fetch the same bytes again. */
+    { 2,
+      "CREATE TABLE refusals ("
+      "  key TEXT PRIMARY KEY,"
+      "  size INTEGER NOT NULL CHECK (size >= 0),"
+      "  etag TEXT NOT NULL,"
+      "  digest BLOB NOT NULL CHECK (length(digest) = 32),"
+      "  trust BLOB NOT NULL CHECK (length(trust) = 32),"
+      "  reason TEXT NOT NULL,"
+      "  time INTEGER NOT NULL) WITHOUT ROWID;" },
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 _Static_assert(N_MIGRATIONS == PULSE_INDEX_SCHEMA_VERSION, "one migration per schema version");
@@ -630,6 +642,84 @@ PULSE_API int pulse_index_load_trusted(pulse_index *ix, pulse_trust *t)
     }
     if (!err && rc != SQLITE_DONE)
         err = sql_fail(ix, "select trusted keys", rc);
+    sqlite3_finalize(st);
+    return err;
+}
+
+PULSE_API int pulse_index_put_refusals(pulse_index *ix, const pulse_index_refusal *v, size_t n)
+{
+    if (!ix || (n && !v))
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_index_put_refusals: NULL argument");
+    if (!n)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        int err = check_key(v[i].key);
+        if (!err)
+            err = check_time(v[i].time);
+        if (!err && v[i].size > (uint64_t)INT64_MAX)
+            err = pulse_fail(PULSE_ERR_LIMIT, "index: size beyond SQLite's integers");
+        if (err)
+            return err;
+    }
+    int err = begin(ix);
+    if (err)
+        return err;
+    sqlite3_stmt *st;
+    if ((err = prepare(ix, "upsert refusal",
+                       "INSERT INTO refusals (key, size, etag, digest, trust, reason, time)"
+                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (key) DO UPDATE SET"
+                       " size = excluded.size, etag = excluded.etag, digest = excluded.digest,"
+                       " trust = excluded.trust, reason = excluded.reason, time = excluded.time", &st))) {
+        rollback(ix);
+        return err;
+    }
+    for (size_t i = 0; !err && i < n; i++) {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        sqlite3_bind_text(st, 1, v[i].key, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)v[i].size);
+        sqlite3_bind_text(st, 3, v[i].etag, -1, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 4, v[i].digest, PULSE_DIGEST_BYTES, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 5, v[i].trust, PULSE_DIGEST_BYTES, SQLITE_STATIC);
+        sqlite3_bind_text(st, 6, v[i].reason, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 7, (sqlite3_int64)v[i].time);
+        int rc = sqlite3_step(st);
+        if (rc != SQLITE_DONE)
+            err = sql_fail(ix, "upsert refusal", rc);
+    }
+    sqlite3_finalize(st);
+    if (!err)
+        err = commit(ix);
+    if (err)
+        rollback(ix);
+    return err;
+}
+
+PULSE_API int pulse_index_get_refusal(pulse_index *ix, const char *key, pulse_index_refusal *out)
+{
+    if (!ix || !out)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_index_get_refusal: NULL argument");
+    int err = check_key(key);
+    sqlite3_stmt *st;
+    if (err || (err = prepare(ix, "select refusal",
+                              "SELECT size, etag, digest, trust, reason, time FROM refusals WHERE key = ?1", &st)))
+        return err;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        memset(out, 0, sizeof *out);
+        snprintf(out->key, sizeof out->key, "%s", key);
+        out->size = (uint64_t)sqlite3_column_int64(st, 0);
+        snprintf(out->etag, sizeof out->etag, "%s", (const char *)sqlite3_column_text(st, 1));
+        copy_blob(st, 2, out->digest, sizeof out->digest);
+        copy_blob(st, 3, out->trust, sizeof out->trust);
+        snprintf(out->reason, sizeof out->reason, "%s", (const char *)sqlite3_column_text(st, 4));
+        out->time = (uint64_t)sqlite3_column_int64(st, 5);
+    } else if (rc == SQLITE_DONE) {
+        err = pulse_fail(PULSE_ERR_NOTFOUND, "index: no refusal of %s", key);
+    } else {
+        err = sql_fail(ix, "select refusal", rc);
+    }
     sqlite3_finalize(st);
     return err;
 }

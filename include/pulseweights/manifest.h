@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#define PULSE_INDEX_SCHEMA_VERSION 1      /* PRAGMA user_version this build creates and reads */
+#define PULSE_INDEX_SCHEMA_VERSION 2      /* PRAGMA user_version this build creates and reads */
 #define PULSE_INDEX_BUSY_TIMEOUT_MS 5000  /* how long a writer waits for another process's lock */
 #define PULSE_INDEX_MAX_KEY 512           /* bytes of a record's bucket key */
 #define PULSE_INDEX_MAX_PATH 4096         /* bytes of an applied row's local path */
@@ -85,6 +85,22 @@ PULSE_API int pulse_index_last_applied(pulse_index *ix, const char *run, pulse_i
 PULSE_API int pulse_index_trust_key(pulse_index *ix, const pulse_public_key *key, uint64_t time);
 /* Adds every key of the trusted_keys table to T. */
 PULSE_API int pulse_index_load_trusted(pulse_index *ix, pulse_trust *t);
+
+/* A record refused before it was stored (it does not verify, or its key is not what it says):
+ * its verdict without its bytes. KEY is the bucket key; SIZE and ETAG as listed; DIGEST the
+ * SHA-256 of the bytes fetched; TRUST the SHA-256 of the trust set that refused it (another
+ * set may accept it); REASON without the key (the row has it). */
+typedef struct pulse_index_refusal {
+    char key[PULSE_INDEX_MAX_KEY + 1];
+    uint64_t size, time;
+    char etag[132];
+    uint8_t digest[PULSE_DIGEST_BYTES], trust[PULSE_DIGEST_BYTES];
+    char reason[256];
+} pulse_index_refusal;
+/* Stores N refusals in one transaction, one row per key (a key refused again replaces its row). */
+PULSE_API int pulse_index_put_refusals(pulse_index *ix, const pulse_index_refusal *v, size_t n);
+/* The refusal stored for KEY; PULSE_ERR_NOTFOUND when none. */
+PULSE_API int pulse_index_get_refusal(pulse_index *ix, const char *key, pulse_index_refusal *out);
 
 #ifdef __cplusplus
 }

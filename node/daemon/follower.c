@@ -34,6 +34,7 @@ typedef struct node_follower {
     char text[4096];               /* the current metrics exposition */
     char weights_abs[4096];        /* PULSE_WEIGHTS for the hook: absolute, as it may cd */
     unsigned rng;
+    int stale;                     /* pulse_stale as last logged */
 } node_follower;
 
 static void u64s(char *buf, size_t cap, uint64_t v)
@@ -49,12 +50,30 @@ static void update_metrics(node_follower *n)
                        .store_retries = c->store_retries, .last_step_seconds = c->last_step_seconds };
     uint8_t state[32];
     m.have_held = follower_held(n->f, &m.held_step, state) == 0;
+    /* Only records that verified count here (follow.c): a forged head or a junk key at a far
+     * step moves none of these figures. */
+    int64_t age = -1;
+    if (c->have_newest && c->newest_time) {
+        int64_t d = (int64_t)time(NULL) - (int64_t)c->newest_time;
+        age = d > 0 ? d : 0;
+    }
     if (c->have_newest && (!m.have_held || c->newest_step > m.held_step)) {
         m.lag_steps = m.have_held ? c->newest_step - m.held_step : c->newest_step + 1;
-        if (c->newest_time) {
-            int64_t d = (int64_t)time(NULL) - (int64_t)c->newest_time;
-            m.lag_seconds = d > 0 ? (double)d : 0.0;
-        }
+        if (age >= 0)
+            m.lag_seconds = (double)age;
+    }
+    m.have_age = age >= 0;
+    m.newest_age_seconds = age >= 0 ? (double)age : 0.0;
+    m.store_behind = c->store_behind;
+    m.untrusted_state = c->untrusted_state;
+    int stale = n->cfg->max_staleness && age >= 0 && (uint64_t)age > n->cfg->max_staleness;
+    m.stale = stale;
+    if (stale != n->stale) {
+        char a[24], b[24];
+        u64s(a, sizeof a, age >= 0 ? (uint64_t)age : 0);
+        u64s(b, sizeof b, n->cfg->max_staleness);
+        node_log(stale ? "stale" : "fresh", "newest_age_s", a, "max_staleness_s", b, NULL);
+        n->stale = stale;
     }
     if (node_metrics_render(&m, n->text, sizeof n->text) != 0)
         return;
@@ -143,7 +162,6 @@ static int poll_heads(node_follower *n)
         }
         uint64_t step = strtoull(steps, NULL, 10), held;
         uint8_t state[32];
-        follower_saw_step(n->f, step);
         if (follower_held(n->f, &held, state) != 0) {
             need = 1;
             continue;
@@ -222,7 +240,7 @@ int node_follow_run(const node_follow_cfg *cfg)
         node_log("start-failed", "reason", pulse_last_error(), NULL);
         goto out;
     }
-    follower_configure(n.f, cfg->max_behind ? cfg->max_behind : FOLLOW_DEFAULT_MAX_BEHIND, 1);
+    follower_configure(n.f, cfg->max_behind ? cfg->max_behind : FOLLOW_DEFAULT_MAX_BEHIND, 1, cfg->keep_untrusted);
     node_log("started", "run", cfg->run, "weights", cfg->weights_path, NULL);
     update_metrics(&n);
     /* At start: finish an interrupted step, LIST, catch up. */

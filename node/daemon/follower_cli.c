@@ -17,6 +17,7 @@ static void usage(FILE *f)
         "usage: pulse node follow --store URL --run R --trust PUB|DIR [--trust ...] --state DIR --weights FILE\n"
         "                         [--key K] [--on-update CMD] [--poll-ms T] [--metrics ADDR:PORT]\n"
         "                         [--metrics-file PATH] [--once] [--durable] [--log text|json]\n"
+        "                         [--max-staleness S] [--keep-untrusted]\n"
         "\n"
         "Keeps FILE at the newest state published for run R by a trusted key, for as long as it\n"
         "runs: polls each trusted node's head with a conditional GET, verifies every record, applies\n"
@@ -42,6 +43,11 @@ static void usage(FILE *f)
         "  --durable            sync FILE to disk after every step (default: at stop and after\n"
         "                       each keyframe; after a machine restart, weights the disk kept only\n"
         "                       in part are replaced from the newest keyframe)\n"
+        "  --max-staleness S    pulse_stale is 1 (and logged once) while the newest verified record\n"
+        "                       was published more than S seconds ago (default: no bound)\n"
+        "  --keep-untrusted     keep weights whose state no trusted record produces (a key taken out\n"
+        "                       of --trust), with a warning; default: replace them from the newest\n"
+        "                       trusted keyframe (docs/trust.md)\n"
         "  --log FORMAT         text (default) or json\n"
         "  --threads N          threads (default: all cores)\n");
 }
@@ -75,6 +81,10 @@ int node_follow_main(int argc, char **argv)
         }
         if (!strcmp(a, "--durable")) {
             c.durable = 1;
+            continue;
+        }
+        if (!strcmp(a, "--keep-untrusted")) {
+            c.keep_untrusted = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -114,6 +124,11 @@ int node_follow_main(int argc, char **argv)
             if (parse_u32(val, 1, 1000000, &u))
                 rc = cli_usage_error(VERB, "--max-behind wants a number from 1 to 1000000");
             c.max_behind = u;
+        } else if (!strcmp(a, "--max-staleness")) {
+            uint64_t v;
+            if (cli_parse_u64(val, &v) || v < 1 || v > 100ull * 365 * 86400)
+                rc = cli_usage_error(VERB, "--max-staleness wants seconds from 1 to 3153600000");
+            c.max_staleness = v;
         } else if (!strcmp(a, "--threads")) {
             if (parse_u32(val, 1, 1024, &u))
                 rc = cli_usage_error(VERB, "--threads wants a number from 1 to 1024");

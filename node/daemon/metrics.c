@@ -53,9 +53,23 @@ int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
         "pulse_store_retries_total %" PRIu64 "\n"
         "# HELP pulse_last_step_seconds Seconds the last applied step took, from its verified record to the weights holding it.\n"
         "# TYPE pulse_last_step_seconds gauge\n"
-        "pulse_last_step_seconds %.3f\n",
+        "pulse_last_step_seconds %.3f\n"
+        "# HELP pulse_newest_record_age_seconds Seconds since the newest verified record was published (-1: none verified yet).\n"
+        "# TYPE pulse_newest_record_age_seconds gauge\n"
+        "pulse_newest_record_age_seconds %.3f\n"
+        "# HELP pulse_stale 1 when the newest verified record is older than --max-staleness.\n"
+        "# TYPE pulse_stale gauge\n"
+        "pulse_stale %d\n"
+        "# HELP pulse_store_behind 1 when the store's newest verified record is older than the held state.\n"
+        "# TYPE pulse_store_behind gauge\n"
+        "pulse_store_behind %d\n"
+        "# HELP pulse_untrusted_state 1 when the held state is produced by no record of a trusted key.\n"
+        "# TYPE pulse_untrusted_state gauge\n"
+        "pulse_untrusted_state %d\n",
         m->steps_applied, m->have_held ? (long long)m->held_step : -1LL, m->lag_steps, m->lag_seconds,
-        m->bytes_fetched, m->verify_failures, m->hook_failures, m->store_retries, m->last_step_seconds);
+        m->bytes_fetched, m->verify_failures, m->hook_failures, m->store_retries, m->last_step_seconds,
+        m->have_age ? m->newest_age_seconds : -1.0, m->stale ? 1 : 0, m->store_behind ? 1 : 0,
+        m->untrusted_state ? 1 : 0);
     if (n < 0 || (size_t)n >= cap)
         return pulse_fail(PULSE_ERR_LIMIT, "metrics text");
     return 0;

@@ -13,6 +13,11 @@ typedef struct node_metrics {
     uint64_t lag_steps;
     double lag_seconds;
     double last_step_seconds;   /* 0 until a step is applied */
+    int have_age;               /* a record verified: its publication time is known */
+    double newest_age_seconds;  /* seconds since the newest verified record was published */
+    int stale;                  /* that age is over --max-staleness */
+    int store_behind;           /* the store's newest verified record is older than the held state */
+    int untrusted_state;        /* the held state is produced by no record trusted now */
 } node_metrics;
 
 /* The exposition text (NUL-terminated) into buf; PULSE_ERR_LIMIT when cap is too small. */

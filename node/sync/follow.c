@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/fail.h"
+#include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/daemon/journal.h"
 #include "node/daemon/unsynced.h"
@@ -38,7 +39,18 @@ struct pulse_follower {
     double step_t0;            /* when the step being applied started (monotonic s); 0: none */
     unsynced_note note;        /* the weights file's (node/daemon/unsynced.h) */
     state_dir dir;             /* locked while open: one process applies to these weights */
+    int keep_untrusted;        /* a held state no trusted record produces is kept (warned), not replaced */
+    int suspect;               /* a journal was refused: weights no record produces are lost, not an error */
+    uint8_t trust_id[32];      /* SHA-256 of the sorted trusted keys: a refusal holds for this set only */
+    /* Refusals found in this pull, stored in one transaction at its end. */
+    pulse_index_refusal *pend;
+    size_t npend, cappend;
+    size_t nlogged, nquiet;    /* refusals logged in this pull, and those past the cap */
+    char last_step_refusal[SYNC_KEY_MAX + 512];   /* the last step refusal logged (once, not every poll) */
 };
+
+/* At most this many refused records are logged one by one per pull; the rest in one line. */
+#define FOLLOW_LOG_REFUSALS 16
 
 /* One listed record of a trusted node; its key says kind, step and node (checked again
  * against the record's own fields once fetched). */
@@ -47,7 +59,9 @@ typedef struct listed {
     uint64_t step;
     uint8_t node[32];
     char rel[SYNC_KEY_MAX];   /* relative to the run */
-    /* Filled when fetched: */
+    uint64_t size;            /* as listed */
+    char etag[132];
+    /* Filled when fetched (or known refused from the index: fetched, not ok, err set): */
     int fetched, ok, err;
     char why[256];
     pulse_record rec;
@@ -56,6 +70,7 @@ typedef struct listed {
 } listed;
 
 typedef struct listing {
+    pulse_follower *f;
     const pulse_trust *trust;
     size_t run_len;
     listed *v;
@@ -96,9 +111,30 @@ PULSE_API void pulse_follower_close(pulse_follower **pf)
     pulse_index_close(&f->ix);
     pulse_store_close(&f->st);
     state_dir_close(&f->dir);
+    free(f->pend);
     free(f->run);
     free(f);
     *pf = NULL;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    return memcmp(a, b, PULSE_PUBLIC_KEY_BYTES);
+}
+
+/* What a refusal is bound to: the set of keys that refused it, in any order given. */
+static int trust_digest(const pulse_trust *t, uint8_t out[32])
+{
+    size_t n = pulse_trust_count(t);
+    uint8_t (*k)[PULSE_PUBLIC_KEY_BYTES] = calloc(n ? n : 1, sizeof *k);
+    if (!k)
+        return pulse_fail(PULSE_ERR_NOMEM, "trust set");
+    for (size_t i = 0; i < n; i++)
+        memcpy(k[i], pulse_trust_get(t, i)->key, PULSE_PUBLIC_KEY_BYTES);
+    qsort(k, n, sizeof *k, by_key);
+    pulse_sha256(k, n * sizeof *k, out);
+    free(k);
+    return 0;
 }
 
 PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts *opts)
@@ -138,6 +174,8 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     }
     for (size_t i = 0; !r && i < pulse_trust_count(opts->trust); i++)
         r = pulse_index_trust_key(f->ix, pulse_trust_get(opts->trust, i), (uint64_t)time(NULL));
+    if (!r)
+        r = trust_digest(opts->trust, f->trust_id);
     if (r) {
         pulse_follower_close(&f);
         return r;
@@ -146,10 +184,11 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     return 0;
 }
 
-void follower_configure(pulse_follower *f, unsigned max_behind, int log_events)
+void follower_configure(pulse_follower *f, unsigned max_behind, int log_events, int keep_untrusted)
 {
     f->max_behind = max_behind;
     f->log = log_events;
+    f->keep_untrusted = keep_untrusted;
 }
 
 const follow_counters *follower_counters(pulse_follower *f)
@@ -165,15 +204,6 @@ int follower_held(const pulse_follower *f, uint64_t *step, uint8_t state[32])
     *step = f->step;
     memcpy(state, f->state, 32);
     return 0;
-}
-
-void follower_saw_step(pulse_follower *f, uint64_t step)
-{
-    if (!f->c.have_newest || step > f->c.newest_step) {
-        f->c.newest_step = step;
-        f->c.newest_time = 0;
-        f->c.have_newest = 1;
-    }
 }
 
 static void saw_record(pulse_follower *f, const pulse_record *rec)
@@ -209,11 +239,27 @@ static int fail_step(int r, uint64_t step, const char *rel)
  * of a trusted node. */
 static int parse_rel(const pulse_trust *trust, const char *rel, listed *e)
 {
-    char kind[32], steps[16], node[80];
-    if (strlen(rel) >= SYNC_KEY_MAX ||
-        sscanf(rel, "records/%31[a-z-]/%15[0-9]/%79[0-9a-f]", kind, steps, node) != 3 ||
-        strlen(steps) != 12 || strlen(node) != 64)
+    /* Exact: "records/", a kind, "/", 12 digits, "/", 64 lowercase hex digits, the end. A key
+     * with anything after the node (or a shorter or longer field) is not a record's key. */
+    static const char pre[] = "records/";
+    char kind[32], steps[13], node[65];
+    if (strlen(rel) >= SYNC_KEY_MAX || strncmp(rel, pre, sizeof pre - 1) != 0)
         return -1;
+    const char *p = rel + sizeof pre - 1, *slash = strchr(p, '/');
+    size_t kl = slash ? (size_t)(slash - p) : 0;
+    if (!kl || kl >= sizeof kind || strspn(p, "abcdefghijklmnopqrstuvwxyz-") != kl)
+        return -1;
+    memcpy(kind, p, kl);
+    kind[kl] = '\0';
+    p = slash + 1;
+    if (strspn(p, "0123456789") != 12 || p[12] != '/')
+        return -1;
+    memcpy(steps, p, 12);
+    steps[12] = '\0';
+    p += 13;
+    if (strspn(p, "0123456789abcdef") != 64 || p[64] != '\0')
+        return -1;
+    memcpy(node, p, 65);
     int k = pulse_record_kind_from_name(kind);
     if (k != PULSE_RECORD_SYNC_PATCH && k != PULSE_RECORD_KEYFRAME)
         return -1;
@@ -226,14 +272,37 @@ static int parse_rel(const pulse_trust *trust, const char *rel, listed *e)
     return 0;
 }
 
+/* A key whose bytes, as listed (size and ETag), were refused before by this trust set is
+ * not fetched again: it counts as refused with the stored reason. */
+static void known_refusal(pulse_follower *f, const char *key, listed *e)
+{
+    pulse_index_refusal rf;
+    if (!e->etag[0])
+        return;
+    if (pulse_index_get_refusal(f->ix, key, &rf) != 0) {
+        pulse_clear_error();
+        return;
+    }
+    if (rf.size != e->size || strcmp(rf.etag, e->etag) != 0 || memcmp(rf.trust, f->trust_id, 32) != 0)
+        return;
+    e->fetched = 1;
+    e->err = PULSE_ERR_AUTH;
+    if (snprintf(e->why, sizeof e->why, "step %" PRIu64 ": %s: %s", e->step, e->rel, rf.reason) >= (int)sizeof e->why)
+        e->why[sizeof e->why - 1] = '\0';   /* a shortened reason still names the record first */
+}
+
 /* Anything that is not a trusted node's record is not ours to use (pulse manifest audit reports it). */
 static int on_key(void *ctx, const char *key, const pulse_object_info *info)
 {
-    (void)info;
     listing *l = ctx;
     listed e;
     if (parse_rel(l->trust, key + l->run_len + 1, &e) != 0)
         return 0;
+    if (info) {
+        e.size = info->size;
+        snprintf(e.etag, sizeof e.etag, "%s", info->etag);
+    }
+    known_refusal(l->f, key, &e);
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
         listed *v = realloc(l->v, cap * sizeof *v);
@@ -260,6 +329,7 @@ static int list_records(pulse_follower *f, listing *l)
 {
     char prefix[SYNC_KEY_MAX];
     int r = sync_run_key(f->run, "records/", prefix);
+    l->f = f;
     l->trust = f->o.trust;
     l->run_len = strlen(f->run);
     if (!r)
@@ -311,18 +381,6 @@ static int fetch_record(pulse_follower *f, const char *rel, pulse_record *rec, u
     return r;
 }
 
-/* The index keeps every record seen with its verdict. A record that does not even parse is
- * not stored (its key may say anything); the refusal is still reported to the caller. */
-static void journal_verdict(pulse_follower *f, const char *rel, const uint8_t *bytes, size_t len,
-                            int verdict, const char *reason)
-{
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", pulse_last_error());
-    if (bytes && pulse_index_put_record(f->ix, rel, bytes, len, (uint64_t)time(NULL), NULL, NULL) == 0)
-        pulse_index_mark_verified(f->ix, rel, verdict, reason);
-    pulse_fail(0, "%s", saved);
-}
-
 /* Errors that say something about the record or its objects. Anything else (network, server,
  * local I/O, an interrupted transfer, memory) is not a verdict: the record is tried again later. */
 static int is_verdict(int r)
@@ -331,7 +389,73 @@ static int is_verdict(int r)
            r == PULSE_ERR_LIMIT || r == PULSE_ERR_UNSUPPORTED;
 }
 
-static void refused(pulse_follower *f, int r, const char *rel, const uint8_t *bytes, size_t len)
+/* Refused records are logged one by one up to a cap per pull, then counted in one line. */
+static void log_refused(pulse_follower *f, const char *rel, const char *why)
+{
+    if (!f->log)
+        return;
+    if (f->nlogged++ < FOLLOW_LOG_REFUSALS)
+        node_log("refused", "record", rel, "reason", why, NULL);
+    else
+        f->nquiet++;
+}
+
+/* Stores the refusals found (one transaction) and logs how many went unlogged. The caller's
+ * error, if any, is kept. */
+static void flush_refusals(pulse_follower *f)
+{
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", pulse_last_error());
+    if (f->npend && pulse_index_put_refusals(f->ix, f->pend, f->npend) != 0 && f->log)
+        node_log("index-failed", "reason", pulse_last_error(), NULL);
+    if (f->nquiet && f->log) {
+        char n[24];
+        u64s(n, sizeof n, f->nquiet);
+        node_log("refused-more", "count", n, NULL);
+    }
+    f->npend = f->nlogged = f->nquiet = 0;
+    pulse_fail(0, "%s", saved);
+}
+
+/* A record refused before it was indexed (it does not verify under this trust set, or its key
+ * is not what it says): the index keeps the verdict (key, size, SHA-256 of the bytes, reason),
+ * never the bytes, so junk costs a row; the same bytes refused again are neither logged nor
+ * counted again. LEN: the bytes fetched (the listed size when the fetch refused them). */
+static void refuse_record(pulse_follower *f, const char *rel, const uint8_t *bytes, size_t len, const char *etag,
+                          const char *why)
+{
+    pulse_index_refusal rf, old;
+    memset(&rf, 0, sizeof rf);
+    if (sync_run_key(f->run, rel, rf.key) != 0)
+        return;
+    rf.size = len;
+    snprintf(rf.etag, sizeof rf.etag, "%s", etag ? etag : "");
+    pulse_sha256(bytes ? (const void *)bytes : "", bytes ? len : 0, rf.digest);
+    memcpy(rf.trust, f->trust_id, 32);
+    snprintf(rf.reason, sizeof rf.reason, "%s", why);
+    rf.time = (uint64_t)time(NULL);
+    int seen = pulse_index_get_refusal(f->ix, rf.key, &old) == 0 && old.size == rf.size &&
+               !memcmp(old.digest, rf.digest, 32) && !memcmp(old.trust, rf.trust, 32);
+    if (!seen || strcmp(old.etag, rf.etag) != 0) {
+        if (f->npend == f->cappend) {
+            size_t cap = f->cappend ? 2 * f->cappend : 16;
+            pulse_index_refusal *v = realloc(f->pend, cap * sizeof *v);
+            if (!v)
+                return;
+            f->pend = v;
+            f->cappend = cap;
+        }
+        f->pend[f->npend++] = rf;
+    }
+    if (seen)
+        return;
+    f->c.verify_failures++;
+    log_refused(f, rel, why);
+}
+
+/* A verified record whose step failed (its objects, its base): the index's row says refused
+ * (it leaves the chain of states); logged and counted once while the reason stays the same. */
+static void refuse_step(pulse_follower *f, int r, const char *rel)
 {
     char why[512];
     snprintf(why, sizeof why, "%s", pulse_last_error());
@@ -340,14 +464,19 @@ static void refused(pulse_follower *f, int r, const char *rel, const uint8_t *by
             node_log("fetch-failed", "record", rel, "reason", why, NULL);
         return;
     }
+    if (pulse_index_mark_verified(f->ix, rel, PULSE_VERDICT_REFUSED, why) != 0)
+        pulse_fail(0, "%s", why);   /* not indexed (a chain that does not fit): nothing to mark */
+    char once[sizeof f->last_step_refusal];
+    snprintf(once, sizeof once, "%s %s", rel, why);
+    if (!strcmp(once, f->last_step_refusal))
+        return;
+    snprintf(f->last_step_refusal, sizeof f->last_step_refusal, "%s", once);
     f->c.verify_failures++;
-    journal_verdict(f, rel, bytes, len, PULSE_VERDICT_REFUSED, why);
-    if (f->log)
-        node_log("refused", "record", rel, "reason", why, NULL);
+    log_refused(f, rel, why);
 }
 
-/* Fetches a listed record once and verifies it. A refusal is journalled, counted and kept
- * (e->err): a pull that needs the record stops with it, naming the step and key. */
+/* Fetches a listed record once and verifies it. A refusal is stored, counted and kept (e->err):
+ * the record is skipped; a pull that cannot get past it names it. */
 static int get_listed(pulse_follower *f, listed *e)
 {
     if (e->fetched)
@@ -357,10 +486,18 @@ static int get_listed(pulse_follower *f, listed *e)
     int r = fetch_record(f, e->rel, &e->rec, &e->bytes, &e->len, &moved);
     f->c.bytes_fetched += moved;
     if (r) {
+        char reason[256];
+        snprintf(reason, sizeof reason, "%s", pulse_last_error());
         r = fail_step(r, e->step, e->rel);
         e->err = r;
         snprintf(e->why, sizeof e->why, "%s", pulse_last_error());
-        refused(f, r, e->rel, e->bytes, e->len);
+        if (is_verdict(r))
+            refuse_record(f, e->rel, e->bytes, e->bytes ? e->len : e->size, e->etag, reason);
+        else if (r != PULSE_ERR_NOTFOUND && f->log)
+            node_log("fetch-failed", "record", e->rel, "reason", e->why, NULL);
+        pulse_store_free(e->bytes);   /* a refused record's bytes are of no further use */
+        e->bytes = NULL;
+        pulse_fail(r, "%s", e->why);
         return r;
     }
     e->ok = 1;
@@ -421,6 +558,52 @@ static void weights_lost(pulse_follower *f, const char *why)
     f->have = 0;
 }
 
+/* Whether a record trusted now produces STATE at STEP: the verified record the index kept for
+ * it, verified again against today's trust set (a store that lost it, or went back to an older
+ * snapshot, does not make it untrusted), else one in the listing. */
+static int state_trusted(pulse_follower *f, listing *l, uint64_t step, const uint8_t state[32])
+{
+    pulse_index_link *links = NULL;
+    size_t n = 0;
+    int ok = 0;
+    if (pulse_index_chain(f->ix, f->run, step, &links, &n) == 0) {
+        for (size_t i = 0; i < n && !ok && links[i].step == step; i++) {
+            uint8_t *bytes = NULL;
+            size_t len = 0;
+            int verdict = 0;
+            pulse_record rec;
+            if (memcmp(links[i].result, state, 32) != 0 ||
+                pulse_index_get_record(f->ix, links[i].key, &bytes, &len, &verdict) != 0)
+                continue;
+            if (verdict == PULSE_VERDICT_OK && pulse_record_verify(bytes, len, f->o.trust, NULL, &rec) == 0) {
+                ok = rec.step == step && !memcmp(rec.result, state, 32) && !strcmp(rec.run, f->run);
+                pulse_record_clear(&rec);
+            }
+            free(bytes);
+        }
+    }
+    free(links);
+    for (size_t i = 0; i < l->n && !ok; i++)
+        if (l->v[i].step == step && get_listed(f, &l->v[i]) == 0 && !memcmp(l->v[i].rec.result, state, 32))
+            ok = 1;
+    pulse_clear_error();
+    return ok;
+}
+
+/* The index says the weights hold STEP/STATE, but no trusted record produces that state (its
+ * signer's key was taken out of the trust set): said loudly; by default the state is treated
+ * as none, so the newest trusted keyframe replaces it, unless the caller keeps it. */
+static void untrusted_state(pulse_follower *f, uint64_t step, const uint8_t state[32])
+{
+    char st[24], hex[65];
+    u64s(st, sizeof st, step);
+    pulse_id_hex(state, hex);
+    f->c.untrusted_state = 1;
+    node_log("untrusted-state", "step", st, "state", hex, "action", f->keep_untrusted ? "kept" : "keyframe", NULL);
+    if (!f->keep_untrusted)
+        f->have = 0;
+}
+
 /* The state the weights hold: hashed once, then its step from the index (or, for weights
  * this index did not write, from the newest trusted record that produces exactly it). */
 static int held_state(pulse_follower *f, listing *l)
@@ -439,6 +622,8 @@ static int held_state(pulse_follower *f, listing *l)
             f->have = 1;
             f->step = a.step;
             memcpy(f->state, state, 32);
+            if (!state_trusted(f, l, a.step, state))
+                untrusted_state(f, a.step, state);
         }
         return 0;
     }
@@ -455,6 +640,8 @@ static int held_state(pulse_follower *f, listing *l)
         f->known = f->have = 1;
         f->step = a.step;
         memcpy(f->state, state, 32);
+        if (!state_trusted(f, l, a.step, state))
+            untrusted_state(f, a.step, state);
         return f->note.stale ? note_settled(f) : 0;   /* read back whole from the disk */
     }
     for (size_t i = l->n; i-- > 0;) {
@@ -466,8 +653,8 @@ static int held_state(pulse_follower *f, listing *l)
         }
     }
     char hex[65];
-    if (f->note.stale) {
-        weights_lost(f, "no-state");
+    if (f->note.stale || f->suspect) {
+        weights_lost(f, f->suspect ? "journal-refused" : "no-state");
         return 0;
     }
     return pulse_fail(PULSE_ERR_MISMATCH, "weights %s hold state %.16s..., which no trusted record of run %s produces",
@@ -512,6 +699,7 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
     f->known = f->have = 1;
     f->step = j->step;
     memcpy(f->state, j->result, 32);
+    f->c.untrusted_state = 0;
     node_journal done = *j;
     done.phase = JOURNAL_APPLIED;
     if (!r && j->phase != JOURNAL_APPLIED)
@@ -752,8 +940,45 @@ static int apply_listed(pulse_follower *f, const char *rel, const pulse_record *
     f->c.bytes_fetched += total - moved;
     if (r && !f->stopped) {
         r = fail_step(r, rec->step, rel);
-        refused(f, r, rel, bytes, len);
+        refuse_step(f, r, rel);
     }
+    return r;
+}
+
+/* Whether the journal J speaks of a record trusted now: the one it names, from the index
+ * (where it was stored as verified before the journal was written) or else from the store,
+ * signed by a trusted key, under its own key, of this run, with J's kind, step, base and result.
+ * A journal nobody's record stands behind (planted in the state directory) is not redone. */
+static int journal_vouched(pulse_follower *f, const node_journal *j)
+{
+    listed e;
+    pulse_record rec;
+    char want[SYNC_KEY_MAX];
+    int have = 0, r = 0;
+    if (parse_rel(f->o.trust, j->rel, &e) != 0)
+        return pulse_fail(PULSE_ERR_AUTH, "it names %s, not the record of a trusted key", j->rel);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    int verdict = 0;
+    if (pulse_index_get_record(f->ix, j->rel, &bytes, &len, &verdict) == 0 && verdict == PULSE_VERDICT_OK &&
+        pulse_record_verify(bytes, len, f->o.trust, NULL, &rec) == 0)
+        have = 1;
+    free(bytes);
+    if (!have) {
+        uint8_t *b = NULL;
+        uint64_t moved = 0;
+        r = fetch_record(f, j->rel, &rec, &b, &len, &moved);
+        f->c.bytes_fetched += moved;
+        pulse_store_free(b);
+        if (r)
+            return r;
+    }
+    if (pulse_record_key(&rec, want, sizeof want) != 0 || strcmp(want, j->rel) != 0 || strcmp(rec.run, f->run) != 0 ||
+        rec.kind != j->kind || rec.step != j->step || memcmp(rec.result, j->result, 32) != 0 ||
+        (j->kind == PULSE_RECORD_SYNC_PATCH && memcmp(rec.base, j->base, 32) != 0))
+        r = pulse_fail(PULSE_ERR_MISMATCH, "the record %s is not the step the journal says (kind, step, base or result)",
+                       j->rel);
+    pulse_record_clear(&rec);
     return r;
 }
 
@@ -773,6 +998,20 @@ int follower_recover(pulse_follower *f, int *did)
         *did = 1;
     char st[24];
     u64s(st, sizeof st, j.step);
+    if ((r = journal_vouched(f, &j)) != 0) {
+        if (!is_verdict(r) && r != PULSE_ERR_NOTFOUND) {
+            /* The store is down and the index does not have it: decided on a later pull. */
+            f->recovered = 0;
+            return fail_prefixed(r, "checking the journal's record");
+        }
+        /* Not redone, and the weights are not taken for its result: hashed as they are, and
+         * replaced from a keyframe if no trusted record produces them. */
+        node_log("journal-refused", "step", st, "record", j.rel, "reason", pulse_last_error(), NULL);
+        pulse_clear_error();
+        f->known = 0;
+        f->suspect = 1;
+        return journal_clear(f->o.state_dir);
+    }
     if (j.phase == JOURNAL_APPLYING && j.kind == PULSE_RECORD_SYNC_PATCH) {
         /* The weights may be torn: every position the absolute patch names gets its final
          * value again; the rest was never written. So the base check is skipped (the patch's
@@ -863,7 +1102,15 @@ int follower_try_next(pulse_follower *f, const char *rel, int *applied)
         return 0;
     }
     if (r) {
-        refused(f, r, rel, bytes, len);
+        char why[256];
+        snprintf(why, sizeof why, "%s", pulse_last_error());
+        r = fail_step(r, e.step, rel);
+        if (is_verdict(r)) {
+            refuse_record(f, rel, bytes, len, NULL, why);
+            flush_refusals(f);
+        } else if (f->log) {
+            node_log("fetch-failed", "record", rel, "reason", pulse_last_error(), NULL);
+        }
         pulse_store_free(bytes);
         return r;
     }
@@ -878,9 +1125,10 @@ int follower_try_next(pulse_follower *f, const char *rel, int *applied)
 
 /* Follows patches chained from (step, state) through the listing: indices into l->v in
  * *path (capacity l->n), their count *n, the bytes of their objects and the step reached.
- * A refused record on the way stops the walk with its error. */
-static int walk_chain(pulse_follower *f, listing *l, uint64_t step, const uint8_t state[32], size_t *path,
-                      size_t *n, uint64_t *bytes, uint64_t *end, size_t *broken)
+ * A refused record is skipped (another record may still chain on); a record that could not be
+ * fetched (store, network) ends the walk there, its index in *stuck. */
+static void walk_chain(pulse_follower *f, listing *l, uint64_t step, const uint8_t state[32], size_t *path,
+                       size_t *n, uint64_t *bytes, uint64_t *end, size_t *stuck)
 {
     uint8_t cur[32];
     memcpy(cur, state, 32);
@@ -891,22 +1139,79 @@ static int walk_chain(pulse_follower *f, listing *l, uint64_t step, const uint8_
         if (e->kind != PULSE_RECORD_SYNC_PATCH || e->step <= *end)
             continue;
         int r = get_listed(f, e);
-        if (r)
-            return r;
-        if (memcmp(e->rec.base, cur, 32) != 0) {
-            /* A gap or another branch; the chain may go on at a later step. The first such
-             * record is kept: if nothing better reaches past it, it is the refusal. */
-            if (broken && *broken == SIZE_MAX)
-                *broken = i;
+        if (r && (is_verdict(r) || r == PULSE_ERR_NOTFOUND))
             continue;
+        if (r) {
+            if (*stuck == SIZE_MAX)
+                *stuck = i;
+            return;
         }
+        if (memcmp(e->rec.base, cur, 32) != 0)
+            continue;   /* a gap or another branch; the chain may go on at a later step */
         path[(*n)++] = i;
         for (uint32_t k = 0; k < e->rec.n_objects; k++)
             *bytes += e->rec.objects[k].size;
         memcpy(cur, e->rec.result, 32);
         *end = e->step;
     }
+}
+
+/* The newest listed record that verifies (fetched from the newest down; those fetched already
+ * are not fetched again): 1 and its index, 0 when none does, -1 when a fetch failed first. */
+static int newest_verified(pulse_follower *f, listing *l, size_t *at)
+{
+    for (size_t i = l->n; i-- > 0;) {
+        int r = get_listed(f, &l->v[i]);
+        if (!r) {
+            *at = i;
+            return 1;
+        }
+        if (!is_verdict(r) && r != PULSE_ERR_NOTFOUND) {
+            *at = i;
+            return -1;
+        }
+    }
+    pulse_clear_error();
     return 0;
+}
+
+/* A store whose newest verified record is older than the state held (an old snapshot, a
+ * restored bucket, a replica behind): nothing of it is applied; said once when it starts. */
+static void store_behind(pulse_follower *f, int behind, uint64_t newest, int have_newest)
+{
+    if (behind == f->c.store_behind)
+        return;
+    f->c.store_behind = behind;
+    if (!f->log)
+        return;
+    char h[24], nw[24];
+    u64s(h, sizeof h, f->step);
+    u64s(nw, sizeof nw, newest);
+    if (behind)
+        node_log("store-behind", "held", h, "newest", have_newest ? nw : "none", NULL);
+    else
+        node_log("store-caught-up", "held", h, "newest", nw, NULL);
+}
+
+/* The pull could not reach NEWEST from REACHED: the first record after REACHED that was refused
+ * or does not follow from the state reached is named, with its reason. */
+static int chain_stuck(pulse_follower *f, listing *l, uint64_t reached, uint64_t newest)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        listed *e = &l->v[i];
+        if (e->kind != PULSE_RECORD_SYNC_PATCH || e->step <= reached || e->step > newest || !e->fetched)
+            continue;
+        if (!e->ok)
+            return pulse_fail(e->err, "%s", e->why);
+        pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold (step %" PRIu64 ")", reached);
+        int r = fail_step(PULSE_ERR_MISMATCH, e->step, e->rel);
+        refuse_step(f, r, e->rel);
+        return r;
+    }
+    char nw[24];
+    u64s(nw, sizeof nw, newest);
+    return pulse_fail(PULSE_ERR_MISMATCH, "run %s: no verified path from step %" PRIu64 " to step %s", f->run,
+                      reached, nw);
 }
 
 PULSE_API int pulse_follower_pull(pulse_follower *f, size_t *applied, pulse_sync_step *held_out)
@@ -923,34 +1228,48 @@ PULSE_API int pulse_follower_pull(pulse_follower *f, size_t *applied, pulse_sync
     size_t *chain = NULL, *kpath = NULL;
     if (!r && l.n && (!(chain = calloc(l.n, sizeof *chain)) || !(kpath = calloc(l.n, sizeof *kpath))))
         r = pulse_fail(PULSE_ERR_NOMEM, "record listing");
+    size_t stuck = SIZE_MAX;
     if (!r && l.n) {
-        uint64_t newest = l.v[l.n - 1].step;
-        follower_saw_step(f, newest);
-        /* The patch chain from the held state. */
+        /* The patch chain from the held state (it fetches every newer sync-patch record). */
         uint64_t chain_bytes = 0, chain_end = 0;
-        size_t nchain = 0, broken = SIZE_MAX;
+        size_t nchain = 0;
         if (f->have)
-            r = walk_chain(f, &l, f->step, f->state, chain, &nchain, &chain_bytes, &chain_end, &broken);
-        int behind_far = !f->have || newest - f->step > f->max_behind || chain_end < newest;
+            walk_chain(f, &l, f->step, f->state, chain, &nchain, &chain_bytes, &chain_end, &stuck);
+        /* Lag, catch-up and freshness go by the newest record that verifies, never by a key
+         * name: junk at step 10^12 moves nothing. */
+        size_t nv = 0;
+        int have_newest = stuck == SIZE_MAX ? newest_verified(f, &l, &nv) : -1;
+        if (have_newest < 0 && stuck == SIZE_MAX)
+            stuck = nv;
+        uint64_t newest = have_newest > 0 ? l.v[nv].step : 0;
+        if (f->have && have_newest >= 0)
+            store_behind(f, have_newest == 0 || newest < f->step, newest, have_newest > 0);
+        int ahead = have_newest > 0 && (!f->have || newest > f->step);
+        int behind_far = !f->have || (ahead && (newest - f->step > f->max_behind || chain_end < newest));
         /* The newest keyframe that verifies and the chain after it. */
         size_t nk = 0, kf = 0;
         int have_kf = 0;
         uint64_t kf_bytes = 0, kf_end = 0;
-        for (size_t i = l.n; !r && behind_far && i-- > 0;) {
+        for (size_t i = l.n; stuck == SIZE_MAX && behind_far && i-- > 0;) {
             listed *e = &l.v[i];
             if (e->kind != PULSE_RECORD_KEYFRAME || (f->have && e->step <= f->step))
                 continue;
-            if ((r = get_listed(f, e)) != 0)
+            int g = get_listed(f, e);
+            if (g && (is_verdict(g) || g == PULSE_ERR_NOTFOUND))
+                continue;   /* refused: an older keyframe may do */
+            if (g) {
+                stuck = i;
                 break;
+            }
             kf = i;
             have_kf = 1;
             for (uint32_t k = 0; k < e->rec.n_objects; k++)
                 kf_bytes += e->rec.objects[k].size;
-            r = walk_chain(f, &l, e->step, e->rec.result, kpath, &nk, &kf_bytes, &kf_end, NULL);
+            walk_chain(f, &l, e->step, e->rec.result, kpath, &nk, &kf_bytes, &kf_end, &stuck);
             break;
         }
         int use_kf = have_kf && (!f->have || kf_end > chain_end || (kf_end == chain_end && kf_bytes < chain_bytes));
-        if (!r && f->log && behind_far) {
+        if (f->log && behind_far && (ahead || !f->have) && stuck == SIZE_MAX) {
             char b1[24], b2[24], b3[24], b4[24];
             u64s(b1, sizeof b1, f->have ? newest - f->step : newest + 1);
             u64s(b2, sizeof b2, chain_bytes);
@@ -961,7 +1280,7 @@ PULSE_API int pulse_follower_pull(pulse_follower *f, size_t *applied, pulse_sync
                      "behind", b1, "chain_bytes", f->have ? b2 : "none", "keyframe_bytes", have_kf ? b3 : "none",
                      "to_step", b4, NULL);
         }
-        if (!r && !f->have && !have_kf)
+        if (!f->have && !have_kf && stuck == SIZE_MAX)
             r = pulse_fail(PULSE_ERR_NOTFOUND, "run %s has no keyframe from a trusted key to start from", f->run);
         if (!r && use_kf) {
             listed *e = &l.v[kf];
@@ -973,17 +1292,19 @@ PULSE_API int pulse_follower_pull(pulse_follower *f, size_t *applied, pulse_sync
             listed *e = &l.v[path[i]];
             r = apply_listed(f, e->rel, &e->rec, e->bytes, e->len, e->len);
         }
-        /* The chain stopped at a record that does not follow from the state reached, and no
-         * keyframe gets further: that record is refused (after the steps before it). */
-        if (!r && !use_kf && broken != SIZE_MAX && chain_end < newest && l.v[broken].step > f->step) {
-            listed *e = &l.v[broken];
-            pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold (step %" PRIu64 ")", f->step);
-            r = fail_step(PULSE_ERR_MISMATCH, e->step, e->rel);
-            refused(f, r, e->rel, e->bytes, e->len);
-        }
+        /* Every verified step that could be applied was. A record that could not be fetched
+         * ends the pull with its error (tried again next time); a chain that cannot reach the
+         * newest verified record names the first record in the way. */
+        if (!r && stuck != SIZE_MAX)
+            r = pulse_fail(l.v[stuck].err ? l.v[stuck].err : PULSE_ERR_IO, "%s", l.v[stuck].why);
+        else if (!r && ahead && f->have && f->step < newest)
+            r = chain_stuck(f, &l, f->step, newest);
     } else if (!r && !f->have) {
         r = pulse_fail(PULSE_ERR_NOTFOUND, "run %s has no keyframe from a trusted key to start from", f->run);
+    } else if (!r && f->have) {
+        store_behind(f, 1, 0, 0);   /* the store lists no record of the run at all */
     }
+    flush_refusals(f);
     free(chain);
     free(kpath);
     listing_free(&l);

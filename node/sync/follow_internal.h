@@ -13,9 +13,11 @@ typedef struct follow_counters {
     uint64_t bytes_fetched;        /* records and objects */
     uint64_t verify_failures;      /* records or steps refused */
     uint64_t store_retries;        /* requests the store repeated (pulse_store_retries) */
-    uint64_t newest_step;          /* newest step seen in a trusted record or head */
+    uint64_t newest_step;          /* newest step of a record that verified (never a key name or a head) */
     uint64_t newest_time;          /* its record's publication time (0: not known) */
     int have_newest;
+    int store_behind;              /* the store's newest verified record is older than the held state */
+    int untrusted_state;           /* the held state is produced by no record trusted now */
     double last_step_seconds;      /* the last step applied: its verified record to the weights holding it */
 } follow_counters;
 
@@ -23,8 +25,9 @@ typedef struct follow_counters {
 
 /* Daemon settings: MAX_BEHIND steps beyond which (or with a broken chain) a catch-up compares
  * the keyframe path with the patch chain by bytes; LOG_EVENTS: one node_log line per event
- * (pulse pull stays quiet). */
-void follower_configure(pulse_follower *f, unsigned max_behind, int log_events);
+ * (pulse pull stays quiet); KEEP_UNTRUSTED: a held state no trusted record produces is kept
+ * with a warning instead of being replaced from the newest trusted keyframe. */
+void follower_configure(pulse_follower *f, unsigned max_behind, int log_events, int keep_untrusted);
 
 /* The counters, the store's retry count brought up to date. */
 const follow_counters *follower_counters(pulse_follower *f);
@@ -42,8 +45,5 @@ int follower_recover(pulse_follower *f, int *did);
  * then; *applied = 0 (and 0 returned) when it does not chain or is not there, so the caller
  * catches up with pulse_follower_pull. Errors are those of a refused or failed step. */
 int follower_try_next(pulse_follower *f, const char *rel, int *applied);
-
-/* Notes a step named by a head (for the lag figures) without fetching anything. */
-void follower_saw_step(pulse_follower *f, uint64_t step);
 
 #endif

@@ -78,7 +78,7 @@ static void test_basics(const char *path)
     CHECK_OK(pulse_index_open(&ix, path));
     int v = 0;
     CHECK_OK(pulse_index_schema_version(ix, &v));
-    CHECK_EQ_INT(v, 1);
+    CHECK_EQ_INT(v, PULSE_INDEX_SCHEMA_VERSION);
     CHECK(sql_text_is(path, "PRAGMA journal_mode", "wal"));
 
     char keys[4][PULSE_INDEX_MAX_KEY + 1];
@@ -195,7 +195,7 @@ static void test_basics(const char *path)
     CHECK_OK(pulse_index_head(ix, "run1", &step, state));
     CHECK_EQ_INT(step, 2);
     pulse_index_close(&ix);
-    CHECK_EQ_INT(sql_count(path, "PRAGMA user_version"), 1);
+    CHECK_EQ_INT(sql_count(path, "PRAGMA user_version"), PULSE_INDEX_SCHEMA_VERSION);
     CHECK_EQ_INT(sql_count(path, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"), 1);
     for (int s = 0; s < 4; s++)
         free(bytes[s]);
@@ -227,6 +227,41 @@ static void test_versions(void)
 
 /* The child stops inside the transaction, between the records row and its objects rows. */
 static int hook_fd = -1;
+/* Refusals: one row per key, replaced when the bytes change; no record row, no bytes. */
+static void test_refusals(void)
+{
+    char path[512];
+    test_path(path, sizeof path, "refusals.db");
+    pulse_index *ix = NULL;
+    CHECK_OK(pulse_index_open(&ix, path));
+    pulse_index_refusal v[2], got;
+    memset(v, 0, sizeof v);
+    snprintf(v[0].key, sizeof v[0].key, "r/records/sync-patch/000000000007/%064d", 0);
+    snprintf(v[1].key, sizeof v[1].key, "r/records/sync-patch/000000000008/%064d", 0);
+    for (int i = 0; i < 2; i++) {
+        v[i].size = 10 + (uint64_t)i;
+        snprintf(v[i].etag, sizeof v[i].etag, "etag%d", i);
+        memset(v[i].digest, i + 1, 32);
+        memset(v[i].trust, 9, 32);
+        snprintf(v[i].reason, sizeof v[i].reason, "reason %d", i);
+        v[i].time = 100;
+    }
+    CHECK_OK(pulse_index_put_refusals(ix, v, 2));
+    CHECK_OK(pulse_index_get_refusal(ix, v[1].key, &got));
+    CHECK_EQ_INT(got.size, 11);
+    CHECK(!strcmp(got.etag, "etag1") && !strcmp(got.reason, "reason 1") && !memcmp(got.digest, v[1].digest, 32));
+    v[1].size = 12;
+    memset(v[1].digest, 7, 32);
+    CHECK_OK(pulse_index_put_refusals(ix, &v[1], 1));
+    CHECK_OK(pulse_index_get_refusal(ix, v[1].key, &got));
+    CHECK_EQ_INT(got.size, 12);
+    CHECK(!memcmp(got.digest, v[1].digest, 32));
+    CHECK_ERR(pulse_index_get_refusal(ix, "r/records/none", &got), PULSE_ERR_NOTFOUND);
+    pulse_index_close(&ix);
+    CHECK_EQ_INT(sql_count(path, "SELECT count(*) FROM refusals"), 2);
+    CHECK_EQ_INT(sql_count(path, "SELECT count(*) FROM records"), 0);
+}
+
 static void stop_here(const char *point)
 {
     if (strcmp(point, "put-record:after-record-row") != 0)
@@ -297,6 +332,7 @@ int main(void)
     test_path(path, sizeof path, "index.db");
     test_basics(path);
     test_versions();
+    test_refusals();
     test_crash();
     pulse_key_free(&key);
     test_tmpdir_remove();
