@@ -13,6 +13,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: pulse pull --store URL --run R --trust PUB|DIR [--trust ...] --state DIR --weights FILE\n"
+        "                  [--threads N] [--deadline S]\n"
         "\n"
         "Brings FILE to the newest state published for run R by a trusted key: from the newest\n"
         "keyframe when FILE does not exist, then every patch in chain order. Each step is verified\n"
@@ -25,7 +26,9 @@ static void usage(FILE *f)
         "  --trust P       a .pub file or a directory of them (repeatable)\n"
         "  --state DIR     this follower's state (index.db)\n"
         "  --weights FILE  the local checkpoint to keep current\n"
-        "  --threads N     threads (default: all cores)\n");
+        "  --threads N     threads (default: all cores)\n"
+        "  --deadline S    give up after S seconds, every request and retry included (default 3600;\n"
+        "                  0: no bound); the weights stay at the last step applied\n");
 }
 
 static int print_step(void *ctx, const pulse_sync_step *s)
@@ -49,6 +52,7 @@ int cmd_pull(int argc, char **argv)
     }
     pulse_follow_opts o;
     pulse_follow_opts_default(&o);
+    o.deadline_s = 3600;
     pulse_trust *trust = NULL;
     int r = pulse_trust_new(&trust);
     if (r)
@@ -75,6 +79,11 @@ int cmd_pull(int argc, char **argv)
                 rc = cli_usage_error("pull", "--threads wants a number from 1 to 1024");
             else
                 o.threads = (int)v;
+        } else if (!strcmp(a, "--deadline")) {
+            if (cli_parse_u64(val, &v) || v > 1000000000)
+                rc = cli_usage_error("pull", "--deadline wants seconds from 0 to 1000000000");
+            else
+                o.deadline_s = (double)v;
         } else {
             rc = cli_usage_error("pull", "unknown %s '%s'", a[0] == '-' ? "option" : "argument", a);
         }

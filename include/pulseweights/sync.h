@@ -109,6 +109,11 @@ typedef struct pulse_follow_opts {
      * to a state are replaced by the newest keyframe (docs/node.md). Where the kernel has no
      * boot id, every step is synced. */
     int durable;
+    /* Seconds one pull may take, every request of it and their retries included
+     * (pulse_store_set_deadline): past it the pull fails with PULSE_ERR_NETWORK, the weights at
+     * the last step applied, and the next pull starts afresh. 0, the default: no bound beyond
+     * the store's per-request limits. `pulse pull` and `pulse node follow` set 3600. */
+    double deadline_s;
 } pulse_follow_opts;
 
 PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o);

@@ -217,6 +217,7 @@ int node_follow_run(const node_follow_cfg *cfg)
     o.weights_path = cfg->weights_path;
     o.threads = cfg->threads;
     o.durable = cfg->durable;
+    o.deadline_s = (double)cfg->deadline_s;
     o.on_step = on_step;
     o.ctx = &n;
     node_signals_install();

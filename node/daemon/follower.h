@@ -18,6 +18,7 @@ typedef struct node_follow_cfg {
     int once;                        /* catch up once, then exit */
     int durable;                     /* sync the weights after every step */
     int threads;
+    uint64_t deadline_s;             /* one pull or poll, every request included; 0: no bound */
     uint64_t max_staleness;          /* seconds; 0: no bound (pulse_stale stays 0) */
     int keep_untrusted;              /* keep a held state no trusted record produces (warn only) */
 } node_follow_cfg;

@@ -17,7 +17,7 @@ static void usage(FILE *f)
         "usage: pulse node follow --store URL --run R --trust PUB|DIR [--trust ...] --state DIR --weights FILE\n"
         "                         [--key K] [--on-update CMD] [--poll-ms T] [--metrics ADDR:PORT]\n"
         "                         [--metrics-file PATH] [--once] [--durable] [--log text|json]\n"
-        "                         [--max-staleness S] [--keep-untrusted]\n"
+        "                         [--max-staleness S] [--keep-untrusted] [--deadline S]\n"
         "\n"
         "Keeps FILE at the newest state published for run R by a trusted key, for as long as it\n"
         "runs: polls each trusted node's head with a conditional GET, verifies every record, applies\n"
@@ -48,6 +48,8 @@ static void usage(FILE *f)
         "  --keep-untrusted     keep weights whose state no trusted record produces (a key taken out\n"
         "                       of --trust), with a warning; default: replace them from the newest\n"
         "                       trusted keyframe (docs/trust.md)\n"
+        "  --deadline S         a pull or poll gives up after S seconds, every request and retry\n"
+        "                       included (default 3600; 0: no bound); the next poll starts afresh\n"
         "  --log FORMAT         text (default) or json\n"
         "  --threads N          threads (default: all cores)\n");
 }
@@ -68,6 +70,7 @@ int node_follow_main(int argc, char **argv)
         return cli_finish_stdout(VERB);
     }
     node_follow_cfg c = { 0 };
+    c.deadline_s = 3600;
     pulse_trust *trust = NULL;
     int r = pulse_trust_new(&trust);
     if (r)
@@ -129,6 +132,11 @@ int node_follow_main(int argc, char **argv)
             if (cli_parse_u64(val, &v) || v < 1 || v > 100ull * 365 * 86400)
                 rc = cli_usage_error(VERB, "--max-staleness wants seconds from 1 to 3153600000");
             c.max_staleness = v;
+        } else if (!strcmp(a, "--deadline")) {
+            uint64_t v;
+            if (cli_parse_u64(val, &v) || v > 1000000000)
+                rc = cli_usage_error(VERB, "--deadline wants seconds from 0 to 1000000000");
+            c.deadline_s = v;
         } else if (!strcmp(a, "--threads")) {
             if (parse_u32(val, 1, 1024, &u))
                 rc = cli_usage_error(VERB, "--threads wants a number from 1 to 1024");

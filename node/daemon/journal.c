@@ -65,7 +65,7 @@ int journal_read(const char *dir, node_journal *j, int *found)
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = '\0';
-    char phase[16], kind[32], base[80], result[80], rel[600];
+    char phase[16] = "", kind[32] = "", base[80] = "", result[80] = "", rel[600] = "";
     char magic[32];
     unsigned long long step;
     int ok = sscanf(text, "%31[^\n]\nphase %15s\nkind %31s\nstep %llu\nbase %79s\nresult %79s\nrecord %599s\n",

@@ -150,6 +150,9 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
         return pulse_fail(PULSE_ERR_INVALID, "follower needs a weights path or tensors in memory (exactly one)");
     if (weights && (weights->nfiles || !(weights->flags & PULSE_CKPT_WRITE)))
         return pulse_fail(PULSE_ERR_INVALID, "follower weights in memory must be a writable pulse_ckpt_wrap");
+    if (opts->size >= offsetof(pulse_follow_opts, deadline_s) + sizeof opts->deadline_s &&
+        !(opts->deadline_s >= 0 && opts->deadline_s <= 1e9))
+        return pulse_fail(PULSE_ERR_INVALID, "follower deadline must be 0 (none) or a number of seconds");
     if (pulse_trust_count(opts->trust) == 0)
         return pulse_fail(PULSE_ERR_INVALID, "follower trusts no key");
     pulse_follower *f = calloc(1, sizeof *f);
@@ -1084,7 +1087,35 @@ int follower_recover(pulse_follower *f, int *did)
     return finish_step(f, &j, &s);
 }
 
+/* Bounds the requests of one pull or poll (a trickling or stalling store cannot hold the
+ * follower past it); cleared when it ends, so the node's idle time is not counted. */
+static void deadline_begin(pulse_follower *f)
+{
+    if (f->o.deadline_s > 0)
+        pulse_store_set_deadline(f->st, pulse_monotonic_s() + f->o.deadline_s);
+}
+
+static void deadline_end(pulse_follower *f)
+{
+    if (f->o.deadline_s <= 0)
+        return;
+    char saved[1024];   /* the pull's own error detail outlives the reset */
+    snprintf(saved, sizeof saved, "%s", pulse_last_error());
+    pulse_store_set_deadline(f->st, 0);
+    pulse_fail(0, "%s", saved);
+}
+
+static int try_next(pulse_follower *f, const char *rel, int *applied);
+
 int follower_try_next(pulse_follower *f, const char *rel, int *applied)
+{
+    deadline_begin(f);
+    int r = try_next(f, rel, applied);
+    deadline_end(f);
+    return r;
+}
+
+static int try_next(pulse_follower *f, const char *rel, int *applied)
 {
     *applied = 0;
     listed e;
@@ -1214,7 +1245,17 @@ static int chain_stuck(pulse_follower *f, listing *l, uint64_t reached, uint64_t
                       reached, nw);
 }
 
+static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held_out);
+
 PULSE_API int pulse_follower_pull(pulse_follower *f, size_t *applied, pulse_sync_step *held_out)
+{
+    deadline_begin(f);
+    int r = pull_listed(f, applied, held_out);
+    deadline_end(f);
+    return r;
+}
+
+static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held_out)
 {
     pulse_clear_error();
     listing l = { 0 };

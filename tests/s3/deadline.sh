@@ -65,6 +65,20 @@ grep -qF "the deadline of 3 s for this operation pass" "$work/out" || fail "503:
 grep -qF "HTTP 503 SlowDown" "$work/out" || fail "503: the last attempt's failure is not named"
 echo "ok   503: $(wc -l <"$work/log") requests: $(tr '\n' ' ' <"$work/out")"
 
+# A whole pull against the same server: `pulse pull --deadline 3` gives up at 3 s, the weights
+# (none here) untouched; the retry budget alone would take minutes.
+pulse=${PULSE_BIN:?PULSE_BIN is set by meson}
+(cd "$work" && "$pulse" keygen tr >/dev/null 2>&1) || fail "keygen"
+mkdir -m 700 "$work/fstate"
+rc=0
+timeout 60 "$pulse" pull --store s3://bucket/p --run r --trust "$work/tr.pub" --state "$work/fstate" \
+  --weights "$work/w.safetensors" --deadline 3 >"$work/out" 2>&1 || rc=$?
+[ "$rc" != 124 ] || fail "pull: hung past its deadline (killed after 60 s)"
+[ "$rc" = 1 ] || fail "pull: exit $rc"
+grep -qF "the deadline of 3 s for this operation pass" "$work/out" || fail "pull: no deadline error"
+[ ! -e "$work/w.safetensors" ] || fail "pull: weights written"
+echo "ok   pull --deadline 3: $(tr '\n' ' ' <"$work/out")"
+
 # A deadline already passed: fails at once, without a request; cleared, the handle lists again.
 export PULSE_S3_RETRIES=1
 start_server ok
