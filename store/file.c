@@ -130,10 +130,9 @@ static int open_dir(const struct file_store *f, const char *op, const char *key,
                 rc = refuse_link(op, key, key, at + l);
                 if (link)
                     *link = 1;
-            }
-            else if ((e == ENOENT || e == ENOTDIR) && !create)
+            } else if ((e == ENOENT || e == ENOTDIR) && !create) {
                 rc = pulse_fail(PULSE_ERR_NOTFOUND, "%s %s: no such key", op, key);
-            else {
+            } else {
                 errno = e;
                 rc = pulse_fail_errno(PULSE_ERR_IO, "%s %s: open directory %.*s", op, key, (int)(at + l), key);
             }
