@@ -12,6 +12,7 @@
 #include <zstd.h>
 
 #include "base/fail.h"
+#include "base/names.h"
 #include "crypto/sha256.h"
 #include "pulseweights/audit.h"
 
@@ -955,6 +956,9 @@ PULSE_API int pulse_audit_run(pulse_store *st, const char *run, const pulse_audi
     memset(report, 0, sizeof *report);
     if (!st || !run || !*run || strchr(run, '/'))
         return pulse_fail(PULSE_ERR_INVALID, "pulse_audit_run: a store and a run name are required");
+    int bad = pulse_check_run(run);
+    if (bad)
+        return bad;
     struct audit a = { .st = st, .run = run, .rep = report };
     pulse_audit_opts_default(&a.o);
     if (opts)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/fail.h"
+#include "base/names.h"
 #include "pulseweights/record.h"
 
 /* Field tags of v1, in the only order they may appear (docs/trust.md). Every field is required
@@ -70,21 +71,13 @@ static int all_zero(const uint8_t *p, size_t n)
     return acc == 0;
 }
 
-/* Run names become path components of bucket keys: a small safe alphabet, starting alphanumeric. */
+/* Run names become path components of bucket keys: the rule lives in base/names.c, shared with
+ * every verb and entry point that takes a run. */
+_Static_assert(PULSE_NAMES_MAX_RUN == PULSE_RECORD_MAX_RUN, "one limit for run names");
+
 static int check_run(const char *s, size_t n)
 {
-    if (n == 0)
-        return pulse_fail(PULSE_ERR_FORMAT, "field run: empty");
-    if (n > PULSE_RECORD_MAX_RUN)
-        return pulse_fail(PULSE_ERR_LIMIT, "field run: %zu bytes, limit %u", n, PULSE_RECORD_MAX_RUN);
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-')))
-            return pulse_fail(PULSE_ERR_FORMAT, "field run: byte %zu (0x%02x) not allowed "
-                              "(letters, digits, '.', '_', '-'; first a letter or digit)", i, (unsigned char)c);
-    }
-    return 0;
+    return pulse_names_check_run("field run", s, n);
 }
 
 static int check_role(uint32_t idx, const char *s, size_t n)

@@ -31,13 +31,128 @@ static struct file_store *fs_of(pulse_store *st)
     return st->impl;
 }
 
-static char *join(const struct file_store *f, const char *key)
+/* Every key is resolved beneath the root one directory at a time, with O_NOFOLLOW on each
+ * component: the root may be shared with others (a directory anyone in a group can write), and
+ * a symlink planted in it must never take a get, put, delete or list outside the root. The root
+ * itself is the user's own choice and may be reached through symlinks. Refusals name the key. */
+static int refuse_link(const char *op, const char *key, const char *comp, size_t comp_len)
 {
-    struct buf b = { 0 };
-    buf_adds(&b, f->root);
-    buf_addc(&b, '/');
-    buf_adds(&b, key);
-    return buf_take(&b);
+    if (comp_len == strlen(key))
+        return pulse_fail(PULSE_ERR_IO, "%s %s: is a symbolic link, refused", op, key);
+    return pulse_fail(PULSE_ERR_IO, "%s %s: %.*s is a symbolic link, refused", op, key,
+                      (int)comp_len, comp);
+}
+
+/* True when name in dfd is a symbolic link (not following it). */
+static int is_link_at(int dfd, const char *name)
+{
+    struct stat sb;
+    return fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode);
+}
+
+static int bad_segment(const char *c, size_t n)
+{
+    return n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.');
+}
+
+/* Opens the root directory; with create, makes it first (mkdir -p) when it is missing. */
+static int open_root(const struct file_store *f, const char *op, const char *key, int create, int *out)
+{
+    const char *root = *f->root ? f->root : "/";
+    int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && create) {
+        char *path = strdup(root);
+        if (!path)
+            return pulse_fail(PULSE_ERR_NOMEM, "%s %s: out of memory", op, key);
+        for (char *p = path + 1;; p++) {
+            char *slash = strchr(p, '/');
+            if (slash)
+                *slash = 0;
+            if (mkdir(path, 0777) && errno != EEXIST) {
+                int e = errno;
+                free(path);
+                errno = e;
+                return pulse_fail_errno(PULSE_ERR_IO, "%s %s: create directory %s", op, key, root);
+            }
+            if (!slash)
+                break;
+            *slash = '/';
+            p = slash;
+        }
+        free(path);
+        fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    }
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return pulse_fail(PULSE_ERR_NOTFOUND, "%s %s: no such key (no directory %s)", op, key, root);
+        return pulse_fail_errno(PULSE_ERR_IO, "%s %s: open %s", op, key, root);
+    }
+    *out = fd;
+    return 0;
+}
+
+/* Opens the directory named by the first n bytes of key (whole segments; n == 0: the root),
+ * beneath the root and through no symlink; with create, makes the missing ones (mkdirat).
+ * PULSE_ERR_NOTFOUND when one is missing (or is not a directory) without create; *link (may be
+ * NULL) is set when the refusal was a symlink. */
+static int open_dir(const struct file_store *f, const char *op, const char *key, size_t n, int create,
+                    int *out, int *link)
+{
+    if (link)
+        *link = 0;
+    int dfd = -1, rc = open_root(f, op, key, create, &dfd);
+    if (rc)
+        return rc;
+    char name[256];
+    for (size_t at = 0; at < n;) {
+        const char *c = key + at;
+        const char *e = memchr(c, '/', n - at);
+        size_t l = e ? (size_t)(e - c) : n - at;
+        if (bad_segment(c, l) || l >= sizeof name) {
+            close(dfd);
+            return pulse_fail(PULSE_ERR_INVALID, "%s %s: bad segment '%.*s'", op, key, (int)l, c);
+        }
+        memcpy(name, c, l);
+        name[l] = 0;
+        int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0 && errno == ENOENT && create) {
+            if (mkdirat(dfd, name, 0777) && errno != EEXIST) {
+                rc = pulse_fail_errno(PULSE_ERR_IO, "%s %s: create directory %.*s", op, key,
+                                      (int)(at + l), key);
+                close(dfd);
+                return rc;
+            }
+            sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+        if (sub < 0) {
+            int e = errno;
+            if (is_link_at(dfd, name)) {
+                rc = refuse_link(op, key, key, at + l);
+                if (link)
+                    *link = 1;
+            } else if ((e == ENOENT || e == ENOTDIR) && !create) {
+                rc = pulse_fail(PULSE_ERR_NOTFOUND, "%s %s: no such key", op, key);
+            } else {
+                errno = e;
+                rc = pulse_fail_errno(PULSE_ERR_IO, "%s %s: open directory %.*s", op, key, (int)(at + l), key);
+            }
+            close(dfd);
+            return rc;
+        }
+        close(dfd);
+        dfd = sub;
+        at += l + (e ? 1 : 0);
+    }
+    *out = dfd;
+    return 0;
+}
+
+/* Splits key into its directory part (returned: its length, 0 for none) and its last segment. */
+static size_t dir_len(const char *key, const char **leaf)
+{
+    const char *slash = strrchr(key, '/');
+    *leaf = slash ? slash + 1 : key;
+    return slash ? (size_t)(slash - key) : 0;
 }
 
 static int write_all(int fd, const void *p, size_t n)
@@ -98,48 +213,29 @@ static void hex32(const unsigned char *h, char *out)
     out[64] = 0;
 }
 
-/* Creates every directory above path (the root included), like mkdir -p. */
-static int make_parents(const char *key, char *path)
-{
-    for (char *p = path + 1; (p = strchr(p, '/')); p++) {
-        *p = 0;
-        int r = mkdir(path, 0777);
-        int e = errno;
-        *p = '/';
-        if (r && e != EEXIST) {
-            errno = e;
-            return pulse_fail_errno(PULSE_ERR_IO, "put %s: create directory", key);
-        }
-    }
-    return 0;
-}
-
 static int file_put(pulse_store *st, const char *key, const struct store_src *src, unsigned flags)
 {
     struct file_store *f = fs_of(st);
-    char *path = join(f, key);
-    if (!path)
-        return pulse_fail(PULSE_ERR_NOMEM, "put %s: out of memory", key);
-    int rc = make_parents(key, path);
-    char *tmp = NULL;
-    int fd = -1;
+    const char *leaf;
+    size_t dl = dir_len(key, &leaf);
+    if (bad_segment(leaf, strlen(leaf)))
+        return pulse_fail(PULSE_ERR_INVALID, "put %s: bad segment '%s'", key, leaf);
+    int dfd = -1, rc = open_dir(f, "put", key, dl, 1, &dfd, NULL);
     if (rc)
-        goto out;
-    struct buf tb = { 0 };
-    buf_add(&tb, path, (size_t)(strrchr(path, '/') - path) + 1);
-    buf_adds(&tb, TEMP_MARK "XXXXXX");
-    tmp = buf_take(&tb);
-    if (!tmp) {
-        rc = pulse_fail(PULSE_ERR_NOMEM, "put %s: out of memory", key);
+        return rc;
+    char tmp[64];
+    int fd = -1, made = 0;
+    /* rename(2) would replace a symlink rather than follow it; refusing it says what is wrong. */
+    if (is_link_at(dfd, leaf)) {
+        rc = refuse_link("put", key, key, strlen(key));
         goto out;
     }
-    fd = mkstemp(tmp);
+    fd = pulse_create_temp_at(dfd, "", TEMP_MARK, 0666, tmp, sizeof tmp);
     if (fd < 0) {
-        rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: create temporary file", key);
-        free(tmp);
-        tmp = NULL;
+        rc = pulse_fail(PULSE_ERR_IO, "put %s: %s", key, pulse_last_error());
         goto out;
     }
+    made = 1;
     pulse_sha256_ctx hs;
     pulse_sha256_init(&hs);
     if (src->fd < 0) {
@@ -181,9 +277,7 @@ static int file_put(pulse_store *st, const char *key, const struct store_src *sr
     hex32(h, xv + xl);
     /* Best effort: without xattrs head/list recompute the digest. */
     (void)fsetxattr(fd, ETAG_XATTR, xv, strlen(xv), 0);
-    mode_t um = umask(0);
-    umask(um);
-    if (fchmod(fd, 0666 & ~um) || fsync(fd)) {
+    if (fsync(fd)) {
         rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: fsync", key);
         goto out;
     }
@@ -195,29 +289,30 @@ static int file_put(pulse_store *st, const char *key, const struct store_src *sr
     fd = -1;
     if (flags & PULSE_PUT_IF_ABSENT) {
         /* link(2) never replaces: exactly one of several racing writers wins. */
-        if (link(tmp, path)) {
+        if (linkat(dfd, tmp, dfd, leaf, 0)) {
             rc = errno == EEXIST ? pulse_fail(PULSE_ERR_EXISTS, "put %s: key already exists", key)
                                  : pulse_fail_errno(PULSE_ERR_IO, "put %s: link", key);
             goto out;
         }
-        unlink(tmp);
-    } else if (rename(tmp, path)) {
+    } else if (renameat(dfd, tmp, dfd, leaf)) {
         rc = errno == EISDIR ? pulse_fail(PULSE_ERR_EXISTS, "put %s: a prefix of other keys", key)
                              : pulse_fail_errno(PULSE_ERR_IO, "put %s: rename", key);
         goto out;
+    } else {
+        made = 0;
     }
-    free(tmp);
-    tmp = NULL;
-    if (pulse_fsync_parent(path))
-        rc = pulse_fail(PULSE_ERR_IO, "put %s: %s", key, pulse_last_error());
+    if (made) {
+        unlinkat(dfd, tmp, 0);
+        made = 0;
+    }
+    if (fsync(dfd))
+        rc = pulse_fail_errno(PULSE_ERR_IO, "put %s: fsync of its directory", key);
 out:
     if (fd >= 0)
         close(fd);
-    if (tmp) {
-        unlink(tmp);
-        free(tmp);
-    }
-    free(path);
+    if (made)
+        unlinkat(dfd, tmp, 0);
+    close(dfd);
     return rc;
 }
 
@@ -262,14 +357,29 @@ static int info_of(int fd, const char *op, const char *key, pulse_object_info *i
     return 0;
 }
 
-static int open_object(pulse_store *st, const char *op, const char *key, int *fd_out)
+/* Opens the object at key for reading, through no symlink. *link (may be NULL) is set when the
+ * refusal was a symlink, which a list skips. */
+static int open_object(pulse_store *st, const char *op, const char *key, int *fd_out, int *link)
 {
-    char *path = join(fs_of(st), key);
-    if (!path)
-        return pulse_fail(PULSE_ERR_NOMEM, "%s %s: out of memory", op, key);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *leaf;
+    size_t dl = dir_len(key, &leaf);
+    if (link)
+        *link = 0;
+    if (bad_segment(leaf, strlen(leaf)))
+        return pulse_fail(PULSE_ERR_INVALID, "%s %s: bad segment '%s'", op, key, leaf);
+    int dfd = -1, rc = open_dir(fs_of(st), op, key, dl, 0, &dfd, link);
+    if (rc)
+        return rc;
+    /* O_NONBLOCK: a FIFO planted at a key must not hang the open (info_of refuses it). */
+    int fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     int e = errno;
-    free(path);
+    if (fd < 0 && is_link_at(dfd, leaf)) {
+        close(dfd);
+        if (link)
+            *link = 1;
+        return refuse_link(op, key, key, strlen(key));
+    }
+    close(dfd);
     if (fd < 0) {
         errno = e;
         if (e == ENOENT || e == ENOTDIR)
@@ -284,7 +394,7 @@ static int file_get(pulse_store *st, const char *key, uint64_t offset, uint64_t 
                     const char *if_none_match, const struct store_dst *dst,
                     pulse_object_info *info)
 {
-    int fd, rc = open_object(st, "get", key, &fd);
+    int fd = -1, rc = open_object(st, "get", key, &fd, NULL);
     if (rc)
         return rc;
     /* One descriptor for metadata and bytes: objects are replaced, never rewritten, so
@@ -350,7 +460,7 @@ out:
 
 static int file_head(pulse_store *st, const char *key, pulse_object_info *info)
 {
-    int fd, rc = open_object(st, "head", key, &fd);
+    int fd = -1, rc = open_object(st, "head", key, &fd, NULL);
     if (rc)
         return rc;
     rc = info_of(fd, "head", key, info);
@@ -361,28 +471,52 @@ static int file_head(pulse_store *st, const char *key, pulse_object_info *info)
 static int file_del(pulse_store *st, const char *key)
 {
     struct file_store *f = fs_of(st);
-    char *path = join(f, key);
-    if (!path)
-        return pulse_fail(PULSE_ERR_NOMEM, "delete %s: out of memory", key);
-    int rc = 0;
+    const char *leaf;
+    size_t dl = dir_len(key, &leaf);
+    if (bad_segment(leaf, strlen(leaf)))
+        return pulse_fail(PULSE_ERR_INVALID, "delete %s: bad segment '%s'", key, leaf);
+    int dfd = -1, rc = open_dir(f, "delete", key, dl, 0, &dfd, NULL);
+    if (rc)
+        return rc;
     struct stat sb;
-    if (lstat(path, &sb) || !S_ISREG(sb.st_mode)) {
+    if (fstatat(dfd, leaf, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode)) {
+        rc = refuse_link("delete", key, key, strlen(key));
+    } else if (fstatat(dfd, leaf, &sb, AT_SYMLINK_NOFOLLOW) || !S_ISREG(sb.st_mode)) {
         rc = pulse_fail(PULSE_ERR_NOTFOUND, "delete %s: no such key", key);
-    } else if (unlink(path)) {
+    } else if (unlinkat(dfd, leaf, 0)) {
         rc = pulse_fail_errno(PULSE_ERR_IO, "delete %s", key);
     } else {
-        (void)pulse_fsync_parent(path);   /* best effort: the key is gone either way */
-        /* S3 has no directories: drop the ones this key alone kept alive. */
-        size_t rootlen = strlen(f->root);
-        char *s;
-        while ((s = strrchr(path, '/')) && (size_t)(s - path) > rootlen) {
-            *s = 0;
-            if (rmdir(path))
-                break;
-        }
+        (void)fsync(dfd);   /* best effort: the key is gone either way */
     }
-    free(path);
-    return rc;
+    close(dfd);
+    if (rc)
+        return rc;
+    /* S3 has no directories: drop the ones this key alone kept alive, each removed from its own
+     * parent (opened again beneath the root), so that nothing outside is ever touched. */
+    char name[256];
+    while (dl > 0) {
+        const char *slash = NULL;
+        for (size_t i = dl; i-- > 0;)
+            if (key[i] == '/') {
+                slash = key + i;
+                break;
+            }
+        size_t pl = slash ? (size_t)(slash - key) : 0;
+        const char *c = slash ? slash + 1 : key;
+        size_t l = dl - (size_t)(c - key);
+        int pfd;
+        if (l >= sizeof name || open_dir(f, "delete", key, pl, 0, &pfd, NULL))
+            break;
+        memcpy(name, c, l);
+        name[l] = 0;
+        int r = unlinkat(pfd, name, AT_REMOVEDIR);
+        close(pfd);
+        if (r)
+            break;
+        dl = pl;
+    }
+    pulse_clear_error();
+    return 0;
 }
 
 struct key_list {
@@ -404,13 +538,15 @@ static int key_push(struct key_list *l, char *k)
     return 0;
 }
 
-/* Collects keys under dir (whose key form is kp, "" or ending in '/') that can match prefix. */
-static int walk(const char *dir, const char *kp, const char *prefix, struct key_list *out)
+/* Collects keys under the directory dfd (owned; whose key form is kp, "" or ending in '/') that
+ * can match prefix. Symlinks are neither listed nor followed. */
+static int walk(int dfd, const char *kp, const char *prefix, struct key_list *out)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return (errno == ENOENT || errno == ENOTDIR) ? 0
-               : pulse_fail_errno(PULSE_ERR_IO, "list: open directory for '%s'", kp);
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return pulse_fail_errno(PULSE_ERR_IO, "list: open directory for '%s'", kp);
+    }
     int rc = 0;
     struct dirent *e;
     size_t plen = strlen(prefix);
@@ -418,24 +554,27 @@ static int walk(const char *dir, const char *kp, const char *prefix, struct key_
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
             !strncmp(e->d_name, TEMP_MARK, strlen(TEMP_MARK)))
             continue;
-        struct buf kb = { 0 }, pb = { 0 };
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) || S_ISLNK(sb.st_mode))
+            continue;
+        struct buf kb = { 0 };
         buf_adds(&kb, kp);
         buf_adds(&kb, e->d_name);
-        buf_adds(&pb, dir);
-        buf_addc(&pb, '/');
-        buf_adds(&pb, e->d_name);
-        if (kb.oom || pb.oom) {
+        if (kb.oom) {
             buf_free(&kb);
-            buf_free(&pb);
             rc = pulse_fail(PULSE_ERR_NOMEM, "list: out of memory");
             break;
         }
-        struct stat sb;
-        if (lstat(pb.data, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (S_ISDIR(sb.st_mode)) {
             buf_addc(&kb, '/');
             size_t m = kb.len < plen ? kb.len : plen;
-            if (!kb.oom && !strncmp(kb.data, prefix, m))
-                rc = walk(pb.data, kb.data, prefix, out);
+            if (!kb.oom && !strncmp(kb.data, prefix, m)) {
+                int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub >= 0)
+                    rc = walk(sub, kb.data, prefix, out);
+                else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP)
+                    rc = pulse_fail_errno(PULSE_ERR_IO, "list: open directory for '%s'", kb.data);
+            }
             buf_free(&kb);
         } else if (S_ISREG(sb.st_mode) && !strncmp(kb.data, prefix, plen)) {
             char *k = buf_take(&kb);
@@ -446,7 +585,6 @@ static int walk(const char *dir, const char *kp, const char *prefix, struct key_
         } else {
             buf_free(&kb);
         }
-        buf_free(&pb);
     }
     closedir(d);
     return rc;
@@ -462,22 +600,27 @@ static int file_list(pulse_store *st, const char *prefix, const char *start_afte
                      pulse_store_list_fn fn, void *ctx)
 {
     struct file_store *f = fs_of(st);
-    /* Start at the deepest directory the prefix names, so "a/b/c" does not walk the root. */
+    /* Start at the deepest directory the prefix names, so "a/b/c" does not walk the root. A
+     * missing one, or a symlink, lists nothing. */
     const char *slash = strrchr(prefix, '/');
     size_t dlen = slash ? (size_t)(slash - prefix) + 1 : 0;
-    struct buf db = { 0 }, kp = { 0 };
-    buf_adds(&db, f->root);
-    if (dlen) {
-        buf_addc(&db, '/');
-        buf_add(&db, prefix, dlen - 1);
-    } else if (!*f->root) {
-        buf_addc(&db, '/');
-    }
-    buf_add(&kp, prefix, dlen);
     struct key_list l = { 0 };
-    int rc = (db.oom || kp.oom) ? pulse_fail(PULSE_ERR_NOMEM, "list: out of memory")
-                                : walk(db.data, kp.data ? kp.data : "", prefix, &l);
-    buf_free(&db);
+    int link = 0;
+    int dfd = -1, rc = open_dir(f, "list", prefix, dlen ? dlen - 1 : 0, 0, &dfd, &link);
+    if (rc == PULSE_ERR_NOTFOUND || link) {
+        pulse_clear_error();
+        return 0;
+    }
+    if (rc)
+        return rc;
+    struct buf kp = { 0 };
+    buf_add(&kp, prefix, dlen);
+    if (kp.oom) {
+        close(dfd);
+        rc = pulse_fail(PULSE_ERR_NOMEM, "list: out of memory");
+    } else {
+        rc = walk(dfd, kp.data ? kp.data : "", prefix, &l);
+    }
     buf_free(&kp);
     if (!rc && l.n > 1)   /* qsort(NULL, 0, ...) is undefined behaviour */
         qsort(l.keys, l.n, sizeof *l.keys, cmp_keys);
@@ -487,9 +630,9 @@ static int file_list(pulse_store *st, const char *prefix, const char *start_afte
         int fd;
         pulse_object_info info;
         memset(&info, 0, sizeof info);
-        int r = open_object(st, "list", l.keys[i], &fd);
-        if (r == PULSE_ERR_NOTFOUND)
-            continue; /* deleted while listing */
+        int r = open_object(st, "list", l.keys[i], &fd, &link);
+        if (r == PULSE_ERR_NOTFOUND || link)
+            continue; /* deleted, or replaced by a symlink, while listing */
         if (r) {
             rc = r;
             break;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/names.h"
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
 #include "node/loco/objective.h"
@@ -441,6 +442,10 @@ int cmd_loco(int argc, char **argv)
     }
     if (!o.store_url || !o.run || !o.key_path || !o.state_dir || !o.local_path) {
         rc = cli_usage_error("loco", "round needs --store, --run, --key, --state and --local");
+        goto out;
+    }
+    if (pulse_check_run(o.run) || (o.publish_run && pulse_check_run(o.publish_run))) {
+        rc = cli_usage_error("loco", "%s", pulse_last_error());
         goto out;
     }
     uint64_t cur = 0;

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "base/fail.h"
+#include "base/names.h"
 #include "pulseweights/audit.h"
 #include "pulseweights/patch.h"
 #include "pulseweights/record.h"
@@ -139,8 +140,10 @@ static int parse_opts(struct opts *o, int argc, char **argv, int want_target)
     }
     if (!o->store)
         return cli_usage_error(o->verb, "--store URL is required");
-    if (!o->run || !*o->run || strchr(o->run, '/'))
-        return cli_usage_error(o->verb, "--run R is required (a run name, no '/')");
+    if (!o->run)
+        return cli_usage_error(o->verb, "--run R is required");
+    if (pulse_check_run(o->run))
+        return cli_usage_error(o->verb, "%s", pulse_last_error());
     if (want_target && !o->target)
         return cli_usage_error(o->verb, "missing KEY or STEP");
     return 0;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/names.h"
 #include "pulseweights/record.h"
 #include "pulseweights/sync.h"
 #include "tools/cli.h"
@@ -78,6 +79,8 @@ int cmd_publish(int argc, char **argv)
     }
     if (!o.store_url || !o.run || !o.key_path || !o.state_dir)
         return cli_usage_error("publish", "needs --store, --run, --key and --state");
+    if (pulse_check_run(o.run))
+        return cli_usage_error("publish", "%s", pulse_last_error());
     if (!ckpt)
         return cli_usage_error("publish", "needs the checkpoint to publish");
 

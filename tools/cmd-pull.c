@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/names.h"
 #include "pulseweights/record.h"
 #include "pulseweights/sync.h"
 #include "tools/cli.h"
@@ -90,6 +91,8 @@ int cmd_pull(int argc, char **argv)
     }
     if (!rc && (!o.store_url || !o.run || !ntrust || !o.state_dir || !o.weights_path))
         rc = cli_usage_error("pull", "needs --store, --run, --trust, --state and --weights");
+    if (!rc && pulse_check_run(o.run))
+        rc = cli_usage_error("pull", "%s", pulse_last_error());
     if (rc) {
         pulse_trust_free(&trust);
         return rc;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/names.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/record.h"
@@ -288,8 +289,8 @@ int cmd_status(int argc, char **argv)
     }
     if (!rc && (!url || !run))
         rc = cli_usage_error("status", "needs --store and --run");
-    if (!rc && (!*run || strchr(run, '/') || strlen(run) > PULSE_RECORD_MAX_RUN))
-        rc = cli_usage_error("status", "bad run name '%s'", run);
+    if (!rc && pulse_check_run(run))
+        rc = cli_usage_error("status", "%s", pulse_last_error());
     if (rc) {
         pulse_trust_free(&s.trust);
         return rc;

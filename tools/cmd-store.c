@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/names.h"
 #include "pulseweights/store.h"
 #include "tools/cli.h"
 #include "tools/verbs.h"
@@ -24,7 +25,8 @@ static const char usage_text[] =
     "  presign URL [--expires S]        print a presigned GET URL valid S seconds (default 3600)\n"
     "\n"
     "s3:// uses AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,\n"
-    "AWS_ENDPOINT_URL, AWS_PROFILE (see docs/store.md). Errors: one line on stderr, exit 1.\n";
+    "AWS_ENDPOINT_URL, AWS_PROFILE (see docs/store.md). Errors: one line on stderr, exit 1\n"
+    "(2 for usage errors, a malformed key among them).\n";
 
 struct sub_args {
     const char *url;
@@ -75,11 +77,18 @@ static int parse(const char *verb, int argc, char **argv, const char *allowed, i
     return 0;
 }
 
-/* Opens the store that holds the URL's key; *key is "" for a bare bucket or directory. */
+/* Opens the store that holds the URL's key; *key is "" for a bare bucket or directory. The key
+ * (a list prefix for ls) is checked before anything is opened: a malformed one is a usage error. */
 static int open_url(const char *verb, const char *url, pulse_store **st, char **key)
 {
     char *root = NULL;
     int rc = pulse_store_split_url(url, &root, key);
+    if (!rc && (strcmp(verb, "store ls") ? pulse_check_key(*key) : pulse_check_key_prefix(*key))) {
+        pulse_store_free(root);
+        pulse_store_free(*key);
+        *key = NULL;
+        return cli_usage_error(verb, "%s", pulse_last_error());
+    }
     if (!rc)
         rc = pulse_store_open(st, root, NULL);
     pulse_store_free(root);

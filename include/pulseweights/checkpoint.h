@@ -84,7 +84,7 @@ typedef struct pulse_tensor_spec {
     uint64_t shape[PULSE_MAX_DIMS];
 } pulse_tensor_spec;
 
-/* Creates a single safetensors file at PATH (written to PATH.tmp.<pid> first) with the given
+/* Creates a single safetensors file at PATH (written to a new PATH.tmp.XXXXXX first) with the given
  * tensors (data zero-filled; laid out contiguously, widest element first, each aligned to its
  * element size, because Hugging Face's reader refuses gaps) and metadata (JSON
  * object text or NULL), and opens it PULSE_CKPT_WRITE. Fill the data, then pulse_ckpt_commit.

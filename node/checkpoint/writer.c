@@ -14,13 +14,11 @@
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/checkpoint/filespace.h"
 
-static char *tmp_name(const char *path)
+/* Room for the name of path's temporary, PATH.tmp.XXXXXX (made by pulse_create_temp*). */
+static char *tmp_name(const char *path, size_t *cap)
 {
-    size_t n = strlen(path) + 32;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s.tmp.%ld", path, (long)getpid());
-    return s;
+    *cap = strlen(path) + 32;
+    return malloc(*cap);
 }
 
 static int write_all(int fd, const void *buf, size_t n, uint64_t off, const char *path)
@@ -223,13 +221,11 @@ int pulse_ckpt_create(pulse_ckpt **out, const char *path, const pulse_tensor_spe
     if (!r) r = header_json(specs, n, lay, meta, &header, &hlen);
     if (!r && hlen > PULSE_ST_MAX_HEADER)
         r = pulse_fail(PULSE_ERR_LIMIT, "header of %zu bytes (limit %u)", hlen, PULSE_ST_MAX_HEADER);
-    if (!r && !(tmp = tmp_name(path)))
+    size_t tcap = 0;
+    if (!r && !(tmp = tmp_name(path, &tcap)))
         r = pulse_fail(PULSE_ERR_NOMEM, "path");
-    if (!r) {
-        fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0)
-            r = pulse_fail_errno(PULSE_ERR_IO, "%s", tmp);
-    }
+    if (!r && (fd = pulse_create_temp(path, ".tmp.", 0644, tmp, tcap)) < 0)
+        r = fd;
     if (!r) {
         uint8_t len8[8];
         for (int i = 0; i < 8; i++)
@@ -285,10 +281,12 @@ int ckpt_create_shaped_like(pulse_ckpt **out, const char *path, const pulse_ckpt
     return r;
 }
 
-/* Copies one mapped file to a new path (the kernel copies when it can). */
-static int copy_file(const ckpt_file *src, const char *dst)
+/* Copies one mapped file to a new path, into fd when the caller created it already (the kernel
+ * copies when it can). */
+static int copy_file(const ckpt_file *src, const char *dst, int fd)
 {
-    int fd = open(dst, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        fd = open(dst, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return pulse_fail_errno(PULSE_ERR_IO, "%s", dst);
     int r = 0;
@@ -317,13 +315,15 @@ int pulse_ckpt_create_like(pulse_ckpt **out, const char *path, const pulse_ckpt 
     if (!out || !path || !like || !like->nfiles)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_ckpt_create_like: bad arguments");
     *out = NULL;
-    char *tmp = tmp_name(path);
+    size_t tcap = 0;
+    char *tmp = tmp_name(path, &tcap);
     if (!tmp)
         return pulse_fail(PULSE_ERR_NOMEM, "path");
     int r = 0;
     pulse_ckpt *c = NULL;
     if (!like->index_path) {
-        r = copy_file(&like->files[0], tmp);
+        int fd = pulse_create_temp(path, ".tmp.", 0644, tmp, tcap);
+        r = fd < 0 ? fd : copy_file(&like->files[0], tmp, fd);
         if (!r && (r = pulse_ckpt_open(&c, tmp, PULSE_CKPT_WRITE)))
             unlink(tmp);
         if (!r) {
@@ -331,22 +331,21 @@ int pulse_ckpt_create_like(pulse_ckpt **out, const char *path, const pulse_ckpt 
             c->final_path = strdup(path);
         }
     } else {
-        if (mkdir(tmp, 0755) != 0) {
-            r = pulse_fail_errno(PULSE_ERR_IO, "%s", tmp);
+        if ((r = pulse_create_temp_dir(path, ".tmp.", 0755, tmp, tcap)) != 0) {
             free(tmp);
             return r;
         }
         unsigned made = 0;
         for (; made < like->nfiles && !r; made++) {
             char *p = ckpt_join(tmp, like->files[made].name);
-            r = p ? copy_file(&like->files[made], p) : pulse_fail(PULSE_ERR_NOMEM, "path");
+            r = p ? copy_file(&like->files[made], p, -1) : pulse_fail(PULSE_ERR_NOMEM, "path");
             free(p);
         }
         char *index = ckpt_join(tmp, like->index_name);
         if (!r && !index)
             r = pulse_fail(PULSE_ERR_NOMEM, "path");
         if (!r) {
-            int fd = open(index, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            int fd = open(index, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
             if (fd < 0)
                 r = pulse_fail_errno(PULSE_ERR_IO, "%s", index);
             else {

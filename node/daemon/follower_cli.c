@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/names.h"
 #include "node/daemon/follower.h"
 #include "node/daemon/log.h"
 #include "node/daemon/node_cli.h"
@@ -147,6 +148,8 @@ int node_follow_main(int argc, char **argv)
     }
     if (!rc && (!c.store_url || !c.run || !ntrust || !c.state_dir || !c.weights_path))
         rc = cli_usage_error(VERB, "needs --store, --run, --trust, --state and --weights");
+    if (!rc && pulse_check_run(c.run))
+        rc = cli_usage_error(VERB, "%s", pulse_last_error());
     if (rc) {
         pulse_trust_free(&trust);
         return rc;

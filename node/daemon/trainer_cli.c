@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/names.h"
 #include "node/daemon/log.h"
 #include "node/daemon/node_cli.h"
 #include "node/daemon/signals.h"
@@ -100,6 +101,8 @@ int node_trainer_main(int argc, char **argv)
     }
     if (!o.pub.store_url || !o.pub.run || !o.pub.key_path || !o.pub.state_dir || !o.watch_dir)
         return cli_usage_error(VERB, "needs --store, --run, --key, --state and --watch");
+    if (pulse_check_run(o.pub.run))
+        return cli_usage_error(VERB, "%s", pulse_last_error());
     node_signals_install();
     int r = node_trainer_run(&o);
     if (r)

@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "base/fail.h"
+#include "base/names.h"
 #include "crypto/sha256.h"
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
@@ -995,6 +996,11 @@ int pulse_loco_round(const pulse_loco_round_opts *o, pulse_loco_report *rep)
         !(o->deadline_s >= 0) || !(o->owner_wait_s >= 0) || !(o->outer_lr == o->outer_lr) ||
         !(o->momentum == o->momentum))
         return pulse_fail(PULSE_ERR_INVALID, "loco round needs store, run, key, state and theta_local");
+    int bad = pulse_check_run(o->run);
+    if (!bad && o->publish_run)
+        bad = pulse_check_run(o->publish_run);
+    if (bad)
+        return bad;
     if (o->reduce_gate) {
         /* The owner withholds what would not change the view; with momentum the update of every
          * position a member ever sent stays non-zero (dense), and the gate would withhold nothing

@@ -59,7 +59,7 @@ int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t v
 {
     char path[4096], tmp[4200], hex[65], text[ROUND_FILE_MAX];
     snprintf(path, sizeof path, "%s/round", dir);
-    snprintf(tmp, sizeof tmp, "%s/round.tmp.%ld", dir, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s/round.tmp", dir);
     int n = snprintf(text, sizeof text, "pulse-loco-state-v1\nround %" PRIu64 "\nview %s\nview-state %s\n", round,
                      pulse_loco_view_name(view), pulse_id_hex(view_id, hex));
     return pulse_replace_file(path, tmp, text, (size_t)n, 1);

@@ -180,9 +180,9 @@ int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len, i
     size_t tl = strlen(path) + 32;
     if (!(f->tmp = malloc(tl)))
         return pulse_fail(PULSE_ERR_NOMEM, "path");
-    snprintf(f->tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    if ((f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
-        int e = pulse_fail_errno(PULSE_ERR_IO, "cannot create %s", f->tmp);
+    if ((f->fd = pulse_create_temp(path, ".tmp.", 0644, f->tmp, tl)) < 0) {
+        int e = f->fd;
+        f->fd = -1;
         free(f->tmp);
         f->tmp = NULL;
         return e;

@@ -153,10 +153,9 @@ int sync_keyframe_restore(pulse_store *st, const char *run, const pulse_record *
     if (rc)
         return rc;
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.keyframe.%ld", path, (long)getpid());
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = pulse_create_temp(path, ".keyframe.", 0644, tmp, sizeof tmp);
     if (fd < 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "%s", tmp);
+        return fd;
     uint8_t *map = MAP_FAILED;
     if ((rc = pulse_file_reserve(fd, total, tmp)) != 0)
         ;   /* a full disk: said here, before any store into the map could SIGBUS */

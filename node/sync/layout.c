@@ -3,11 +3,15 @@
 #include <stdio.h>
 
 #include "base/fail.h"
+#include "base/names.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/keys.h"
 
 int sync_run_key(const char *run, const char *rel, char out[SYNC_KEY_MAX])
 {
+    int r = pulse_check_run(run);   /* the run is a key segment: never "..", never "x/y" */
+    if (r)
+        return r;
     int n = snprintf(out, SYNC_KEY_MAX, "%s/%s", run, rel);
     if (n < 0 || n >= SYNC_KEY_MAX)
         return pulse_fail(PULSE_ERR_LIMIT, "key too long: %s/%s", run, rel);

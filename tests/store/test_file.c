@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The file:// backend end to end: round trips, ranges, conditional get, lists, races of writers. */
+/* The file:// backend end to end: round trips, ranges, conditional get, lists, races of writers, symlinks refused. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sodium.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -186,6 +187,122 @@ static void listing(void)
     CHECK_EQ_INT(l.n, 0);
 }
 
+static int file_is(const char *path, const char *want)
+{
+    char got[64] = { 0 };
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    if (f)
+        fclose(f);
+    return f && n == strlen(want) && !memcmp(got, want, n);
+}
+
+static int refused_as_link(int rc, const char *key)
+{
+    const char *e = pulse_last_error();
+    int ok = rc == PULSE_ERR_IO && strstr(e, key) && strstr(e, "is a symbolic link, refused");
+    if (!ok)
+        fprintf(stderr, "wanted a symlink refusal naming %s, got %d: %s\n", key, rc, e);
+    return ok;
+}
+
+/* The store's directory may be writable by others: a symlink in it, as the key itself or as a
+ * directory on the way, is refused by every operation and never leads outside the root. */
+static void symlinks(void)
+{
+    char outside[300], secret[300], link[300], sub[300], dangling[300];
+    snprintf(outside, sizeof outside, "%s/outside", dir);
+    snprintf(secret, sizeof secret, "%s/outside/secret", dir);
+    CHECK(mkdir(outside, 0755) == 0);
+    FILE *f = fopen(secret, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("SECRET", f);
+        fclose(f);
+    }
+    snprintf(link, sizeof link, "%s/store/leak", dir);
+    snprintf(sub, sizeof sub, "%s/store/sub", dir);
+    snprintf(dangling, sizeof dangling, "%s/store/dangling", dir);
+    CHECK(symlink(secret, link) == 0);
+    CHECK(symlink(outside, sub) == 0);
+    CHECK(symlink("/nonexistent/x", dangling) == 0);
+
+    /* The key is a symlink. */
+    void *p = NULL;
+    size_t n = 0;
+    pulse_object_info info;
+    CHECK(refused_as_link(pulse_store_get(st, "leak", 0, PULSE_TO_END, 100, &p, &n, NULL), "leak"));
+    CHECK(p == NULL);
+    CHECK(refused_as_link(pulse_store_head(st, "leak", &info), "leak"));
+    CHECK(refused_as_link(pulse_store_delete(st, "leak"), "leak"));
+    CHECK(refused_as_link(pulse_store_put(st, "leak", "overwritten", 11, 0), "leak"));
+    CHECK(refused_as_link(pulse_store_put(st, "leak", "overwritten", 11, PULSE_PUT_IF_ABSENT), "leak"));
+    CHECK(refused_as_link(pulse_store_get(st, "dangling", 0, PULSE_TO_END, 100, &p, &n, NULL), "dangling"));
+    char out[300];
+    snprintf(out, sizeof out, "%s/got", dir);
+    CHECK(refused_as_link(pulse_store_get_file(st, "leak", 0, PULSE_TO_END, out, NULL), "leak"));
+    CHECK(access(out, F_OK) != 0);
+    struct stat sb;
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+
+    /* A directory on the way is a symlink. */
+    CHECK(refused_as_link(pulse_store_get(st, "sub/secret", 0, PULSE_TO_END, 100, &p, &n, NULL), "sub/secret"));
+    CHECK(strstr(pulse_last_error(), ": sub is a symbolic link") != NULL);
+    CHECK(refused_as_link(pulse_store_head(st, "sub/secret", &info), "sub/secret"));
+    CHECK(refused_as_link(pulse_store_delete(st, "sub/secret"), "sub/secret"));
+    CHECK(refused_as_link(pulse_store_put(st, "sub/secret", "overwritten", 11, 0), "sub/secret"));
+    CHECK(refused_as_link(pulse_store_put(st, "sub/new/deeper", "x", 1, 0), "sub/new/deeper"));
+    char made[300];
+    snprintf(made, sizeof made, "%s/outside/new", dir);
+    CHECK(access(made, F_OK) != 0);
+    CHECK(file_is(secret, "SECRET"));
+
+    /* A list neither names nor descends into them. */
+    struct listed l = { 0 };
+    CHECK_OK(pulse_store_list(st, "", NULL, collect, &l));
+    for (int i = 0; i < l.n; i++)
+        CHECK(strcmp(l.keys[i], "leak") && strncmp(l.keys[i], "sub/", 4) && strcmp(l.keys[i], "dangling"));
+    memset(&l, 0, sizeof l);
+    CHECK_OK(pulse_store_list(st, "sub/", NULL, collect, &l));
+    CHECK_EQ_INT(l.n, 0);
+    memset(&l, 0, sizeof l);
+    CHECK_OK(pulse_store_list(st, "le", NULL, collect, &l));
+    CHECK_EQ_INT(l.n, 0);
+
+    /* A FIFO at a key does not hang a get: it is no object. */
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/store/fifo", dir);
+    CHECK(mkfifo(fifo, 0644) == 0);
+    CHECK_ERR(pulse_store_get(st, "fifo", 0, PULSE_TO_END, 100, &p, &n, NULL), PULSE_ERR_NOTFOUND);
+
+    /* Deleting the last key of nested directories removes them, and nothing above the root. */
+    CHECK_OK(pulse_store_put(st, "n1/n2/k", "x", 1, 0));
+    CHECK_OK(pulse_store_delete(st, "n1/n2/k"));
+    char n1[300];
+    snprintf(n1, sizeof n1, "%s/store/n1", dir);
+    CHECK(access(n1, F_OK) != 0);
+    snprintf(n1, sizeof n1, "%s/store", dir);
+    CHECK(access(n1, F_OK) == 0);
+
+    /* The root itself is the user's choice: reaching it through a symlink is fine. */
+    char alias[300], url[400];
+    snprintf(alias, sizeof alias, "%s/alias", dir);
+    snprintf(url, sizeof url, "file://%s", alias);
+    CHECK(symlink(n1, alias) == 0);
+    pulse_store *as = NULL;
+    CHECK_OK(pulse_store_open(&as, url, NULL));
+    CHECK_OK(pulse_store_put(as, "via-alias", "ok", 2, 0));
+    CHECK(same_object("via-alias", "ok", 2));
+    CHECK_OK(pulse_store_delete(as, "via-alias"));
+    pulse_store_close(&as);
+
+    unlink(link);
+    unlink(sub);
+    unlink(dangling);
+    unlink(fifo);
+    CHECK(file_is(secret, "SECRET"));
+}
+
 static void deleting(void)
 {
     CHECK_OK(pulse_store_delete(st, "dir/sub/b"));
@@ -312,6 +429,7 @@ int main(void)
     if_absent_and_conditional();
     listing();
     deleting();
+    symlinks();
     bad_keys();
     races(1);
     races(0);
