@@ -34,7 +34,7 @@ class BuildPy(build_py):
         super().run()
         path = os.path.join(self.build_lib, "pulseweights", "_installed.py")
         with open(path, "w", encoding="utf-8") as f:
-            f.write('"""Written by pip install (python/setup.py)."""\nVERSION = %r\nLIBDIR = None\n' % VERSION)
+            f.write('"""Written by pip install (python/setup.py)."""\nVERSION = %r\nLIBDIR = None\nPYTHON = None\n' % VERSION)
 
 
 setup(version=VERSION, cmdclass={"build_py": BuildPy})

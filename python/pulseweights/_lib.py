@@ -70,16 +70,17 @@ def need_file(path, what):
 
 
 def _candidates():
-    """Where to look, in order: $PULSE_LIB; the installed library (the libdir meson installed it
-    to, then the soname through the dynamic loader's own search, then find_library); the build
-    directories of the checkout this package sits in (development)."""
+    """Where to look, in order: $PULSE_LIB; the installed library (its soname through the dynamic
+    loader's own search, the libdir meson installed it to, find_library); the build directories
+    of the checkout this package sits in (development)."""
     env = os.environ.get("PULSE_LIB")
     if env:
         return [env]   # named explicitly: no silent fallback to another build
     # meson's default soversion: the first component of the project version.
     soname = "libpulseweights.so.%s" % VERSION.split(".")[0]
-    found = [os.path.join(LIBDIR, soname)] if LIBDIR else []
-    found.append(soname)
+    found = [soname]   # the dynamic loader's own search: LD_LIBRARY_PATH, ld.so.cache, /usr/lib...
+    if LIBDIR:
+        found.append(os.path.join(LIBDIR, soname))   # where meson installed it (before ldconfig ran)
     system = ctypes.util.find_library("pulseweights")
     if system:
         found.append(system)
