@@ -1,7 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 # The Python bindings on numpy arrays: publish from memory, follow in place, refusals, a 2-trainer LoCo round, torch BF16.
-import hashlib
 import json
 import os
 import shutil
