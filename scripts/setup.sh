@@ -18,7 +18,7 @@ fi
 # The Python bindings' tests and the PyTorch RL examples (examples/rl/): Debian's own numpy,
 # PyTorch and matplotlib, imported by /usr/bin/python3 (no PyPI here).
 if [ "${PULSE_SETUP_TESTS:-0}" = 1 ] || [ "${PULSE_SETUP_PYTHON:-0}" = 1 ]; then
-  packages+=(python3-numpy python3-torch python3-matplotlib)
+  packages+=(python3-numpy python3-torch python3-matplotlib python3-pip python3-setuptools python3-venv)
 fi
 
 missing=()

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # `meson install` yields a usable library: headers, pkg-config file, static and shared libraries
 # and the CLI; a program built with `pkg-config --cflags --libs pulseweights` runs; the shared
-# library exports only pulse_* symbols (-fvisibility=hidden).
+# library exports only pulse_* symbols (-fvisibility=hidden); the Python package lands in python3's purelib.
 set -u
 build=${PULSE_BUILD:?PULSE_BUILD is not set}
 tmp=$(mktemp -d)
@@ -43,5 +43,41 @@ if cc -o "$tmp/use" "$tmp/use.c" $(pkg-config --cflags --libs pulseweights) 2>"$
 else
   cat "$tmp/cc.log"; echo "FAIL: could not build against the installed headers and library"; fail=1
 fi
-[ $fail -eq 0 ] && echo "install: library, headers, pkg-config and CLI usable; only pulse_* exported"
+
+# The Python bindings (-Dpython, on when meson's python3 is found): the package lands in that
+# python's purelib (a directory on its sys.path for this prefix) and, imported from the staged
+# copy, reports meson's version and finds the staged library through LD_LIBRARY_PATH.
+pyinst=$(find "$tmp/root" -path '*/pulseweights/_installed.py' | head -1)
+if [ -z "$pyinst" ]; then
+  # meson's own python3 is always found: only -Dpython=disabled leaves the package out.
+  pyopt=$(meson introspect --buildoptions "$build" | tr -d ' \n' | grep -o '{"name":"python","value":"[a-z]*"' || true)
+  if [ "${pyopt##*:}" = '"disabled"' ]; then
+    echo "install: python bindings not installed (-Dpython=disabled)"
+  else
+    echo "FAIL: the python package was not installed (-Dpython=${pyopt##*:})"; fail=1
+  fi
+else
+  pkgdir=$(dirname "$pyinst")
+  purelib=$(dirname "${pkgdir#"$tmp/root"}")
+  py=$(sed -n 's/^PYTHON = "\(.*\)"$/\1/p' "$pyinst")
+  want=$(meson introspect --projectinfo "$build" | "$py" -c 'import json, sys; print(json.load(sys.stdin)["version"])')
+  for f in __init__.py _lib.py _version.py sync.py tensors.py loco.py py.typed; do
+    [ -f "$pkgdir/$f" ] || { echo "FAIL: python: $purelib/pulseweights/$f not installed"; fail=1; }
+  done
+  [ ! -e "$pkgdir/_installed.py.in" ] || { echo "FAIL: python: the template _installed.py.in was installed"; fail=1; }
+  if "$py" -c 'import sys; sys.exit(0 if sys.argv[1] in sys.path else 1)' "$purelib"; then
+    :
+  elif [ "$prefix" = /usr ] || [ "$prefix" = /usr/local ]; then
+    echo "FAIL: python: installed into $purelib, not on $py's sys.path"; fail=1
+  else
+    echo "install: note: $purelib is not on $py's sys.path (prefix $prefix): PYTHONPATH needed"
+  fi
+  out=$(cd "$tmp" && env -u PYTHONPATH -u PULSE_LIB PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$tmp/root$purelib" \
+        LD_LIBRARY_PATH="$(dirname "$so")" "$py" -c '
+import os, pulseweights as pw
+print(os.path.dirname(os.path.abspath(pw.__file__)), pw.__version__, os.path.realpath(pw.lib_path))' 2>&1)
+  [ "$out" = "$pkgdir $want $(readlink -f "$so")" ] \
+    || { echo "FAIL: python: the staged package: '$out', wanted '$pkgdir $want $(readlink -f "$so")'"; fail=1; }
+fi
+[ $fail -eq 0 ] && echo "install: library, headers, pkg-config, CLI and python package usable; only pulse_* exported"
 exit $fail

@@ -3,7 +3,10 @@
 import ctypes
 import ctypes.util
 import glob
+import errno
 import os
+
+from ._version import LIBDIR, VERSION, source_root
 
 # The C enum pulse_err (include/pulseweights/error.h): append only, never renumbered.
 ERROR_NAMES = {
@@ -50,32 +53,77 @@ class PulseError(Exception):
         super().__init__(message)
 
 
+class PulseNotFound(PulseError, FileNotFoundError):
+    """A file the call needs (a key, a trust file, a checkpoint) does not exist: both a
+    PulseError (PULSE_ERR_NOTFOUND) and a FileNotFoundError (.filename, errno ENOENT)."""
+
+    def __init__(self, what, filename):
+        self.code = -8
+        self.name = ERROR_NAMES[-8]
+        FileNotFoundError.__init__(self, errno.ENOENT, what, os.fsdecode(filename))
+
+
+def need_file(path, what):
+    """Raises PulseNotFound when PATH does not exist (checked before the library is called)."""
+    if path is None or not os.path.exists(path):
+        raise PulseNotFound(what + " not found", path if path is not None else "")
+
+
 def _candidates():
+    """Where to look, in order: $PULSE_LIB; the installed library (its soname through the dynamic
+    loader's own search, the libdir meson installed it to, find_library); the build directories
+    of the checkout this package sits in (development)."""
     env = os.environ.get("PULSE_LIB")
     if env:
         return [env]   # named explicitly: no silent fallback to another build
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    found = [os.path.join(repo, "build", "libpulseweights.so")]
-    others = glob.glob(os.path.join(repo, "build*", "libpulseweights.so"))
-    others.sort(key=lambda p: os.path.getmtime(p), reverse=True)
-    found += [p for p in others if p not in found]
+    # meson's default soversion: the first component of the project version.
+    soname = "libpulseweights.so.%s" % VERSION.split(".")[0]
+    found = [soname]   # the dynamic loader's own search: LD_LIBRARY_PATH, ld.so.cache, /usr/lib...
+    if LIBDIR:
+        found.append(os.path.join(LIBDIR, soname))   # where meson installed it (before ldconfig ran)
     system = ctypes.util.find_library("pulseweights")
     if system:
         found.append(system)
+    repo = source_root()
+    if repo:
+        builds = glob.glob(os.path.join(repo, "build*", "libpulseweights.so"))
+        builds.sort(key=lambda p: (os.path.basename(os.path.dirname(p)) != "build", -os.path.getmtime(p)))
+        found += builds
     return found
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _loaded_path(handle, fallback):
+    """The file the dynamic loader actually mapped (a soname resolves to a full path)."""
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        info = _DlInfo()
+        if dladdr(ctypes.cast(handle.pulse_strerror, ctypes.c_void_p), ctypes.byref(info)) and info.dli_fname:
+            return os.path.abspath(os.fsdecode(info.dli_fname))
+    except (AttributeError, OSError):
+        pass
+    return fallback
 
 
 def _load():
     tried = []
     for path in _candidates():
-        if not os.path.exists(path) and "/" in path:
+        if "/" in path and not os.path.exists(path):
             tried.append(path)
             continue
         try:
-            return ctypes.CDLL(path), path
+            handle = ctypes.CDLL(path)
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
-    raise ImportError("libpulseweights not found: set PULSE_LIB to the path of libpulseweights.so "
+            continue
+        return handle, _loaded_path(handle, path)
+    raise ImportError("libpulseweights not found: set PULSE_LIB to the path of libpulseweights.so, or "
+                      "install it (meson install; LD_LIBRARY_PATH for a non-standard libdir) "
                       "(tried: %s)" % ", ".join(tried or ["nothing"]))
 
 

@@ -1,9 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """PULSELoCo on in-memory FP32 parameters: a trainer state from tensors, and one round with tensors in and out."""
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Dict, Iterable, Optional, Union
 
 from . import _lib
-from .tensors import as_tensors
+from .sync import PathLike
+from .tensors import Tensors, as_tensors
 
 
 def _loco_tensors(mapping, what, writable):
@@ -34,7 +38,7 @@ def _view(view):
     return v
 
 
-def loco_init(state_dir, params, view="bf16"):
+def loco_init(state_dir: PathLike, params: Tensors, view: str = "bf16") -> None:
     """Starts a trainer state in STATE_DIR from PARAMS (name -> float32 array/tensor): theta_0 =
     PARAMS, no error feedback, no momentum, round 0. An existing state is refused (PULSE_ERR_EXISTS)."""
     arr, n, keep = _loco_tensors(params, "params", False)
@@ -42,8 +46,11 @@ def loco_init(state_dir, params, view="bf16"):
     del keep
 
 
-def loco_round(store, run, key, state_dir, trainers, local, out=None, deadline=300.0, quorum=0, outer_lr=1.0,
-               outer_momentum=0.0, nesterov=False, values="fp32", threads=0, shard_elems=0, verbose=False):
+def loco_round(store: str, run: str, key: PathLike, state_dir: PathLike,
+               trainers: Union[PathLike, Iterable[PathLike]], local: Tensors, out: Optional[Tensors] = None,
+               deadline: float = 300.0, quorum: int = 0, outer_lr: float = 1.0, outer_momentum: float = 0.0,
+               nesterov: bool = False, values: str = "fp32", threads: int = 0, shard_elems: int = 0,
+               verbose: bool = False) -> Dict[str, Any]:
     """One PULSELoCo round (docs/loco.md). LOCAL: theta_local after H local steps (read only);
     OUT (may be LOCAL itself): receives theta_{r+1} in place. TRAINERS: .pub files (or directories
     of them) of the other trainers; this trainer's own key is always one. Returns a dict."""

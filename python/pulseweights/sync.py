@@ -1,12 +1,30 @@
 # SPDX-License-Identifier: Apache-2.0
 """Publisher and Follower over a store: publish tensors from memory, pull verified steps into tensors in place."""
+from __future__ import annotations
+
 import ctypes
-from collections import namedtuple
+import os
+from typing import Iterable, List, NamedTuple, Optional, Tuple, Union
 
 from . import _lib
-from .tensors import Wrapped, as_tensors
+from .tensors import Tensors, Wrapped, as_tensors
 
-StepInfo = namedtuple("StepInfo", "step kind base result changes dense_bytes object_bytes moved_bytes already record_key")
+PathLike = Union[str, bytes, "os.PathLike[str]"]
+
+
+class StepInfo(NamedTuple):
+    step: int
+    kind: Optional[str]
+    base: Optional[str]
+    result: str
+    changes: int
+    dense_bytes: int
+    object_bytes: int
+    moved_bytes: int
+    already: bool
+    record_key: str
+
+
 StepInfo.__doc__ = """What one publish or one applied step did: kind "patch" or "keyframe" (None when only
 the state is known), base and result as hex state ids (base all zeros for a keyframe), changes
 (changed elements; a keyframe: all), dense_bytes (tensor data), object_bytes (the record's objects),
@@ -23,7 +41,7 @@ def _step_info(s):
                     record_key=s.record_key.decode("utf-8", "replace"))
 
 
-def keygen(path_prefix, comment=""):
+def keygen(path_prefix: PathLike, comment: str = "") -> str:
     """Writes PREFIX.key (mode 0600) and PREFIX.pub; never overwrites either. Returns the node id (hex)."""
     k = ctypes.c_void_p()
     _lib.check(_lib.key_generate(ctypes.byref(k)))
@@ -41,9 +59,12 @@ class Publisher(_lib.Closeable):
     STATE_DIR keeps its index and the last published state (the next diff's base), synced to disk
     by sync() and close(), or after every publish with durable=True."""
 
-    def __init__(self, store, run, key, state_dir, values="ulp", threads=0, zstd_level=0, durable=False):
+    def __init__(self, store: str, run: str, key: PathLike, state_dir: PathLike, values: str = "ulp",
+                 threads: int = 0, zstd_level: int = 0, durable: bool = False) -> None:
+        self._p = ctypes.c_void_p()
         if values not in _VALUES:
             raise ValueError("values must be 'ulp' or 'abs', not %r" % (values,))
+        _lib.need_file(key, "Publisher key file")
         o = _lib.PublishOpts()
         _lib.publish_opts_default(ctypes.byref(o))
         _lib.check_size(o, "pulse_publish_opts")
@@ -53,7 +74,6 @@ class Publisher(_lib.Closeable):
         o.threads = int(threads)
         o.zstd_level = int(zstd_level)
         o.durable = 1 if durable else 0
-        self._p = ctypes.c_void_p()
         _lib.check(_lib.publisher_open(ctypes.byref(self._p), ctypes.byref(o)))
 
     def _handle(self):
@@ -61,28 +81,30 @@ class Publisher(_lib.Closeable):
             raise ValueError("publisher is closed")
         return self._p
 
-    def publish(self, state_dict, step=None, keyframe=False):
-        """Publishes the tensors (a mapping name -> numpy array / torch tensor, read in place and
-        copied once into state_dir; do not change them during the call) as STEP (None: one more
-        than the last). Returns a StepInfo."""
+    def publish(self, state_dict: Tensors, step: Optional[int] = None, keyframe: bool = False) -> StepInfo:
+        """Publishes the tensors as STEP (None: one more than the last). STATE_DICT: a mapping
+        name -> numpy array / torch tensor, or a torch nn.Module (its state_dict()). Tensors are
+        read in place (do not change them during the call) in the dtype they hold; one that is not
+        contiguous or not on the CPU is read from a contiguous CPU copy. Returns a StepInfo."""
         s = _lib.SyncStep()
-        with Wrapped(as_tensors(state_dict), writable=False) as w:
+        with Wrapped(as_tensors(state_dict, copy=True), writable=False) as w:
             _lib.check(_lib.publisher_publish_ckpt(self._handle(), w.ptr, -1 if step is None else int(step),
                                                    _lib.PUBLISH_KEYFRAME if keyframe else 0, ctypes.byref(s)))
         return _step_info(s)
 
-    def publish_file(self, path, step=None, keyframe=False):
+    def publish_file(self, path: PathLike, step: Optional[int] = None, keyframe: bool = False) -> StepInfo:
         """The same for a safetensors checkpoint on disk (file, index or directory)."""
+        _lib.need_file(path, "checkpoint")
         s = _lib.SyncStep()
         _lib.check(_lib.publisher_publish(self._handle(), _lib.enc(path), -1 if step is None else int(step),
                                           _lib.PUBLISH_KEYFRAME if keyframe else 0, ctypes.byref(s)))
         return _step_info(s)
 
-    def sync(self):
+    def sync(self) -> None:
         """Syncs state_dir's copy of the last published state to disk now (pulse_publisher_sync)."""
         _lib.check(_lib.publisher_sync(self._handle()))
 
-    def close(self):
+    def close(self) -> None:
         if getattr(self, "_p", None):
             _lib.publisher_close(ctypes.byref(self._p))
 
@@ -90,6 +112,9 @@ class Publisher(_lib.Closeable):
 def _load_trust(trust):
     if isinstance(trust, (str, bytes)) or hasattr(trust, "__fspath__"):
         trust = [trust]
+    trust = list(trust)
+    for path in trust:
+        _lib.need_file(path, "Follower trust file")
     t = ctypes.c_void_p()
     _lib.check(_lib.trust_new(ctypes.byref(t)))
     try:
@@ -103,17 +128,21 @@ def _load_trust(trust):
 
 class Follower(_lib.Closeable):
     """Follows a run: each pull() verifies every step (signature, digests, base state, the whole
-    patch) before the weights are written. weights=mapping updates those tensors IN PLACE (their
+    patch) before the weights are written. weights=mapping (or an nn.Module: its state_dict(),
+    which shares the parameters' storage) updates those tensors IN PLACE (their
     buffers are held from here until close(); names, dtypes and shapes must be the run's);
     weights_path=FILE keeps a safetensors file instead (created from a keyframe when absent),
     synced to disk by sync() and close(), or after every step with durable=True."""
 
-    def __init__(self, store, run, trust, state_dir, weights=None, weights_path=None, threads=0, durable=False):
+    def __init__(self, store: str, run: str, trust: Union[PathLike, Iterable[PathLike]], state_dir: PathLike,
+                 weights: Optional[Tensors] = None, weights_path: Optional[PathLike] = None, threads: int = 0,
+                 durable: bool = False) -> None:
+        self._f = ctypes.c_void_p()
+        self._trust = None
+        self._wrapped = None
         if (weights is None) == (weights_path is None):
             raise ValueError("give exactly one of weights (tensors updated in place) and weights_path")
-        self._f = ctypes.c_void_p()
         self._trust = _load_trust(trust)
-        self._wrapped = None
         self._steps = []
         try:
             if weights is not None:
@@ -138,7 +167,7 @@ class Follower(_lib.Closeable):
         self._steps.append(_step_info(step.contents))
         return 0
 
-    def pull(self):
+    def pull(self) -> Tuple[int, Optional[StepInfo]]:
         """Brings the weights to the newest published state. Returns (applied, held): the number
         of steps applied and the StepInfo of the state now held (None when none). A refused step
         raises PulseError (.applied: the steps applied before it); the weights stay at the last
@@ -162,18 +191,18 @@ class Follower(_lib.Closeable):
             info = done[-1] if done else info._replace(base=None, already=False)
         return int(n.value), info
 
-    def sync(self):
+    def sync(self) -> None:
         """Syncs a weights_path file to disk now (pulse_follower_sync); close() does it too."""
         if not self._f:
             raise ValueError("follower is closed")
         _lib.check(_lib.follower_sync(self._f))
 
     @property
-    def steps(self):
+    def steps(self) -> List[StepInfo]:
         """StepInfo of each step the last pull applied, in order."""
         return list(self._steps)
 
-    def close(self):
+    def close(self) -> None:
         if getattr(self, "_f", None):
             _lib.follower_close(ctypes.byref(self._f))
         if getattr(self, "_wrapped", None):

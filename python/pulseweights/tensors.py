@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Tensors as the library sees them: (name, pointer, dtype, shape) taken from numpy arrays or torch tensors without copying."""
+from __future__ import annotations
+
 import ctypes
 import sys
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _lib
 
@@ -17,6 +20,11 @@ _WIDTH = {
     "BF16": 2, "F16": 2, "F32": 4, "F64": 8, "F8_E4M3": 1, "F8_E5M2": 1,
     "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1,
 }
+
+# What the public calls take: an array or tensor, optionally with its safetensors dtype named,
+# in a mapping name -> value, or an nn.Module (anything with state_dict()).
+TensorLike = Union[Any, Tuple[Any, str], "Tensor"]
+Tensors = Union[Mapping[str, TensorLike], Sequence["Tensor"], Any]
 
 
 def _torch_dtypes(torch):
@@ -36,7 +44,8 @@ class Tensor:
 
     __slots__ = ("name", "ptr", "dtype", "shape", "nbytes", "owner", "writable")
 
-    def __init__(self, name, ptr, dtype_name, shape, nbytes=None, owner=None, writable=True):
+    def __init__(self, name: str, ptr: Optional[int], dtype_name: str, shape: Sequence[int],
+                 nbytes: Optional[int] = None, owner: Any = None, writable: bool = True) -> None:
         self.name = str(name)
         self.ptr = int(ptr or 0)
         self.dtype = str(dtype_name)
@@ -52,11 +61,14 @@ class Tensor:
         self.owner = owner
         self.writable = writable
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Tensor(%r, 0x%x, %r, %r)" % (self.name, self.ptr, self.dtype, self.shape)
 
 
-def _from_numpy(name, a, dtype):
+def _from_numpy(name, a, dtype, copy):
+    if copy and not a.flags["C_CONTIGUOUS"]:
+        import numpy
+        a = numpy.ascontiguousarray(a)   # read only: a copy is as good, and kept alive by owner=
     if not a.flags["C_CONTIGUOUS"]:
         raise ValueError("tensor %s: numpy array is not C-contiguous (use numpy.ascontiguousarray, "
                          "which copies: then keep and use the copy)" % name)
@@ -71,8 +83,14 @@ def _from_numpy(name, a, dtype):
     return Tensor(name, a.ctypes.data, dtype, a.shape, a.nbytes, owner=a, writable=bool(a.flags["WRITEABLE"]))
 
 
-def _from_torch(name, t, dtype):
+def _from_torch(name, t, dtype, copy):
     import torch
+    if copy:   # read only: a contiguous CPU copy is as good (kept alive by owner=)
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.to("cpu")
+        if not t.is_contiguous():
+            t = t.contiguous()
     if t.device.type != "cpu":
         raise ValueError("tensor %s: on %s; the library reads host memory (move it with .cpu())" % (name, t.device))
     if not t.is_contiguous():
@@ -85,8 +103,10 @@ def _from_torch(name, t, dtype):
     return Tensor(name, t.data_ptr() if nbytes else 0, dtype, tuple(t.shape), nbytes, owner=t, writable=True)
 
 
-def to_tensor(name, value):
-    """A Tensor from a numpy array, a torch tensor, a Tensor, or (array_or_tensor, dtype_name)."""
+def to_tensor(name: str, value: TensorLike, copy: bool = False) -> Tensor:
+    """A Tensor from a numpy array, a torch tensor, a Tensor, or (array_or_tensor, dtype_name).
+    copy=True (read-only use): a tensor that is not contiguous or not on the CPU becomes a
+    contiguous CPU copy instead of a ValueError."""
     dtype = None
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
         value, dtype = value
@@ -94,18 +114,25 @@ def to_tensor(name, value):
         return value
     mod = type(value).__module__
     if mod.startswith("torch") or ("torch" in sys.modules and isinstance(value, sys.modules["torch"].Tensor)):
-        return _from_torch(name, value, dtype)
+        return _from_torch(name, value, dtype, copy)
     if hasattr(value, "ctypes") and hasattr(value, "flags") and hasattr(value, "dtype"):
-        return _from_numpy(name, value, dtype)
+        return _from_numpy(name, value, dtype, copy)
     raise TypeError("tensor %s: %s is not a numpy array, a torch tensor or a pulseweights.Tensor"
                     % (name, type(value).__name__))
 
 
-def as_tensors(mapping):
-    """list[Tensor] from a mapping name -> tensor (a state_dict, a dict of arrays)."""
+def as_tensors(mapping: Tensors, copy: bool = False) -> List[Tensor]:
+    """list[Tensor] from a mapping name -> tensor (a state_dict, a dict of arrays), a torch
+    nn.Module (its state_dict(): parameters and buffers, sharing their storage), or a list of
+    Tensor. copy: see to_tensor."""
     if isinstance(mapping, (list, tuple)) and all(isinstance(t, Tensor) for t in mapping):
         return list(mapping)
-    return [to_tensor(name, value) for name, value in mapping.items()]
+    if not hasattr(mapping, "items") and callable(getattr(mapping, "state_dict", None)):
+        mapping = mapping.state_dict()
+    if not hasattr(mapping, "items"):
+        raise TypeError("tensors: %s is not a mapping name -> tensor, an nn.Module or a list of Tensor"
+                        % type(mapping).__name__)
+    return [to_tensor(name, value, copy) for name, value in mapping.items()]
 
 
 class Wrapped(_lib.Closeable):
@@ -143,9 +170,10 @@ class Wrapped(_lib.Closeable):
             _lib.ckpt_close(ctypes.byref(self.ptr))
 
 
-def state_id(state_dict, threads=0):
-    """The state id (hex) of these tensors: what `pulse hash` prints for a safetensors file holding them."""
-    with Wrapped(as_tensors(state_dict), writable=False) as w:
+def state_id(state_dict: Tensors, threads: int = 0) -> str:
+    """The state id (hex) of these tensors (a mapping or an nn.Module; tensors not contiguous or
+    not on the CPU are read from a copy): what `pulse hash` prints for a safetensors file holding them."""
+    with Wrapped(as_tensors(state_dict, copy=True), writable=False) as w:
         out = (ctypes.c_uint8 * 32)()
         _lib.check(_lib.ckpt_state_id(w.ptr, int(threads), out))
         return _lib.hex32(out)

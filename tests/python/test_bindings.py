@@ -1,7 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 # The Python bindings on numpy arrays: publish from memory, follow in place, refusals, a 2-trainer LoCo round, torch BF16.
-import hashlib
 import json
 import os
 import shutil
@@ -161,7 +160,8 @@ def test_sync(work):
         check(os.path.exists(note), "the file publisher noted its unsynced copy")
         pf.sync()
         check(not os.path.exists(note), "Publisher.sync() removed the note")
-    with pw.Publisher(store=url, run="rl-file", key=os.path.join(work, "trainer.key"),
+    # Its own run: a second publisher of the same key on one run is refused (docs/sync.md).
+    with pw.Publisher(store=url, run="rl-durable", key=os.path.join(work, "trainer.key"),
                       state_dir=os.path.join(work, "pub-durable"), durable=True) as pd:
         for step in range(3):
             pd.publish_file(os.path.join(work, "step%d.safetensors" % step))
@@ -217,9 +217,13 @@ def test_sync(work):
         check(False, "read-only array accepted as follower weights")
     except ValueError:
         check(True, "")
+    strided = np.arange(16, dtype=np.float32).reshape(4, 4)[:, ::2]
+    check(pw.state_id({"x": strided}) == pw.state_id({"x": np.ascontiguousarray(strided)}),
+          "state_id reads a non-contiguous array through a contiguous copy")
     try:
-        pw.state_id({"x": np.zeros((4, 4), np.float32)[:, ::2]})
-        check(False, "non-contiguous array accepted")
+        pw.Follower(store=url, run="rl", trust=os.path.join(work, "trainer.pub"), state_dir=work,
+                    weights={"x": np.zeros((4, 4), np.float32)[:, ::2]})
+        check(False, "non-contiguous array accepted as follower weights (written in place)")
     except ValueError:
         check(True, "")
     raises("PULSE_ERR_INVALID", lambda: pw.state_id({"x": (np.zeros(4, np.uint16), "F99")}), "unknown dtype")
@@ -343,12 +347,104 @@ def test_torch(work):
                       "torch step %d: %s identical" % (step, k))
     check(all(mirror[k].data_ptr() == ptrs[k] for k in mirror), "torch tensors written in place")
     print("torch %s: BF16 publish/follow checked" % torch.__version__)
+    test_module(work, torch)
+
+
+def test_missing_files(work):
+    """A missing key or trust file is a FileNotFoundError (and a PulseError), before anything is written."""
+    url = "file://" + os.path.join(work, "missing-store")
+    pw.keygen(os.path.join(work, "present"))
+    cases = [
+        ("Publisher key", lambda sd: pw.Publisher(store=url, run="m", key=os.path.join(work, "absent.key"), state_dir=sd)),
+        ("Follower trust", lambda sd: pw.Follower(store=url, run="m", state_dir=sd, weights={"x": np.zeros(4, np.float32)},
+                                                  trust=[os.path.join(work, "present.pub"), os.path.join(work, "absent.pub")])),
+        ("Follower trust (one path)", lambda sd: pw.Follower(store=url, run="m", state_dir=sd, weights_path=sd + ".st",
+                                                             trust=os.path.join(work, "absent.pub"))),
+    ]
+    for what, make in cases:
+        sd = os.path.join(work, "missing-" + what.split()[1] + str(len(what)))
+        try:
+            make(sd).close()
+            check(False, "%s file missing: accepted" % what)
+        except FileNotFoundError as e:
+            check(isinstance(e, pw.PulseError) and e.name == "PULSE_ERR_NOTFOUND",
+                  "%s: also a PulseError(PULSE_ERR_NOTFOUND): %r" % (what, e))
+            check(e.filename is not None and e.filename.startswith(os.path.join(work, "absent")),
+                  "%s: .filename names the file: %r" % (what, e.filename))
+            check("absent" in str(e), "%s: the message names the file: %s" % (what, e))
+        except Exception as e:
+            check(False, "%s file missing: %s, not FileNotFoundError: %s" % (what, type(e).__name__, e))
+        check(not os.path.exists(sd) and not os.path.exists(sd + ".st"), "%s: nothing created" % what)
+    check(not os.path.exists(os.path.join(work, "missing-store")), "missing files: the store untouched")
+
+
+def test_version():
+    want = os.environ.get("PULSE_PROJECT_VERSION")
+    check(want is not None and getattr(pw, "__version__", None) == want,
+          "pulseweights.__version__ %r, meson's project version %r" % (getattr(pw, "__version__", None), want))
+    check(pw.version() == want, "the library's versioned name says %r" % pw.version())
+
+
+def test_module(work, torch):
+    """nn.Module given directly: publish its state_dict (parameters and buffers, in the dtypes it
+    holds, a non-contiguous buffer read through a copy) and follow into another module in place."""
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self, seed):
+            super().__init__()
+            torch.manual_seed(seed)
+            self.emb = nn.Embedding(32, 16).to(torch.bfloat16)
+            self.proj = nn.Linear(16, 8)
+            self.norm = nn.LayerNorm(8).half()
+            self.bn = nn.BatchNorm1d(8)       # buffers: running stats, num_batches_tracked (int64)
+            self.register_buffer("rot", torch.randn(4, 8).t())   # a transposed view: not contiguous
+
+    url = "file://" + os.path.join(work, "module-store")
+    key = os.path.join(work, "module-trainer")
+    pw.keygen(key)
+    model = Net(1)
+    check(not model.rot.is_contiguous(), "the module holds a non-contiguous buffer")
+    mirror = Net(2)
+    mirror.rot = mirror.rot.contiguous()       # written in place by the follower: must be contiguous
+    ptrs = {k: v.data_ptr() for k, v in mirror.state_dict().items()}
+
+    def same(a, b):
+        return a.dtype == b.dtype and a.shape == b.shape and bytes(a.contiguous().reshape(-1).view(torch.uint8).numpy()) == \
+            bytes(b.contiguous().reshape(-1).view(torch.uint8).numpy())
+
+    with pw.Publisher(store=url, run="mod", key=key + ".key", state_dir=os.path.join(work, "mpub")) as pub, \
+            pw.Follower(store=url, run="mod", trust=key + ".pub", state_dir=os.path.join(work, "mfol"),
+                        weights=mirror) as fol:
+        for step in range(3):
+            if step:
+                with torch.no_grad():
+                    model.proj.weight.add_(1e-3)
+                    model.emb.weight[3].add_(1)
+                    model.bn.num_batches_tracked.add_(1)
+            try:
+                info = pub.publish(model)
+            except Exception as e:
+                check(False, "publish(nn.Module) step %d: %s: %s" % (step, type(e).__name__, e))
+                return
+            flat = {k: v.contiguous() for k, v in model.state_dict().items()}
+            check(info.step == step and info.result == pw.state_id(flat), "module step %d: state id" % step)
+            check(pw.state_id(model) == info.result, "state_id(nn.Module) is the published state")
+            applied, held = fol.pull()
+            check(applied == 1 and held.result == info.result, "module step %d followed" % step)
+            sd = mirror.state_dict()
+            for k, v in model.state_dict().items():
+                check(same(sd[k], v), "module step %d: %s bit-identical (%s)" % (step, k, v.dtype))
+    check(all(v.data_ptr() == ptrs[k] for k, v in mirror.state_dict().items()), "the mirror module written in place")
+    print("torch nn.Module: published and followed in place")
 
 
 def main():
     work = tempfile.mkdtemp(prefix="pulse-py.")
     try:
-        print("pulseweights %s from %s" % (pw.version(), pw.lib_path))
+        print("pulseweights %s (library %s) from %s" % (getattr(pw, "__version__", None), pw.version(), pw.lib_path))
+        test_version()
+        test_missing_files(work)
         test_sync(work)
         test_loco(work)
         test_torch(work)
