@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/fail.h"
+#include "base/names.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/daemon/journal.h"
@@ -144,6 +145,9 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     if (!opts || opts->size < offsetof(pulse_follow_opts, weights) || !opts->store_url || !opts->run ||
         !opts->trust || !opts->state_dir)
         return pulse_fail(PULSE_ERR_INVALID, "follower needs a store, a run, trusted keys and a state directory");
+    int bad = pulse_check_run(opts->run);   /* before the state directory is made */
+    if (bad)
+        return bad;
     pulse_ckpt *weights = opts->size >= offsetof(pulse_follow_opts, weights) + sizeof opts->weights ? opts->weights
                                                                                      : NULL;
     if (!weights == !opts->weights_path)

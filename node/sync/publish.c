@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "base/names.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/daemon/unsynced.h"
@@ -125,6 +126,9 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     if (!opts || opts->size < offsetof(pulse_publish_opts, durable) || !opts->store_url || !opts->run ||
         !opts->key_path || !opts->state_dir)
         return pulse_fail(PULSE_ERR_INVALID, "publisher needs a store, a run, a key and a state directory");
+    int bad = pulse_check_run(opts->run);
+    if (bad)
+        return bad;
     pulse_publisher *p = calloc(1, sizeof *p);
     if (!p)
         return pulse_fail(PULSE_ERR_NOMEM, "publisher");
