@@ -23,7 +23,7 @@ typedef struct node_metrics {
 /* The exposition text (NUL-terminated) into buf; PULSE_ERR_LIMIT when cap is too small. */
 int node_metrics_render(const node_metrics *m, char *buf, size_t cap);
 
-/* Writes TEXT to PATH atomically (PATH.tmp, then rename), so a scraper never reads half. */
+/* Writes TEXT to PATH atomically (a new PATH.tmp.XXXXXX, then rename), so a scraper never reads half. */
 int node_metrics_write_file(const char *path, const char *text);
 
 /* A tiny single-threaded HTTP server answering every request with the metrics text. */
