@@ -228,7 +228,7 @@ PULSE_API int pulse_key_load_secret(const char *path, pulse_secret_key **out)
         close(fd);
         size_t pl = strlen(path);
         int pub = pl > 4 && !strcmp(path + pl - 4, ".pub");
-        return pulse_fail(PULSE_ERR_INVALID, "%s is a public key (.pub); --key needs the secret key file %.*s.key",
+        return pulse_fail(PULSE_ERR_FORMAT, "%s is a public key (.pub); --key needs the secret key file %.*s.key",
                           path, pub ? (int)(pl - 4) : 4, pub ? path : "NAME");
     }
     /* As ssh: a secret that others may read is no longer a secret; make the operator fix it. */
