@@ -35,6 +35,19 @@ static int plain_number(const char *s)
     return *p == '\0' && p - s <= 40;
 }
 
+/* Keys whose values are names or ids: text even when they happen to be all digits (a run, a
+ * file or a record called "2024"), so each key keeps one JSON type. */
+static int text_key(const char *k)
+{
+    static const char *const keys[] = { "name", "file", "path", "record", "key", "head", "weights", "watch",
+                                        "run", "node", "state", "reason", "message", "what", "kind", "role",
+                                        "action", "phase", "status", "last" };
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (!strcmp(k, keys[i]))
+            return 1;
+    return 0;
+}
+
 /* Appends s to buf (at *n, capacity cap) escaped for JSON, or quoted for text when it holds
  * spaces, quotes or control bytes, so one event is always one parseable line. */
 static void put_value(char *buf, size_t *n, size_t cap, const char *s, int json)
@@ -89,7 +102,7 @@ void node_log(const char *event, ...)
             put_value(buf, &n, cap, k, 1), buf[n++] = ':';
         else
             n += (size_t)snprintf(buf + n, cap - n, "%s=", k);
-        if (json && plain_number(v))
+        if (json && plain_number(v) && !text_key(k))
             n += (size_t)snprintf(buf + n, cap - n, "%s", v);
         else
             put_value(buf, &n, cap, v, json);

@@ -5,7 +5,7 @@
 # 1. Hugging Face checkpoint-<N>/, verl/DeepSpeed global_step_<N>/ and global_step<N>/, step<N>.safetensors
 #    and step_<N>/ are published in step order; tmp-checkpoint-<N>/, a directory with its weights
 #    only in a subdirectory, and other names are not, and each is logged once, by name, with a reason.
-#    Every JSON log line parses, and numbers in it are numbers.
+#    Every JSON log line parses, and numbers in it are numbers (names stay strings).
 # 2. tmp-checkpoint-<N> renamed to checkpoint-<N> is published at the next run.
 # 3. --pattern 'iter_{N}_w.safetensors': only matching files; a pattern without {N} is a usage error.
 set -euo pipefail
@@ -57,6 +57,7 @@ cp "$(ck 6)" w/step_6/model.safetensors
 cp "$(ck 7)" w/global_step_7/actor/huggingface/model.safetensors
 echo '{}' > w/trainer_state.json
 cp "$(ck 8)" w/checkpoint-8.pt
+echo x > w/2024
 trainer r1 st1 w one.log
 got=$(published_steps one.log) || { cat one.log; fail "the log does not parse as JSON with numbers"; }
 [ "$got" = "1 3 4 5 6" ] || { cat one.log; fail "published '$got', want 1 3 4 5 6"; }
@@ -65,6 +66,7 @@ ignored_once one.log global_step_7 "subdirectories are not searched"
 ignored_once one.log trainer_state.json "no step number"
 ignored_once one.log runs "no step number"
 ignored_once one.log checkpoint-8.pt "not a .safetensors file"
+ignored_once one.log 2024 "no step number"   # a name of digits stays a JSON string
 ok "checkpoint-N, global_step_N, global_stepN, stepN.safetensors, step_N published; the rest logged once each"
 
 # --- 2. the rename that completes a Hugging Face checkpoint --------------------------------------
