@@ -225,8 +225,6 @@ int node_trainer_run(const node_trainer_opts *o)
             r = h;
         pulse_index_close(&ix);
     }
-    if (!r)
-        r = watch_scan(o->watch_dir, &rules, NULL, &prev);
     if (r)
         goto out;
     char node_hex[PULSE_NODE_ID_HEX], last_s[24];
@@ -234,6 +232,9 @@ int node_trainer_run(const node_trainer_opts *o)
     snprintf(last_s, sizeof last_s, "%" PRIu64, t.last_step);
     node_log("started", "role", "trainer", "node", node_hex, "run", o->pub.run, "watch", o->watch_dir, "last",
              t.have_last ? last_s : "none", (char *)NULL);
+    /* After "started": this scan logs the names it ignores. */
+    if ((r = watch_scan(o->watch_dir, &rules, NULL, &prev)) != 0)
+        goto out;
 
     int scans = 1;
     while (!node_stop_requested()) {
