@@ -219,6 +219,18 @@ PULSE_API int pulse_key_load_secret(const char *path, pulse_secret_key **out)
         close(fd);
         return pulse_fail(PULSE_ERR_INVALID, "%s is not a regular file", path);
     }
+    /* A .pub given where the secret key belongs: say so, before the mode check would tell the
+     * operator to chmod a file that holds no secret. */
+    char first[sizeof PULSE_KEY_PUBLIC_HEADER];
+    ssize_t fl = pread(fd, first, sizeof first, 0);
+    if (fl == (ssize_t)sizeof first && !memcmp(first, PULSE_KEY_PUBLIC_HEADER, sizeof first - 1) &&
+        (first[sizeof first - 1] == ' ' || first[sizeof first - 1] == '\n')) {
+        close(fd);
+        size_t pl = strlen(path);
+        int pub = pl > 4 && !strcmp(path + pl - 4, ".pub");
+        return pulse_fail(PULSE_ERR_FORMAT, "%s is a public key (.pub); --key needs the secret key file %.*s.key",
+                          path, pub ? (int)(pl - 4) : 4, pub ? path : "NAME");
+    }
     /* As ssh: a secret that others may read is no longer a secret; make the operator fix it. */
     if (st.st_mode & 077) {
         close(fd);

@@ -54,34 +54,19 @@ void s3_progress_begin(struct s3_store *s, uint64_t total)
 {
     s->prog_total = total;
     s->prog_done = 0;
-    s->prog_start = pulse_monotonic_s();
-    s->prog_last = 0;
-    s->prog_shown = 0;
+    pulse_meter_begin(&s->prog_meter, "", s->settings->progress);
 }
 
 static void progress_tick(struct s3_store *s)
 {
-    int want = s->settings->progress;
-    if (want == 0 || s->prog_total < (16u << 20))
-        return;
-    if (want < 0 && !isatty(2))
-        return;
-    double t = pulse_monotonic_s();
-    if (t - s->prog_start < 1.0 || t - s->prog_last < 0.25)
-        return;
-    s->prog_last = t;
-    s->prog_shown = 1;
-    double mib = 1024.0 * 1024.0;
-    fprintf(stderr, "\r  %.1f / %.1f MiB  %.1f MiB/s   ", (double)s->prog_done / mib,
-            (double)s->prog_total / mib, (double)s->prog_done / mib / (t - s->prog_start));
+    if (s->prog_total >= (16u << 20))
+        pulse_meter_tick(&s->prog_meter, s->prog_done, s->prog_total);
 }
 
 void s3_progress_end(struct s3_store *s)
 {
-    if (s->prog_shown)
-        fputc('\n', stderr);
+    pulse_meter_end(&s->prog_meter);
     s->prog_total = 0;
-    s->prog_shown = 0;
 }
 
 /* ---- libcurl callbacks ---- */

@@ -7,6 +7,7 @@
 #include <sodium.h>
 #include <stdint.h>
 
+#include "base/progress.h"
 #include "crypto/sha256.h"
 #include "pulseweights/store.h"
 #include "store/backend.h"
@@ -35,8 +36,7 @@ struct s3_store {
     int npool;
     /* Progress of the current operation (bytes moved of total). */
     uint64_t prog_total, prog_done;
-    double prog_start, prog_last;
-    int prog_shown;
+    pulse_meter prog_meter;
 };
 
 enum s3_sink { SINK_NONE, SINK_BUF, SINK_FD };

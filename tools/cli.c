@@ -30,6 +30,15 @@ int cli_usage_error(const char *verb, const char *fmt, ...)
     return 2;
 }
 
+int cli_out_not_stdout(const char *verb, const char *opt, const char *val)
+{
+    if (strcmp(val, "-"))
+        return 0;
+    fprintf(stderr, "pulse %s: %s -: this output is a file written whole, not a stream; name a file "
+            "(./- for one called '-')\n", verb, opt);
+    return 2;
+}
+
 int cli_wants_help(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {

@@ -16,6 +16,10 @@ int cli_fail(const char *verb, int err, const char *what);
  * returns 2. */
 int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* "-" as an output path that must be a file (written beside and renamed, or a directory):
+ * prints a one-line error and returns 2; any other VAL: returns 0. */
+int cli_out_not_stdout(const char *verb, const char *opt, const char *val);
+
 /* True when argv holds -h or --help. */
 int cli_wants_help(int argc, char **argv);
 

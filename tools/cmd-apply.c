@@ -56,6 +56,8 @@ int cmd_apply(int argc, char **argv)
             if (i + 1 >= argc)
                 return cli_usage_error("apply", "-o needs a value");
             out = argv[++i];
+            if (cli_out_not_stdout("apply", "-o", out))
+                return 2;
         } else if (!strcmp(a, "--threads")) {
             uint64_t v;
             if (i + 1 >= argc || cli_parse_u64(argv[i + 1], &v) || v < 1 || v > 1024)

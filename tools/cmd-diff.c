@@ -44,8 +44,11 @@ int cmd_diff(int argc, char **argv)
             if (i + 1 >= argc)
                 return cli_usage_error("diff", "%s needs a value", a);
             const char *val = argv[++i];
-            if (!strcmp(a, "-o"))
+            if (!strcmp(a, "-o")) {
+                if (cli_out_not_stdout("diff", "-o", val))
+                    return 2;
                 out = val;
+            }
             else if (!strcmp(a, "--values")) {
                 if (!strcmp(val, "abs")) o.values = PULSE_VALUES_ABS;
                 else if (!strcmp(val, "ulp")) o.values = PULSE_VALUES_ULP;

@@ -361,6 +361,9 @@ int cmd_loco(int argc, char **argv)
         else if (!strcmp(a, "--state")) o.state_dir = val;
         else if (!strcmp(a, "--local")) o.local_path = val;
         else if (!strcmp(a, "--from") || !strcmp(a, "--global")) from = val;
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--out") || !strcmp(a, "--out-view")) &&
+                 cli_out_not_stdout("loco", a, val))
+            rc = 2;
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) o.out_path = val;
         else if (!strcmp(a, "--out-view")) o.out_view_path = val;
         else if (!strcmp(a, "--values")) {

@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include "base/names.h"
+#include "base/progress.h"
 #include "pulseweights/record.h"
 #include "pulseweights/sync.h"
 #include "tools/cli.h"
+#include "tools/sync_json.h"
 #include "tools/verbs.h"
 
 static void usage(FILE *f)
@@ -27,7 +29,12 @@ static void usage(FILE *f)
         "  --step N        step number (default: one more than the last published, 0 first)\n"
         "  --keyframe      also publish a keyframe of this step\n"
         "  --values CODE   ulp (default) or abs\n"
-        "  --threads N     threads (default: all cores)\n");
+        "  --threads N     threads (default: all cores)\n"
+        "On a terminal, a keyframe's upload shows bytes done, rate and ETA on stderr.\n"
+        "\n"
+        "  --json          print one JSON object instead of the line: step, kind, record, base and\n"
+        "                  state (64 hex digits; base null for a keyframe), changes, dense_bytes,\n"
+        "                  object_bytes, bytes (uploaded), already\n");
 }
 
 int cmd_publish(int argc, char **argv)
@@ -41,11 +48,16 @@ int cmd_publish(int argc, char **argv)
     const char *ckpt = NULL;
     int64_t step = -1;
     unsigned flags = 0;
+    int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         uint64_t v;
         if (!strcmp(a, "--keyframe")) {
             flags |= PULSE_PUBLISH_KEYFRAME;
+            continue;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
             continue;
         }
         if (a[0] != '-' || !a[1]) {
@@ -86,17 +98,26 @@ int cmd_publish(int argc, char **argv)
 
     pulse_publisher *p = NULL;
     pulse_sync_step s;
+    pulse_meter meter;
+    pulse_meter_begin(&meter, "keyframe", -1);   /* on a terminal only */
+    o.on_progress = pulse_meter_fn;
+    o.progress_ctx = &meter;
     int r = pulse_publisher_open(&p, &o);
     if (r)
         return cli_fail("publish", r, o.store_url);
     r = pulse_publisher_publish(p, ckpt, step, flags, &s);
+    pulse_meter_end(&meter);
     if (!r)
         r = pulse_publisher_sync(p);   /* the next publish's base on disk before this returns */
     pulse_publisher_close(&p);
     if (r)
         return cli_fail("publish", r, ckpt);
     char hex[65];
-    if (s.already)
+    if (json) {
+        putchar('{');
+        sync_json_step_fields(&s);
+        printf(",\"already\":%s}\n", s.already ? "true" : "false");
+    } else if (s.already)
         printf("step %" PRIu64 ": state %.16s already published (%s)\n", s.step, pulse_id_hex(s.result, hex),
                s.record_key);
     else

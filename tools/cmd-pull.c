@@ -2,12 +2,15 @@
 /* pulse pull: bring a local weights file to the newest published state of a run, verified step by step. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/names.h"
+#include "base/progress.h"
 #include "pulseweights/record.h"
 #include "pulseweights/sync.h"
 #include "tools/cli.h"
+#include "tools/sync_json.h"
 #include "tools/verbs.h"
 
 static void usage(FILE *f)
@@ -29,12 +32,61 @@ static void usage(FILE *f)
         "  --weights FILE  the local checkpoint to keep current\n"
         "  --threads N     threads (default: all cores)\n"
         "  --deadline S    give up after S seconds, every request and retry included (default 3600;\n"
-        "                  0: no bound); the weights stay at the last step applied\n");
+        "                  0: no bound); the weights stay at the last step applied\n"
+        "  --json          print one JSON object at the end instead of the lines: weights, step,\n"
+        "                  state (64 hex digits), applied (count), bytes (fetched in all), and\n"
+        "                  steps: one object per applied step (as pulse publish --json prints)\n"
+        "\n"
+        "On a terminal, each step's download shows bytes done, rate and ETA on stderr.\n");
+}
+
+/* The progress meter of the step in hand, ended before its line. */
+static pulse_meter meter;
+
+/* --json: the applied steps, printed once the pull is over. */
+struct step_list {
+    pulse_sync_step *v;
+    size_t n, cap;
+};
+
+static int keep_step(void *ctx, const pulse_sync_step *s)
+{
+    struct step_list *l = ctx;
+    pulse_meter_end(&meter);
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        pulse_sync_step *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return -1;   /* stops the pull: the JSON could not say what it did */
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = *s;
+    return 0;
+}
+
+static void print_json(const char *weights, const pulse_sync_step *held, size_t applied, const struct step_list *l)
+{
+    char hex[65];
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < l->n; i++)
+        bytes += l->v[i].moved_bytes;
+    printf("{\"weights\":");
+    cli_json_str(weights);
+    printf(",\"step\":%" PRIu64 ",\"state\":\"%s\",\"applied\":%zu,\"bytes\":%" PRIu64 ",\"steps\":[",
+           held->step, pulse_id_hex(held->result, hex), applied, bytes);
+    for (size_t i = 0; i < l->n; i++) {
+        printf(i ? ",{" : "{");
+        sync_json_step_fields(&l->v[i]);
+        putchar('}');
+    }
+    printf("]}\n");
 }
 
 static int print_step(void *ctx, const pulse_sync_step *s)
 {
     (void)ctx;
+    pulse_meter_end(&meter);
     char hex[65];
     printf("step %" PRIu64 ": applied %s, %" PRIu64 " changes, %" PRIu64 " bytes fetched for %" PRIu64
            " dense (%.2f%%), state %.16s\n",
@@ -58,10 +110,15 @@ int cmd_pull(int argc, char **argv)
     int r = pulse_trust_new(&trust);
     if (r)
         return cli_fail("pull", r, "trust set");
-    int ntrust = 0, rc = 0;
+    int ntrust = 0, rc = 0, json = 0;
+    struct step_list steps = { 0 };
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i];
         uint64_t v;
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             rc = cli_usage_error("pull", a[0] == '-' ? "%s needs a value" : "unexpected argument '%s'", a);
             break;
@@ -98,7 +155,11 @@ int cmd_pull(int argc, char **argv)
         return rc;
     }
     o.trust = trust;
-    o.on_step = print_step;
+    o.on_step = json ? keep_step : print_step;
+    o.ctx = &steps;
+    pulse_meter_begin(&meter, "fetched", -1);   /* on a terminal only */
+    o.on_progress = pulse_meter_fn;
+    o.progress_ctx = &meter;
     pulse_follower *f = NULL;
     size_t applied = 0;
     pulse_sync_step held;
@@ -108,10 +169,18 @@ int cmd_pull(int argc, char **argv)
     if (!r)
         r = pulse_follower_sync(f);   /* FILE on disk before this says so */
     pulse_follower_close(&f);
+    pulse_meter_end(&meter);
     pulse_trust_free(&trust);
-    if (r)
+    if (r) {
+        free(steps.v);
         return cli_fail("pull", r, o.weights_path);
+    }
     char hex[65];
+    if (json) {
+        print_json(o.weights_path, &held, applied, &steps);
+        free(steps.v);
+        return cli_finish_stdout("pull");
+    }
     printf("%s: at step %" PRIu64 ", state %.16s (%zu step%s applied)\n", o.weights_path, held.step,
            pulse_id_hex(held.result, hex), applied, applied == 1 ? "" : "s");
     return cli_finish_stdout("pull");

@@ -46,8 +46,13 @@ int cmd_squash(int argc, char **argv)
             }
             const char *val = argv[++i];
             uint64_t v = 0;
-            if (!strcmp(a, "-o"))
+            if (!strcmp(a, "-o")) {
+                if (cli_out_not_stdout("squash", "-o", val)) {
+                    free(inputs);
+                    return 2;
+                }
                 out = val;
+            }
             else if (!strcmp(a, "--base"))
                 base_path = val;
             else if (cli_parse_u64(val, &v) || v < 1 || v > (strcmp(a, "--level") ? 1024u : 22u)) {

@@ -19,7 +19,8 @@ static const char usage_text[] =
     "  ls URL [-l]                      list keys starting with URL's key part (all depths);\n"
     "                                   -l adds size and ETag: SIZE<TAB>ETAG<TAB>KEY\n"
     "  put URL FILE [--if-absent]       upload FILE; --if-absent fails if the key exists\n"
-    "  get URL -o FILE [--range A-B]    download to FILE (bytes A..B inclusive; A- to the end)\n"
+    "  get URL -o FILE [--range A-B]    download to FILE (bytes A..B inclusive; A- to the end);\n"
+    "                                   -o - writes to standard output\n"
     "  head URL                         print size, etag and mtime\n"
     "  rm URL                           delete the key\n"
     "  presign URL [--expires S]        print a presigned GET URL valid S seconds (default 3600)\n"
@@ -37,6 +38,41 @@ struct sub_args {
     int if_absent;
     int long_list;
 };
+
+/* store get -o -: the range to stdout in pieces of at most 16 MiB, each checked to come from
+ * the same object (ETag) as the first, so a key rewritten meanwhile is an error, not a splice. */
+static int get_to_stdout(pulse_store *st, const char *key, uint64_t off, uint64_t len, const char *url)
+{
+    pulse_object_info head, info;
+    int err = pulse_store_head(st, key, &head);
+    if (err)
+        return cli_fail("store get", err, url);
+    uint64_t end;
+    if (off > head.size)
+        end = off + 1;   /* the store says how the range is wrong */
+    else
+        end = len == PULSE_TO_END || len > head.size - off ? head.size : off + len;
+    for (uint64_t pos = off; pos < end;) {
+        uint64_t want = end - pos < (16u << 20) ? end - pos : (16u << 20);
+        void *data = NULL;
+        size_t got = 0;
+        err = pulse_store_get(st, key, pos, want, (size_t)want, &data, &got, &info);
+        if (err)
+            return cli_fail("store get", err, url);
+        if (strcmp(info.etag, head.etag)) {
+            pulse_store_free(data);
+            fprintf(stderr, "pulse store get: %s: the object changed while it was read (ETag %s, then %s)\n", url,
+                    head.etag, info.etag);
+            return 1;
+        }
+        size_t w = got ? fwrite(data, 1, got, stdout) : 0;
+        pulse_store_free(data);
+        if (w != got || !got)
+            break;   /* a short write: cli_finish_stdout says why */
+        pos += got;
+    }
+    return cli_finish_stdout("store get");
+}
 
 /* Parses the options a subverb allows (flags listed in `allowed`); returns 0 or an exit status. */
 static int parse(const char *verb, int argc, char **argv, const char *allowed, int npos,
@@ -185,8 +221,12 @@ int cmd_store(int argc, char **argv)
             return cli_usage_error("store get", "bad --range '%s' (want A-B or A-)", a.range);
         if ((rc = open_url("store get", a.url, &st, &key)))
             return rc;
-        int err = pulse_store_get_file(st, key, off, len, a.out, NULL);
-        rc = err ? cli_fail("store get", err, a.url) : 0;
+        if (!strcmp(a.out, "-")) {
+            rc = get_to_stdout(st, key, off, len, a.url);
+        } else {
+            int err = pulse_store_get_file(st, key, off, len, a.out, NULL);
+            rc = err ? cli_fail("store get", err, a.url) : 0;
+        }
     } else if (!strcmp(sub, "head")) {
         if (cli_wants_help(argc, argv))
             return sub_help("head URL");

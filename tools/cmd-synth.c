@@ -40,6 +40,8 @@ int cmd_synth(int argc, char **argv)
         if ((r = synth_arg(argc, argv, &i, "--out", &v)) != 0) {
             if (r < 0 || !*v)
                 return cli_usage_error("synth", "--out needs a directory");
+            if (cli_out_not_stdout("synth", "--out", v))
+                return 2;
             out = v;
         } else if ((r = synth_arg(argc, argv, &i, "--steps", &v)) != 0) {
             if (r < 0 || cli_parse_u64(v, &steps) < 0 || steps > SYNTH_MAX_STEPS)

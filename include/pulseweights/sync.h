@@ -49,6 +49,10 @@ typedef struct pulse_publish_opts {
      * publisher closes, and a note names the boot that wrote it; after a restart of the machine a
      * copy that no longer hashes to its state is deleted, so the next publish is a keyframe. */
     int durable;
+    /* Called (may be NULL), from the publishing thread, as a keyframe's chunks are compressed and
+     * uploaded (every 8 chunks): DONE bytes of the checkpoint of TOTAL. For progress meters. */
+    void (*on_progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
 } pulse_publish_opts;
 
 PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o);
@@ -114,6 +118,10 @@ typedef struct pulse_follow_opts {
      * the last step applied, and the next pull starts afresh. 0, the default: no bound beyond
      * the store's per-request limits. `pulse pull` and `pulse node follow` set 3600. */
     double deadline_s;
+    /* Called (may be NULL), from the pulling thread, as a step's objects arrive (a keyframe's
+     * every 8 chunks): DONE bytes fetched of TOTAL, the bytes of the step's objects. */
+    void (*on_progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
 } pulse_follow_opts;
 
 PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o);

@@ -15,6 +15,39 @@ void node_log_set_format(node_log_format f)
     log_format = f;
 }
 
+/* A JSON number as written by hand: an optional '-', an integer part without leading zeros, an
+ * optional fraction. Anything else ("000000000002", "1e5", "0x1f", "") stays a string, so a
+ * value that only looks numeric keeps its exact text. */
+static int plain_number(const char *s)
+{
+    const char *p = s + (*s == '-');
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9')
+            return 0;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    return *p == '\0' && p - s <= 40;
+}
+
+/* Keys whose values are names or ids: text even when they happen to be all digits (a run, a
+ * file or a record called "2024"), so each key keeps one JSON type. */
+static int text_key(const char *k)
+{
+    static const char *const keys[] = { "name", "file", "path", "record", "key", "head", "weights", "watch",
+                                        "run", "node", "state", "reason", "message", "what", "kind", "role",
+                                        "action", "phase", "status", "last" };
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (!strcmp(k, keys[i]))
+            return 1;
+    return 0;
+}
+
 /* Appends s to buf (at *n, capacity cap) escaped for JSON, or quoted for text when it holds
  * spaces, quotes or control bytes, so one event is always one parseable line. */
 static void put_value(char *buf, size_t *n, size_t cap, const char *s, int json)
@@ -69,7 +102,10 @@ void node_log(const char *event, ...)
             put_value(buf, &n, cap, k, 1), buf[n++] = ':';
         else
             n += (size_t)snprintf(buf + n, cap - n, "%s=", k);
-        put_value(buf, &n, cap, v, json);
+        if (json && plain_number(v) && !text_key(k))
+            n += (size_t)snprintf(buf + n, cap - n, "%s", v);
+        else
+            put_value(buf, &n, cap, v, json);
     }
     va_end(ap);
     if (n > cap)

@@ -12,8 +12,11 @@ void node_log_set_format(node_log_format f);
  * as alternating key/value strings, NULL-terminated:
  *   node_log("applied", "step", "12", "bytes", "83110", NULL);
  * text:  2026-11-29T09:10:11Z applied step=12 bytes=83110
- * json:  {"time":"2026-11-29T09:10:11Z","event":"applied","step":"12","bytes":"83110"}
- * Values are quoted/escaped as each format needs; a line is written with one write(2), so
+ * json:  {"time":"2026-11-29T09:10:11Z","event":"applied","step":12,"bytes":83110}
+ * Values are quoted/escaped as each format needs; in JSON a value that is a plain decimal
+ * number (-?, no leading zero, optional fraction: "12", "0.5") is written as a number, any
+ * other text, and the value of a name or id key (name, file, run, node, state, last, ...: see
+ * log.c), as a string; a line is written with one write(2), so
  * lines from several threads or processes sharing stderr never interleave. */
 void node_log(const char *event, ...) __attribute__((sentinel));
 

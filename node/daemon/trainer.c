@@ -199,6 +199,7 @@ int node_trainer_run(const node_trainer_opts *o)
 {
     trainer t = { .o = o };
     watch_set prev = { 0 }, cur = { 0 };
+    watch_rules rules = { .pattern = o->pattern };
     handled_set done = { { 0 } };
     pulse_secret_key *key = NULL;
     pulse_index *ix = NULL;
@@ -224,8 +225,6 @@ int node_trainer_run(const node_trainer_opts *o)
             r = h;
         pulse_index_close(&ix);
     }
-    if (!r)
-        r = watch_scan(o->watch_dir, NULL, &prev);
     if (r)
         goto out;
     char node_hex[PULSE_NODE_ID_HEX], last_s[24];
@@ -233,12 +232,15 @@ int node_trainer_run(const node_trainer_opts *o)
     snprintf(last_s, sizeof last_s, "%" PRIu64, t.last_step);
     node_log("started", "role", "trainer", "node", node_hex, "run", o->pub.run, "watch", o->watch_dir, "last",
              t.have_last ? last_s : "none", (char *)NULL);
+    /* After "started": this scan logs the names it ignores. */
+    if ((r = watch_scan(o->watch_dir, &rules, NULL, &prev)) != 0)
+        goto out;
 
     int scans = 1;
     while (!node_stop_requested()) {
         if (node_sleep_ms(o->poll_ms))
             break;
-        int s = watch_scan(o->watch_dir, &prev, &cur);
+        int s = watch_scan(o->watch_dir, &rules, &prev, &cur);
         if (s) {
             /* The directory may come back (remounted, recreated): log and poll again. */
             log_error("scan", o->watch_dir, s);
@@ -275,6 +277,7 @@ out:
     watch_set_clear(&prev);
     watch_set_clear(&cur);
     watch_set_clear(&done.s);
+    watch_rules_clear(&rules);
     pulse_store_close(&t.st);
     pulse_publisher_close(&t.pub);
     return r;

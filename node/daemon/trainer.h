@@ -10,6 +10,7 @@
 typedef struct node_trainer_opts {
     pulse_publish_opts pub;      /* store, run, key, state directory, values, threads */
     const char *watch_dir;       /* where the trainer writes checkpoints */
+    const char *pattern;         /* NULL: the built-in checkpoint names; else a glob with {N} */
     uint64_t keyframe_every;     /* a keyframe when step % N == 0; 0: only the first publish */
     unsigned keep_keyframes;     /* retention: newest M keyframes and the chain after them; 0: keep all */
     uint64_t orphan_grace_s;     /* retention: unnamed objects younger than this are left alone */

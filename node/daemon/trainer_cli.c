@@ -8,6 +8,7 @@
 #include "node/daemon/node_cli.h"
 #include "node/daemon/signals.h"
 #include "node/daemon/trainer.h"
+#include "node/daemon/trainer_watch.h"
 #include "tools/cli.h"
 
 #define VERB "node trainer"
@@ -18,16 +19,23 @@ static void usage(FILE *f)
         "usage: pulse node trainer --store URL --run R --key NAME.key --state DIR --watch CKPT_DIR [options]\n"
         "\n"
         "Publishes each checkpoint the trainer finishes writing in CKPT_DIR, in step order, as a\n"
-        "signed patch against the previous one (docs/node.md). A checkpoint is a file\n"
-        "'<anything>-<N>.safetensors' (step N) that appeared by rename and did not change between\n"
-        "two scans, or a directory '<anything>-<N>' beside a '<anything>-<N>.done' marker.\n"
-        "*.tmp and hidden names are ignored. SIGTERM/SIGINT: finish the current publish, exit 0.\n"
+        "signed patch against the previous one (docs/node.md, \"Which files are checkpoints\").\n"
+        "Recognised (step N), once unchanged between two scans: files '<anything>-<N>.safetensors',\n"
+        "'<anything>_<N>.safetensors', 'step<N>.safetensors'; directories 'checkpoint-<N>' (Hugging\n"
+        "Face), 'global_step_<N>', 'global_step<N>' (verl, DeepSpeed), 'step_<N>', 'step<N>' holding\n"
+        "*.safetensors or a *.safetensors.index.json at their top; any '<anything>-<N>' directory\n"
+        "beside a '<anything>-<N>.done' marker. tmp-*, *.tmp and hidden names are never complete.\n"
+        "Every other name is ignored and logged once ('ignored', with the reason).\n"
+        "SIGTERM/SIGINT: finish the current publish, exit 0.\n"
         "\n"
         "  --store URL            file:///dir or s3://bucket/prefix\n"
         "  --run R                run name ([A-Za-z0-9._-])\n"
         "  --key FILE             the node's secret key (pulse keygen); mode 0600\n"
         "  --state DIR            the publisher's state: index.db and the last published checkpoint\n"
         "  --watch DIR            the directory the trainer writes checkpoints into\n"
+        "  --pattern GLOB         checkpoints are exactly the files or directories matching GLOB\n"
+        "                         (fnmatch: * ? [..]) with one {N} where the step digits are, e.g.\n"
+        "                         'ckpt_{N}.safetensors' or 'epoch*-step{N}' (replaces the names above)\n"
         "  --keyframe-every N     also publish a keyframe when step %% N == 0 (default: first only)\n"
         "  --keep-keyframes M     retention: keep the newest M keyframes and the chain after the\n"
         "                         oldest of them; delete this node's older records and unneeded\n"
@@ -71,6 +79,12 @@ int node_trainer_main(int argc, char **argv)
         else if (!strcmp(a, "--key")) o.pub.key_path = val;
         else if (!strcmp(a, "--state")) o.pub.state_dir = val;
         else if (!strcmp(a, "--watch")) o.watch_dir = val;
+        else if (!strcmp(a, "--pattern")) {
+            const char *why;
+            if (watch_pattern_check(val, &why))
+                return cli_usage_error(VERB, "--pattern '%s' %s", val, why);
+            o.pattern = val;
+        }
         else if (!strcmp(a, "--keyframe-every")) {
             if (cli_parse_u64(val, &v) || v < 1)
                 return cli_usage_error(VERB, "--keyframe-every wants a number of steps >= 1");

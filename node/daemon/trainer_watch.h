@@ -6,9 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One checkpoint candidate: a file "<anything>-<N>.safetensors", or a directory "<anything>-<N>"
- * beside a "<anything>-<N>.done" marker. The fingerprint (inode, size, mtime in ns; for a
- * directory those of the directory and its marker) tells whether it changed since the last scan. */
+/* One checkpoint candidate (docs/node.md, "Which files are checkpoints"): a .safetensors file
+ * with a step in its name, or a directory holding weights at its top level. The fingerprint
+ * (inode, size, mtime in ns of the entry; for a directory also of its .done marker, or of
+ * every name at its top level) tells whether it changed since the last scan. */
 typedef struct watch_entry {
     char *name;          /* file or directory name inside the watched directory (owned) */
     uint64_t step;       /* N, from the name */
@@ -22,15 +23,25 @@ typedef struct watch_set {
     size_t n, cap;
 } watch_set;
 
-/* Parses the step out of NAME ("<anything>-<N>" after stripping SUFFIX, which NAME must end
- * with; SUFFIX may be ""). Returns 0 and *step, or -1 when NAME is not such a name. */
-int watch_parse_step(const char *name, const char *suffix, uint64_t *step);
+/* What the scan recognises, and the names it has already logged as ignored (each is logged
+ * once while it stays in the directory). Zero-initialise; pattern NULL: the built-in names. */
+typedef struct watch_rules {
+    const char *pattern; /* --pattern: a glob with one {N} for the step digits */
+    char **told;         /* sorted, owned */
+    size_t ntold;
+} watch_rules;
+
+/* Checks a --pattern: exactly one "{N}", no '/', at most 255 bytes. Returns 0, or -1 with a
+ * reason in *why. */
+int watch_pattern_check(const char *pattern, const char **why);
 
 /* Scans DIR into OUT (cleared first), sorted by step then name. An entry is marked stable when
- * PREV (may be NULL) holds the same name with the same fingerprint. Ignores hidden names,
- * *.tmp and anything not matching the patterns. Returns 0 or a negative PULSE_ERR_*. */
-int watch_scan(const char *dir, const watch_set *prev, watch_set *out);
+ * PREV (may be NULL) holds the same name with the same fingerprint. Every other name is
+ * ignored, and logged (node_log "ignored", name and reason) the first time RULES sees it.
+ * Returns 0 or a negative PULSE_ERR_*. */
+int watch_scan(const char *dir, watch_rules *rules, const watch_set *prev, watch_set *out);
 
 void watch_set_clear(watch_set *s);
+void watch_rules_clear(watch_rules *r);
 
 #endif

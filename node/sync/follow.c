@@ -940,9 +940,11 @@ static int apply_listed(pulse_follower *f, const char *rel, const pulse_record *
     /* MOVED: the record's bytes, already counted; the objects are counted here. */
     uint64_t total = moved;
     f->step_t0 = pulse_monotonic_s();
+    sync_progress_begin(f->o.on_progress, f->o.progress_ctx, rec->patch_bytes);
     if (!r)
         r = rec->kind == PULSE_RECORD_KEYFRAME ? apply_keyframe_step(f, rec, rel, &total)
                                                : apply_patch_step(f, rec, rel, &total);
+    sync_progress_end();
     f->step_t0 = 0;
     f->c.bytes_fetched += total - moved;
     if (r && !f->stopped) {

@@ -81,6 +81,7 @@ int sync_keyframe_publish(pulse_store *st, const char *run, const pulse_ckpt *c,
     const uint8_t *bytes = src->files[0].map;
     uint64_t size = src->files[0].size;
     uint64_t nchunks = (size + PULSE_KEYFRAME_CHUNK - 1) / PULSE_KEYFRAME_CHUNK;
+    sync_progress_total(size);
 
     for (uint64_t first = 0; !rc && first < nchunks; first += BATCH) {
         struct compress_job j = { .src = bytes, .src_len = size, .first = first, .level = zstd_level };
@@ -92,6 +93,8 @@ int sync_keyframe_publish(pulse_store *st, const char *run, const pulse_ckpt *c,
             uint64_t off = (first + i) * (uint64_t)PULSE_KEYFRAME_CHUNK;
             uint64_t len = size - off < PULSE_KEYFRAME_CHUNK ? size - off : PULSE_KEYFRAME_CHUNK;
             rc = pulse_record_add_object(r, j.blobs[i].digest, j.blobs[i].len, KEYFRAME_ROLE, "", off, len);
+            if (!rc)
+                sync_progress_add(len);
         }
         for (size_t i = 0; i < nb; i++)
             free(j.bufs[i]);

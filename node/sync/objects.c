@@ -8,6 +8,39 @@
 #include "node/sync/sync_internal.h"
 #include "pulseweights/keys.h"
 
+static _Thread_local struct {
+    void (*fn)(void *ctx, uint64_t done, uint64_t total);
+    void *ctx;
+    uint64_t done, total;
+} progress;
+
+void sync_progress_begin(void (*fn)(void *ctx, uint64_t done, uint64_t total), void *ctx, uint64_t total)
+{
+    progress.fn = fn;
+    progress.ctx = ctx;
+    progress.done = 0;
+    progress.total = total;
+}
+
+void sync_progress_total(uint64_t total)
+{
+    progress.done = 0;
+    progress.total = total;
+}
+
+void sync_progress_add(uint64_t n)
+{
+    progress.done += n;
+    if (progress.fn)
+        progress.fn(progress.ctx, progress.done, progress.total);
+}
+
+void sync_progress_end(void)
+{
+    progress.fn = NULL;
+    progress.ctx = NULL;
+}
+
 int sync_put_objects(pulse_store *st, const char *run, const sync_blob *blobs, size_t n,
                      uint64_t *moved)
 {
@@ -58,6 +91,7 @@ int sync_fetch_objects(pulse_store *st, const char *run, const pulse_record_obje
                 break;
             }
             *moved += x[i].len;
+            sync_progress_add(x[i].len);
             if (x[i].len != o[i].size) {
                 r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: %s than the %llu bytes the record declares",
                                keys[i], x[i].len > o[i].size ? "longer" : "shorter",

@@ -614,13 +614,18 @@ PULSE_API int pulse_publisher_publish_ckpt(pulse_publisher *p, const pulse_ckpt 
     pulse_clear_error();
     if (!p || !c)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_publisher_publish_ckpt: no publisher or no checkpoint");
-    if (pulse_ckpt_nfiles(c) > 0)
-        return publish_files(p, c, NULL, step, flags, out);
-    pulse_ckpt *snap = NULL;
-    int r = snapshot(p, c, &snap);
-    if (!r)
-        r = publish_files(p, snap, snap, step, flags, out);
-    pulse_ckpt_close(&snap);   /* removes the copy when it was not kept */
+    sync_progress_begin(p->o.on_progress, p->o.progress_ctx, 0);
+    int r;
+    if (pulse_ckpt_nfiles(c) > 0) {
+        r = publish_files(p, c, NULL, step, flags, out);
+    } else {
+        pulse_ckpt *snap = NULL;
+        r = snapshot(p, c, &snap);
+        if (!r)
+            r = publish_files(p, snap, snap, step, flags, out);
+        pulse_ckpt_close(&snap);   /* removes the copy when it was not kept */
+    }
+    sync_progress_end();
     return r;
 }
 

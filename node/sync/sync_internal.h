@@ -32,6 +32,14 @@ typedef struct sync_blob {
 int sync_put_objects(pulse_store *st, const char *run, const sync_blob *blobs, size_t n,
                      uint64_t *moved);
 
+/* The progress of the publish or step in hand, for the opts' on_progress: the caller begins
+ * and ends it around the work (thread-local, so publishers on other threads keep their own);
+ * it advances where the bytes are counted. FN NULL: nothing is reported. */
+void sync_progress_begin(void (*fn)(void *ctx, uint64_t done, uint64_t total), void *ctx, uint64_t total);
+void sync_progress_total(uint64_t total);   /* a new phase of TOTAL bytes: done back to 0 */
+void sync_progress_add(uint64_t n);
+void sync_progress_end(void);
+
 /* Fetches the objects named by o[0..n) with at most their declared size, checks each size
  * and SHA-256, and returns malloc'd buffers in data[i] (free with pulse_store_free). On any
  * failure nothing is returned (all freed) and the detail names the object. */

@@ -33,7 +33,7 @@ trainer_once() {
 }
 for s in 0 1 2 3; do release "$s"; done
 trainer_once
-grep -q '"event":"published","step":"3"' trainer.log || fail "the trainer did not publish step 3: $(cat trainer.log)"
+grep -q '"event":"published","step":3,' trainer.log || fail "the trainer did not publish step 3: $(cat trainer.log)"
 grep -q '"event":"retained"' trainer.log || fail "no retention pass deleted anything: $(cat trainer.log)"
 ok "the trainer published steps 0..3 and its retention deleted old records and objects"
 # Objects of 64 MiB and more go up in parts (initiate, parts, complete: s3:PutObject for each): the
@@ -139,7 +139,7 @@ ok "refused with 403 and nothing changed: follower deletes/overwrites of records
 release 4
 release 5
 trainer_once
-grep -q '"event":"published","step":"5"' trainer.log || fail "the trainer did not publish step 5: $(cat trainer.log)"
+grep -q '"event":"published","step":5,' trainer.log || fail "the trainer did not publish step 5: $(cat trainer.log)"
 follow_once pulse-follower-a fa fa
 cmp -s "$(ckpt 5)" fa.safetensors || fail "follower A's weights differ from step 5"
 as pulse-follower-a pulse_store head "$store/$(receipt "$FA" 5)" >/dev/null 2>&1 || fail "no receipt of step 5"
