@@ -518,8 +518,8 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
         } else if (st == 403 && (!strcmp(c, "AccessDenied") || (!code && !strcmp(r->method, "HEAD")))) {
             /* It did, and the bucket's policy (or ACL) refuses this action to them; a HEAD answer
              * has no body to say so, and S3 answers a refused HEAD with a bare 403. */
-            fail_final(r, PULSE_ERR_AUTH, "%s %s: access denied by the bucket's policy or ACL: %s may not %s %s "
-                       "(HTTP 403%s%s)", r->op, k, s->cfg.access_key ? "these credentials" : "anonymous requests",
+            fail_final(r, PULSE_ERR_AUTH, "access denied by the bucket's policy or ACL: %s may not %s %s "
+                       "(HTTP 403%s%s)", s->cfg.access_key ? "these credentials" : "anonymous requests",
                        r->op, k, sep, c);
         } else if (st == 403) {
             fail_final(r, PULSE_ERR_AUTH, "%s %s: access refused (HTTP %ld%s%s)", r->op, k, st, sep, c);

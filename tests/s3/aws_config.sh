@@ -71,6 +71,6 @@ expect_error "anonymous get" "access denied by the bucket's policy or ACL: anony
   env AWS_PROFILE=keyless PULSE_S3_ANONYMOUS=1 "$PULSE_BIN" store get "$store/k" -o "$work/x"
 expect_error "anonymous head" "access denied by the bucket's policy or ACL: anonymous requests may not head $prefix/k (HTTP 403)" \
   env AWS_PROFILE=keyless PULSE_S3_ANONYMOUS=1 "$PULSE_BIN" store head "$store/k"
-expect_error "anonymous list" "list $bucket: access denied by the bucket's policy or ACL: anonymous requests may not list $bucket (HTTP 403 AccessDenied)" \
+expect_error "anonymous list" ": access denied by the bucket's policy or ACL: anonymous requests may not list $bucket (HTTP 403 AccessDenied)" \
   env AWS_PROFILE=keyless PULSE_S3_ANONYMOUS=1 "$PULSE_BIN" store ls "$store/"
 AWS_PROFILE=rgw pulse_store rm "$store/k" || fail "rm failed"
