@@ -143,6 +143,13 @@ static const char *const unsupported_sources[] = {
  * says where it looked for credentials (PULSE_ERR_AUTH). */
 static int no_credentials(const char *profile, const char *section, const char *cred_file, const char *conf_file)
 {
+    static const char *const unsupported_env[] = { "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                                                   "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI" };
+    for (size_t i = 0; i < sizeof unsupported_env / sizeof unsupported_env[0]; i++)
+        if (env(unsupported_env[i]))
+            return pulse_fail(PULSE_ERR_UNSUPPORTED, "s3 credentials: %s is set, a way to credentials that pulse "
+                              "does not follow; export them: eval \"$(aws configure export-credentials --format env)\"",
+                              unsupported_env[i]);
     for (size_t i = 0; i < sizeof unsupported_sources / sizeof unsupported_sources[0]; i++) {
         char *v = NULL;
         int rc = ini_get(cred_file, profile, unsupported_sources[i], &v);

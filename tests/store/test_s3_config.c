@@ -177,6 +177,12 @@ static void unsupported_sources(void)
     setenv("AWS_PROFILE", "sso", 1);
     CHECK_ERR(s3_config_load(&c), PULSE_ERR_UNSUPPORTED);
     CHECK(strstr(pulse_last_error(), "sso_session") != NULL);
+    unsetenv("AWS_PROFILE");
+    setenv("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/token", 1);
+    CHECK_ERR(s3_config_load(&c), PULSE_ERR_UNSUPPORTED);
+    CHECK(strstr(pulse_last_error(), "AWS_WEB_IDENTITY_TOKEN_FILE is set") != NULL);
+    unsetenv("AWS_WEB_IDENTITY_TOKEN_FILE");
+    setenv("AWS_PROFILE", "sso", 1);
     setenv("AWS_ACCESS_KEY_ID", "A", 1); /* keys in the environment are used as they are */
     setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
     CHECK_OK(s3_config_load(&c));
