@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Build: compiler, meson, libraries. Tests: zstd/xdelta3 (benchmark baselines), Ceph RGW (the
-# real S3 server), curl (presigned URL checks), python3 (fault proxy), iproute2 (ss).
+# real S3 server), curl (presigned URL checks), python3 (fault proxy), iproute2 (ss), openssl
+# (the private CA of the TLS test).
 packages=(gcc libc6-dev meson ninja-build pkg-config git
           libzstd-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
-          zstd xdelta3 curl python3 iproute2 procps)
+          zstd xdelta3 curl python3 iproute2 procps openssl)
 # Tests also need the Ceph RGW, and the cross compiler + qemu-user that run the NEON kernels.
 if [ "${PULSE_SETUP_TESTS:-0}" = 1 ]; then
   packages+=(ceph-mon ceph-osd radosgw ceph-common

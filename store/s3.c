@@ -898,8 +898,21 @@ int store_s3_open(pulse_store *st, const char *rest)
     if (*prefix && prefix[strlen(prefix) - 1] != '/')
         buf_addc(&p, '/');
     s->prefix = buf_take(&p);
-    if (s->cfg.endpoint) {
-        /* Custom endpoints (MinIO, RGW, R2): path-style addressing. */
+    if (s->cfg.endpoint && s->cfg.addressing == S3_ADDR_VIRTUAL) {
+        /* addressing_style = virtual: the bucket is a name under the endpoint's host. */
+        const char *hs = strstr(s->cfg.endpoint, "://") + 3;
+        const char *pe = strchr(hs, '/');
+        size_t hl = pe ? (size_t)(pe - hs) : strlen(hs);
+        buf_add(&o, s->cfg.endpoint, (size_t)(hs - s->cfg.endpoint));
+        buf_printf(&o, "%.*s.%.*s", (int)blen, rest, (int)hl, hs);
+        buf_printf(&h, "%.*s.%.*s", (int)blen, rest, (int)hl, hs);
+        if (pe)
+            buf_adds(&b, pe);
+        else
+            buf_adds(&b, "");
+    } else if (s->cfg.endpoint) {
+        /* Custom endpoints (MinIO, RGW, R2): path-style addressing unless the profile says
+         * addressing_style = virtual. */
         const char *hs = strstr(s->cfg.endpoint, "://") + 3;
         const char *pe = strchr(hs, '/');
         size_t hl = pe ? (size_t)(pe - hs) : strlen(hs);
@@ -909,7 +922,7 @@ int store_s3_open(pulse_store *st, const char *rest)
             buf_adds(&b, pe);
         buf_addc(&b, '/');
         buf_add(&b, rest, blen);
-    } else if (!memchr(rest, '.', blen)) {
+    } else if (!memchr(rest, '.', blen) && s->cfg.addressing != S3_ADDR_PATH) {
         buf_printf(&o, "https://%.*s.s3.%s.amazonaws.com", (int)blen, rest, s->cfg.region);
         buf_printf(&h, "%.*s.s3.%s.amazonaws.com", (int)blen, rest, s->cfg.region);
         buf_adds(&b, "");

@@ -3,6 +3,7 @@
 #include "store/s3_http.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "base/clock.h"
 #include "base/fail.h"
 #include "store/s3_xml.h"
@@ -224,6 +226,22 @@ static int add_header(struct curl_slist **l, const char *name, const char *value
     return 0;
 }
 
+/* "pulse/VERSION libcurl/VERSION", as botocore names itself and its HTTP library: server logs
+ * and bucket policies can tell pulse's requests apart. */
+static char ua[80];
+static pthread_once_t ua_once = PTHREAD_ONCE_INIT;
+static void ua_init(void)
+{
+    const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+    snprintf(ua, sizeof ua, "pulse/%s libcurl/%s", PULSE_VERSION, v && v->version ? v->version : "unknown");
+}
+
+static const char *user_agent(void)
+{
+    pthread_once(&ua_once, ua_init);
+    return ua;
+}
+
 static int start(struct s3_store *s, struct s3_req *r)
 {
     /* Fresh results for this attempt; the body buffer keeps its memory. */
@@ -284,7 +302,10 @@ static int start(struct s3_store *s, struct s3_req *r)
     struct curl_slist *t = curl_slist_append(l, "Expect:");
     if (t) l = t; else bad = 1;
     if (!strcmp(r->method, "POST")) {
-        t = curl_slist_append(l, "Content-Type: application/xml");
+        /* CompleteMultipartUpload's body is XML. CreateMultipartUpload has no body, and the
+         * Content-Type it carries becomes the object's (as a single PUT's does): send none, as
+         * a PUT does, and not libcurl's form type for a POST either. */
+        t = curl_slist_append(l, r->body_len ? "Content-Type: application/xml" : "Content-Type:");
         if (t) l = t; else bad = 1;
     }
     r->slist = l;
@@ -312,6 +333,9 @@ static int start(struct s3_store *s, struct s3_req *r)
     curl_easy_setopt(e, CURLOPT_URL, r->url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->slist);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, user_agent());
+    if (s->cfg.ca_bundle)
+        curl_easy_setopt(e, CURLOPT_CAINFO, s->cfg.ca_bundle);
     curl_easy_setopt(e, CURLOPT_PRIVATE, r);
     r->curl_err[0] = 0;
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
@@ -397,6 +421,14 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
             return fail_final(r, PULSE_ERR_IO, "%s %s: writing the output failed", r->op, k);
         if (r->over_limit == 4)
             return fail_final(r, PULSE_ERR_NOMEM, "%s %s: out of memory", r->op, k);
+        if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE ||
+            cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_SSL_ISSUER_ERROR || cc == CURLE_SSL_CRL_BADFILE ||
+            cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
+            /* A certificate that fails now fails on every retry: say so at once, in libcurl's
+             * words (which check failed), and which CA bundle it was checked against. */
+            return fail_final(r, PULSE_ERR_NETWORK, "%s %s: TLS certificate problem (not retried): %.150s "
+                              "[CA bundle: %.90s]", r->op, k, r->curl_err[0] ? r->curl_err : curl_easy_strerror(cc),
+                              s->cfg.ca_bundle ? s->cfg.ca_bundle : "libcurl's default");
         transient_err = r->over_limit == 2 ? PULSE_ERR_CORRUPT : PULSE_ERR_NETWORK;
         /* libcurl's buffer says which limit cut a timeout ("Operation too slow. Less than N
          * bytes/sec ...", "Operation timed out after N ms ..."); its strerror only "Timeout". */
@@ -463,7 +495,18 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
                    (st == 409 && r->if_absent)) {
             transient_err = PULSE_ERR_SERVER;
             snprintf(why, sizeof why, "HTTP %ld%s%s", st, sep, c);
-        } else if (st == 403 || st == 401) {
+        } else if (st == 401 || !strcmp(c, "SignatureDoesNotMatch") || !strcmp(c, "InvalidAccessKeyId") ||
+                   !strcmp(c, "RequestTimeTooSkewed") || !strcmp(c, "ExpiredToken") ||
+                   !strcmp(c, "InvalidToken") || !strcmp(c, "TokenRefreshRequired")) {
+            /* The server did not accept who we said we are. */
+            fail_final(r, PULSE_ERR_AUTH, "%s %s: credentials refused (HTTP %ld%s%s)", r->op, k, st, sep, c);
+        } else if (st == 403 && (!strcmp(c, "AccessDenied") || (!code && !strcmp(r->method, "HEAD")))) {
+            /* It did, and the bucket's policy (or ACL) refuses this action to them; a HEAD answer
+             * has no body to say so, and S3 answers a refused HEAD with a bare 403. */
+            fail_final(r, PULSE_ERR_AUTH, "access denied by the bucket's policy or ACL: %s may not %s %s "
+                       "(HTTP 403%s%s)", s->cfg.access_key ? "these credentials" : "anonymous requests",
+                       r->op, k, sep, c);
+        } else if (st == 403) {
             fail_final(r, PULSE_ERR_AUTH, "%s %s: access refused (HTTP %ld%s%s)", r->op, k, st, sep, c);
         } else if (st == 404) {
             if (!strcmp(c, "NoSuchBucket"))

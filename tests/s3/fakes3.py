@@ -1,7 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # A fake S3 server on 127.0.0.1 whose ListObjectsV2 answers are broken or hostile in one chosen
 # way (answers RGW would never give); every request is logged, one line each.
-"""Usage: fakes3.py --mode MODE --port-file F [--log F] [--time-limit S]
+"""Usage: fakes3.py --mode MODE --port-file F [--log F] [--time-limit S] [--headers-log F]
+                  [--tls-cert PEM --tls-key PEM]
+
+--headers-log F: each request's method, path and headers, one JSON object a line.
+--tls-cert/--tls-key: serve HTTPS; each connection is logged to --log as "TLS ok" or
+                      "TLS failed REASON" (a client that refuses the certificate sends no request).
 
 Modes (GET on a bucket = ListObjectsV2, keys under the prefix asked for; anything else: 404):
   ok          two honest pages (keys PREFIXk000..k003), then the end
@@ -19,7 +24,9 @@ Modes (GET on a bucket = ListObjectsV2, keys under the prefix asked for; anythin
   503         always HTTP 503 SlowDown
 """
 import argparse
+import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -100,10 +107,22 @@ def main():
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--log", default=os.devnull)
     ap.add_argument("--time-limit", type=float, default=300)
+    ap.add_argument("--headers-log", default=None)
+    ap.add_argument("--tls-cert", default=None)
+    ap.add_argument("--tls-key", default=None)
     args = ap.parse_args()
     answer(args.mode, {})  # an unknown mode fails here, at start
     State.pages = 0
     log = open(args.log, "a", buffering=1)
+    hlog = open(args.headers_log, "a", buffering=1) if args.headers_log else None
+    log_lock = threading.Lock()
+
+    def record(handler):
+        log.write("%s %s\n" % (handler.command, handler.path))
+        if hlog:
+            with log_lock:
+                hlog.write(json.dumps({"method": handler.command, "path": handler.path,
+                                       "headers": dict(handler.headers.items())}) + "\n")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -120,14 +139,14 @@ def main():
         def do_GET(self):
             u = urlsplit(self.path)
             q = parse_qs(u.query)
-            log.write("%s %s\n" % (self.command, self.path))
+            record(self)
             if "list-type" not in q:
                 return self.send(404, b"<Error><Code>NoSuchKey</Code></Error>")
             status, body, pace = answer(args.mode, q)
             self.send(status, body, pace)
 
         def do_HEAD(self):
-            log.write("%s %s\n" % (self.command, self.path))
+            record(self)
             self.send(404, b"")
 
         def send(self, status, body, pace=0):
@@ -146,7 +165,25 @@ def main():
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        tls = None
+
+        def finish_request(self, request, client_address):
+            if self.tls:
+                # The handshake runs here, in the connection's thread: one that fails is
+                # logged (a client that rejects the certificate never sends a request).
+                try:
+                    request = self.tls.wrap_socket(request, server_side=True)
+                except (ssl.SSLError, OSError) as e:
+                    log.write("TLS failed %s\n" % getattr(e, "reason", e))
+                    return
+                log.write("TLS ok\n")
+            super().finish_request(request, client_address)
+
+    srv = Server(("127.0.0.1", 0), Handler)
+    if args.tls_cert:
+        srv.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        srv.tls.load_cert_chain(args.tls_cert, args.tls_key)
     srv.daemon_threads = True
     tmp = args.port_file + ".tmp"
     with open(tmp, "w") as f:

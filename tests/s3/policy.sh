@@ -105,6 +105,8 @@ refused pulse-follower-b "overwrite the trainer's head" pulse_store put "$store/
 refused pulse-trainer "write a follower's receipt" pulse_store put "$store/$(receipt "$FA" 9)" evil
 refused pulse-outsider "read the run" pulse_store get "$store/$run/heads/sync/$T" -o got
 refused pulse-outsider "list the run" pulse_store ls "$store/$run/"
+# A refused HEAD has no body to name AccessDenied: a bare 403, which still means the policy.
+refused pulse-outsider "head the run's head" pulse_store head "$store/$run/heads/sync/$T"
 # A node's keys cannot rewrite the policy (here: one giving the follower everything).
 sed "s/\"Sid\": \"ReadRun\"/\"Sid\": \"Grab\"/; s/\"s3:GetObject\"/\"s3:*\"/" "$pb.json" >grab.json
 for u in $ua pulse-trainer; do

@@ -87,8 +87,10 @@ refused() {
   as "$u" "$@" >"$work/out" 2>"$work/err" || rc=$?
   if [ "$rc" = 0 ]; then
     missed+=("$u could $what")
-  elif ! grep -q 'access refused (HTTP 403' "$work/err" || [ "$(wc -l <"$work/err")" != 1 ]; then
-    missed+=("$u: $what failed, but not with one line naming HTTP 403: $(cat "$work/err")")
+  elif ! grep -q "access denied by the bucket's policy or ACL: these credentials may not .*(HTTP 403" "$work/err" ||
+       [ "$(wc -l <"$work/err")" != 1 ]; then
+    # Accepted credentials that the policy refuses: said so, not "credentials refused".
+    missed+=("$u: $what failed, but not with one line saying the policy denied it (HTTP 403): $(cat "$work/err")")
   else
     echo "ok   $u cannot $what: $(cat "$work/err")"
   fi
