@@ -17,7 +17,8 @@ if [ "${PULSE_SETUP_TESTS:-0}" = 1 ]; then
              gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 fi
 # The Python bindings' tests and the PyTorch RL examples (examples/rl/): Debian's own numpy,
-# PyTorch and matplotlib, imported by /usr/bin/python3 (no PyPI here).
+# PyTorch and matplotlib, imported by /usr/bin/python3 (no PyPI here); pip, setuptools and venv for
+# the offline install checks of python/ (tests/python/test_packaging.sh).
 if [ "${PULSE_SETUP_TESTS:-0}" = 1 ] || [ "${PULSE_SETUP_PYTHON:-0}" = 1 ]; then
   packages+=(python3-numpy python3-torch python3-matplotlib python3-pip python3-setuptools python3-venv)
 fi

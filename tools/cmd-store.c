@@ -26,7 +26,8 @@ static const char usage_text[] =
     "  presign URL [--expires S]        print a presigned GET URL valid S seconds (default 3600)\n"
     "\n"
     "s3:// uses AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,\n"
-    "AWS_ENDPOINT_URL, AWS_PROFILE (see docs/store.md). Errors: one line on stderr, exit 1\n"
+    "AWS_ENDPOINT_URL, AWS_PROFILE, AWS_CA_BUNDLE; PULSE_S3_ANONYMOUS=1 sends unsigned requests\n"
+    "(see docs/store.md). Errors: one line on stderr, exit 1\n"
     "(2 for usage errors, a malformed key among them).\n";
 
 struct sub_args {
