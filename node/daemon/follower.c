@@ -35,6 +35,7 @@ typedef struct node_follower {
     char weights_abs[4096];        /* PULSE_WEIGHTS for the hook: absolute, as it may cd */
     unsigned rng;
     int stale;                     /* pulse_stale as last logged */
+    char failing[512];             /* the failure last logged; "" while pulls succeed */
 } node_follower;
 
 static void u64s(char *buf, size_t cap, uint64_t v)
@@ -193,13 +194,28 @@ static int poll_heads(node_follower *n)
     return need;
 }
 
+/* A failure is logged when it starts or changes, not at every poll that meets it again; its
+ * end is logged once too. */
+static void failure_state(node_follower *n, const char *event, int r)
+{
+    if (!r) {
+        if (n->failing[0])
+            node_log("catch-up-ok", "after", n->failing, NULL);
+        n->failing[0] = '\0';
+        return;
+    }
+    if (node_stop_requested() || !strcmp(n->failing, pulse_last_error()))
+        return;
+    snprintf(n->failing, sizeof n->failing, "%s", pulse_last_error());
+    node_log(event, "reason", n->failing, NULL);
+}
+
 static int catch_up(node_follower *n)
 {
     size_t applied = 0;
     pulse_sync_step held;
     int r = pulse_follower_pull(n->f, &applied, &held);
-    if (r && !node_stop_requested())
-        node_log("catch-up-failed", "reason", pulse_last_error(), NULL);
+    failure_state(n, "catch-up-failed", r);
     update_metrics(n);
     return r;
 }

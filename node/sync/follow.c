@@ -76,6 +76,11 @@ typedef struct listing {
     size_t run_len;
     listed *v;
     size_t n, cap;
+    /* For saying why there is nothing to start from: every key listed under records/, and the
+     * first nodes named by record keys of keys not trusted (names only: nothing verified). */
+    size_t keys;
+    uint8_t others[8][32];
+    size_t nothers;
 } listing;
 
 /* Whether each step ends with a sync of the weights. */
@@ -243,7 +248,7 @@ static int fail_step(int r, uint64_t step, const char *rel)
 }
 
 /* Parses records/<kind>/<step:012>/<node-hex>; 0 when it is a sync-patch or keyframe record
- * of a trusted node. */
+ * of a trusted node, -2 when it is one of a node not trusted (e->node set), else -1. */
 static int parse_rel(const pulse_trust *trust, const char *rel, listed *e)
 {
     /* Exact: "records/", a kind, "/", 12 digits, "/", 64 lowercase hex digits, the end. A key
@@ -273,8 +278,10 @@ static int parse_rel(const pulse_trust *trust, const char *rel, listed *e)
     memset(e, 0, sizeof *e);
     e->kind = k;
     e->step = strtoull(steps, NULL, 10);
-    if (pulse_hex_decode(node, 64, e->node, 32) != 0 || !pulse_trust_find(trust, e->node))
+    if (pulse_hex_decode(node, 64, e->node, 32) != 0)
         return -1;
+    if (!pulse_trust_find(trust, e->node))
+        return -2;
     snprintf(e->rel, sizeof e->rel, "%s", rel);
     return 0;
 }
@@ -303,7 +310,16 @@ static int on_key(void *ctx, const char *key, const pulse_object_info *info)
 {
     listing *l = ctx;
     listed e;
-    if (parse_rel(l->trust, key + l->run_len + 1, &e) != 0)
+    l->keys++;
+    int pr = parse_rel(l->trust, key + l->run_len + 1, &e);
+    if (pr == -2 && l->nothers < sizeof l->others / sizeof l->others[0]) {
+        size_t i = 0;
+        while (i < l->nothers && memcmp(l->others[i], e.node, 32))
+            i++;
+        if (i == l->nothers)
+            memcpy(l->others[l->nothers++], e.node, 32);
+    }
+    if (pr != 0)
         return 0;
     if (info) {
         e.size = info->size;
@@ -1261,6 +1277,34 @@ PULSE_API int pulse_follower_pull(pulse_follower *f, size_t *applied, pulse_sync
     return r;
 }
 
+/* Weights to start and no trusted keyframe: says which of the usual mistakes it looks like
+ * (a wrong store URL, prefix or run; the wrong --trust; a run with no keyframe yet). */
+static int nothing_to_start(pulse_follower *f, const listing *l)
+{
+    const char *url = f->o.store_url;
+    size_t ul = strlen(url);
+    const char *sep = ul && url[ul - 1] == '/' ? "" : "/";
+    if (l->n)
+        return pulse_fail(PULSE_ERR_NOTFOUND, "run %s has no keyframe from a trusted key to start from "
+                          "(%zu records of trusted keys listed, none a keyframe that verifies)", f->run, l->n);
+    if (l->nothers) {
+        char found[8 * 18 + 8] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < l->nothers; i++) {
+            char hex[65];
+            pulse_id_hex(l->others[i], hex);
+            used += (size_t)snprintf(found + used, sizeof found - used, "%s%.16s", i ? ", " : "", hex);
+        }
+        return pulse_fail(PULSE_ERR_NOTFOUND, "records exist under %s%s%s/ but none signed by a trusted key (found: %s%s)",
+                          url, sep, f->run, found, l->nothers == sizeof l->others / sizeof l->others[0] ? ", ..." : "");
+    }
+    if (l->keys)
+        return pulse_fail(PULSE_ERR_NOTFOUND, "no records under %s%s%s/: %zu keys under records/, none a record key",
+                          url, sep, f->run, l->keys);
+    return pulse_fail(PULSE_ERR_NOTFOUND, "no records under %s%s%s/ (check the store URL, its prefix and the run name)",
+                      url, sep, f->run);
+}
+
 static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held_out)
 {
     pulse_clear_error();
@@ -1328,7 +1372,7 @@ static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held
                      "to_step", b4, NULL);
         }
         if (!f->have && !have_kf && stuck == SIZE_MAX)
-            r = pulse_fail(PULSE_ERR_NOTFOUND, "run %s has no keyframe from a trusted key to start from", f->run);
+            r = nothing_to_start(f, &l);
         if (!r && use_kf) {
             listed *e = &l.v[kf];
             r = apply_listed(f, e->rel, &e->rec, e->bytes, e->len, e->len);
@@ -1347,7 +1391,7 @@ static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held
         else if (!r && ahead && f->have && f->step < newest)
             r = chain_stuck(f, &l, f->step, newest);
     } else if (!r && !f->have) {
-        r = pulse_fail(PULSE_ERR_NOTFOUND, "run %s has no keyframe from a trusted key to start from", f->run);
+        r = nothing_to_start(f, &l);
     } else if (!r && f->have) {
         store_behind(f, 1, 0, 0);   /* the store lists no record of the run at all */
     }
