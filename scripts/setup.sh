@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # Build: compiler, meson, libraries. Tests: zstd/xdelta3 (benchmark baselines), Ceph RGW (the
 # real S3 server), curl (presigned URL checks), python3 (fault proxy), iproute2 (ss).
 packages=(gcc libc6-dev meson ninja-build pkg-config git
-          libzstd-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
+          libzstd-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev libexpat1-dev
           zstd xdelta3 curl python3 iproute2 procps)
 # Tests also need the Ceph RGW, and the cross compiler + qemu-user that run the NEON kernels.
 if [ "${PULSE_SETUP_TESTS:-0}" = 1 ]; then
