@@ -17,12 +17,11 @@
 
 /* ---- one hardened parser ---- */
 
-/* Why a handler stopped the parser (XML_ERROR_ABORTED): its words, and whether that is the
- * "not a listing" case (then the words are what the answer is instead). */
+/* Why a handler stopped the parser (then XML_Parse fails with XML_ERROR_ABORTED). */
 struct stop {
     XML_Parser p;
-    const char *why;
-    long doctype_at;   /* where a DOCTYPE starts, or -1 */
+    const char *why;   /* the first reason, in words */
+    long doctype_at;   /* where expat saw a DOCTYPE (just after its name) */
 };
 
 static void stop_with(struct stop *s, const char *why)
@@ -192,11 +191,9 @@ struct page {
     char msg[640];
 };
 
-static void refuse(struct page *pg, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 /* Keeps the first refusal of what the page says; the parse goes on so that a page whose form
  * is broken is refused for that, as it is a cut or garbled answer rather than a lie. */
-static void refuse(struct page *pg, int err, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void refuse(struct page *pg, int err, const char *fmt, ...)
 {
     if (pg->err)
         return;
