@@ -7,10 +7,10 @@ cd "$(dirname "$0")/.."
 
 # Build: compiler, meson, libraries. Tests: zstd/xdelta3 (benchmark baselines), Ceph RGW (the
 # real S3 server), curl (presigned URL checks), python3 (fault proxy), iproute2 (ss), openssl
-# (the private CA of the TLS test).
+# (the private CA of the TLS test), libssl-dev (OpenSSL's SHA-256, the reference the tests check ours against).
 packages=(gcc libc6-dev meson ninja-build pkg-config git
-          libzstd-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
-          zstd xdelta3 curl python3 iproute2 procps openssl)
+          libzstd-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev libexpat1-dev
+          libssl-dev zstd xdelta3 curl python3 iproute2 procps openssl)
 # Tests also need the Ceph RGW, and the cross compiler + qemu-user that run the NEON kernels.
 if [ "${PULSE_SETUP_TESTS:-0}" = 1 ]; then
   packages+=(ceph-mon ceph-osd radosgw ceph-common

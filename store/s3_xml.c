@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reading S3's XML answers: an element's markup or its text, and one ListObjectsV2 page. */
+/* Reading S3's XML answers with expat, hardened (no DTD, no entities, bounded depth and size): an element's text, and one ListObjectsV2 page. */
 #include "store/s3_xml.h"
 
+#include <expat.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,97 +12,139 @@
 #include "base/fail.h"
 #include "store/buf.h"
 
-/* The inner markup [*a, *e) of the first <tag>...</tag> at or after *pos; 0 when absent. */
-static int find(const char *xml, const char *tag, const char **pos, const char **a, const char **e)
+#define XML_DEPTH 8                 /* ListBucketResult > Contents > Owner > ID is 4; deeper is not S3 */
+#define XML_MAX_BYTES (64u << 20)   /* 1000 keys of 1 KiB, each escaped 6 times over, fit many times */
+
+/* ---- one hardened parser ---- */
+
+/* Why a handler stopped the parser (then XML_Parse fails with XML_ERROR_ABORTED). */
+struct stop {
+    XML_Parser p;
+    const char *why;   /* the first reason, in words */
+    long doctype_at;   /* where expat saw a DOCTYPE (just after its name) */
+};
+
+static void stop_with(struct stop *s, const char *why)
 {
-    if (!xml)
-        return 0;
-    char open[80], close[80];
-    snprintf(open, sizeof open, "<%s>", tag);
-    snprintf(close, sizeof close, "</%s>", tag);
-    const char *s = strstr(pos && *pos ? *pos : xml, open);
-    if (!s)
-        return 0;
-    s += strlen(open);
-    const char *t = strstr(s, close);
-    if (!t)
-        return 0;
-    if (pos)
-        *pos = t + strlen(close);
-    *a = s;
-    *e = t;
-    return 1;
+    if (!s->why)
+        s->why = why;
+    XML_StopParser(s->p, XML_FALSE);
 }
 
-/* Appends code point cp as UTF-8. */
-static void add_utf8(struct buf *b, unsigned long cp)
+/* A DOCTYPE is where entity declarations (billion laughs, external entities) live; S3 never
+ * sends one, so the parser stops at its first bytes and no declaration is ever read. */
+static void XMLCALL on_doctype(void *u, const XML_Char *name, const XML_Char *sys, const XML_Char *pub, int subset)
 {
-    if (cp < 0x80) {
-        buf_addc(b, (char)cp);
-    } else if (cp < 0x800) {
-        buf_addc(b, (char)(0xC0 | (cp >> 6)));
-        buf_addc(b, (char)(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        buf_addc(b, (char)(0xE0 | (cp >> 12)));
-        buf_addc(b, (char)(0x80 | ((cp >> 6) & 0x3F)));
-        buf_addc(b, (char)(0x80 | (cp & 0x3F)));
-    } else {
-        buf_addc(b, (char)(0xF0 | (cp >> 18)));
-        buf_addc(b, (char)(0x80 | ((cp >> 12) & 0x3F)));
-        buf_addc(b, (char)(0x80 | ((cp >> 6) & 0x3F)));
-        buf_addc(b, (char)(0x80 | (cp & 0x3F)));
-    }
+    struct stop *s = *(struct stop **)u;
+    (void)name, (void)sys, (void)pub, (void)subset;
+    s->doctype_at = XML_GetCurrentByteIndex(s->p);
+    stop_with(s, "a document type declaration");
 }
 
-/* The code point of the escape name[0..n) (between '&' and ';'); 0 when it is not one. */
-static unsigned long escape_of(const char *name, size_t n)
+static void XMLCALL on_entity(void *u, const XML_Char *name, int pe, const XML_Char *v, int vlen,
+                              const XML_Char *base, const XML_Char *sys, const XML_Char *pub, const XML_Char *nota)
 {
-    if (n == 3 && !strncmp(name, "amp", 3)) return '&';
-    if (n == 2 && !strncmp(name, "lt", 2)) return '<';
-    if (n == 2 && !strncmp(name, "gt", 2)) return '>';
-    if (n == 4 && !strncmp(name, "quot", 4)) return '"';
-    if (n == 4 && !strncmp(name, "apos", 4)) return '\'';
-    if (n < 2 || name[0] != '#')
-        return 0;
-    /* digits only, so that strtoul neither skips blanks nor takes a sign */
-    int hex = name[1] == 'x';
-    size_t i = hex ? 2 : 1;
-    if (i == n || n - i > 8)
-        return 0;
-    unsigned long cp = 0;
-    for (; i < n; i++) {
-        char c = name[i];
-        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
-                   : hex && c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-                   : hex && c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 99;
-        if (d == 99)
-            return 0;
-        cp = cp * (hex ? 16 : 10) + d;
-    }
-    return cp <= 0x10FFFF ? cp : 0;
+    (void)name, (void)pe, (void)v, (void)vlen, (void)base, (void)sys, (void)pub, (void)nota;
+    stop_with(*(struct stop **)u, "a document type declaration");
 }
 
-/* [a, e) with XML's escapes decoded once; NULL only when out of memory. */
-static char *text(const char *a, const char *e)
+static int XMLCALL no_external(XML_Parser p, const XML_Char *ctx, const XML_Char *base, const XML_Char *sys,
+                               const XML_Char *pub)
 {
-    struct buf b = { 0 };
-    for (const char *p = a; p < e; p++) {
-        const char *semi = *p == '&' ? memchr(p, ';', (size_t)(e - p)) : NULL;
-        unsigned long cp = semi ? escape_of(p + 1, (size_t)(semi - p - 1)) : 0;
-        if (!cp) {
-            buf_addc(&b, *p);   /* not an escape: kept as it stands */
-            continue;
-        }
-        add_utf8(&b, cp);
-        p = semi;
+    (void)p, (void)ctx, (void)base, (void)sys, (void)pub;
+    return XML_STATUS_ERROR;   /* never fetched, never read */
+}
+
+/* A parser for UTF-8 S3 answers; user data is a struct whose first member is a struct stop *. */
+static XML_Parser parser_new(void *user)
+{
+    XML_Parser p = XML_ParserCreate("UTF-8");
+    if (!p)
+        return NULL;
+    XML_SetUserData(p, user);
+    XML_SetStartDoctypeDeclHandler(p, on_doctype);
+    XML_SetEntityDeclHandler(p, on_entity);
+    XML_SetExternalEntityRefHandler(p, no_external);
+#ifdef XML_DTD
+    XML_SetParamEntityParsing(p, XML_PARAM_ENTITY_PARSING_NEVER);
+#if XML_MAJOR_VERSION > 2 || (XML_MAJOR_VERSION == 2 && XML_MINOR_VERSION >= 4)
+    /* Unreachable with the DOCTYPE refused; kept so that a handler change cannot open it. */
+    XML_SetBillionLaughsAttackProtectionMaximumAmplification(p, 4.0f);
+    XML_SetBillionLaughsAttackProtectionActivationThreshold(p, 1u << 20);
+#endif
+#endif
+    return p;
+}
+
+/* ---- the text of one element ---- */
+
+struct find {
+    struct stop *stop;
+    struct stop st;
+    const char *tag;
+    long from;        /* only an element starting at or after this byte */
+    int depth, at;    /* current depth; depth of the element found (0 = none yet) */
+    struct buf text;
+    long end;         /* the byte after its end tag */
+    int done;
+};
+
+static void XMLCALL find_start(void *u, const XML_Char *name, const XML_Char **attr)
+{
+    struct find *f = u;
+    (void)attr;
+    if (++f->depth > 64) {
+        stop_with(f->stop, "too deep");
+        return;
     }
-    return buf_take(&b);
+    if (!f->at && !strcmp(name, f->tag) && XML_GetCurrentByteIndex(f->stop->p) >= f->from)
+        f->at = f->depth;
+}
+
+static void XMLCALL find_end(void *u, const XML_Char *name)
+{
+    struct find *f = u;
+    (void)name;
+    if (f->at && f->depth == f->at) {
+        f->end = XML_GetCurrentByteIndex(f->stop->p) + XML_GetCurrentByteCount(f->stop->p);
+        f->done = 1;
+        XML_StopParser(f->stop->p, XML_FALSE);   /* what follows may be cut: it is not read */
+    }
+    f->depth--;
+}
+
+static void XMLCALL find_text(void *u, const XML_Char *s, int n)
+{
+    struct find *f = u;
+    if (f->at)
+        buf_add(&f->text, s, (size_t)n);
 }
 
 char *xml_tag(const char *xml, const char *tag, const char **pos)
 {
-    const char *a, *e;
-    return find(xml, tag, pos, &a, &e) ? text(a, e) : NULL;
+    if (!xml)
+        return NULL;
+    size_t len = strlen(xml);
+    if (len > XML_MAX_BYTES)
+        return NULL;
+    struct find f = { .tag = tag, .from = pos && *pos ? (long)(*pos - xml) : 0 };
+    f.stop = &f.st;
+    XML_Parser p = parser_new(&f);
+    if (!p)
+        return NULL;
+    f.st.p = p;
+    XML_SetElementHandler(p, find_start, find_end);
+    XML_SetCharacterDataHandler(p, find_text);
+    XML_Parse(p, xml, (int)len, 1);
+    XML_ParserFree(p);
+    if (!f.done || f.text.oom) {
+        buf_free(&f.text);
+        return NULL;
+    }
+    if (pos)
+        *pos = xml + f.end;
+    char *t = buf_take(&f.text);
+    return t ? t : strdup("");
 }
 
 static int64_t parse_iso8601(const char *t)
@@ -117,145 +161,182 @@ static int64_t parse_iso8601(const char *t)
 
 /* ---- a strict reader of one ListObjectsV2 answer ---- */
 
-#define XML_DEPTH 8 /* ListBucketResult > Contents > Owner > ID is 4; deeper is not S3 */
+/* The elements the reader takes text from; everything else is only checked for form. */
+enum role { R_OTHER, R_ROOT, R_TRUNC, R_TOKEN, R_CONTENTS, R_KEY, R_SIZE, R_ETAG, R_LM };
 
-struct cur {
-    const char *p, *end;
-    const char *why;   /* what was wrong, when a step fails */
+struct frame {
+    enum role role;
+    int children, text;   /* holds elements; holds text other than blanks */
 };
 
-struct elem {
-    const char *name;
-    size_t nlen;
-    const char *in, *in_end;   /* the inner markup */
-    int children;              /* holds elements (not text) */
+struct item {
+    char *key;
+    pulse_object_info info;
 };
 
-static int is_ws(char c)
+struct page {
+    struct stop *stop;
+    struct stop st;
+    const char *what;
+    char root[48];                /* the root element's name, once seen */
+    int root_seen;
+    struct frame f[XML_DEPTH + 1];
+    int depth;
+    struct buf text;              /* the text of the leaf being read */
+    char *trunc, *token;
+    char *leaf[4];                /* Key, Size, ETag, LastModified of the entry being read */
+    struct item *items;
+    size_t n, cap;
+    int err;                      /* the first refusal of content, reported once the form is whole */
+    char msg[640];
+};
+
+/* Keeps the first refusal of what the page says; the parse goes on so that a page whose form
+ * is broken is refused for that, as it is a cut or garbled answer rather than a lie. */
+__attribute__((format(printf, 3, 4))) static void refuse(struct page *pg, int err, const char *fmt, ...)
 {
-    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+    if (pg->err)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pg->msg, sizeof pg->msg, fmt, ap);
+    va_end(ap);
+    pg->err = err;
 }
 
-static int is_name(char c)
+static int blank(const char *s, int n)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.' || c == ':';
-}
-
-static int named(const struct elem *e, const char *name)
-{
-    return e->nlen == strlen(name) && !memcmp(e->name, name, e->nlen);
-}
-
-static int starts(const struct cur *c, const char *s)
-{
-    size_t n = strlen(s);
-    return (size_t)(c->end - c->p) >= n && !memcmp(c->p, s, n);
-}
-
-/* Skips blanks and comments; 0, or -1 on a comment that never ends. */
-static int skip_misc(struct cur *c)
-{
-    for (;;) {
-        while (c->p < c->end && is_ws(*c->p))
-            c->p++;
-        if (!starts(c, "<!--"))
+    for (int i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n')
             return 0;
-        const char *e = memmem(c->p + 4, (size_t)(c->end - c->p - 4), "-->", 3);
-        if (!e) {
-            c->why = "the answer is cut inside a comment";
-            return -1;
-        }
-        c->p = e + 3;
-    }
+    return 1;
 }
 
-/* Reads the element at c->p: its name and inner markup; inside, only text or only elements
- * (blanks between them), each closed by its own end tag. Anything cut, mismatched or mixed
- * is -1 with c->why set. */
-static int element(struct cur *c, int depth, struct elem *e)
+static void XMLCALL page_start(void *u, const XML_Char *name, const XML_Char **attr)
 {
-    if (depth > XML_DEPTH) {
-        c->why = "elements nested deeper than a ListBucketResult has";
-        return -1;
-    }
-    if (c->p >= c->end || *c->p != '<') {
-        c->why = "text where an element should be";
-        return -1;
-    }
-    e->name = ++c->p;
-    while (c->p < c->end && is_name(*c->p))
-        c->p++;
-    e->nlen = (size_t)(c->p - e->name);
-    e->children = 0;
-    if (!e->nlen) {
-        c->why = c->p < c->end ? "a malformed tag" : "the answer is cut inside a tag";
-        return -1;
-    }
-    while (c->p < c->end && *c->p != '>') {   /* attributes (xmlns) */
-        char q = *c->p;
-        if (q == '"' || q == '\'') {
-            const char *close = memchr(c->p + 1, q, (size_t)(c->end - c->p - 1));
-            if (!close) {
-                c->p = c->end;   /* cut inside an attribute's value */
-                break;
-            }
-            c->p = close + 1;
-            continue;
+    struct page *pg = u;
+    (void)attr;
+    if (!pg->root_seen) {
+        pg->root_seen = 1;
+        snprintf(pg->root, sizeof pg->root, "%s", name);
+        if (strcmp(name, "ListBucketResult")) {
+            stop_with(pg->stop, "not a listing");
+            return;
         }
-        if (q == '<') {
-            c->why = "a malformed tag";
-            return -1;
-        }
-        if (q == '/' && c->end - c->p >= 2 && c->p[1] == '>') {   /* <Prefix/> */
-            e->in = e->in_end = c->p;
-            c->p += 2;
-            return 0;
-        }
-        c->p++;
     }
-    if (c->p >= c->end) {
-        c->why = "the answer is cut inside a tag";
-        return -1;
+    if (pg->depth + 1 > XML_DEPTH) {
+        stop_with(pg->stop, "elements nested deeper than a ListBucketResult has");
+        return;
     }
-    e->in = ++c->p;
-    int text = 0;
-    for (;;) {
-        const char *lt = memchr(c->p, '<', (size_t)(c->end - c->p));
-        if (!lt)
-            break;
-        for (const char *t = c->p; t < lt && !text; t++)
-            text = !is_ws(*t);
-        c->p = lt;
-        if (starts(c, "<!--")) {
-            if (skip_misc(c))
-                return -1;
-            continue;
-        }
-        if (starts(c, "</")) {
-            const char *n = c->p + 2;
-            if ((size_t)(c->end - n) < e->nlen + 1 || memcmp(n, e->name, e->nlen))
-                break;
-            const char *g = n + e->nlen;
-            while (g < c->end && is_ws(*g))
-                g++;
-            if (g >= c->end || *g != '>')
-                break;
-            e->in_end = lt;
-            c->p = g + 1;
-            if (text && e->children) {
-                c->why = "text mixed with elements";
-                return -1;
-            }
-            return 0;
-        }
-        struct elem child;
-        if (element(c, depth + 1, &child))
-            return -1;
-        e->children = 1;
+    struct frame *up = pg->depth ? &pg->f[pg->depth] : NULL;
+    enum role r = R_OTHER;
+    if (!up) {
+        r = R_ROOT;
+    } else {
+        up->children = 1;
+        if (up->role == R_ROOT)
+            r = !strcmp(name, "IsTruncated") ? R_TRUNC : !strcmp(name, "NextContinuationToken") ? R_TOKEN
+              : !strcmp(name, "Contents") ? R_CONTENTS : R_OTHER;
+        else if (up->role == R_CONTENTS)
+            r = !strcmp(name, "Key") ? R_KEY : !strcmp(name, "Size") ? R_SIZE : !strcmp(name, "ETag") ? R_ETAG
+              : !strcmp(name, "LastModified") ? R_LM : R_OTHER;
+        else if (up->role != R_OTHER)   /* inside a leaf whose text is read */
+            refuse(pg, PULSE_ERR_FORMAT, "list %s: %s has markup inside <%s>", pg->what,
+                   up->role >= R_KEY ? "an entry of the answer" : "the answer",
+                   up->role == R_TRUNC ? "IsTruncated" : up->role == R_TOKEN ? "NextContinuationToken"
+                   : up->role == R_KEY ? "Key" : up->role == R_SIZE ? "Size" : up->role == R_ETAG ? "ETag"
+                   : "LastModified");
     }
-    c->why = "the answer is cut (an element is never closed)";
-    return -1;
+    pg->depth++;
+    pg->f[pg->depth] = (struct frame){ r, 0, 0 };
+    if (r == R_CONTENTS)
+        for (int i = 0; i < 4; i++) {
+            free(pg->leaf[i]);
+            pg->leaf[i] = NULL;
+        }
+    pg->text.len = 0;
+    if (pg->text.data)
+        pg->text.data[0] = 0;
+}
+
+static void XMLCALL page_text(void *u, const XML_Char *s, int n)
+{
+    struct page *pg = u;
+    struct frame *fr = &pg->f[pg->depth];
+    if (!fr->text && !blank(s, n))
+        fr->text = 1;
+    if (fr->role >= R_TRUNC && fr->role != R_CONTENTS)
+        buf_add(&pg->text, s, (size_t)n);
+}
+
+/* The end of one <Contents>: its key and what it says of its object. */
+static void entry_end(struct page *pg)
+{
+    char *k = pg->leaf[0], *sz = pg->leaf[1], *et = pg->leaf[2], *lm = pg->leaf[3];
+    if (!k) {
+        refuse(pg, PULSE_ERR_SERVER, "list %s: an entry of the answer has no Key", pg->what);
+        return;
+    }
+    if (sz && (!*sz || strspn(sz, "0123456789") != strlen(sz) || strlen(sz) > 19)) {
+        refuse(pg, PULSE_ERR_FORMAT, "list %s: key %.200s has size '%.40s', not a number", pg->what, k, sz);
+        return;
+    }
+    if (pg->err)
+        return;   /* nothing after a refusal is kept */
+    if (pg->n == pg->cap) {
+        size_t cap = pg->cap ? pg->cap * 2 : 64;
+        struct item *it = realloc(pg->items, cap * sizeof *it);
+        if (!it) {
+            refuse(pg, PULSE_ERR_NOMEM, "list %s: out of memory", pg->what);
+            return;
+        }
+        pg->items = it;
+        pg->cap = cap;
+    }
+    struct item *it = &pg->items[pg->n++];
+    memset(it, 0, sizeof *it);
+    it->info.size = sz ? strtoull(sz, NULL, 10) : 0;
+    it->info.mtime = parse_iso8601(lm);
+    if (et) {
+        const char *q = et[0] == '"' ? et + 1 : et;
+        snprintf(it->info.etag, sizeof it->info.etag, "%s", q);
+        size_t el = strlen(it->info.etag);
+        if (el && it->info.etag[el - 1] == '"')
+            it->info.etag[el - 1] = 0;
+    }
+    it->key = k;
+    pg->leaf[0] = NULL;
+}
+
+static void XMLCALL page_end(void *u, const XML_Char *name)
+{
+    struct page *pg = u;
+    (void)name;
+    struct frame *fr = &pg->f[pg->depth];
+    pg->depth--;
+    if (fr->text && fr->children) {
+        stop_with(pg->stop, "text mixed with elements");
+        return;
+    }
+    if (fr->role == R_CONTENTS) {
+        entry_end(pg);
+        return;
+    }
+    if (fr->role < R_TRUNC || fr->children)
+        return;   /* markup inside a leaf was refused when it started */
+    char **slot = fr->role == R_TRUNC ? &pg->trunc : fr->role == R_TOKEN ? &pg->token
+                : &pg->leaf[fr->role - R_KEY];
+    const char *nm = fr->role == R_TRUNC ? "IsTruncated" : fr->role == R_TOKEN ? "NextContinuationToken"
+                   : fr->role == R_KEY ? "Key" : fr->role == R_SIZE ? "Size" : fr->role == R_ETAG ? "ETag"
+                   : "LastModified";
+    if (*slot) {
+        refuse(pg, PULSE_ERR_FORMAT, "list %s: %s has a second <%s>", pg->what,
+               fr->role >= R_KEY ? "an entry of the answer" : "the answer", nm);
+        return;
+    }
+    *slot = pg->text.data ? strdup(pg->text.data) : strdup("");
+    if (!*slot || pg->text.oom)
+        refuse(pg, PULSE_ERR_NOMEM, "list %s: out of memory", pg->what);
 }
 
 /* Up to 24 bytes of the body as readable text, for an error line. */
@@ -273,211 +354,178 @@ static void show_bytes(const char *p, size_t n, char *out, size_t outsz)
     buf_free(&b);
 }
 
-/* The root is not ListBucketResult: says what it is instead (an S3 error document with its
- * code, another element such as an HTML page, or no XML at all). */
-static int not_a_listing(const char *xml, size_t len, const struct cur *c, const char *what)
+static int is_name(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == ':';
+}
+
+/* The root is not ListBucketResult: says what the answer is instead (an S3 error document
+ * with its code, another element such as an HTML page, or no XML at all), from byte at on. */
+static int not_a_listing(const char *xml, size_t len, const struct page *pg, size_t at, const char *extra)
 {
     char seen[320], shown[120];
-    size_t left = (size_t)(c->end - c->p);
-    show_bytes(c->p, left, shown, sizeof shown);
+    const char *p = xml + (at < len ? at : len);
+    size_t left = len - (size_t)(p - xml);
+    show_bytes(p, left, shown, sizeof shown);
     if (!len) {
         snprintf(seen, sizeof seen, "an empty body");
-    } else if (left > 1 && *c->p == '<' && is_name(c->p[1])) {
+    } else if (pg->root_seen || (left > 1 && *p == '<' && is_name(p[1]))) {
         size_t n = 1;
-        while (n < left && n < 40 && is_name(c->p[n]))
+        while (!pg->root_seen && n < left && n < 40 && is_name(p[n]))
             n++;
         char *code = memchr(xml, 0, len) ? NULL : xml_tag(xml, "Code", NULL);
-        snprintf(seen, sizeof seen, "a <%.*s> document%s%.60s%s", (int)(n - 1), c->p + 1,
-                 code ? " (Code " : "", code ? code : "", code ? ")" : "");
+        snprintf(seen, sizeof seen, "a <%.*s> document%s%.60s%s", pg->root_seen ? 40 : (int)(n - 1),
+                 pg->root_seen ? pg->root : p + 1, code ? " (Code " : "", code ? code : "", code ? ")" : "");
         free(code);
-    } else if (left && *c->p == '<') {
-        snprintf(seen, sizeof seen, "markup starting %s", shown);
+    } else if (left && *p == '<') {
+        snprintf(seen, sizeof seen, "markup starting %s%s", shown, extra);
     } else {
         snprintf(seen, sizeof seen, "%zu bytes that are not XML, starting %s", len, shown);
     }
-    return pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer is not a ListBucketResult but %s", what, seen);
+    return pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer is not a ListBucketResult but %s", pg->what, seen);
 }
 
-/* The text of a leaf element (NULL when out of memory). */
-static char *leaf_text(const struct elem *e)
+/* The words for a page expat refused (or a handler stopped) once it is known to be a listing. */
+static int malformed(const char *xml, size_t len, struct page *pg, XML_Parser p)
 {
-    return text(e->in, e->in_end);
-}
-
-/* One <Contents>: its key (decoded, malloc'd) and, when info is not NULL, what it says of its
- * object. 0, PULSE_ERR_NOMEM, or PULSE_ERR_SERVER/FORMAT for an entry that would hide an
- * object (no key, two keys, a size that is not a number). */
-static int entry(const struct elem *ce, const char *what, char **key, pulse_object_info *info)
-{
-    struct cur c = { ce->in, ce->in_end, NULL };
-    char *k = NULL, *sz = NULL, *et = NULL, *lm = NULL;
-    int rc = 0;
-    while (!rc) {
-        if (skip_misc(&c) || c.p >= c.end)
-            break;
-        struct elem e;
-        if (element(&c, 3, &e)) {
-            rc = pulse_fail(PULSE_ERR_FORMAT, "list %s: an entry of the answer is malformed: %s", what, c.why);
-            break;
-        }
-        char **slot = named(&e, "Key") ? &k : named(&e, "Size") ? &sz : named(&e, "ETag") ? &et
-                    : named(&e, "LastModified") ? &lm : NULL;
-        if (!slot)
-            continue;
-        if (*slot || e.children)
-            rc = pulse_fail(PULSE_ERR_FORMAT, "list %s: an entry of the answer has %s <%.*s>", what,
-                            *slot ? "a second" : "markup inside", (int)e.nlen, e.name);
-        else if (!(*slot = leaf_text(&e)))
-            rc = pulse_fail(PULSE_ERR_NOMEM, "list %s: out of memory", what);
-    }
-    if (!rc && !k)
-        rc = pulse_fail(PULSE_ERR_SERVER, "list %s: an entry of the answer has no Key", what);
-    if (!rc && sz && (!*sz || strspn(sz, "0123456789") != strlen(sz) || strlen(sz) > 19))
-        rc = pulse_fail(PULSE_ERR_FORMAT, "list %s: key %.200s has size '%.40s', not a number", what, k, sz);
-    if (!rc && info) {
-        memset(info, 0, sizeof *info);
-        info->size = sz ? strtoull(sz, NULL, 10) : 0;
-        info->mtime = parse_iso8601(lm);
-        if (et) {
-            const char *q = et[0] == '"' ? et + 1 : et;
-            snprintf(info->etag, sizeof info->etag, "%s", q);
-            size_t el = strlen(info->etag);
-            if (el && info->etag[el - 1] == '"')
-                info->etag[el - 1] = 0;
-        }
-    }
-    free(sz);
-    free(et);
-    free(lm);
-    if (rc)
-        free(k);
-    else
-        *key = k;
-    return rc;
-}
-
-/* Checks the page's structure, its keys' order and count, and finds IsTruncated and the
- * token; with fn, then hands each entry to it. */
-static int walk(const char *xml, size_t len, struct s3_list_state *ls, pulse_store_list_fn fn, void *ctx,
-                char **trunc, char **token, char **last, uint64_t *count)
-{
-    const char *what = ls->what;
-    struct cur c = { xml, xml + len, NULL };
-    if (len >= 3 && !memcmp(xml, "\xEF\xBB\xBF", 3))
-        c.p += 3;
-    while (c.p < c.end && is_ws(*c.p))
-        c.p++;
-    if (starts(&c, "<?xml")) {
-        const char *e = memmem(c.p, (size_t)(c.end - c.p), "?>", 2);
-        if (!e)
-            return pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer is cut inside its XML declaration", what);
-        c.p = e + 2;
-    }
-    if (skip_misc(&c))
-        return pulse_fail(PULSE_ERR_FORMAT, "list %s: %s", what, c.why);
-    const char *root = "<ListBucketResult";
-    size_t rl = strlen(root);
-    if (!starts(&c, root) || (c.p + rl < c.end && is_name(c.p[rl])))
-        return not_a_listing(xml, len, &c, what);
-    if (memchr(xml, 0, len))
-        return pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer holds a NUL byte", what);
-    /* The root's own tag, then its children one by one. */
-    struct cur rc_ = c;
-    struct elem whole;
-    if (element(&rc_, 1, &whole))
-        return pulse_fail(PULSE_ERR_FORMAT, "list %s: %s (%zu bytes read)", what, rc_.why, len);
-    if (skip_misc(&rc_) || rc_.p != rc_.end)
+    enum XML_Error e = XML_GetErrorCode(p);
+    long at = XML_GetCurrentByteIndex(p);
+    const char *t = at >= 0 && (size_t)at < len ? xml + at : "";
+    size_t left = at >= 0 && (size_t)at < len ? len - (size_t)at : 0;
+    const char *what = pg->what;
+    if (e == XML_ERROR_ABORTED && pg->stop->why)
+        return pulse_fail(PULSE_ERR_FORMAT, "list %s: %s (at byte %ld)", what, pg->stop->why, at);
+    if (e == XML_ERROR_NO_ELEMENTS || e == XML_ERROR_UNCLOSED_CDATA_SECTION || e == XML_ERROR_PARTIAL_CHAR)
+        return pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer is cut (%s) (%zu bytes read)", what,
+                          e == XML_ERROR_NO_ELEMENTS ? "an element is never closed"
+                          : e == XML_ERROR_PARTIAL_CHAR ? "inside a character" : "inside a CDATA section", len);
+    if (e == XML_ERROR_UNCLOSED_TOKEN)
+        return pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer is cut inside %s (%zu bytes read)", what,
+                          left >= 4 && !memcmp(t, "<!--", 4) ? "a comment"
+                          : left >= 5 && !memcmp(t, "<?xml", 5) ? "its XML declaration"
+                          : left >= 2 && t[1] == '?' ? "a processing instruction" : "a tag", len);
+    if (e == XML_ERROR_JUNK_AFTER_DOC_ELEMENT)
         return pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer goes on after </ListBucketResult>", what);
-    struct cur in = { whole.in, whole.in_end, NULL };
-    const char *prev = *last;
-    size_t plen = strlen(ls->prefix);
-    uint64_t n = 0;
+    return pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer is not well-formed XML: %s at line %lu, column %lu",
+                      what, XML_ErrorString(e), (unsigned long)XML_GetCurrentLineNumber(p),
+                      (unsigned long)XML_GetCurrentColumnNumber(p) + 1);
+}
+
+/* Parses the page whole and keeps its entries; the form first, then what it says. */
+static int read_page(const char *xml, size_t len, struct page *pg)
+{
+    if (!len)
+        return not_a_listing(xml, len, pg, 0, "");
+    if (len > XML_MAX_BYTES)
+        return pulse_fail(PULSE_ERR_LIMIT, "list %s: the answer is %zu bytes, more than a page can be (%u MiB)",
+                          pg->what, len, XML_MAX_BYTES >> 20);
+    XML_Parser p = parser_new(pg);
+    if (!p)
+        return pulse_fail(PULSE_ERR_NOMEM, "list %s: out of memory", pg->what);
+    pg->st.p = p;
+    pg->stop = &pg->st;
+    XML_SetElementHandler(p, page_start, page_end);
+    XML_SetCharacterDataHandler(p, page_text);
+    int ok = XML_Parse(p, xml, (int)len, 1) == XML_STATUS_OK;
     int rc = 0;
-    while (!rc) {
-        if (skip_misc(&in) || in.p >= in.end)
-            break;
-        struct elem e;
-        if (element(&in, 2, &e)) /* cannot fail: the whole was read above */
-            return pulse_fail(PULSE_ERR_FORMAT, "list %s: %s", what, in.why);
-        char **slot = named(&e, "IsTruncated") ? trunc : named(&e, "NextContinuationToken") ? token : NULL;
-        if (slot) {
-            if (*slot || e.children)
-                rc = pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer has %s <%.*s>", what,
-                                *slot ? "a second" : "markup inside", (int)e.nlen, e.name);
-            else if (!(*slot = leaf_text(&e)))
-                rc = pulse_fail(PULSE_ERR_NOMEM, "list %s: out of memory", what);
-            continue;
-        }
-        if (!named(&e, "Contents"))
-            continue;
-        pulse_object_info info;
-        char *k = NULL;
-        if ((rc = entry(&e, what, &k, fn ? &info : NULL)))
-            break;
-        if (!fn) {
-            /* Strictly increasing across the whole listing: a page that repeats keys or goes
-             * back is a server that loops (or that hides or invents objects). */
-            if (prev && strcmp(k, prev) <= 0)
-                rc = pulse_fail(PULSE_ERR_SERVER, "list %s: key '%.200s' comes after '%.200s' (keys must "
-                                "increase; the server repeats or reorders its listing)", what, k, prev);
-            else if (strncmp(k, ls->prefix, plen))
-                rc = pulse_fail(PULSE_ERR_SERVER, "list %s: key '%.200s' is outside the prefix '%.200s' asked for",
-                                what, k, ls->prefix);
-            else if (++n + ls->keys > ls->max_keys)
-                rc = pulse_fail(PULSE_ERR_LIMIT, "list %s: more than %llu keys (PULSE_S3_LIST_MAX_KEYS)",
-                                what, (unsigned long long)ls->max_keys);
-            if (!rc) {
-                if (*last != ls->last)
-                    free(*last);
-                *last = k;
-                prev = k;
-                continue;
-            }
-        } else {
-            rc = fn(ctx, k + ls->strip, &info);
-        }
-        free(k);
+    if (pg->root_seen && strcmp(pg->root, "ListBucketResult")) {
+        rc = not_a_listing(xml, len, pg, 0, "");
+    } else if (!ok && pg->stop->why && !strcmp(pg->stop->why, "a document type declaration")) {
+        /* expat reports the DOCTYPE after its name: shown from its "<!" */
+        long at = pg->st.doctype_at;
+        size_t end = at > 0 && (size_t)at + 9 < len ? (size_t)at + 9 : len;
+        const char *d = memmem(xml, end, "<!DOCTYPE", 9);
+        rc = not_a_listing(xml, len, pg, d ? (size_t)(d - xml) : 0,
+                           " (a document type declaration: S3 sends none, and no DTD or entity is read)");
+    } else if (pg->root_seen && memchr(xml, 0, len)) {
+        rc = pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer holds a NUL byte", pg->what);
+    } else if (!ok) {
+        /* Refused before the root element was read: its start tag is broken or cut, or there
+         * is none (random bytes, a bare declaration). */
+        size_t s = len >= 3 && !memcmp(xml, "\xEF\xBB\xBF", 3) ? 3 : 0;
+        while (s < len && (xml[s] == ' ' || xml[s] == '\t' || xml[s] == '\r' || xml[s] == '\n'))
+            s++;
+        size_t rl = strlen("<ListBucketResult");
+        int ours = len - s >= rl && !memcmp(xml + s, "<ListBucketResult", rl) && (len - s == rl || !is_name(xml[s + rl]));
+        long at = XML_GetCurrentByteIndex(p);
+        if (pg->root_seen || ours)
+            rc = malformed(xml, len, pg, p);
+        else
+            rc = not_a_listing(xml, len, pg, at > 0 ? (size_t)at : s, "");
+    } else if (pg->err) {
+        rc = pulse_fail(pg->err, "%s", pg->msg);
     }
-    *count = n;
+    XML_ParserFree(p);
     return rc;
+}
+
+static void page_free(struct page *pg)
+{
+    for (size_t i = 0; i < pg->n; i++)
+        free(pg->items[i].key);
+    free(pg->items);
+    for (int i = 0; i < 4; i++)
+        free(pg->leaf[i]);
+    free(pg->trunc);
+    free(pg->token);
+    buf_free(&pg->text);
+}
+
+/* Keys strictly increasing from ls->last, under the prefix, within the bound. */
+static int check_keys(const struct page *pg, const struct s3_list_state *ls)
+{
+    const char *prev = ls->last, *what = ls->what;
+    size_t plen = strlen(ls->prefix);
+    for (size_t i = 0; i < pg->n; i++) {
+        const char *k = pg->items[i].key;
+        /* Strictly increasing across the whole listing: a page that repeats keys or goes
+         * back is a server that loops (or that hides or invents objects). */
+        if (prev && strcmp(k, prev) <= 0)
+            return pulse_fail(PULSE_ERR_SERVER, "list %s: key '%.200s' comes after '%.200s' (keys must "
+                              "increase; the server repeats or reorders its listing)", what, k, prev);
+        if (strncmp(k, ls->prefix, plen))
+            return pulse_fail(PULSE_ERR_SERVER, "list %s: key '%.200s' is outside the prefix '%.200s' asked for",
+                              what, k, ls->prefix);
+        if (i + 1 + ls->keys > ls->max_keys)
+            return pulse_fail(PULSE_ERR_LIMIT, "list %s: more than %llu keys (PULSE_S3_LIST_MAX_KEYS)",
+                              what, (unsigned long long)ls->max_keys);
+        prev = k;
+    }
+    return 0;
 }
 
 int s3_list_page(const char *xml, size_t len, struct s3_list_state *ls, pulse_store_list_fn fn, void *ctx,
                  char **token)
 {
     *token = NULL;
-    char *trunc = NULL, *tok = NULL, *last = ls->last;
-    /* First the whole page is checked, so that a page refused hands nothing to fn. */
-    uint64_t n = 0, n2;
-    int rc = walk(xml, len, ls, NULL, NULL, &trunc, &tok, &last, &n);
-    if (!rc && !trunc)
+    struct page pg;
+    memset(&pg, 0, sizeof pg);
+    pg.what = ls->what;
+    /* First the whole page is read and checked, so that a page refused hands nothing to fn. */
+    int rc = read_page(xml, len, &pg);
+    if (!rc)
+        rc = check_keys(&pg, ls);
+    if (!rc && !pg.trunc)
         rc = pulse_fail(PULSE_ERR_FORMAT, "list %s: the answer has no IsTruncated", ls->what);
-    else if (!rc && strcmp(trunc, "true") && strcmp(trunc, "false"))
-        rc = pulse_fail(PULSE_ERR_FORMAT, "list %s: IsTruncated is '%.40s', not true or false", ls->what, trunc);
-    else if (!rc && !strcmp(trunc, "true") && (!tok || !*tok))
+    else if (!rc && strcmp(pg.trunc, "true") && strcmp(pg.trunc, "false"))
+        rc = pulse_fail(PULSE_ERR_FORMAT, "list %s: IsTruncated is '%.40s', not true or false", ls->what, pg.trunc);
+    else if (!rc && !strcmp(pg.trunc, "true") && (!pg.token || !*pg.token))
         rc = pulse_fail(PULSE_ERR_SERVER, "list %s: truncated answer without a continuation token", ls->what);
-    int more = !rc && !strcmp(trunc, "true");
-    free(trunc);
-    trunc = NULL;
-    if (!rc) {
-        char *t2 = NULL, *l2 = NULL;
-        rc = walk(xml, len, ls, fn, ctx, &trunc, &t2, &l2, &n2);
-        free(trunc);
-        free(t2);
-    }
-    if (last != ls->last) {
-        if (!rc) {
-            free(ls->last);
-            ls->last = last;
-        } else {
-            free(last);
-        }
+    int more = !rc && !strcmp(pg.trunc, "true");
+    for (size_t i = 0; !rc && i < pg.n; i++)
+        rc = fn(ctx, pg.items[i].key + ls->strip, &pg.items[i].info);
+    if (!rc && pg.n) {
+        free(ls->last);
+        ls->last = pg.items[pg.n - 1].key;
+        pg.items[pg.n - 1].key = NULL;
     }
     if (!rc)
-        ls->keys += n;
-    if (!rc && more)
-        *token = tok;
-    else
-        free(tok);
+        ls->keys += pg.n;
+    if (!rc && more) {
+        *token = pg.token;
+        pg.token = NULL;
+    }
+    page_free(&pg);
     return rc;
 }
