@@ -31,7 +31,7 @@ static const char usage[] =
     "threads (best of --repeat, files in the page cache) against one memcpy of the checkpoint,\n"
     "a streaming read of OLD+NEW and the in-place floor (a byte of every line of the target\n"
     "read and written); and the peak anonymous memory of diff and apply at\n"
-    "--mem-params and --params weights. Each target of the issue is marked PASS or MISS\n"
+    "--mem-params and --params weights. Each target (docs/performance.md) is marked PASS or MISS\n"
     "(informational: the exit status is 0 whenever the measurements ran). A missing external\n"
     "tool shows as \"(not installed)\". Files go to a temporary directory that is removed,\n"
     "or to --keep DIR, where they are kept and reused by the next run with the same options.\n"
@@ -658,7 +658,7 @@ static int bench_codec(struct bench *b)
      * its cache; the cache adds at most its fixed cap, whatever the model. */
     int mem_ok = mem_big[1] <= mem_small[1] * 5 / 4 + 2048 && mem_big[3] <= mem_small[3] * 5 / 4 + 2048
                  && mem_big[2] <= mem_big[3] + CACHE_CAP_MIB * 1024u + 2048;
-    printf("\n  %-58s %12s %12s %6s\n", "targets of issue 2", "measured", "target", "");
+    printf("\n  %-58s %12s %12s %6s\n", "targets (docs/performance.md)", "measured", "target", "");
     printf("  %-58s %12.3f %12s %6s\n", "ulp patch bytes / entropy bound", r_bound, "<= 1.10", verdict(r_bound <= 1.10));
     if (b_xd > 0)
         printf("  %-58s %12.3f %12s %6s\n", "ulp patch bytes / xdelta3 bytes", r_xd, "<= 0.25", verdict(r_xd <= 0.25));

@@ -444,7 +444,7 @@ int cmd_demo(int argc, char **argv)
     }
     struct demo d = { .steps = 10, .nfollowers = 2 };
     synth_opts_default(&d.o);
-    d.o.params = 100000000u;   /* the ~100M the issue names: ~1.5 min on 2 cores (docs/demo.md) */
+    d.o.params = 100000000u;   /* a ~100M model, the size the codec targets are set at: ~1.5 min on 2 cores (docs/demo.md) */
     const char *v;
     for (int i = 1; i < argc; i++) {
         int r;

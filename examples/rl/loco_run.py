@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Runs the trainer-to-trainer comparison of issue 7: the same GRPO run with 2 and 4 trainers
+"""Runs the trainer-to-trainer comparison (docs/loco.md): the same GRPO run with 2 and 4 trainers
 exchanging by PULSELoCo (one loco_trainer.py process per trainer, rounds through a file:// store),
 dense DiLoCo and DDP (loco_baselines.py), from one SFT checkpoint, on the same seeds and data.
 Asserts that every PULSELoCo trainer holds the same theta bits after every round. Writes

@@ -45,9 +45,10 @@ typedef struct pulse_publish_opts {
     int threads;                   /* 0 = all cores */
     int zstd_level;                /* 0 (default): the codec's level for patches, 3 for keyframes */
     /* Nonzero: sync the state directory's copy of the last published state (the next diff's
-     * base) after every publish, as before this field. 0, the default: it is synced when the
-     * publisher closes, and a note names the boot that wrote it; after a restart of the machine a
-     * copy that no longer hashes to its state is deleted, so the next publish is a keyframe. */
+     * base) after every publish, so that a power loss never costs a keyframe. 0, the default:
+     * it is synced when the publisher closes, and a note names the boot that wrote it; after a
+     * restart of the machine a copy that no longer hashes to its state is deleted, so the next
+     * publish is a keyframe. */
     int durable;
     /* Called (may be NULL), from the publishing thread, as a keyframe's chunks are compressed and
      * uploaded (every 8 chunks): DONE bytes of the checkpoint of TOTAL. For progress meters. */
@@ -105,13 +106,13 @@ typedef struct pulse_follow_opts {
      * Each step is verified in full before the first write, so a refused step leaves the tensors
      * as they were. Nothing is journalled: memory does not outlive a crash. */
     pulse_ckpt *weights;
-    /* Nonzero: sync the weights file to disk after every step (msync), as before this field.
-     * 0, the default: the weights are synced when the follower closes and whenever a keyframe
-     * is restored, and between those a note in the state directory names the boot that wrote
-     * them. A process crash loses nothing either way (the page cache is the file); after the
-     * machine itself restarted, weights the note says were not synced and that no longer hash
-     * to a state are replaced by the newest keyframe (docs/node.md). Where the kernel has no
-     * boot id, every step is synced. */
+    /* Nonzero: sync the weights file to disk after every step (msync), so that a power loss
+     * never costs a keyframe download. 0, the default: the weights are synced when the
+     * follower closes and whenever a keyframe is restored, and between those a note in the
+     * state directory names the boot that wrote them. A process crash loses nothing either
+     * way (the page cache is the file); after the machine itself restarted, weights the note
+     * says were not synced and that no longer hash to a state are replaced by the newest
+     * keyframe (docs/node.md). Where the kernel has no boot id, every step is synced. */
     int durable;
     /* Seconds one pull may take, every request of it and their retries included
      * (pulse_store_set_deadline): past it the pull fails with PULSE_ERR_NETWORK, the weights at

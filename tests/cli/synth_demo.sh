@@ -51,7 +51,7 @@ if "$PULSE_BIN" demo --followers 0 2> "$tmp/err"; then fail "demo --followers 0 
     || fail "bench codec exited non-zero: $(tail -3 "$tmp/bench.log")"
 for row in "order-0 entropy bound" "pulse apply, trusted base id, no result check" \
            "in-place floor: a byte of every target line read+written" "memcpy of the checkpoint file bytes" \
-           "peak anonymous memory" "targets of issue 2" "apply / (in-place floor + check pass)"; do
+           "peak anonymous memory" "targets (docs/performance.md)" "apply / (in-place floor + check pass)"; do
     grep -qF -- "$row" "$tmp/bench.log" || fail "bench codec printed no row '$row'"
 done
 floor=$(sed -n 's/.*in-place floor: a byte of every target line read+written *\([0-9.]*\) .*/\1/p' "$tmp/bench.log")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Publish/pull end to end and every tampering of issue 4, against file:// ('file') or the test RGW ('s3').
+# Publish/pull end to end and every tampering docs/trust.md names, against file:// ('file') or the test RGW ('s3').
 #
 # usage: attacks.sh file|s3 FORGE   (FORGE: tests/sync/forge, the record-forging helper)
 # A 5-step synthetic trajectory is published; a fresh follower must pull it bit for bit and
