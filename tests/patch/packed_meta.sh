@@ -10,7 +10,8 @@ SRC=${PULSE_SRC:?}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fails=0; n=0
-ok()  { n=$((n+1)); if ! timeout 120 "$@" >"$T/out" 2>"$T/err"; then echo "FAIL (exit $?): $*"; cat "$T/err"; fails=$((fails+1)); fi; }
+ok()  { n=$((n+1)); timeout 120 "$@" >"$T/out" 2>"$T/err"; local rc=$?
+        if [ $rc -ne 0 ]; then echo "FAIL (exit $rc): $*"; cat "$T/err"; fails=$((fails+1)); fi; }
 bad() { n=$((n+1)); if timeout 120 "$@" >"$T/out" 2>"$T/err"; then echo "FAIL (succeeded): $*"; fails=$((fails+1));
         elif ! grep -q "^pulse " "$T/err"; then echo "FAIL (no error line): $*"; cat "$T/err"; fails=$((fails+1)); fi; }
 check() { n=$((n+1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails+1)); fi; }
@@ -97,6 +98,7 @@ for s in 1 2 3; do
   pub c$s.safetensors
   check "grep -q '\"kind\":\"sync-patch\"' out || grep -q '\"kind\": \"sync-patch\"' out"
   pull
+  check "grep -q '\"kind\":\"sync-patch\"' out"   # applied as a patch, not a keyframe
   check "same fw.safetensors c$s.safetensors"
 done
 check "grep -q '\"step\":3' out || grep -q '\"step\": 3' out"
@@ -121,8 +123,8 @@ b[104 + tl:104 + tl + 32] = hashlib.sha256(bytes(b[:104 + tl])).digest()
 os.chmod(newest, 0o644)
 open(newest, "wb").write(bytes(b))
 PY
-cp fw.safetensors fw3.safetensors
 bad "$P" pull --store "$store" --run r --trust tr.pub --state fs --weights fw.safetensors
+check "grep -q 'SHA-256 does not match' err"
 check "same fw.safetensors c3.safetensors"
 
 echo "packed_meta: $n checks, $fails failed"
