@@ -51,6 +51,29 @@ ok "$P" squash p01 p12 p23 --base c0.safetensors -o sq
 ok "$P" apply c0.safetensors sq -o rs.safetensors
 check "same rs.safetensors c3.safetensors"
 
+# --- sharded: the metadata goes to the first shard (where the reader takes it from) ---
+python3 - <<'PY'
+import json, os, struct, sys
+sys.path.insert(0, os.path.join(os.environ["PULSE_SRC"], "tests", "patch"))
+from mkckpt import write_safetensors
+for s in (0, 2):
+    b = open("c%d.safetensors" % s, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    meta = h.pop("__metadata__")
+    blobs = [(k, v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()]
+    os.mkdir("s%d" % s)
+    split = {"a.safetensors": blobs[:3], "b.safetensors": blobs[3:]}
+    for f, part in split.items():
+        write_safetensors("s%d/%s" % (s, f), part, meta if f == "a.safetensors" else None)
+    json.dump({"metadata": {}, "weight_map": {k: f for f, part in split.items() for k, *_ in part}},
+              open("s%d/model.safetensors.index.json" % s, "w"))
+PY
+ok "$P" diff s0 s2 -o ps
+ok "$P" apply s0 ps -o rsh
+check "same rsh/a.safetensors s2/a.safetensors && cmp -s rsh/b.safetensors s2/b.safetensors"
+check "[ \"\$($P hash rsh)\" = \"\$($P hash s2)\" ]"
+
 # --- format 3 (no metadata section) still applies; the target keeps its own metadata ---
 python3 - p01 p01.v3 <<'PY'
 import hashlib, struct, sys
