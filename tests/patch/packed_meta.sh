@@ -109,6 +109,24 @@ bad "$P" apply --in-place t.safetensors p01.bad
 check "grep -q 'digest' err"
 check "cmp -s t.safetensors c0.safetensors"
 
+# Metadata that is not the compact object form (here a space added), its digest sealed again:
+# refused at open, whatever the digest says.
+python3 - p01 p01.loose <<'PY'
+import hashlib, struct, sys
+b = open(sys.argv[1], "rb").read()
+tl = struct.unpack_from("<Q", b, 88)[0]
+i = b.rindex(b'{"format"', 0, 104 + tl)
+ml = struct.unpack_from("<I", b, i - 4)[0]
+m = b[i:i + ml].replace(b'":"', b'": "', 1)
+table = b[104:i - 4] + struct.pack("<I", len(m)) + m
+hdr = bytearray(b[:104])
+struct.pack_into("<Q", hdr, 88, len(table))
+head = bytes(hdr) + table
+open(sys.argv[2], "wb").write(head + hashlib.sha256(head).digest() + b[104 + tl + 32:])
+PY
+bad "$P" apply c0.safetensors p01.loose -o r-loose.safetensors
+check "grep -q 'not in compact form' err && [ ! -e r-loose.safetensors ]"
+
 # --- publish / pull on file://: the follower applies patches, not only the keyframe ---
 ok "$P" keygen tr
 store="file://$T/store"
