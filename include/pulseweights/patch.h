@@ -16,7 +16,7 @@ extern "C" {
 /* The byte layout is described in docs/patch-format.md. */
 /* 3: a position coding byte (zstd or Rice); 2 (read, not written): zstd positions, ulp values
  * as packed symbols + escapes */
-#define PULSE_PATCH_VERSION 3
+#define PULSE_PATCH_VERSION 4
 #define PULSE_PATCH_DEFAULT_CHUNK (1u << 20)   /* elements per chunk */
 #define PULSE_PATCH_MAX_CHUNK (1u << 26)
 /* The default zstd level of a diff: zstd's fastest match search with the Huffman coding of
@@ -87,7 +87,7 @@ PULSE_API pulse_value_code pulse_patch_values(const pulse_patch *p);
 PULSE_API const uint8_t *pulse_patch_base_id(const pulse_patch *p);     /* 32 bytes */
 PULSE_API const uint8_t *pulse_patch_result_id(const pulse_patch *p);   /* 32 bytes */
 PULSE_API uint32_t pulse_patch_chunk_elems(const pulse_patch *p);
-/* The format version the patch was written in (2 or 3, PULSE_PATCH_VERSION). */
+/* The format version the patch was written in (2, 3 or 4, PULSE_PATCH_VERSION). */
 PULSE_API uint32_t pulse_patch_version(const pulse_patch *p);
 PULSE_API size_t pulse_patch_tensor_count(const pulse_patch *p);
 

@@ -66,6 +66,21 @@ int ckpt_state_id_tensors(const pulse_ckpt *c, int threads, uint8_t out[PULSE_ST
  * Not durable until pulse_ckpt_sync. */
 int ckpt_update_from(pulse_ckpt *dst, const pulse_ckpt *src, int threads, uint64_t *written);
 
+/* Compact JSON text of the string->string object OBJ of D (malloc'd into *out): the form
+ * pulse_ckpt_metadata gives. LABEL names the file in errors. */
+int ckpt_metadata_text(const json_doc *d, const json_node *obj, const char *label, char **out);
+
+/* Whether TEXT[0..len) is a metadata object in exactly that compact form: 0, else
+ * PULSE_ERR_FORMAT naming WHAT. */
+int ckpt_metadata_check(const char *text, size_t len, const char *what);
+
+/* Makes C's __metadata__ TEXT (compact form, checked by the caller): nothing when it is already
+ * that; else C's first file's header is rewritten, in place when the new one fits the old
+ * header's length (padded with spaces), otherwise the file is rewritten whole (temporary, then
+ * rename over it; header padded so later changes fit) and C maps the new file. A checkpoint
+ * over caller memory only changes what pulse_ckpt_metadata says. C must be open writable. */
+int ckpt_set_metadata(pulse_ckpt *c, const char *text);
+
 /* rename(FROM, TO), then fsync of TO's directory: the new name survives a crash. */
 int ckpt_rename_durable(const char *from, const char *to);
 

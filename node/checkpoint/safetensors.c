@@ -23,7 +23,7 @@ static const dtype_info dtypes[] = {
     { "U16", PULSE_DT_OPAQUE, 16 },      { "U8", PULSE_DT_OPAQUE, 8 },
     { "BOOL", PULSE_DT_OPAQUE, 8 },      { "F8_E8M0", PULSE_DT_OPAQUE, 8 },
     { "C64", PULSE_DT_OPAQUE, 64 },
-    /* Sub-byte types are packed: nbytes = ceil(nelems * bits / 8), elem_size 1. */
+    /* Sub-byte types are packed: nbytes = nelems * bits / 8 (a whole number), elem_size 1. */
     { "F4", PULSE_DT_OPAQUE, 4 },        { "F6_E2M3", PULSE_DT_OPAQUE, 6 },
     { "F6_E3M2", PULSE_DT_OPAQUE, 6 },
 };
@@ -79,7 +79,7 @@ static int tvec_push(tvec *v, pulse_tensor **out)
 }
 
 /* Compact JSON text of a string->string object. */
-static int metadata_text(const json_doc *d, const json_node *obj, const char *label, char **out)
+int ckpt_metadata_text(const json_doc *d, const json_node *obj, const char *label, char **out)
 {
     char *buf = NULL;
     size_t len = 0, cap = 0;
@@ -153,7 +153,12 @@ static int parse_tensor(const json_doc *d, const json_node *e, const char *label
     }
     t->ndim = ndim;
     t->nelems = nelems;
-    t->nbytes = (nelems * info->bits + 7) / 8;
+    /* Hugging Face's reader refuses a packed sub-byte tensor that ends inside a byte
+     * (MisalignedSlice): its bytes are exactly nelems x bits / 8. */
+    if (nelems * info->bits % 8 != 0)
+        return pulse_fail(PULSE_ERR_FORMAT, "%s: tensor %s: %llu %s elements do not fill whole bytes", label,
+                          name, (unsigned long long)nelems, info->name);
+    t->nbytes = nelems * info->bits / 8;
 
     if (!offs || offs->type != JSON_ARRAY)
         return pulse_fail(PULSE_ERR_FORMAT, "%s: tensor %s: data_offsets missing", label, name);
@@ -233,7 +238,7 @@ static int parse_image(ckpt_file *f, unsigned fi, const char *label, tvec *v, ch
         if (!strcmp(json_key(d, e), "__metadata__")) {
             if (e->type != JSON_OBJECT)
                 return pulse_fail(PULSE_ERR_FORMAT, "%s: __metadata__ is not an object", label);
-            if (metadata && !*metadata && (r = metadata_text(d, e, label, metadata)))
+            if (metadata && !*metadata && (r = ckpt_metadata_text(d, e, label, metadata)))
                 return r;
             continue;
         }

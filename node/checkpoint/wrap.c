@@ -66,7 +66,10 @@ static int describe(const pulse_mem_tensor *m, size_t i, pulse_tensor *t)
     t->elem_size = info->bits >= 8 ? info->bits / 8 : 1;
     t->ndim = m->ndim;
     t->nelems = ne;
-    t->nbytes = (ne * info->bits + 7) / 8;
+    if (ne * info->bits % 8 != 0)
+        return pulse_fail(PULSE_ERR_INVALID, "tensor %s: %llu %s elements do not fill whole bytes", m->name,
+                          (unsigned long long)ne, info->name);
+    t->nbytes = ne * info->bits / 8;
     if (m->nbytes != t->nbytes)
         return pulse_fail(PULSE_ERR_INVALID, "tensor %s: %llu bytes given, but %s shape needs %llu", m->name,
                           (unsigned long long)m->nbytes, info->name, (unsigned long long)t->nbytes);

@@ -125,7 +125,10 @@ static int plan_layout(const pulse_tensor_spec *specs, size_t n, layout *lay, ui
         }
         lay[i].spec = i;
         lay[i].align = info->bits >= 8 ? info->bits / 8 : 1;
-        lay[i].nbytes = (ne * info->bits + 7) / 8;
+        if (ne * info->bits % 8 != 0)   /* packed sub-byte: Hugging Face's reader wants whole bytes */
+            return pulse_fail(PULSE_ERR_INVALID, "tensor %s: %llu %s elements do not fill whole bytes", s->name,
+                              (unsigned long long)ne, info->name);
+        lay[i].nbytes = ne * info->bits / 8;
     }
     const char ***names = malloc((n ? n : 1) * sizeof *names);
     if (!names)

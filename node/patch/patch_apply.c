@@ -359,12 +359,15 @@ int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, const pulse_p
     patch_cache_close(&cache);
     if (err)
         return err;
-    if (o.skip_result_check)
-        return 0;
-    if ((err = pulse_ckpt_state_id(target, threads, id)) != 0)
-        return err;
-    if (memcmp(id, p->result_id, 32) != 0)
-        return pulse_fail(PULSE_ERR_CORRUPT, "result state %.16s.. is not the patch's result %.16s.. (target was written)",
-                          pulse_id_hex(id, h1), pulse_id_hex(p->result_id, h2));
+    if (!o.skip_result_check) {
+        if ((err = pulse_ckpt_state_id(target, threads, id)) != 0)
+            return err;
+        if (memcmp(id, p->result_id, 32) != 0)
+            return pulse_fail(PULSE_ERR_CORRUPT, "result state %.16s.. is not the patch's result %.16s.. (target was written)",
+                              pulse_id_hex(id, h1), pulse_id_hex(p->result_id, h2));
+    }
+    /* Last: the header of a target whose tensors are not the result is never touched. */
+    if (p->metadata && (err = ckpt_set_metadata(target, p->metadata)) != 0)
+        return pulse_fail(err, "writing the result's metadata: %s (target was written)", pulse_last_error());
     return 0;
 }

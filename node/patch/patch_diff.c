@@ -395,7 +395,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     }
     uint64_t table_len = 0;
     if ((err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, plan_chunk, &d)) != 0
-        || (err = patch_table_len(d.out, d.ntensors, 1, &table_len)) != 0
+        || (err = patch_table_len(d.out, d.ntensors, 1, pulse_ckpt_metadata(new_ckpt), &table_len)) != 0
         || (err = patch_file_create(&d.file, out_path, table_len, !o.scratch)) != 0)
         goto done;
     patch_pool own;
@@ -411,7 +411,8 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     patch_pool_give_kept(d.pool, &own, most);
     if (err)
         goto done;
-    err = patch_file_commit(&d.file, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors);
+    err = patch_file_commit(&d.file, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors,
+                            pulse_ckpt_metadata(new_ckpt));
 done:
     patch_file_abort(&d.file);   /* nothing left to do after a commit */
     patch_out_free(d.out, d.ntensors);

@@ -59,7 +59,8 @@ typedef struct patch_tensor {
 } patch_tensor;
 
 struct pulse_patch {
-    uint32_t version;       /* 2 or 3 (PULSE_PATCH_VERSION): 2 has no position coding byte */
+    uint32_t version;       /* 2, 3 or 4 (PULSE_PATCH_VERSION): 2 has no position coding byte, 4 adds metadata */
+    char *metadata;         /* format 4: the result's __metadata__ (compact JSON), NULL when not carried */
     uint8_t *buf;           /* private copy: the whole patch (in memory), or header + table + digest (file) */
     size_t len;             /* the whole patch */
     int fd;                 /* the patch file, chunk data read from it by chunk; -1 in memory */
@@ -389,6 +390,10 @@ static inline size_t patch_chunk_tensor(const uint64_t *chunk_start, size_t nten
 int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_elems,
                      const uint8_t base_id[32], const uint8_t result_id[32],
                      const patch_out_tensor *t, size_t n);
+/* The same carrying the result's __metadata__ (compact JSON text; NULL: not carried). */
+int patch_write_file_meta(const char *path, pulse_value_code values, uint32_t chunk_elems,
+                          const uint8_t base_id[32], const uint8_t result_id[32],
+                          const patch_out_tensor *t, size_t n, const char *metadata);
 
 /* A patch file written in place: the tensor table's length is fixed first, so every coded chunk
  * goes straight to its final offset in a temporary file beside path (no second copy of the data),
@@ -419,7 +424,7 @@ typedef struct patch_file_out {
 
 /* *len = bytes of the tensor table: chunk entries sized by their counts, or with `planned` by
  * chunks[c].planned (the counts not known yet). Refuses names the table cannot hold. */
-int patch_table_len(const patch_out_tensor *t, size_t n, int planned, uint64_t *len);
+int patch_table_len(const patch_out_tensor *t, size_t n, int planned, const char *metadata, uint64_t *len);
 /* Creates path's temporary (O_EXCL) for a table of table_len bytes; durable == 0 for a
  * scratch file (no flusher, no fsync at the commit). */
 int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len, int durable);
@@ -429,7 +434,7 @@ int patch_file_put(patch_file_out *f, uint64_t data_off, const uint8_t *p, size_
  * put are exactly its data section), fsyncs, renames into place. Consumes f either way. */
 int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk_elems,
                       const uint8_t base_id[32], const uint8_t result_id[32], const patch_out_tensor *t,
-                      size_t n);
+                      size_t n, const char *metadata);
 /* Closes and removes the temporary. */
 void patch_file_abort(patch_file_out *f);
 /* Frees t[0..n) (each chunk's kept bytes and its chunk array) and t itself; t may be NULL. */

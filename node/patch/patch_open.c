@@ -10,6 +10,7 @@
 
 #include "base/fail.h"
 #include "crypto/sha256.h"
+#include "node/checkpoint/ckpt_internal.h"
 #include "node/patch/patch_internal.h"
 
 /* A bounds-checked little-endian reader over the table. */
@@ -91,6 +92,9 @@ static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, s
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: unknown dtype code %u", nm, dcode);
         if (dn_len == 0 || dn_len > PATCH_MAX_DTYPE_NAME || memchr(dname, 0, dn_len))
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: bad dtype name", nm);
+        char dn[PATCH_MAX_DTYPE_NAME + 1];
+        memcpy(dn, dname, dn_len);
+        dn[dn_len] = 0;
         unsigned unit = patch_dtype_unit(dt);
         if (unit ? elem_size != unit : (elem_size < 1 || elem_size > 8))
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: element size %u does not fit its dtype",
@@ -111,6 +115,15 @@ static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, s
         if (nelems > (UINT64_MAX >> 8) / elem_size)
             return pulse_fail(PULSE_ERR_LIMIT, "tensor %s: size too large", nm);
         uint64_t units = unit ? nelems : nelems * elem_size;
+        /* A packed sub-byte dtype (F4, F6_*) holds nelems x bits / 8 bytes, as the checkpoint
+         * does: its OPAQUE units are those bytes, not nelems x elem_size. */
+        const dtype_info *packed = unit ? NULL : ckpt_dtype_lookup(dn);
+        if (packed && packed->bits < 8) {
+            if (elem_size != 1 || nelems * packed->bits % 8 != 0)
+                return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: %llu %s elements do not fill whole bytes", nm,
+                                  (unsigned long long)nelems, packed->name);
+            units = nelems * packed->bits / 8;
+        }
         if (changes > units)
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s: %llu changes in %llu elements", nm,
                               (unsigned long long)changes, (unsigned long long)units);
@@ -191,6 +204,26 @@ static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, s
             t->table_bytes = start_left - r.left;
         }
     }
+    if (p->version >= 4) {
+        /* The result's __metadata__: covered by the header digest like the rest of the table. */
+        uint32_t ml = (uint32_t)rd_le(&r, 4);
+        if (r.bad)
+            return pulse_fail(PULSE_ERR_FORMAT, "tensor table truncated before the metadata");
+        if (ml > PULSE_ST_MAX_HEADER)
+            return pulse_fail(PULSE_ERR_LIMIT, "metadata of %u bytes", ml);
+        const uint8_t *m = rd_take(&r, ml);
+        if (r.bad)
+            return pulse_fail(PULSE_ERR_FORMAT, "metadata truncated (%u bytes declared)", ml);
+        int err;
+        if (ml && !fill && (err = ckpt_metadata_check((const char *)m, ml, "patch metadata")) != 0)
+            return err;
+        if (ml && fill) {
+            if (!(p->metadata = malloc((size_t)ml + 1)))
+                return pulse_fail(PULSE_ERR_NOMEM, "metadata");
+            memcpy(p->metadata, m, ml);
+            p->metadata[ml] = 0;
+        }
+    }
     if (r.left != 0)
         return pulse_fail(PULSE_ERR_FORMAT, "%zu stray bytes after the tensor table", r.left);
     if (expect_off != p->data_len)
@@ -228,8 +261,8 @@ static int open_owned(pulse_patch **out, uint8_t *buf, size_t buf_len, size_t le
         goto fail;
     }
     uint32_t version = (uint32_t)le(buf + 8, 4);
-    if (version != PULSE_PATCH_VERSION && version != 2) {
-        err = pulse_fail(PULSE_ERR_UNSUPPORTED, "patch format version %u (this build reads 2 and %u)",
+    if (version != PULSE_PATCH_VERSION && version != 2 && version != 3) {
+        err = pulse_fail(PULSE_ERR_UNSUPPORTED, "patch format version %u (this build reads 2 to %u)",
                          version, PULSE_PATCH_VERSION);
         goto fail;
     }
@@ -508,6 +541,7 @@ void pulse_patch_close(pulse_patch **pp)
             free(p->tensors[i].name);
     free(p->tensors);
     free(p->chunks);
+    free(p->metadata);
     free(p->buf);
     if (p->fd >= 0)
         close(p->fd);

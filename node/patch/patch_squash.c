@@ -246,8 +246,12 @@ int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, 
     for (size_t i = 0; i < q.ntensors; i++)
         for (uint64_t c = 0; c < q.out[i].nchunks; c++)
             q.out[i].changes += q.out[i].chunks[c].count;
-    err = patch_write_file(out_path, PULSE_VALUES_ABS, p[0]->chunk_elems, p[0]->base_id,
-                           p[n - 1]->result_id, q.out, q.ntensors);
+    /* The result's metadata is the last one carried (patches of formats 2 and 3 carry none). */
+    const char *meta = NULL;
+    for (size_t i = n; i-- > 0 && !meta;)
+        meta = p[i]->metadata;
+    err = patch_write_file_meta(out_path, PULSE_VALUES_ABS, p[0]->chunk_elems, p[0]->base_id,
+                                p[n - 1]->result_id, q.out, q.ntensors, meta);
 done:
     patch_out_free(q.out, q.ntensors);
     free(q.chunk_start);

@@ -55,7 +55,7 @@ static void put_le(wbuf *w, uint64_t v, unsigned n)
  * table's length (patch_table_len) from this one description of the layout. */
 static int build_table(wbuf *w, pulse_value_code values, uint32_t chunk_elems, const uint8_t base_id[32],
                        const uint8_t result_id[32], const patch_out_tensor *t, size_t n, int planned,
-                       uint64_t *data_len)
+                       const char *metadata, uint64_t *data_len)
 {
     uint8_t zero[PATCH_HEADER_BYTES] = { 0 };
     put(w, zero, PATCH_HEADER_BYTES);   /* filled once the table length is known */
@@ -91,6 +91,12 @@ static int build_table(wbuf *w, pulse_value_code values, uint32_t chunk_elems, c
             off += (uint64_t)oc->pos_len + oc->val_len;
         }
     }
+    /* The result's __metadata__ (format 4): its length, 0 when the patch does not carry it. */
+    size_t ml = metadata ? strlen(metadata) : 0;
+    if (ml > PULSE_ST_MAX_HEADER)
+        return pulse_fail(PULSE_ERR_LIMIT, "metadata of %zu bytes", ml);
+    put_le(w, ml, 4);
+    put(w, metadata ? metadata : "", ml);
     if (w->oom)
         return pulse_fail(PULSE_ERR_NOMEM, "patch table");
     uint64_t table_len = w->len - PATCH_HEADER_BYTES;
@@ -117,12 +123,12 @@ static int build_table(wbuf *w, pulse_value_code values, uint32_t chunk_elems, c
     return 0;
 }
 
-int patch_table_len(const patch_out_tensor *t, size_t n, int planned, uint64_t *len)
+int patch_table_len(const patch_out_tensor *t, size_t n, int planned, const char *metadata, uint64_t *len)
 {
     static const uint8_t zero_id[32];
     wbuf w = { 0 };
     uint64_t data_len;
-    int err = build_table(&w, PULSE_VALUES_ULP, 1, zero_id, zero_id, t, n, planned, &data_len);
+    int err = build_table(&w, PULSE_VALUES_ULP, 1, zero_id, zero_id, t, n, planned, metadata, &data_len);
     if (!err)
         *len = w.len - PATCH_HEADER_BYTES - 32;
     free(w.p);
@@ -247,11 +253,11 @@ void patch_file_abort(patch_file_out *f)
 
 int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk_elems,
                       const uint8_t base_id[32], const uint8_t result_id[32], const patch_out_tensor *t,
-                      size_t n)
+                      size_t n, const char *metadata)
 {
     wbuf w = { 0 };
     uint64_t data_len = 0;
-    int err = build_table(&w, values, chunk_elems, base_id, result_id, t, n, 0, &data_len);
+    int err = build_table(&w, values, chunk_elems, base_id, result_id, t, n, 0, metadata, &data_len);
     /* The chunk bytes were placed after a table of the planned length; a chunk that turned out
      * unchanged (or changed) against the plan means the inputs changed under the diff. */
     if (!err && (w.len != f->data_start || data_len != atomic_load(&f->written)))
@@ -285,9 +291,16 @@ int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_e
                      const uint8_t base_id[32], const uint8_t result_id[32],
                      const patch_out_tensor *t, size_t n)
 {
+    return patch_write_file_meta(path, values, chunk_elems, base_id, result_id, t, n, NULL);
+}
+
+int patch_write_file_meta(const char *path, pulse_value_code values, uint32_t chunk_elems,
+                          const uint8_t base_id[32], const uint8_t result_id[32],
+                          const patch_out_tensor *t, size_t n, const char *metadata)
+{
     patch_file_out f;
     uint64_t table_len = 0;
-    int err = patch_table_len(t, n, 0, &table_len);
+    int err = patch_table_len(t, n, 0, metadata, &table_len);
     if (err || (err = patch_file_create(&f, path, table_len, 1)) != 0)
         return err;
     uint64_t off = 0;
@@ -307,7 +320,7 @@ int patch_write_file(const char *path, pulse_value_code values, uint32_t chunk_e
         patch_file_abort(&f);
         return err;
     }
-    return patch_file_commit(&f, values, chunk_elems, base_id, result_id, t, n);
+    return patch_file_commit(&f, values, chunk_elems, base_id, result_id, t, n, metadata);
 }
 
 void patch_out_free(patch_out_tensor *t, size_t n)

@@ -569,6 +569,8 @@ static void test_malformed(void)
         { "{\"a\": [1, 2]}", 8, PULSE_ERR_FORMAT },
         { "{\"a\": {\"dtype\": 3, \"shape\": [2], \"data_offsets\": [0, 8]}}", 8, PULSE_ERR_FORMAT },
         { "{\"a\": {\"dtype\": " T("F32", "[2]", 0, 99999999999999999999) "}}", 8, PULSE_ERR_FORMAT },
+        { "{\"a\": {\"dtype\": " T("F4", "[3]", 0, 2) "}}", 8, PULSE_ERR_FORMAT },   /* half a byte */
+        { "{\"a\": {\"dtype\": " T("F6_E2M3", "[3]", 0, 3) "}}", 8, PULSE_ERR_FORMAT },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int r = open_raw(cases[i].json, cases[i].data);
@@ -581,7 +583,7 @@ static void test_malformed(void)
     /* Opaque dtypes with their real widths; zero-size tensors may share an offset. */
     CHECK_OK(open_raw("{\"a\": {\"dtype\": " T("I64", "[]", 0, 8) "}, \"b\": {\"dtype\": "
                       T("U16", "[0]", 8, 8) "}, \"c\": {\"dtype\": " T("F8_E8M0", "[0]", 8, 8) "},"
-                      "\"d\": {\"dtype\": " T("F4", "[3]", 8, 10) "}, \"\\u00e9\": {\"dtype\": "
+                      "\"d\": {\"dtype\": " T("F4", "[4]", 8, 10) "}, \"\\u00e9\": {\"dtype\": "
                       T("F64", "[1]", 10, 18) "}}", 18));
     CHECK(!exists(at("bad.safetensors.tmp")));
     CHECK_ERR(pulse_ckpt_open(&c, at("does-not-exist.safetensors"), 0), PULSE_ERR_NOTFOUND);

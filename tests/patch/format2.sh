@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Patches of format 2 (zstd positions, no coding byte), as the previous release wrote them: the
 # committed seeds in tests/fuzz/corpus/patch apply bit for bit to the checkpoints they were made
-# from, squash into format 3, and are refused cleanly when damaged.
+# from, squash into format 4, and are refused cleanly when damaged.
 set -u
 P=${PULSE_BIN:?}
 SRC=${PULSE_SRC:?}
@@ -28,11 +28,11 @@ check "cmp -s '$T/inplace.safetensors' '$T/new.safetensors'"
 ok "$P" apply "$T/old.safetensors" "$C/v2-squashed-multi.patch" -o "$T/r-sq.safetensors"
 check "cmp -s '$T/r-sq.safetensors' '$T/new2.safetensors'"
 
-# Squashed into format 3: one ulp patch with its base (its position frames copied, a coding
-# byte added), and a format-2 abs patch followed by a format-3 one.
+# Squashed into format 4: one ulp patch with its base (its position frames copied, a coding
+# byte added), and a format-2 abs patch followed by a format-4 one.
 ok "$P" squash "$C/v2-multi-ulp.patch" --base "$T/old.safetensors" -o "$T/sq1"
 ok "$P" inspect "$T/sq1"
-check "grep -q 'format 3,' '$T/out'"
+check "grep -q 'format 4,' '$T/out'"
 ok "$P" apply "$T/old.safetensors" "$T/sq1" -o "$T/r-sq1.safetensors"
 check "cmp -s '$T/r-sq1.safetensors' '$T/new.safetensors'"
 ok "$P" diff "$T/new.safetensors" "$T/new2.safetensors" -o "$T/step2" --values abs --chunk 1K
