@@ -309,7 +309,7 @@ typedef struct patch_cache_entry {
  * with the model: chunks past the cap are decoded again in pass 2. ~1.36 bytes a change at
  * RL densities, so the default holds ~49M changes (a 1B-parameter step at 5 %); an operator
  * of larger models may raise it, trading that memory for pass 2's second decoding
- * (docs/performance.md, run Q). Its pages are kept for the next apply in the process (a
+ * (docs/performance.md, "What limits each figure"). Its pages are kept for the next apply in the process (a
  * follower applies patch after patch), so that only the first apply pays their first touch. */
 #define PATCH_CACHE_CAP (64u << 20)
 #define PATCH_CACHE_MOST ((size_t)64 << 30)
