@@ -146,6 +146,12 @@ static void send_and_drop(metrics_conn *c, const char *buf, size_t len)
             break;
         off += (size_t)n;
     }
+    /* What the client sent beyond the head (a body, the rest of a refused head) is read and
+     * discarded, as far as it has arrived: closing with unread bytes would reset the connection,
+     * and a reset may destroy the answer before the client reads it. */
+    shutdown(c->fd, SHUT_WR);
+    for (int i = 0; i < 32 && recv(c->fd, c->req, sizeof c->req, 0) > 0; i++)
+        ;
     drop(c);
 }
 
