@@ -30,8 +30,9 @@ typedef struct node_follower {
     pulse_secret_key *key;
     node_metrics_server *srv;
     uint64_t hook_failures;
+    uint64_t bytes_shown;          /* pulse_bytes_fetched_total as last published (it never goes back) */
     char (*etags)[132];            /* per trusted key: the head's ETag last seen */
-    char text[4096];               /* the current metrics exposition */
+    char text[4096];               /* the exposition written to --metrics-file */
     char weights_abs[4096];        /* PULSE_WEIGHTS for the hook: absolute, as it may cd */
     unsigned rng;
     int stale;                     /* pulse_stale as last logged */
@@ -43,43 +44,65 @@ static void u64s(char *buf, size_t cap, uint64_t v)
     snprintf(buf, cap, "%" PRIu64, v);
 }
 
-static void update_metrics(node_follower *n)
+/* The figures as they stand (called from the loop's thread only: it reads the follow engine). */
+static void collect(node_follower *n, node_metrics *m)
 {
     const follow_counters *c = follower_counters(n->f);
-    node_metrics m = { .steps_applied = c->steps_applied, .bytes_fetched = c->bytes_fetched,
-                       .verify_failures = c->verify_failures, .hook_failures = n->hook_failures,
-                       .store_retries = c->store_retries, .last_step_seconds = c->last_step_seconds };
+    *m = (node_metrics){ .steps_applied = c->steps_applied, .bytes_fetched = c->bytes_fetched,
+                         .verify_failures = c->verify_failures, .hook_failures = n->hook_failures,
+                         .store_retries = c->store_retries, .last_step_seconds = c->last_step_seconds,
+                         .store_behind = c->store_behind, .untrusted_state = c->untrusted_state,
+                         .max_staleness = n->cfg->max_staleness };
     uint8_t state[32];
-    m.have_held = follower_held(n->f, &m.held_step, state) == 0;
+    m->have_held = follower_held(n->f, &m->held_step, state) == 0;
     /* Only records that verified count here (follow.c): a forged head or a junk key at a far
      * step moves none of these figures. */
-    int64_t age = -1;
-    if (c->have_newest && c->newest_time) {
-        int64_t d = (int64_t)time(NULL) - (int64_t)c->newest_time;
-        age = d > 0 ? d : 0;
+    if (c->have_newest) {
+        m->newest_time = c->newest_time;
+        if (!m->have_held || c->newest_step > m->held_step) {
+            m->lagging = 1;
+            m->lag_steps = m->have_held ? c->newest_step - m->held_step : c->newest_step + 1;
+        }
     }
-    if (c->have_newest && (!m.have_held || c->newest_step > m.held_step)) {
-        m.lag_steps = m.have_held ? c->newest_step - m.held_step : c->newest_step + 1;
-        if (age >= 0)
-            m.lag_seconds = (double)age;
-    }
-    m.have_age = age >= 0;
-    m.newest_age_seconds = age >= 0 ? (double)age : 0.0;
-    m.store_behind = c->store_behind;
-    m.untrusted_state = c->untrusted_state;
-    int stale = n->cfg->max_staleness && age >= 0 && (uint64_t)age > n->cfg->max_staleness;
-    m.stale = stale;
-    if (stale != n->stale) {
+    /* A counter never goes back, even past a figure shown mid-step (on_progress). */
+    if (m->bytes_fetched < n->bytes_shown)
+        m->bytes_fetched = n->bytes_shown;
+    n->bytes_shown = m->bytes_fetched;
+}
+
+static void update_metrics(node_follower *n)
+{
+    node_metrics m;
+    collect(n, &m);
+    node_metrics_publish(n->srv, &m);
+    node_metrics_age(&m, (int64_t)time(NULL));
+    if (m.stale != n->stale) {
         char a[24], b[24];
-        u64s(a, sizeof a, age >= 0 ? (uint64_t)age : 0);
+        u64s(a, sizeof a, (uint64_t)m.newest_age_seconds);
         u64s(b, sizeof b, n->cfg->max_staleness);
-        node_log(stale ? "stale" : "fresh", "newest_age_s", a, "max_staleness_s", b, NULL);
-        n->stale = stale;
+        node_log(m.stale ? "stale" : "fresh", "newest_age_s", a, "max_staleness_s", b, NULL);
+        n->stale = m.stale;
     }
-    if (node_metrics_render(&m, n->text, sizeof n->text) != 0)
+    if (!n->cfg->metrics_file || node_metrics_render(&m, n->text, sizeof n->text) != 0)
         return;
-    if (n->cfg->metrics_file && node_metrics_write_file(n->cfg->metrics_file, n->text) != 0)
+    if (node_metrics_write_file(n->cfg->metrics_file, n->text) != 0)
         node_log("metrics-failed", "path", n->cfg->metrics_file, "reason", pulse_last_error(), NULL);
+}
+
+/* As a step's objects arrive (inside a pull): the bytes so far, for the HTTP server only (the
+ * engine adds them to its counter when the step ends). */
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)total;
+    node_follower *n = ctx;
+    if (!n->srv)
+        return;
+    node_metrics m;
+    collect(n, &m);
+    uint64_t during = follower_counters(n->f)->bytes_fetched + done;
+    if (during > m.bytes_fetched)
+        m.bytes_fetched = n->bytes_shown = during;
+    node_metrics_publish(n->srv, &m);
 }
 
 /* After each applied step (also one finished from the journal after a crash): the hook, then
@@ -89,6 +112,7 @@ static int on_step(void *ctx, const pulse_sync_step *s)
     node_follower *n = ctx;
     const node_follow_cfg *cfg = n->cfg;
     char st[24], hex[65];
+    update_metrics(n);   /* the step shows while its hook runs */
     u64s(st, sizeof st, s->step);
     pulse_id_hex(s->result, hex);
     if (cfg->on_update) {
@@ -116,15 +140,11 @@ static int on_step(void *ctx, const pulse_sync_step *s)
     return node_stop_requested();   /* SIGTERM: stop after this step, which is complete */
 }
 
-/* Waits about poll_ms (+-25%, so many followers do not poll in lockstep), serving metrics. */
+/* Waits about poll_ms (+-25%, so many followers do not poll in lockstep). */
 static void wait_poll(node_follower *n)
 {
     unsigned base = n->cfg->poll_ms ? n->cfg->poll_ms : 1000;
-    unsigned ms = base - base / 4 + (unsigned)(rand_r(&n->rng) % (base / 2 + 1));
-    if (n->srv)
-        node_metrics_serve(n->srv, n->text, ms);
-    else
-        node_sleep_ms(ms);
+    node_sleep_ms(base - base / 4 + (unsigned)(rand_r(&n->rng) % (base / 2 + 1)));
 }
 
 /* Conditional GET of every trusted node's head. Returns 1 when a catch-up (LIST) is needed,
@@ -236,6 +256,8 @@ int node_follow_run(const node_follow_cfg *cfg)
     o.deadline_s = (double)cfg->deadline_s;
     o.on_step = on_step;
     o.ctx = &n;
+    o.on_progress = on_progress;
+    o.progress_ctx = &n;
     node_signals_install();
     int r = 0;
     char cwd[2048];

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Prometheus text exposition of the follower's counters: rendered, written atomically, served over HTTP/1.0. */
+/* Prometheus text exposition of the follower's counters: rendered, written atomically, served over HTTP/1.0 from a thread. */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
 #include <errno.h>
@@ -7,6 +7,8 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +20,44 @@
 #include "base/durable.h"
 #include "base/fail.h"
 #include "node/daemon/metrics.h"
-#include "node/daemon/signals.h"
+
+/* Connections served at once. When all are taken, a new one replaces the oldest: a client that
+ * connects and sends nothing (or trickles) cannot keep a scraper out. */
+#define METRICS_CONNS 16
+/* A request head is a few hundred bytes (Prometheus sends about 250); a longer one is refused. */
+#define METRICS_REQ_MAX 2048
+/* A connection whose request head is not complete within this is closed unanswered. */
+#define METRICS_READ_MS 10000
+
+typedef struct metrics_conn {
+    int fd;                     /* -1: free */
+    int64_t deadline_ms;        /* monotonic: when it is closed if its head is still incomplete */
+    size_t got;
+    char req[METRICS_REQ_MAX];
+} metrics_conn;
 
 struct node_metrics_server {
-    int fd;
+    int fd;                     /* the listening socket */
+    int wake[2];                /* a byte on wake[1] stops the thread */
+    pthread_t thread;
+    pthread_mutex_t mu;         /* guards snap: the node's loop publishes, the thread reads */
+    node_metrics snap;
+    /* The thread's own: fixed, so a connection costs no allocation. */
+    metrics_conn conn[METRICS_CONNS];
+    char text[4096];
+    char out[4096 + 512];
 };
+
+void node_metrics_age(node_metrics *m, int64_t now)
+{
+    m->have_age = m->newest_time != 0;
+    int64_t age = m->have_age ? now - (int64_t)m->newest_time : 0;
+    if (age < 0)
+        age = 0;
+    m->newest_age_seconds = (double)age;
+    m->lag_seconds = m->have_age && m->lagging ? (double)age : 0.0;
+    m->stale = m->have_age && m->max_staleness && (uint64_t)age > m->max_staleness;
+}
 
 int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
 {
@@ -84,6 +119,182 @@ int node_metrics_write_file(const char *path, const char *text)
     return pulse_replace_file(path, tmp, text, strlen(text), 0);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void drop(metrics_conn *c)
+{
+    close(c->fd);
+    c->fd = -1;
+    c->got = 0;
+}
+
+/* Sends what fits at once and closes. The answer is a few KiB, under any socket's send buffer,
+ * so a client that does not read costs nothing: the thread never waits on one. */
+static void send_and_drop(metrics_conn *c, const char *buf, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        off += (size_t)n;
+    }
+    /* What the client sent beyond the head (a body, the rest of a refused head) is read and
+     * discarded, as far as it has arrived: closing with unread bytes would reset the connection,
+     * and a reset may destroy the answer before the client reads it. */
+    shutdown(c->fd, SHUT_WR);
+    for (int i = 0; i < 32 && recv(c->fd, c->req, sizeof c->req, 0) > 0; i++)
+        ;
+    drop(c);
+}
+
+static void reply(node_metrics_server *s, metrics_conn *c, const char *status, const char *extra)
+{
+    int n = snprintf(s->out, sizeof s->out,
+                     "HTTP/1.0 %s\r\nContent-Type: text/plain; charset=utf-8\r\n%sContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n%s\n",
+                     status, extra, strlen(status) + 1, status);
+    send_and_drop(c, s->out, n > 0 && (size_t)n < sizeof s->out ? (size_t)n : 0);
+}
+
+/* A complete request head: only "GET /metrics" (a query string allowed) gets the text. */
+static void answer(node_metrics_server *s, metrics_conn *c)
+{
+    const char *q = c->req;
+    if (strncmp(q, "GET ", 4) != 0) {
+        reply(s, c, "405 Method Not Allowed", "Allow: GET\r\n");
+        return;
+    }
+    q += 4;
+    size_t plen = strcspn(q, " ?\r\n");
+    if (plen != 8 || strncmp(q, "/metrics", 8) != 0) {
+        reply(s, c, "404 Not Found", "");
+        return;
+    }
+    node_metrics m;
+    pthread_mutex_lock(&s->mu);
+    m = s->snap;
+    pthread_mutex_unlock(&s->mu);
+    node_metrics_age(&m, (int64_t)time(NULL));
+    if (node_metrics_render(&m, s->text, sizeof s->text) != 0) {
+        reply(s, c, "500 Internal Server Error", "");
+        return;
+    }
+    size_t len = strlen(s->text);
+    int n = snprintf(s->out, sizeof s->out,
+                     "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", len, s->text);
+    if (n < 0 || (size_t)n >= sizeof s->out) {
+        reply(s, c, "500 Internal Server Error", "");
+        return;
+    }
+    send_and_drop(c, s->out, (size_t)n);
+}
+
+/* Reads what arrived; answers once the head is complete (one request per connection). */
+static void on_readable(node_metrics_server *s, metrics_conn *c)
+{
+    for (;;) {
+        ssize_t n = recv(c->fd, c->req + c->got, sizeof c->req - 1 - c->got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            drop(c);    /* closed, or reset, before a whole request */
+            return;
+        }
+        c->got += (size_t)n;
+        c->req[c->got] = '\0';
+        if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n")) {
+            answer(s, c);
+            return;
+        }
+        if (c->got == sizeof c->req - 1) {
+            reply(s, c, "431 Request Header Fields Too Large", "");
+            return;
+        }
+    }
+}
+
+/* Takes every pending connection: a free slot, else the oldest one's. */
+static void on_accept(node_metrics_server *s, int64_t now)
+{
+    for (;;) {
+        int fd = accept(s->fd, NULL, NULL);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            return;     /* EAGAIN; or out of descriptors: retried at the next wake-up */
+        }
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+            close(fd);
+            continue;
+        }
+        metrics_conn *slot = NULL;
+        for (size_t i = 0; i < METRICS_CONNS && !slot; i++)
+            if (s->conn[i].fd < 0)
+                slot = &s->conn[i];
+        if (!slot) {
+            slot = &s->conn[0];
+            for (size_t i = 1; i < METRICS_CONNS; i++)
+                if (s->conn[i].deadline_ms < slot->deadline_ms)
+                    slot = &s->conn[i];
+            drop(slot);
+        }
+        slot->fd = fd;
+        slot->got = 0;
+        slot->deadline_ms = now + METRICS_READ_MS;
+    }
+}
+
+static void *serve(void *arg)
+{
+    node_metrics_server *s = arg;
+    struct pollfd p[2 + METRICS_CONNS];
+    metrics_conn *of[2 + METRICS_CONNS];
+    for (;;) {
+        int64_t now = mono_ms(), next = -1;
+        nfds_t n = 0;
+        p[n++] = (struct pollfd){ .fd = s->wake[0], .events = POLLIN };
+        p[n++] = (struct pollfd){ .fd = s->fd, .events = POLLIN };
+        for (size_t i = 0; i < METRICS_CONNS; i++) {
+            metrics_conn *c = &s->conn[i];
+            if (c->fd < 0)
+                continue;
+            if (c->deadline_ms <= now) {
+                drop(c);
+                continue;
+            }
+            if (next < 0 || c->deadline_ms < next)
+                next = c->deadline_ms;
+            of[n] = c;
+            p[n++] = (struct pollfd){ .fd = c->fd, .events = POLLIN };
+        }
+        int r = poll(p, n, next < 0 ? -1 : (int)(next - now));
+        if (r < 0 && errno != EINTR)
+            poll(NULL, 0, 100);     /* ENOMEM: try again, without spinning */
+        if (r <= 0)
+            continue;
+        if (p[0].revents)
+            break;
+        for (nfds_t i = 2; i < n; i++)
+            if (p[i].revents)
+                on_readable(s, of[i]);
+        if (p[1].revents & POLLIN)
+            on_accept(s, mono_ms());
+    }
+    return NULL;
+}
+
 int node_metrics_listen(node_metrics_server **out, const char *addr_port)
 {
     *out = NULL;
@@ -97,93 +308,80 @@ int node_metrics_listen(node_metrics_server **out, const char *addr_port)
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return pulse_fail(PULSE_ERR_INVALID, "metrics address %s: not an IPv4 address", addr_port);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "socket");
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 8) != 0) {
-        int r = pulse_fail_errno(PULSE_ERR_IO, "metrics listen on %s", addr_port);
-        close(fd);
+    node_metrics_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return pulse_fail(PULSE_ERR_NOMEM, "metrics server");
+    s->wake[0] = s->wake[1] = -1;
+    for (size_t i = 0; i < METRICS_CONNS; i++)
+        s->conn[i].fd = -1;
+    s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s->fd < 0) {
+        int r = pulse_fail_errno(PULSE_ERR_IO, "socket");
+        free(s);
         return r;
     }
-    node_metrics_server *s = malloc(sizeof *s);
-    if (!s) {
-        close(fd);
-        return pulse_fail(PULSE_ERR_NOMEM, "metrics server");
+    int one = 1;
+    setsockopt(s->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int r = 0;
+    if (bind(s->fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(s->fd, 16) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "metrics listen on %s", addr_port);
+    if (!r && (pipe(s->wake) != 0 || fcntl(s->wake[0], F_SETFD, FD_CLOEXEC) != 0 ||
+               fcntl(s->wake[1], F_SETFD, FD_CLOEXEC) != 0))
+        r = pulse_fail_errno(PULSE_ERR_IO, "metrics server pipe");
+    if (!r && (errno = pthread_mutex_init(&s->mu, NULL)) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "metrics server mutex");
+    if (!r) {
+        /* The thread takes no SIGTERM/SIGINT: they must reach the node's loop, whose blocking
+         * calls they interrupt. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        errno = pthread_create(&s->thread, NULL, serve, s);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (errno != 0) {
+            r = pulse_fail_errno(PULSE_ERR_IO, "metrics server thread");
+            pthread_mutex_destroy(&s->mu);
+        }
     }
-    s->fd = fd;
+    if (r) {
+        close(s->fd);
+        if (s->wake[0] >= 0)
+            close(s->wake[0]);
+        if (s->wake[1] >= 0)
+            close(s->wake[1]);
+        free(s);
+        return r;
+    }
     *out = s;
     return 0;
 }
 
-/* One connection: read the request head (a scraper sends a few hundred bytes), answer, close.
- * A client that sends nothing within 200 ms is dropped, so the node never stalls on it. */
-static void answer(int c, const char *text)
+void node_metrics_publish(node_metrics_server *s, const node_metrics *m)
 {
-    char req[2048];
-    size_t got = 0;
-    struct pollfd p = { .fd = c, .events = POLLIN };
-    while (got < sizeof req - 1 && poll(&p, 1, 200) == 1) {
-        ssize_t n = read(c, req + got, sizeof req - 1 - got);
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        req[got] = '\0';
-        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-            break;
-    }
-    char head[256];
-    size_t len = strlen(text);
-    int ok = got >= 4 && !strncmp(req, "GET ", 4);
-    int hn = snprintf(head, sizeof head,
-                      "HTTP/1.0 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-                      "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                      ok ? "200 OK" : "405 Method Not Allowed", ok ? len : (size_t)0);
-    /* The socket is blocking with a send timeout: the text is a few KiB. */
-    struct timeval tv = { 1, 0 };
-    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (write(c, head, (size_t)hn) == hn && ok) {
-        size_t off = 0;
-        while (off < len) {
-            ssize_t n = write(c, text + off, len - off);
-            if (n <= 0)
-                break;
-            off += (size_t)n;
-        }
-    }
-    close(c);
-}
-
-void node_metrics_serve(node_metrics_server *s, const char *text, unsigned wait_ms)
-{
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long spent = (long)(t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-        if (spent >= (long)wait_ms || node_stop_requested())
-            return;
-        long left = (long)wait_ms - spent;
-        struct pollfd p = { .fd = s->fd, .events = POLLIN };
-        if (poll(&p, 1, (int)(left < 50 ? left : 50)) != 1)
-            continue;
-        int c = accept(s->fd, NULL, NULL);
-        if (c < 0)
-            continue;
-        int fl = fcntl(c, F_GETFL);
-        if (fl >= 0)
-            fcntl(c, F_SETFL, fl & ~O_NONBLOCK);
-        answer(c, text);
-    }
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->snap = *m;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void node_metrics_close(node_metrics_server **s)
 {
     if (!s || !*s)
         return;
-    close((*s)->fd);
-    free(*s);
+    node_metrics_server *m = *s;
+    ssize_t w;
+    do
+        w = write(m->wake[1], "x", 1);
+    while (w < 0 && errno == EINTR);
+    pthread_join(m->thread, NULL);
+    for (size_t i = 0; i < METRICS_CONNS; i++)
+        if (m->conn[i].fd >= 0)
+            close(m->conn[i].fd);
+    close(m->fd);
+    close(m->wake[0]);
+    close(m->wake[1]);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
     *s = NULL;
 }
