@@ -20,6 +20,9 @@ def main(argv):
     passed = failed = skipped = 0
     failures = []
     for path in paths:
+        # "build", or "build/avx2" for a rerun's --logbase: says which run a failure was in
+        base = path.rsplit("/", 1)[-1].removesuffix(".json")
+        run = path.split("/")[0] + ("" if base == "testlog" else f"/{base}")
         try:
             with open(path, encoding="utf-8") as f:
                 for line in f:
@@ -28,7 +31,7 @@ def main(argv):
                         continue
                     t = json.loads(line)
                     r = t.get("result")
-                    name = f'{path.split("/")[0]}:{t.get("name")}'
+                    name = f'{run}:{t.get("name")}'
                     if r in ("OK", "EXPECTEDFAIL"):
                         passed += 1
                     elif r == "SKIP":
