@@ -1,15 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* SHA-256 (FIPS 180-4): the portable compression function, padding, and the runtime choice of SHA-NI and the sixteen-lane AVX-512 kernel. */
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "crypto/sha256.h"
 #include "crypto/sha256_rounds.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 
 /* FIPS 180-4 round constants; aligned for the SHA-NI path's 16-byte loads. */
 const uint32_t pulse_sha256_k[64] __attribute__((aligned(16))) = {
@@ -70,47 +66,27 @@ void pulse_sha256_blocks_c(uint32_t st[8], const uint8_t *p, size_t nblocks)
 
 typedef void (*blocks_fn)(uint32_t h[8], const uint8_t *p, size_t nblocks);
 
-/* True when the CPU has the SHA extensions and the SSE4.1/SSSE3 shuffles the NI path uses. */
-static int cpu_has_sha_ni(void)
+/* The CPU features are base/cpu.c's (PULSE_CPU_MASK included); an implementation this build
+ * lacks counts as absent. */
+static int cpu_has_sha_ni(unsigned flags)
 {
-#if defined(PULSE_HAVE_SHA_NI) && (defined(__x86_64__) || defined(__i386__))
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return 0;
-    int ssse3 = (c >> 9) & 1, sse41 = (c >> 19) & 1;
-    if (__get_cpuid_max(0, NULL) < 7)
-        return 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    return ssse3 && sse41 && ((b >> 29) & 1);
+#ifdef PULSE_HAVE_SHA_NI
+    return (flags & PULSE_CPU_SHA) != 0;
 #else
+    (void)flags;
     return 0;
 #endif
 }
 
-/* True when the CPU has AVX-512 F and BW and the OS saves the opmask and ZMM state. */
-static int cpu_has_avx512bw(void)
+static int cpu_has_lanes16(unsigned flags)
 {
-#if defined(PULSE_HAVE_SHA_X16) && (defined(__x86_64__) || defined(__i386__))
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1))   /* OSXSAVE */
-        return 0;
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 0xe6) != 0xe6)   /* XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM */
-        return 0;
-    if (__get_cpuid_max(0, NULL) < 7)
-        return 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    return ((b >> 16) & 1) && ((b >> 30) & 1);
+#ifdef PULSE_HAVE_SHA_X16
+    return (flags & PULSE_CPU_AVX512BW) != 0;
 #else
+    (void)flags;
     return 0;
 #endif
 }
-
-/* PULSE_CPU_AVX512 and PULSE_CPU_SHA in node/kernels/kernels.h; repeated here because
- * crypto/ sits below node/. */
-#define CPU_MASK_AVX512 0x2u
-#define CPU_MASK_SHA 0x8u
 
 static blocks_fn best_blocks = pulse_sha256_blocks_c;
 static const char *best_name = "portable";
@@ -119,19 +95,12 @@ static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 static void choose(void)
 {
-    unsigned long mask = 0;
-    const char *env = getenv("PULSE_CPU_MASK");
-    if (env && *env) {
-        char *end;
-        unsigned long m = strtoul(env, &end, 16);
-        if (*end == '\0')   /* same rule as the kernels: an unparsable mask is ignored */
-            mask = m;
-    }
-    if (cpu_has_sha_ni() && !(mask & CPU_MASK_SHA)) {
+    unsigned flags = pulse_cpu_flags();
+    if (cpu_has_sha_ni(flags)) {
         best_blocks = pulse_sha256_blocks_ni;
         best_name = "sha-ni";
     }
-    best_lanes16 = cpu_has_avx512bw() && !(mask & CPU_MASK_AVX512);
+    best_lanes16 = cpu_has_lanes16(flags);
 }
 
 static blocks_fn get_blocks(void)
@@ -154,7 +123,7 @@ int pulse_sha256_lanes16(void)
 
 int pulse_sha256_lanes16_built(void)
 {
-    return cpu_has_avx512bw();
+    return cpu_has_lanes16(pulse_cpu_detected());
 }
 
 #ifndef PULSE_HAVE_SHA_NI
@@ -174,7 +143,7 @@ void pulse_sha256_blocks_ni_x2(uint32_t ha[8], const uint8_t *pa, uint32_t hb[8]
 #ifndef PULSE_HAVE_SHA_X16
 void pulse_sha256_blocks_x16(uint32_t st[8][16], const uint8_t *const p[16], unsigned live, size_t nblocks)
 {
-    for (int l = 0; l < 16; l++) {   /* never chosen: cpu_has_avx512bw() is 0 */
+    for (int l = 0; l < 16; l++) {   /* never chosen: cpu_has_lanes16() is 0 */
         if (!((live >> l) & 1))
             continue;
         uint32_t h[8];
@@ -291,7 +260,7 @@ int pulse_sha256_with(const char *impl, const void *data, size_t len, uint8_t ou
     blocks_fn blocks;
     if (!strcmp(impl, "portable"))
         blocks = pulse_sha256_blocks_c;
-    else if (!strcmp(impl, "sha-ni") && cpu_has_sha_ni())
+    else if (!strcmp(impl, "sha-ni") && cpu_has_sha_ni(pulse_cpu_detected()))
         blocks = pulse_sha256_blocks_ni;
     else
         return -1;

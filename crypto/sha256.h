@@ -31,7 +31,7 @@ void pulse_sha256_x2(const void *a, size_t la, const void *b, size_t lb, uint8_t
 void pulse_sha256_many(size_t n, const void *const data[], const size_t len[], uint8_t out[][32]);
 
 /* Which implementation runs: "sha-ni" or "portable". Honours PULSE_CPU_MASK like the kernels
- * (bit 0x8 masks SHA-NI; crypto/ reads the variable itself so it does not depend on node/). */
+ * (bit 0x8 masks SHA-NI; the features and the mask are base/cpu.c's, shared with the kernels). */
 const char *pulse_sha256_impl(void);
 
 /* For tests and benchmarks: one-shot SHA-256 on a named implementation ("portable" or

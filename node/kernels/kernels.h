@@ -6,18 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* CPU features the kernels use (bit mask). PULSE_CPU_MASK=<hex> in the environment clears
- * the given bits (e.g. PULSE_CPU_MASK=ffffffff runs the scalar reference everywhere). */
-enum {
-    PULSE_CPU_AVX2 = 1u << 0,      /* AVX2 + BMI1/2 + POPCNT + F16C, OS saves YMM (XGETBV) */
-    PULSE_CPU_AVX512 = 1u << 1,    /* AVX-512 F/BW/VL/VBMI/VBMI2, OS saves ZMM/opmask */
-    PULSE_CPU_AVX512BF16 = 1u << 2,/* AVX512_BF16 (the LoCo gate uses it) */
-    PULSE_CPU_SHA = 1u << 3,       /* SHA extensions (crypto/) */
-    PULSE_CPU_NEON = 1u << 4,      /* AArch64 Advanced SIMD */
-};
-
-/* Features detected once (CPUID + XGETBV), minus PULSE_CPU_MASK. */
-unsigned pulse_cpu_flags(void);
+/* The kernels' one dependency: the CPU features (PULSE_CPU_*, pulse_cpu_flags()) each ISA's
+ * init asks for, and PULSE_CPU_MASK. Detection cannot fail, so the kernels still cannot. */
+#include "base/cpu.h"
 
 /* The low-precision view a LoCo gate tests visibility in (docs/kernels.md "The gate"). Every
  * view rounds FP32 to nearest, ties to even; BF16 and FP16 overflow to Inf, the FP8 views

@@ -192,7 +192,7 @@ static inline void ulp_block64(uint64_t m, __m512i a0, __m512i b0, __m512i a1, _
     uint32_t next = base + 64 - (uint32_t)__builtin_clzll(m | 1u);
     st->next = m ? next : st->next;
     if (__builtin_expect(g0 >= 0x80 && m, 0)) {
-        st->len += leb_put_tail(leb + st->len, g0);
+        st->len += pulse_leb_put(leb + st->len, g0);
         gaps = _mm512_maskz_compress_epi8(~1ull, gaps);
         _mm512_storeu_si512(leb + st->len, gaps);
         st->len += cnt - 1;

@@ -259,7 +259,7 @@ static void ulp2_add16_c(uint16_t *d, const uint8_t *g, size_t glen, const uint8
         cur = prefetch_cursor(d, cur, pos[7]);
         for (uint32_t em = sym & (sym >> 1) & 0x5555u; em; em &= em - 1) {
             uint32_t q = pos[__builtin_ctz(em) >> 1];
-            d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, &eat) + 4));
+            d[q] = (uint16_t)(d[q] + unzigzag16_of(pulse_leb_get_trusted(esc, &eat) + 4));
         }
         j += 8;
         at += 8;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/leb128.h"
 #include "node/kernels/kernels.h"
 
 /* Decodes gaps[j..k) into idx[j..k), starting from the running position NEXT (the position
@@ -37,18 +38,6 @@ static inline size_t leb1_run_tail(const uint8_t *src, size_t j, size_t n, uint6
     return j;
 }
 
-/* LEB128 of v at out (7 bits a byte, low first, high bit = more follows); returns 1..5. */
-static inline size_t leb_put_tail(uint8_t *out, uint32_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        out[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    out[n++] = (uint8_t)v;
-    return n;
-}
-
 /* zigzag of the 16-bit difference b - a: 0, -1, 1, -2, ... -> 0, 1, 2, 3, ... */
 static inline uint16_t zigzag16_tail(uint16_t a, uint16_t b)
 {
@@ -64,7 +53,7 @@ static inline size_t diff_ulp16_tail(const uint16_t *a, const uint16_t *b, size_
     size_t len = *leb_len;
     for (; i < n; i++)
         if (a[i] != b[i]) {
-            len += leb_put_tail(leb + len, (uint32_t)i - next);
+            len += pulse_leb_put(leb + len, (uint32_t)i - next);
             next = (uint32_t)i + 1;
             z[k++] = zigzag16_tail(a[i], b[i]);
         }
@@ -77,7 +66,7 @@ static inline size_t diff_ulp16_tail(const uint16_t *a, const uint16_t *b, size_
 static inline size_t ulp_pack2_escapes(const uint16_t *z, size_t j, uint32_t e, uint8_t *esc, size_t el)
 {
     for (; e; e &= e - 1)
-        el += leb_put_tail(esc + el, (uint32_t)z[j + (unsigned)__builtin_ctz(e)] - 4);
+        el += pulse_leb_put(esc + el, (uint32_t)z[j + (unsigned)__builtin_ctz(e)] - 4);
     return el;
 }
 
@@ -95,13 +84,7 @@ static inline void ulp_pack2_counts(uint32_t hist[256], size_t j, uint64_t c1, u
             hist[esc[at++] + 4]++;
             continue;
         }
-        uint32_t e = 0;
-        for (unsigned sh = 0; at < el; sh += 7) {
-            uint8_t b = esc[at++];
-            e |= (uint32_t)(b & 0x7f) << sh;
-            if (!(b & 0x80))
-                break;
-        }
+        uint32_t e = pulse_leb_get_trusted(esc, &at);   /* our own escapes: each one whole */
         hist[e + 4 < 256 ? e + 4 : 0]++;
     }
 }
@@ -118,21 +101,9 @@ static inline size_t ulp_pack2_16_tail(const uint16_t *z, size_t j, size_t k, ui
         packed[j / 4] |= (uint8_t)(sym << (2 * (j % 4)));
         hist[v < 256 ? v : 0]++;
         if (v >= 4)
-            el += leb_put_tail(esc + el, v - 4);
+            el += pulse_leb_put(esc + el, v - 4);
     }
     return el;
-}
-
-/* A LEB128 value of a stream checked before (any length up to 5 bytes; no bounds test). */
-static inline uint32_t leb_trusted(const uint8_t *src, size_t *at)
-{
-    uint32_t v = 0;
-    for (unsigned sh = 0;; sh += 7) {
-        uint8_t b = src[(*at)++];
-        v |= (uint32_t)(b & 0x7f) << sh;
-        if (!(b & 0x80))
-            return v;
-    }
 }
 
 /* unzigzag of z (0, 1, 2, 3.. -> 0, -1, 1, -2..) modulo 2^16. */
@@ -148,10 +119,10 @@ static inline void ulp2_add16_tail(uint16_t *d, const uint8_t *g, size_t *at, co
                                    const uint8_t *esc, size_t *eat, size_t j, size_t k, uint64_t *next)
 {
     for (; j < k; j++) {
-        *next += leb_trusted(g, at);
+        *next += pulse_leb_get_trusted(g, at);
         uint64_t q = (*next)++;
         unsigned sy = (unsigned)(packed[j >> 2] >> (2 * (j & 3))) & 3;
-        uint32_t z = sy == 3 ? leb_trusted(esc, eat) + 4 : sy + 1;
+        uint32_t z = sy == 3 ? pulse_leb_get_trusted(esc, eat) + 4 : sy + 1;
         d[q] = (uint16_t)(d[q] + unzigzag16_of(z));
     }
 }
@@ -206,7 +177,7 @@ static inline void ulp2_add16_step(uint16_t *d, const uint32_t *pos, const uint3
         d[pos[e]] = (uint16_t)(d[pos[e]] + dl[e]);
     for (; em; em &= em - 1) {
         uint32_t q = pos[__builtin_ctz(em)];
-        d[q] = (uint16_t)(d[q] + unzigzag16_of(leb_trusted(esc, eat) + 4));
+        d[q] = (uint16_t)(d[q] + unzigzag16_of(pulse_leb_get_trusted(esc, eat) + 4));
     }
 }
 
@@ -276,7 +247,7 @@ static inline int rice_gaps_tail(const uint8_t *src, size_t rb, const uint8_t *u
             return -4;
         st->next += (uint64_t)g + 1;
         st->bit = bit;
-        st->o += leb_put_tail(leb + st->o, g);
+        st->o += pulse_leb_put(leb + st->o, g);
     }
     return 0;
 }
@@ -437,7 +408,7 @@ static inline int rice_gaps_blocks(const rice_byte_table *tb, const uint8_t *src
                 if (st->next + sum + g + i + gap >= limit)
                     return -4;
                 sum += gap;
-                o += leb_put_tail(leb + o, gap);
+                o += pulse_leb_put(leb + o, gap);
             }
         }
         for (; g < nq; g++) {
@@ -445,7 +416,7 @@ static inline int rice_gaps_blocks(const rice_byte_table *tb, const uint8_t *src
             if (st->next + sum + g + gap >= limit)
                 return -4;
             sum += gap;
-            o += leb_put_tail(leb + o, gap);
+            o += pulse_leb_put(leb + o, gap);
         }
         st->next += sum + nq;
         if (st->next > limit)
@@ -566,7 +537,7 @@ static inline __attribute__((always_inline)) void rice_put_step(const uint8_t *l
         *at += 8;
         return;
     }
-    uint32_t g = leb_trusted(leb, at);   /* the encoder's own stream: always valid */
+    uint32_t g = pulse_leb_get_trusted(leb, at);   /* the encoder's own stream: always valid */
     rice_bits(r, s ? g & (uint32_t)(((uint64_t)1 << s) - 1) : 0, s);
     rice_unary(u, (uint64_t)g >> s);
 }

@@ -23,7 +23,7 @@ enum { ULP16_GROUP = 64 };  /* blocks of 64 elements whose masks are taken befor
         if (__builtin_expect(g_ < 0x80, 1)) \
             leb[len++] = (uint8_t)g_; \
         else \
-            len += leb_put_tail(leb + len, g_); \
+            len += pulse_leb_put(leb + len, g_); \
         next = (p) + 1; \
         z[k++] = zigzag16_tail(a[p], b[p]); \
     } while (0)

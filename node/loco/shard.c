@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include "base/fail.h"
+#include "base/leb128.h"
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
 
@@ -52,12 +53,7 @@ int loco_shard_encode(int view, uint64_t start, uint32_t len, const uint32_t *id
         kt->gaps_encode(idx, k, gaps);
     size_t gl = 0;
     for (uint32_t j = 0; j < k; j++) {
-        uint32_t g = gaps[j];
-        while (g >= 0x80) {
-            graw[gl++] = (uint8_t)(g | 0x80);
-            g >>= 7;
-        }
-        graw[gl++] = (uint8_t)g;
+        gl += pulse_leb_put(graw + gl, gaps[j]);
     }
     for (uint32_t j = 0; j < k; j++) {
         uint32_t bits;
@@ -155,22 +151,16 @@ int loco_shard_decode(const uint8_t *buf, size_t n, int view, uint64_t start, ui
         goto out;
     size_t p = 0;
     for (uint32_t j = 0; j < k; j++) {
-        uint64_t g = 0;
-        for (int shift = 0;; shift += 7) {
-            if (p >= gl || shift > 28) {
-                r = pulse_fail(PULSE_ERR_FORMAT, "shard gap %u: truncated or longer than 32 bits", j);
-                goto out;
-            }
-            uint8_t b = graw[p++];
-            g |= (uint64_t)(b & 0x7f) << shift;
-            if (!(b & 0x80))
-                break;
+        int rc = pulse_leb_get(graw, gl, &p, &gaps[j]);
+        /* -2 is a fifth byte: one that still continues, or one whose value bits pass 32 */
+        if (rc == -1 || (rc == -2 && (graw[p - 1] & 0x80))) {
+            r = pulse_fail(PULSE_ERR_FORMAT, "shard gap %u: truncated or longer than 32 bits", j);
+            goto out;
         }
-        if (g > UINT32_MAX) {
+        if (rc == -2) {
             r = pulse_fail(PULSE_ERR_FORMAT, "shard gap %u beyond 32 bits", j);
             goto out;
         }
-        gaps[j] = (uint32_t)g;
     }
     if (p != gl) {
         r = pulse_fail(PULSE_ERR_FORMAT, "shard gap stream has %u trailing bytes", (unsigned)(gl - p));

@@ -155,7 +155,7 @@ int patch_leb_check(const uint8_t *src, size_t len, size_t k, uint32_t limit)
         if (j == k)
             break;
         uint32_t val;
-        int rc = patch_leb_next(src, len, &at, &val);
+        int rc = pulse_leb_get(src, len, &at, &val);
         if (rc < 0)
             return rc;
         next += val;
@@ -205,7 +205,7 @@ int patch_ulp2_check16(const patch_tensor *t, const patch_chunk *c, const uint8_
         if (e == nesc)
             break;
         uint32_t v;
-        if (patch_leb_next(esc, elen, &at, &v) < 0 || v > 0xffffu - 4)
+        if (pulse_leb_get(esc, elen, &at, &v) < 0 || v > 0xffffu - 4)
             return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: escape stream short, overlong or out of range",
                               t->name, (unsigned long long)c->index);
         e++;

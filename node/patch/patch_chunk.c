@@ -283,7 +283,7 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
                     esc[el] = (uint8_t)(z - m);
                     el += z >= m;
                 } else {
-                    el += leb_put_tail(esc + el, z - m);
+                    el += pulse_leb_put(esc + el, z - m);
                 }
                 byte |= (z >= m ? m - 1 : z - 1) << (bits * i);
             }
@@ -295,7 +295,7 @@ static size_t pack_ulp(const uint8_t *vals, size_t k, unsigned unit, unsigned bi
         if (z < m)
             sym = z - 1;
         else
-            el += leb_put_tail(esc + el, z - m);
+            el += pulse_leb_put(esc + el, z - m);
         size_t bit = j * bits;
         packed[bit >> 3] |= (uint8_t)(sym << (bit & 7));
     }
@@ -480,7 +480,7 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
         if (g < 0x80)
             s->leb[leb_len++] = (uint8_t)g;
         else
-            leb_len += leb_put_tail(s->leb + leb_len, g);
+            leb_len += pulse_leb_put(s->leb + leb_len, g);
     }
 
     /* Output layout in s->planes: [position stream][value stream]. */
@@ -598,17 +598,10 @@ int patch_leb_positions(const uint8_t *src, size_t len, size_t k, uint32_t limit
                 continue;
             }
         }
-        uint32_t val = 0;
-        for (unsigned sh = 0;; sh += 7) {
-            if (at >= len)
-                return -1;
-            uint8_t byte = src[at++];
-            if (sh == 28 && (byte & 0xf0))
-                return -2;
-            val |= (uint32_t)(byte & 0x7f) << sh;
-            if (!(byte & 0x80))
-                break;
-        }
+        uint32_t val;
+        int rc = pulse_leb_get(src, len, &at, &val);
+        if (rc < 0)
+            return rc;
         next += val;
         if (next >= limit)
             return -4;
@@ -663,7 +656,7 @@ int patch_unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch 
                 unsigned i = (unsigned)__builtin_ctz(escapes) >> 1;
                 escapes &= escapes - 1;
                 uint32_t e;
-                if (patch_leb_next(esc, esc_len, &at, &e) < 0 || e > maxz - m)
+                if (pulse_leb_get(esc, esc_len, &at, &e) < 0 || e > maxz - m)
                     goto bad_escape;
                 out[j + i] = (uint16_t)(e + m);
             }
@@ -674,7 +667,7 @@ int patch_unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch 
         uint32_t sym = (uint32_t)(packed[bit >> 3] >> (bit & 7)) & (m - 1), z = sym + 1;
         if (sym == m - 1) {
             uint32_t e;
-            if (patch_leb_next(esc, esc_len, &at, &e) < 0 || e > maxz - m)
+            if (pulse_leb_get(esc, esc_len, &at, &e) < 0 || e > maxz - m)
                 goto bad_escape;
             z = e + m;
         }

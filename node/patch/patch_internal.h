@@ -10,6 +10,7 @@
 #include <zstd.h>
 
 #include "pulseweights/patch.h"
+#include "base/leb128.h"
 #include "node/kernels/kernels.h"
 
 /* Fixed header (docs/patch-format.md), all integers little-endian. */
@@ -271,24 +272,6 @@ int patch_ulp2_check16(const patch_tensor *t, const patch_chunk *c, const uint8_
  * escapes, stray escape bytes and zero padding. 0 or a FORMAT error. */
 int patch_unpack_ulp(const patch_tensor *t, const patch_chunk *c, patch_scratch *s, unsigned bits,
                      const uint8_t *packed, const uint8_t *esc, size_t esc_len);
-
-/* One LEB128 value (< 2^32) from src[*at..len): 0, or -1 (ends early) / -2 (overflow). */
-static inline int patch_leb_next(const uint8_t *src, size_t len, size_t *at, uint32_t *v)
-{
-    uint32_t val = 0;
-    for (unsigned sh = 0;; sh += 7) {
-        if (*at >= len)
-            return -1;
-        uint8_t byte = src[(*at)++];
-        if (sh == 28 && (byte & 0xf0))
-            return -2;
-        val |= (uint32_t)(byte & 0x7f) << sh;
-        if (!(byte & 0x80))
-            break;
-    }
-    *v = val;
-    return 0;
-}
 
 /* ---- pass 1's decoded streams, kept for pass 2 (patch_cache.c) ------------------------ */
 

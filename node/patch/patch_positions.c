@@ -48,7 +48,7 @@ static int plan_gaps(const uint8_t *leb, size_t len, size_t k, rice_plan *pl)
             break;
         size_t start = at;
         uint32_t g;
-        if (patch_leb_next(leb, len, &at, &g) < 0)
+        if (pulse_leb_get(leb, len, &at, &g) < 0)
             return -1;
         for (unsigned s = 0; s < 32; s++)
             pl->big_q[s] += g >> s;
