@@ -26,12 +26,12 @@ a=$(find "$tmp/root" -name 'libpulseweights.a' | head -1)
 nm -D --defined-only "$so" | awk 'NF == 3 && $2 ~ /^[TDBRVW]$/ {print $3}' | sort -u >"$tmp/so.syms"
 nm -g --defined-only "$a" | awk 'NF == 3 {print $3}' | sort -u >"$tmp/a.syms"
 for lib in so a; do
-  [ -s "$tmp/$lib.syms" ] || { echo "FAIL: lib$lib: no global symbols at all"; fail=1; continue; }
+  [ -s "$tmp/$lib.syms" ] || { echo "FAIL: libpulseweights.$lib: no global symbols at all"; fail=1; continue; }
   others=$(grep -v '^pulse_' "$tmp/$lib.syms" || true)
-  [ -z "$others" ] || { echo "FAIL: libpulseweights.$lib: $(wc -w <<<"$others") global symbols outside pulse_*: $(echo $others | head -c 400)"; fail=1; }
+  [ -z "$others" ] || { echo "FAIL: libpulseweights.$lib: $(wc -w <<<"$others") global symbols outside pulse_*: $(tr "\n" " " <<<"$others" | head -c 400)"; fail=1; }
   undeclared=$(grep '^pulse_' "$tmp/$lib.syms" | while read -r n; do
     grep -rqw -- "$n" "$tmp/root$prefix/include" || echo "$n"; done)
-  [ -z "$undeclared" ] || { echo "FAIL: libpulseweights.$lib: $(wc -w <<<"$undeclared") global pulse_* names not in the installed headers: $(echo $undeclared | head -c 400)"; fail=1; }
+  [ -z "$undeclared" ] || { echo "FAIL: libpulseweights.$lib: $(wc -w <<<"$undeclared") global pulse_* names not in the installed headers: $(tr "\n" " " <<<"$undeclared" | head -c 400)"; fail=1; }
 done
 cmp -s "$tmp/so.syms" "$tmp/a.syms" \
   || { echo "FAIL: the static and shared libraries define different global names:"; diff "$tmp/so.syms" "$tmp/a.syms" | head -20; fail=1; }
@@ -66,6 +66,7 @@ static_link() {  # LIBS...: links $tmp/use-static, -lpulseweights taken from the
     2>"$tmp/cc-static.log"
 }
 linked=0
+# shellcheck disable=SC2046
 if static_link $(pkg-config --static --libs pulseweights); then
   linked=1
 else
