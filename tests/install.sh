@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # `meson install` yields a usable library: headers, pkg-config file, static and shared libraries
-# and the CLI; a program built with `pkg-config --cflags --libs pulseweights` runs; the shared
-# library exports only pulse_* symbols (-fvisibility=hidden); the Python package lands in python3's purelib.
+# and the CLI; a program built with `pkg-config --cflags --libs pulseweights` runs, linked to the
+# shared and (with --static) to the static library; both libraries define as global only the public
+# pulse_* API, declared in the installed headers; the Python package lands in python3's purelib.
 set -u
 build=${PULSE_BUILD:?PULSE_BUILD is not set}
 tmp=$(mktemp -d)
@@ -20,8 +21,20 @@ so=$(find "$tmp/root" -name 'libpulseweights.so*' -type f | head -1)
 a=$(find "$tmp/root" -name 'libpulseweights.a' | head -1)
 [ -n "$so" ] && [ -n "$a" ] || { echo "FAIL: shared or static library missing"; exit 1; }
 
-others=$(nm -D --defined-only "$so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^pulse_' || true)
-[ -z "$others" ] || { echo "FAIL: exported symbols outside pulse_*: $(echo $others | head -c 300)"; fail=1; }
+# What each library offers the program it is linked into: the shared library's dynamic exports,
+# the static archive's global definitions. Internal names there clash with the user's own.
+nm -D --defined-only "$so" | awk 'NF == 3 && $2 ~ /^[TDBRVW]$/ {print $3}' | sort -u >"$tmp/so.syms"
+nm -g --defined-only "$a" | awk 'NF == 3 {print $3}' | sort -u >"$tmp/a.syms"
+for lib in so a; do
+  [ -s "$tmp/$lib.syms" ] || { echo "FAIL: libpulseweights.$lib: no global symbols at all"; fail=1; continue; }
+  others=$(grep -v '^pulse_' "$tmp/$lib.syms" || true)
+  [ -z "$others" ] || { echo "FAIL: libpulseweights.$lib: $(wc -w <<<"$others") global symbols outside pulse_*: $(tr "\n" " " <<<"$others" | head -c 400)"; fail=1; }
+  undeclared=$(grep '^pulse_' "$tmp/$lib.syms" | while read -r n; do
+    grep -rqw -- "$n" "$tmp/root$prefix/include" || echo "$n"; done)
+  [ -z "$undeclared" ] || { echo "FAIL: libpulseweights.$lib: $(wc -w <<<"$undeclared") global pulse_* names not in the installed headers: $(tr "\n" " " <<<"$undeclared" | head -c 400)"; fail=1; }
+done
+cmp -s "$tmp/so.syms" "$tmp/a.syms" \
+  || { echo "FAIL: the static and shared libraries define different global names:"; diff "$tmp/so.syms" "$tmp/a.syms" | head -20; fail=1; }
 
 cat >"$tmp/use.c" <<'C'
 #include <pulseweights.h>
@@ -42,6 +55,46 @@ if cc -o "$tmp/use" "$tmp/use.c" $(pkg-config --cflags --libs pulseweights) 2>"$
   grep -q nonexistent <<<"$out" || { echo "FAIL: error detail does not name the file: $out"; fail=1; }
 else
   cat "$tmp/cc.log"; echo "FAIL: could not build against the installed headers and library"; fail=1
+fi
+# The static archive alone: -l:libpulseweights.a in place of -lpulseweights (which picks the .so),
+# with its Libs.private and the dependencies from --static. Every internal reference must resolve
+# inside the archive, and the program must not need libpulseweights.so.
+static_link() {  # LIBS...: links $tmp/use-static, -lpulseweights taken from the archive
+  local libs=" $* "
+  # shellcheck disable=SC2046,SC2086
+  cc -o "$tmp/use-static" "$tmp/use.c" $(pkg-config --cflags pulseweights) ${libs/ -lpulseweights / -l:libpulseweights.a } \
+    2>"$tmp/cc-static.log"
+}
+linked=0
+# shellcheck disable=SC2046
+if static_link $(pkg-config --static --libs pulseweights); then
+  linked=1
+else
+  # A distribution's libcurl.pc may name, for --static, libraries whose development files are
+  # not installed. Then link the dependencies shared: the archive and its own Libs.private
+  # (pkg-config without traversal, the depth that names the package itself) are what is tested.
+  reqs=$(pkg-config --print-requires-private pulseweights)
+  echo 'int main(void) { return 0; }' >"$tmp/empty.c"
+  # shellcheck disable=SC2046,SC2086
+  if ! cc -o "$tmp/empty" "$tmp/empty.c" $(pkg-config --static --libs $reqs) >"$tmp/deps.log" 2>&1; then
+    own=
+    for depth in 1 2; do
+      own=$(pkg-config --static --libs --maximum-traverse-depth=$depth pulseweights)
+      [[ " $own " == *" -lpulseweights "* ]] && break
+    done
+    echo "install: note: the dependencies' own --static libraries do not link here ($(grep -o 'cannot find -l[^:]*' "$tmp/deps.log" | sort -u | sed 's/cannot find //' | tr '\n' ' ')); linking libpulseweights.a with them shared"
+    # shellcheck disable=SC2046,SC2086
+    static_link $own $(pkg-config --libs $reqs) && linked=1
+  fi
+fi
+if [ $linked -eq 1 ]; then
+  if readelf -d "$tmp/use-static" | grep -q 'NEEDED.*libpulseweights'; then
+    echo "FAIL: the statically linked program needs libpulseweights.so"; fail=1
+  fi
+  out=$(env -u LD_LIBRARY_PATH "$tmp/use-static") || { echo "FAIL: program against the static library: $out"; fail=1; }
+  grep -q nonexistent <<<"$out" || { echo "FAIL: static: error detail does not name the file: $out"; fail=1; }
+else
+  cat "$tmp/cc-static.log"; echo "FAIL: could not link a program against the installed libpulseweights.a alone"; fail=1
 fi
 
 # The Python bindings (-Dpython, on when meson's python3 is found): the package lands in that
@@ -87,5 +140,5 @@ print(os.path.dirname(os.path.abspath(pw.__file__)), pw.__version__, os.path.rea
     || { echo "FAIL: python: the staged package: '$out', wanted '$pkgdir $want $(readlink -f "$so")'"; fail=1; }
   fi
 fi
-[ $fail -eq 0 ] && echo "install: library, headers, pkg-config, CLI and python package usable; only pulse_* exported"
+[ $fail -eq 0 ] && echo "install: library (shared and static), headers, pkg-config, CLI and python package usable; only the public pulse_* API global"
 exit $fail
