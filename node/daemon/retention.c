@@ -222,8 +222,11 @@ static int list_object_cb(void *ctx, const char *key, const pulse_object_info *i
     obj_sweep *s = ctx;
     size_t rl = strlen(s->run);
     uint8_t d[32];
-    if (strncmp(key, s->run, rl) || strncmp(key + rl, "/objects/", 9) || strlen(key + rl + 9) != 64 ||
-        pulse_hex_decode(key + rl + 9, 64, d, sizeof d) || strlen(key) >= RET_KEY_MAX)
+    const char *hex = key + rl + 1 + strlen(PULSE_LAYOUT_OBJECTS);
+    /* Hex of either case, as before the layout module: an orphan under an upper-case name is
+     * collected too (pulse manifest audit names it). */
+    if (strncmp(key, s->run, rl) || key[rl] != '/' || !PULSE_LAYOUT_IN(key + rl + 1, PULSE_LAYOUT_OBJECTS) ||
+        strlen(hex) != 64 || pulse_hex_decode(hex, 64, d, sizeof d) || strlen(key) >= RET_KEY_MAX)
         return 0;
     if (digest_has(s->named, d))
         return 0;
