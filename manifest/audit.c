@@ -14,6 +14,7 @@
 #include "base/fail.h"
 #include "base/names.h"
 #include "crypto/sha256.h"
+#include "manifest/layout.h"
 #include "pulseweights/audit.h"
 
 #define HEAD_MAX_BYTES 4096u           /* a head is one key and a newline */
@@ -117,63 +118,12 @@ static void problem(struct audit *a, pulse_audit_entry *e, const char *fmt, ...)
     r->problems[r->n_problems++] = dup;
 }
 
-/* "<12 digits>" into *step. */
-static int parse_step(const char *s, size_t n, uint64_t *step)
-{
-    if (n != 12)
-        return -1;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    *step = v;
-    return 0;
-}
-
-static int is_node_hex(const char *s, size_t n)
-{
-    uint8_t tmp[PULSE_PUBLIC_KEY_BYTES];
-    if (n != 2 * PULSE_PUBLIC_KEY_BYTES || pulse_hex_decode(s, n, tmp, sizeof tmp))
-        return 0;
-    for (size_t i = 0; i < n; i++)  /* keys are written lower case: anything else is not ours */
-        if (s[i] >= 'A' && s[i] <= 'F')
-            return 0;
-    return 1;
-}
-
-/* Splits a record key "records/<kind>/<step>/<node>" or "receipts/<node>/<step>" into kind and
- * step; -1 when it is not one. */
+/* A record key "records/<kind>/<step>/<node>" or "receipts/<node>/<step>" (manifest/layout.c):
+ * its kind and step; -1 when it is not one. */
 static int classify_record_key(const char *rel, int *kind, uint64_t *step)
 {
-    if (!strncmp(rel, "records/", 8)) {
-        const char *k = rel + 8, *s1 = strchr(k, '/');
-        if (!s1)
-            return -1;
-        const char *s2 = strchr(s1 + 1, '/');
-        if (!s2 || strchr(s2 + 1, '/'))
-            return -1;
-        char kname[32];
-        if ((size_t)(s1 - k) >= sizeof kname)
-            return -1;
-        memcpy(kname, k, (size_t)(s1 - k));
-        kname[s1 - k] = 0;
-        *kind = pulse_record_kind_from_name(kname);
-        if (!*kind || *kind == PULSE_RECORD_RECEIPT || parse_step(s1 + 1, (size_t)(s2 - s1 - 1), step)
-            || !is_node_hex(s2 + 1, strlen(s2 + 1)))
-            return -1;
-        return 0;
-    }
-    if (!strncmp(rel, "receipts/", 9)) {
-        const char *n = rel + 9, *s1 = strchr(n, '/');
-        if (!s1 || strchr(s1 + 1, '/') || !is_node_hex(n, (size_t)(s1 - n))
-            || parse_step(s1 + 1, strlen(s1 + 1), step))
-            return -1;
-        *kind = PULSE_RECORD_RECEIPT;
-        return 0;
-    }
-    return -1;
+    uint8_t node[PULSE_PUBLIC_KEY_BYTES];
+    return pulse_layout_parse_record(rel, kind, step, node);
 }
 
 static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
@@ -188,12 +138,11 @@ static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
     r->key_bytes += info->size;
     int kind;
     uint64_t step;
-    if (!strncmp(rel, "objects/", 8)) {
+    if (PULSE_LAYOUT_IN(rel, PULSE_LAYOUT_OBJECTS)) {
         r->objects++;
         r->object_bytes += info->size;
-        const char *hex = rel + 8;
         uint8_t d[PULSE_DIGEST_BYTES];
-        if (strlen(hex) != 64 || pulse_hex_decode(hex, 64, d, sizeof d) || !is_node_hex(hex, 64)) {
+        if (pulse_layout_parse_object(rel, d)) {
             problem(a, NULL, "%s: not a content address (objects/<64 lower-case hex digits>)", rel);
             return 0;
         }
@@ -220,7 +169,7 @@ static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
             a->keyframe_keys++;
         else if (kind == PULSE_RECORD_SYNC_PATCH)
             a->patch_keys++;
-    } else if (!strncmp(rel, "heads/", 6) && strlen(rel) < PULSE_AUDIT_MAX_KEY) {
+    } else if (PULSE_LAYOUT_IN(rel, PULSE_LAYOUT_HEADS) && strlen(rel) < PULSE_AUDIT_MAX_KEY) {
         r->heads++;
         int rc = grow((void **)&a->heads, &a->cap_heads, a->n_heads, sizeof *a->heads);
         if (rc)
@@ -237,7 +186,8 @@ static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
 
 static void full_key(const struct audit *a, const char *rel, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/%s", a->run, rel);
+    if (pulse_layout_join(out, cap, a->run, rel))
+        pulse_clear_error();   /* the run was checked on entry; a key too long is not found */
 }
 
 /* Checks one fetched record: strict parse, run and key, trust and signature. */
@@ -669,9 +619,9 @@ static int download(struct audit *a, const struct naming *nm, struct job *jobs, 
             j->to_file = j->size > a->o.memory_bytes;
             if (!j->to_file && m && mem + j->size > a->o.memory_bytes)
                 break;
-            char hex[2 * PULSE_DIGEST_BYTES + 1];
-            pulse_hex_encode(nm[j->first].digest, PULSE_DIGEST_BYTES, hex);
-            snprintf(keys[m], sizeof keys[m], "%s/objects/%s", a->run, hex);
+            char orel[80];
+            pulse_layout_object(orel, sizeof orel, nm[j->first].digest);
+            full_key(a, orel, keys[m], sizeof keys[m]);
             pulse_transfer *t = &x[m];
             memset(t, 0, sizeof *t);
             t->op = PULSE_XFER_GET;
@@ -811,8 +761,9 @@ static void check_heads(struct audit *a)
 {
     for (size_t h = 0; h < a->n_heads; h++) {
         struct head *hd = &a->heads[h];
-        const char *node_hex = hd->key + strlen("heads/sync/");
-        if (strncmp(hd->key, "heads/sync/", 11) || !is_node_hex(node_hex, strlen(node_hex))) {
+        uint8_t node[PULSE_PUBLIC_KEY_BYTES];
+        const char *node_hex = hd->key + strlen(PULSE_LAYOUT_HEADS_SYNC);   /* when it parses */
+        if (pulse_layout_parse_head(hd->key, node)) {
             problem(a, NULL, "%s: unexpected head (heads/sync/<node-hex> only)", hd->key);
             continue;
         }

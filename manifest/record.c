@@ -5,6 +5,7 @@
 
 #include "base/fail.h"
 #include "base/names.h"
+#include "manifest/layout.h"
 #include "pulseweights/record.h"
 
 /* Field tags of v1, in the only order they may appear (docs/trust.md). Every field is required
@@ -647,13 +648,7 @@ PULSE_API int pulse_record_key(const pulse_record *r, char *out, size_t cap)
 {
     if (!r || !out || !pulse_record_kind_name(r->kind))
         return pulse_fail(PULSE_ERR_INVALID, "pulse_record_key: bad record");
-    char id[PULSE_NODE_ID_HEX];
-    pulse_node_id_hex(r->node, id);
-    int n = r->kind == PULSE_RECORD_RECEIPT
-        ? snprintf(out, cap, "receipts/%s/%012llu", id, (unsigned long long)r->step)
-        : snprintf(out, cap, "records/%s/%012llu/%s", pulse_record_kind_name(r->kind),
-                   (unsigned long long)r->step, id);
-    if (n < 0 || (size_t)n >= cap)
+    if (pulse_layout_record(out, cap, r->kind, r->step, r->node))
         return pulse_fail(PULSE_ERR_LIMIT, "record key longer than %zu bytes", cap);
     return 0;
 }

@@ -7,6 +7,7 @@
 
 #include "base/fail.h"
 #include "base/names.h"
+#include "manifest/layout.h"
 #include "pulseweights/audit.h"
 #include "pulseweights/patch.h"
 #include "pulseweights/record.h"
@@ -339,10 +340,11 @@ static int cmd_ls(struct opts *o)
 static int show_one(struct opts *o, pulse_store *st, const char *rel)
 {
     char key[PULSE_AUDIT_MAX_KEY + PULSE_RECORD_MAX_RUN + 2];
-    snprintf(key, sizeof key, "%s/%s", o->run, rel);
     void *data = NULL;
     size_t len = 0;
-    int rc = pulse_store_get(st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
+    int rc = pulse_layout_join(key, sizeof key, o->run, rel);
+    if (!rc)
+        rc = pulse_store_get(st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
     if (rc)
         return cli_fail(o->verb, rc, key);
     pulse_record r;
@@ -385,13 +387,10 @@ static int collect_step(void *ctx, const char *key, const pulse_object_info *inf
     (void)info;
     struct step_match *m = ctx;
     const char *rel = key + m->run_len + 1;
-    /* records/<kind>/<step:012>/<node> */
-    const char *s1 = strchr(rel + 8, '/');
-    if (!s1 || strlen(s1 + 1) < 13 || s1[13] != '/' || strlen(rel) >= PULSE_AUDIT_MAX_KEY)
-        return 0;
-    char *end;
-    unsigned long long v = strtoull(s1 + 1, &end, 10);
-    if (end != s1 + 13 || v != m->step)
+    int kind;
+    uint64_t v;
+    uint8_t node[32];
+    if (pulse_layout_parse_record(rel, &kind, &v, node) || v != m->step || strlen(rel) >= PULSE_AUDIT_MAX_KEY)
         return 0;
     if (m->n == m->cap) {
         size_t nc = m->cap ? 2 * m->cap : 8;
@@ -415,8 +414,9 @@ static int cmd_show(struct opts *o)
     if (cli_parse_u64(o->target, &step) == 0 && strspn(o->target, "0123456789") == strlen(o->target)) {
         struct step_match m = { .step = step, .run_len = strlen(o->run) };
         char prefix[PULSE_RECORD_MAX_RUN + 16];
-        snprintf(prefix, sizeof prefix, "%s/records/", o->run);
-        rc = pulse_store_list(st, prefix, NULL, collect_step, &m);
+        rc = pulse_layout_join(prefix, sizeof prefix, o->run, PULSE_LAYOUT_RECORDS);
+        if (!rc)
+            rc = pulse_store_list(st, prefix, NULL, collect_step, &m);
         if (rc) {
             free(m.keys);
             pulse_store_close(&st);

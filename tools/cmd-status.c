@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "base/names.h"
+#include "manifest/layout.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/record.h"
@@ -85,16 +86,6 @@ static node_row *row_for(status *s, const char *hex, int trainer)
     return r;
 }
 
-static int is_hex64(const char *s, size_t n)
-{
-    if (n != 64)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return 1;
-}
-
 static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
 {
     (void)info;
@@ -103,24 +94,26 @@ static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
     if (strncmp(key, s->run, rl) || key[rl] != '/' || strlen(key) >= KEY_MAX)
         return 0;
     const char *rel = key + rl + 1;
-    if (!strncmp(rel, "heads/sync/", 11) && is_hex64(rel + 11, strlen(rel + 11))) {
-        node_row *r = row_for(s, rel + 11, 1);
+    uint8_t node[32];
+    int kind;
+    uint64_t step;
+    char hex[PULSE_NODE_ID_HEX];
+    if (!pulse_layout_parse_head(rel, node)) {
+        pulse_node_id_hex(node, hex);
+        node_row *r = row_for(s, hex, 1);
         if (!r)
             return PULSE_ERR_NOMEM;
         snprintf(r->key, sizeof r->key, "%s", rel);   /* the head; resolved later */
-    } else if (!strncmp(rel, "receipts/", 9)) {
-        const char *slash = strchr(rel + 9, '/');
-        if (!slash || !is_hex64(rel + 9, (size_t)(slash - rel - 9)))
+    } else if (PULSE_LAYOUT_IN(rel, PULSE_LAYOUT_RECEIPTS)) {
+        if (pulse_layout_parse_record(rel, &kind, &step, node))
             return 0;
-        char hex[PULSE_NODE_ID_HEX];
-        memcpy(hex, rel + 9, 64);
-        hex[64] = '\0';
+        pulse_node_id_hex(node, hex);
         node_row *r = row_for(s, hex, 0);
         if (!r)
             return PULSE_ERR_NOMEM;
         /* Keys come in bytewise order and steps are zero-padded: the last one is the newest. */
         snprintf(r->key, sizeof r->key, "%s", rel);
-    } else if (!strncmp(rel, "records/", 8)) {
+    } else if (PULSE_LAYOUT_IN(rel, PULSE_LAYOUT_RECORDS)) {
         if (s->n_records == s->cap_records) {
             size_t cap = s->cap_records ? s->cap_records * 2 : 64;
             void *p = realloc(s->records, cap * KEY_MAX);
@@ -139,10 +132,11 @@ static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
 static int read_record(status *s, const char *rel, pulse_record *rec, const char **signer)
 {
     char key[KEY_MAX + 200];
-    snprintf(key, sizeof key, "%s/%s", s->run, rel);
     void *data = NULL;
     size_t len = 0;
-    int r = pulse_store_get(s->st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
+    int r = pulse_layout_join(key, sizeof key, s->run, rel);
+    if (!r)
+        r = pulse_store_get(s->st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
     if (!r)
         r = pulse_record_parse(data, len, rec);
     if (r) {
@@ -176,17 +170,19 @@ static void fill_row(status *s, node_row *row)
     if (row->trainer) {
         /* The head names the newest record: one line, relative to the run. */
         char key[KEY_MAX + 200];
-        snprintf(key, sizeof key, "%s/%s", s->run, row->key);
         void *data = NULL;
         size_t len = 0;
-        int r = pulse_store_get(s->st, key, 0, PULSE_TO_END, HEAD_MAX, &data, &len, NULL);
+        int r = pulse_layout_join(key, sizeof key, s->run, row->key);
+        if (!r)
+            r = pulse_store_get(s->st, key, 0, PULSE_TO_END, HEAD_MAX, &data, &len, NULL);
         if (r) {
             snprintf(row->error, sizeof row->error, "head: %s", pulse_strerror(r));
             return;
         }
         while (len && (((char *)data)[len - 1] == '\n' || ((char *)data)[len - 1] == '\r'))
             len--;
-        if (len == 0 || len >= sizeof rel || memchr(data, '\n', len) || strncmp(data, "records/", 8)) {
+        if (len == 0 || len >= sizeof rel || memchr(data, '\n', len) ||
+            strncmp(data, PULSE_LAYOUT_RECORDS, strlen(PULSE_LAYOUT_RECORDS))) {
             snprintf(row->error, sizeof row->error, "head: not a record key");
             pulse_store_free(data);
             return;
@@ -224,16 +220,15 @@ static const char *trainer_record(status *s, const char *trainer_hex, uint64_t s
     uint64_t best_step = UINT64_MAX;
     for (size_t i = 0; i < s->n_records; i++) {
         const char *k = s->records[i];
-        const char *p;
-        if (!strncmp(k, "records/sync-patch/", 19))
-            p = k + 19;
-        else if (!strncmp(k, "records/keyframe/", 17))
-            p = k + 17;
-        else
+        int kind;
+        uint64_t st;
+        uint8_t node[32];
+        char hex[PULSE_NODE_ID_HEX];
+        if (pulse_layout_parse_record(k, &kind, &st, node) ||
+            (kind != PULSE_RECORD_SYNC_PATCH && kind != PULSE_RECORD_KEYFRAME))
             continue;
-        char *end;
-        uint64_t st = strtoull(p, &end, 10);
-        if (*end != '/' || strcmp(end + 1, trainer_hex))
+        pulse_node_id_hex(node, hex);
+        if (strcmp(hex, trainer_hex))
             continue;
         if (after ? (st > step && st < best_step) : st == step) {
             best = k;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
+#include "manifest/layout.h"
 #include "node/daemon/follower.h"
 #include "node/daemon/hook.h"
 #include "node/daemon/log.h"
@@ -154,9 +155,12 @@ static int poll_heads(node_follower *n)
     const pulse_trust *trust = n->cfg->trust;
     int need = 0;
     for (size_t i = 0; i < pulse_trust_count(trust) && !node_stop_requested(); i++) {
-        char hex[PULSE_NODE_ID_HEX], key[700];
-        pulse_node_id_hex(pulse_trust_get(trust, i)->key, hex);
-        snprintf(key, sizeof key, "%s/heads/sync/%s", n->cfg->run, hex);
+        const uint8_t *node = pulse_trust_get(trust, i)->key;
+        char hrel[100], key[700];
+        if (pulse_layout_head(hrel, sizeof hrel, node) || pulse_layout_join(key, sizeof key, n->cfg->run, hrel)) {
+            node_log("store-error", "key", hrel, "reason", pulse_last_error(), NULL);
+            continue;
+        }
         void *data = NULL;
         size_t len = 0;
         pulse_object_info info;
@@ -171,17 +175,20 @@ static int poll_heads(node_follower *n)
         snprintf(n->etags[i], sizeof n->etags[i], "%s", info.etag);
         /* One line: the newest record's key relative to the run. It is only a hint: the record
          * it names is verified like any other, and an older step never rolls the weights back. */
-        char rel[600] = "", kind[32], steps[16];
+        char rel[600] = "", steps[16];
         size_t k = len < sizeof rel - 1 ? len : sizeof rel - 1;
         memcpy(rel, data, k);
         rel[k] = '\0';
         rel[strcspn(rel, "\r\n")] = '\0';
         pulse_store_free(data);
-        if (sscanf(rel, "records/%31[a-z-]/%15[0-9]/", kind, steps) != 2 || strlen(steps) != 12) {
+        int kind;
+        uint64_t step, held;
+        uint8_t named[32];
+        if (pulse_layout_parse_record(rel, &kind, &step, named) || kind == PULSE_RECORD_RECEIPT) {
             node_log("head-invalid", "key", key, NULL);
             continue;
         }
-        uint64_t step = strtoull(steps, NULL, 10), held;
+        snprintf(steps, sizeof steps, "%012" PRIu64, step);
         uint8_t state[32];
         if (follower_held(n->f, &held, state) != 0) {
             need = 1;
@@ -203,9 +210,10 @@ static int poll_heads(node_follower *n)
         }
         /* The next step: its sync-patch record, without listing (a keyframe step has one too). */
         char prel[700];
-        snprintf(prel, sizeof prel, "records/sync-patch/%s/%s", steps, hex);
         int applied = 0;
-        r = follower_try_next(n->f, prel, &applied);
+        r = pulse_layout_record(prel, sizeof prel, PULSE_RECORD_SYNC_PATCH, step, node);
+        if (!r)
+            r = follower_try_next(n->f, prel, &applied);
         if (r && !node_stop_requested())
             node_log("step-failed", "record", prel, "reason", pulse_last_error(), NULL);
         if (!applied)

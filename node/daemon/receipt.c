@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "base/fail.h"
+#include "manifest/layout.h"
 #include "node/daemon/receipt.h"
 #include "pulseweights/record.h"
 
@@ -24,8 +25,8 @@ int node_receipt_write(pulse_store *st, const char *run, const pulse_secret_key 
     r = pulse_record_sign(&rec, k, &bytes, &len);
     if (!r)
         r = pulse_record_key(&rec, rel, sizeof rel);
-    if (!r && snprintf(key, sizeof key, "%s/%s", run, rel) >= (int)sizeof key)
-        r = pulse_fail(PULSE_ERR_LIMIT, "receipt key too long");
+    if (!r)
+        r = pulse_layout_join(key, sizeof key, run, rel);
     if (!r) {
         r = pulse_store_put(st, key, bytes, len, PULSE_PUT_IF_ABSENT);
         if (!r && moved)

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "base/fail.h"
+#include "manifest/layout.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/record.h"
 #include "node/daemon/log.h"
@@ -66,23 +67,12 @@ static int list_record_cb(void *ctx, const char *key, const pulse_object_info *i
     (void)info;
     rec_list *l = ctx;
     size_t rl = strlen(l->run);
-    if (strncmp(key, l->run, rl) || strncmp(key + rl, "/records/", 9) || strlen(key) >= RET_KEY_MAX)
-        return 0;
-    const char *k = key + rl + 9, *s1 = strchr(k, '/');
-    if (!s1 || s1 - k >= 32)
-        return 0;
-    const char *s2 = strchr(s1 + 1, '/');
-    if (!s2 || strchr(s2 + 1, '/') || s2 - s1 - 1 < 1 || s2 - s1 - 1 > 19)
-        return 0;
     char kname[32];
-    memcpy(kname, k, (size_t)(s1 - k));
-    kname[s1 - k] = '\0';
-    uint64_t step = 0;
-    for (const char *p = s1 + 1; p < s2; p++) {
-        if (*p < '0' || *p > '9')
-            return 0;
-        step = step * 10 + (uint64_t)(*p - '0');
-    }
+    uint64_t step;
+    const char *whose;
+    if (strncmp(key, l->run, rl) || key[rl] != '/' || strlen(key) >= RET_KEY_MAX ||
+        pulse_layout_split_record(key + rl + 1, kname, &step, &whose))
+        return 0;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
         void *p = realloc(l->e, cap * sizeof *l->e);
@@ -96,7 +86,7 @@ static int list_record_cb(void *ctx, const char *key, const pulse_object_info *i
     strcpy(e->key, key);
     e->kind = pulse_record_kind_from_name(kname);
     e->step = step;
-    e->mine = !strcmp(s2 + 1, l->node_hex);
+    e->mine = !strcmp(whose, l->node_hex);
     return 0;
 }
 
@@ -104,8 +94,11 @@ static int list_records(pulse_store *st, const char *run, rec_list *l)
 {
     char prefix[RET_KEY_MAX];
     l->n = 0;
-    snprintf(prefix, sizeof prefix, "%s/records/", run);
-    return pulse_store_list(st, prefix, NULL, list_record_cb, l);
+    char rel[16];
+    int r = pulse_layout_records_prefix(rel, sizeof rel, 0, 0);
+    if (!r)
+        r = pulse_layout_join(prefix, sizeof prefix, run, rel);
+    return r ? r : pulse_store_list(st, prefix, NULL, list_record_cb, l);
 }
 
 /* Keys of junk already logged: a pass runs after every publish, and one line per junk record
@@ -229,8 +222,11 @@ static int list_object_cb(void *ctx, const char *key, const pulse_object_info *i
     obj_sweep *s = ctx;
     size_t rl = strlen(s->run);
     uint8_t d[32];
-    if (strncmp(key, s->run, rl) || strncmp(key + rl, "/objects/", 9) || strlen(key + rl + 9) != 64 ||
-        pulse_hex_decode(key + rl + 9, 64, d, sizeof d) || strlen(key) >= RET_KEY_MAX)
+    const char *hex = key + rl + 1 + strlen(PULSE_LAYOUT_OBJECTS);
+    /* Hex of either case, as before the layout module: an orphan under an upper-case name is
+     * collected too (pulse manifest audit names it). */
+    if (strncmp(key, s->run, rl) || key[rl] != '/' || !PULSE_LAYOUT_IN(key + rl + 1, PULSE_LAYOUT_OBJECTS) ||
+        strlen(hex) != 64 || pulse_hex_decode(hex, 64, d, sizeof d) || strlen(key) >= RET_KEY_MAX)
         return 0;
     if (digest_has(s->named, d))
         return 0;
@@ -365,7 +361,12 @@ int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32],
 
     /* 3. Objects no record names: those the deleted records named, and old orphans. */
     char prefix[RET_KEY_MAX];
-    snprintf(prefix, sizeof prefix, "%s/objects/", run);
+    char orel[16];
+    r = pulse_layout_object(orel, sizeof orel, NULL);
+    if (!r)
+        r = pulse_layout_join(prefix, sizeof prefix, run, orel);
+    if (r)
+        goto done;
     sw.st = st;
     sw.run = run;
     sw.named = &named;

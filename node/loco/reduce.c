@@ -9,6 +9,7 @@
 
 #include "base/fail.h"
 #include "crypto/sha256.h"
+#include "manifest/layout.h"
 #include "node/loco/round_internal.h"
 #include "node/parallel.h"
 
@@ -126,8 +127,8 @@ void loco_rs_free(round_ctx *c)
 static int rs_key(const round_ctx *c, unsigned attempt, const char *name, char out[SYNC_KEY_MAX])
 {
     char rel[SYNC_KEY_MAX];
-    snprintf(rel, sizeof rel, "loco-rs/%012" PRIu64 "/%02u/%s", c->st.round, attempt, name);
-    return sync_run_key(c->o->run, rel, out);
+    int r = pulse_layout_loco_rs(rel, sizeof rel, c->st.round, attempt, name);
+    return r ? r : sync_run_key(c->o->run, rel, out);
 }
 
 /* The parameter space cut into ranges of CUT elements, tensor by tensor (canonical order). */
@@ -836,15 +837,14 @@ static int on_rs_key(void *ctx, const char *key, const pulse_object_info *info)
     rs_list *l = ctx;
     if (++l->seen > (RS_MAX_ATTEMPTS + 2) * (l->c->n_tr + 1) + 64)
         return pulse_fail(PULSE_ERR_LIMIT, "too many keys under one reduce-scatter round");
-    const char *rest = key + l->prefix_len;
-    if (strlen(rest) < 4 || rest[0] < '0' || rest[0] > '9' || rest[1] < '0' || rest[1] > '9' || rest[2] != '/')
-        return 0;
-    unsigned a = (unsigned)(rest[0] - '0') * 10 + (unsigned)(rest[1] - '0');
-    const char *name = rest + 3;
-    if (a == l->attempt + 1 && !strcmp(name, "plan"))
-        l->next_plan = 1;
+    unsigned a;
+    int plan;
     uint8_t node[32];
-    if (a != l->attempt || strlen(name) != 64 || pulse_hex_decode(name, 64, node, 32) != 0)
+    if (pulse_layout_parse_loco_rs_tail(key + l->prefix_len, &a, &plan, node))
+        return 0;
+    if (plan && a == l->attempt + 1)
+        l->next_plan = 1;
+    if (plan || a != l->attempt)
         return 0;
     trainer *t = loco_find_trainer(l->c, node);
     if (t)
@@ -925,7 +925,8 @@ static int wait_owners(round_ctx *c, const rs_plan *p, rs_plan *next)
     for (size_t g = 0; !r && g < s->n_ranges; g++)
         is_owner[s->owner[g]] = 1;
     char prefix[SYNC_KEY_MAX], rel[SYNC_KEY_MAX];
-    snprintf(rel, sizeof rel, "loco-rs/%012" PRIu64 "/", c->st.round);
+    if (!r)
+        r = pulse_layout_loco_rs(rel, sizeof rel, c->st.round, 0, NULL);
     if (!r)
         r = sync_run_key(c->o->run, rel, prefix);
     double wait = c->o->owner_wait_s > 0 ? c->o->owner_wait_s

@@ -13,6 +13,7 @@
 #include "base/fail.h"
 #include "base/names.h"
 #include "crypto/sha256.h"
+#include "manifest/layout.h"
 #include "node/kernels/kernels.h"
 #include "node/loco/loco_internal.h"
 #include "node/loco/round_internal.h"
@@ -62,10 +63,11 @@ trainer *loco_find_trainer(round_ctx *c, const uint8_t node[32])
     return NULL;
 }
 
-static void round_prefix(const round_ctx *c, int kind, char out[SYNC_KEY_MAX])
+static int round_prefix(const round_ctx *c, int kind, char out[SYNC_KEY_MAX])
 {
-    snprintf(out, SYNC_KEY_MAX, "%s/records/%s/%012" PRIu64 "/", c->o->run, pulse_record_kind_name(kind),
-             c->st.round);
+    char rel[SYNC_KEY_MAX];
+    int r = pulse_layout_records_prefix(rel, sizeof rel, kind, c->st.round);
+    return r ? r : sync_run_key(c->o->run, rel, out);
 }
 
 /* ---- gate: this trainer's shards --------------------------------------------------- */
@@ -275,7 +277,7 @@ static int on_record_key(void *ctx, const char *key, const pulse_object_info *in
         return pulse_fail(PULSE_ERR_LIMIT, "more than %u records under one round", LIST_MAX_KEYS);
     const char *name = key + l->prefix_len;
     uint8_t node[32];
-    if (strlen(name) != 64 || pulse_hex_decode(name, 64, node, 32) != 0)
+    if (pulse_layout_parse_hex32(name, strlen(name), node) != 0)
         return 0;   /* not a record key: ignored */
     if (!loco_find_trainer(l->c, node))
         return 0;   /* an untrusted writer's record: never read */
@@ -287,9 +289,11 @@ static int on_record_key(void *ctx, const char *key, const pulse_object_info *in
 int loco_list_round(round_ctx *c, int kind, uint8_t (*nodes)[32], size_t *n)
 {
     char prefix[SYNC_KEY_MAX];
-    round_prefix(c, kind, prefix);
-    list_ctx l = { .c = c, .prefix_len = strlen(prefix), .nodes = nodes };
-    int r = pulse_store_list(c->store, prefix, NULL, on_record_key, &l);
+    list_ctx l = { .c = c, .nodes = nodes };
+    int r = round_prefix(c, kind, prefix);
+    l.prefix_len = strlen(prefix);
+    if (!r)
+        r = pulse_store_list(c->store, prefix, NULL, on_record_key, &l);
     *n = l.n;
     return r;
 }
@@ -299,10 +303,10 @@ int loco_list_round(round_ctx *c, int kind, uint8_t (*nodes)[32], size_t *n)
 int loco_fetch_record(round_ctx *c, int kind, const uint8_t node[32], pulse_record *rec, void **bytes,
                       size_t *len)
 {
-    char rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX], hex[PULSE_NODE_ID_HEX];
-    pulse_node_id_hex(node, hex);
-    snprintf(rel, sizeof rel, "records/%s/%012" PRIu64 "/%s", pulse_record_kind_name(kind), c->st.round, hex);
-    int r = sync_run_key(c->o->run, rel, key);
+    char rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX];
+    int r = pulse_layout_record(rel, sizeof rel, kind, c->st.round, node);
+    if (!r)
+        r = sync_run_key(c->o->run, rel, key);
     void *data = NULL;
     size_t n = 0;
     const pulse_public_key *signer = NULL;

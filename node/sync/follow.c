@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/fail.h"
 #include "base/names.h"
+#include "manifest/layout.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/daemon/journal.h"
@@ -251,35 +252,19 @@ static int fail_step(int r, uint64_t step, const char *rel)
  * of a trusted node, -2 when it is one of a node not trusted (e->node set), else -1. */
 static int parse_rel(const pulse_trust *trust, const char *rel, listed *e)
 {
-    /* Exact: "records/", a kind, "/", 12 digits, "/", 64 lowercase hex digits, the end. A key
-     * with anything after the node (or a shorter or longer field) is not a record's key. */
-    static const char pre[] = "records/";
-    char kind[32], steps[13], node[65];
-    if (strlen(rel) >= SYNC_KEY_MAX || strncmp(rel, pre, sizeof pre - 1) != 0)
+    /* Exact (manifest/layout.c): a key with anything after the node, or a shorter or longer
+     * field, is not a record's key. */
+    int k;
+    uint64_t step;
+    uint8_t node[32];
+    if (strlen(rel) >= SYNC_KEY_MAX || pulse_layout_parse_record(rel, &k, &step, node))
         return -1;
-    const char *p = rel + sizeof pre - 1, *slash = strchr(p, '/');
-    size_t kl = slash ? (size_t)(slash - p) : 0;
-    if (!kl || kl >= sizeof kind || strspn(p, "abcdefghijklmnopqrstuvwxyz-") != kl)
-        return -1;
-    memcpy(kind, p, kl);
-    kind[kl] = '\0';
-    p = slash + 1;
-    if (strspn(p, "0123456789") != 12 || p[12] != '/')
-        return -1;
-    memcpy(steps, p, 12);
-    steps[12] = '\0';
-    p += 13;
-    if (strspn(p, "0123456789abcdef") != 64 || p[64] != '\0')
-        return -1;
-    memcpy(node, p, 65);
-    int k = pulse_record_kind_from_name(kind);
     if (k != PULSE_RECORD_SYNC_PATCH && k != PULSE_RECORD_KEYFRAME)
         return -1;
     memset(e, 0, sizeof *e);
     e->kind = k;
-    e->step = strtoull(steps, NULL, 10);
-    if (pulse_hex_decode(node, 64, e->node, 32) != 0)
-        return -1;
+    e->step = step;
+    memcpy(e->node, node, 32);
     if (!pulse_trust_find(trust, e->node))
         return -2;
     snprintf(e->rel, sizeof e->rel, "%s", rel);
@@ -351,7 +336,10 @@ static int by_step(const void *a, const void *b)
 static int list_records(pulse_follower *f, listing *l)
 {
     char prefix[SYNC_KEY_MAX];
-    int r = sync_run_key(f->run, "records/", prefix);
+    char rel[16];
+    int r = pulse_layout_records_prefix(rel, sizeof rel, 0, 0);
+    if (!r)
+        r = sync_run_key(f->run, rel, prefix);
     l->f = f;
     l->trust = f->o.trust;
     l->run_len = strlen(f->run);

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A run's bucket keys (manifest/layout.h): each kind formatted and parsed in this one place. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/fail.h"
+#include "base/names.h"
+#include "manifest/layout.h"
+#include "pulseweights/keys.h"
+#include "pulseweights/record.h"
+
+static int put(char *out, size_t cap, int n)
+{
+    if (n < 0 || (size_t)n >= cap) {
+        if (cap)
+            out[0] = '\0';
+        return pulse_fail(PULSE_ERR_LIMIT, "bucket key longer than %zu bytes", cap);
+    }
+    return 0;
+}
+
+static void hex32(const uint8_t b[32], char out[65])
+{
+    pulse_hex_encode(b, 32, out);   /* lower case */
+}
+
+int pulse_layout_record(char *out, size_t cap, int kind, uint64_t step, const uint8_t node[32])
+{
+    const char *name = pulse_record_kind_name(kind);
+    if (!name)
+        return pulse_fail(PULSE_ERR_INVALID, "record kind %d has no key", kind);
+    char hex[65];
+    hex32(node, hex);
+    if (kind == PULSE_RECORD_RECEIPT)
+        return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_RECEIPTS "%s/%012" PRIu64, hex, step));
+    return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_RECORDS "%s/%012" PRIu64 "/%s", name, step, hex));
+}
+
+int pulse_layout_records_prefix(char *out, size_t cap, int kind, uint64_t step)
+{
+    if (!kind)
+        return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_RECORDS));
+    const char *name = pulse_record_kind_name(kind);
+    if (!name || kind == PULSE_RECORD_RECEIPT)
+        return pulse_fail(PULSE_ERR_INVALID, "record kind %d has no records/ prefix", kind);
+    if (step == UINT64_MAX)
+        return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_RECORDS "%s/", name));
+    return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_RECORDS "%s/%012" PRIu64 "/", name, step));
+}
+
+int pulse_layout_head(char *out, size_t cap, const uint8_t node[32])
+{
+    char hex[65];
+    hex32(node, hex);
+    return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_HEADS_SYNC "%s", hex));
+}
+
+int pulse_layout_object(char *out, size_t cap, const uint8_t *digest)
+{
+    if (!digest)
+        return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_OBJECTS));
+    char hex[65];
+    hex32(digest, hex);
+    return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_OBJECTS "%s", hex));
+}
+
+int pulse_layout_loco_rs(char *out, size_t cap, uint64_t round, unsigned attempt, const char *name)
+{
+    if (!name)
+        return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_LOCO_RS "%012" PRIu64 "/", round));
+    return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_LOCO_RS "%012" PRIu64 "/%02u/%s", round, attempt, name));
+}
+
+int pulse_layout_join(char *out, size_t cap, const char *run, const char *rel)
+{
+    int r = pulse_check_run(run);   /* the run is one key segment: never "..", never "x/y" */
+    if (r)
+        return r;
+    int n = snprintf(out, cap, "%s/%s", run, rel);
+    if (n < 0 || (size_t)n >= cap)
+        return pulse_fail(PULSE_ERR_LIMIT, "key too long: %s/%s", run, rel);
+    return 0;
+}
+
+/* ---- parsers: exact widths, lower-case hex, nothing after the last field ---------------- */
+
+static int from_hex(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int pulse_layout_parse_hex32(const char *s, size_t n, uint8_t out[32])
+{
+    if (n != 64)
+        return -1;
+    for (size_t i = 0; i < 32; i++) {
+        int hi = from_hex(s[2 * i]), lo = from_hex(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+/* Exactly N decimal digits at S (no sign, no space). */
+static int digits(const char *s, size_t n, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        x = x * 10 + (uint64_t)(s[i] - '0');
+    }
+    *v = x;
+    return 0;
+}
+
+/* "<12 digits>" ending at the terminator END ('\0' or '/'): the step, P advanced past END. */
+static int step_field(const char **p, char end, uint64_t *step)
+{
+    if (digits(*p, PULSE_LAYOUT_STEP_DIGITS, step) || (*p)[PULSE_LAYOUT_STEP_DIGITS] != end)
+        return -1;
+    *p += PULSE_LAYOUT_STEP_DIGITS + 1;
+    return 0;
+}
+
+/* 64 lower-case hex digits and the end of the string. */
+static int node_last(const char *p, uint8_t node[32])
+{
+    return strlen(p) == 64 ? pulse_layout_parse_hex32(p, 64, node) : -1;
+}
+
+int pulse_layout_parse_record(const char *rel, int *kind, uint64_t *step, uint8_t node[32])
+{
+    static const char rec[] = PULSE_LAYOUT_RECORDS, rct[] = PULSE_LAYOUT_RECEIPTS;
+    if (!strncmp(rel, rec, sizeof rec - 1)) {
+        const char *p = rel + sizeof rec - 1, *slash = strchr(p, '/');
+        char name[32];
+        size_t kl = slash ? (size_t)(slash - p) : 0;
+        if (!kl || kl >= sizeof name)
+            return -1;
+        memcpy(name, p, kl);
+        name[kl] = '\0';
+        int k = pulse_record_kind_from_name(name);
+        if (!k || k == PULSE_RECORD_RECEIPT)
+            return -1;
+        p = slash + 1;
+        if (step_field(&p, '/', step) || node_last(p, node))
+            return -1;
+        *kind = k;
+        return 0;
+    }
+    if (!strncmp(rel, rct, sizeof rct - 1)) {
+        const char *p = rel + sizeof rct - 1;
+        if (pulse_layout_parse_hex32(p, strnlen(p, 64), node) || p[64] != '/')
+            return -1;
+        p += 65;
+        if (step_field(&p, '\0', step))
+            return -1;
+        *kind = PULSE_RECORD_RECEIPT;
+        return 0;
+    }
+    return -1;
+}
+
+int pulse_layout_parse_head(const char *rel, uint8_t node[32])
+{
+    static const char pre[] = PULSE_LAYOUT_HEADS_SYNC;
+    return strncmp(rel, pre, sizeof pre - 1) ? -1 : node_last(rel + sizeof pre - 1, node);
+}
+
+int pulse_layout_parse_object(const char *rel, uint8_t digest[32])
+{
+    static const char pre[] = PULSE_LAYOUT_OBJECTS;
+    return strncmp(rel, pre, sizeof pre - 1) ? -1 : node_last(rel + sizeof pre - 1, digest);
+}
+
+int pulse_layout_parse_loco_rs_tail(const char *tail, unsigned *attempt, int *is_plan, uint8_t node[32])
+{
+    uint64_t a;
+    if (strnlen(tail, 3) < 3 || digits(tail, 2, &a) || tail[2] != '/')
+        return -1;
+    *attempt = (unsigned)a;
+    const char *name = tail + 3;
+    *is_plan = !strcmp(name, "plan");
+    return *is_plan ? 0 : node_last(name, node);
+}
+
+int pulse_layout_split_record(const char *rel, char kind_name[32], uint64_t *step, const char **name)
+{
+    static const char pre[] = PULSE_LAYOUT_RECORDS;
+    if (strncmp(rel, pre, sizeof pre - 1))
+        return -1;
+    const char *k = rel + sizeof pre - 1, *s1 = strchr(k, '/');
+    if (!s1 || s1 - k >= 32)
+        return -1;
+    const char *s2 = strchr(s1 + 1, '/');
+    if (!s2 || strchr(s2 + 1, '/') || s2 - s1 - 1 < 1 || s2 - s1 - 1 > 19)
+        return -1;
+    if (digits(s1 + 1, (size_t)(s2 - s1 - 1), step))
+        return -1;
+    memcpy(kind_name, k, (size_t)(s1 - k));
+    kind_name[s1 - k] = '\0';
+    *name = s2 + 1;
+    return 0;
+}
