@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Apply's fused pass 2 for 2-bit ulp chunks: decompress, check as pass 1 does, and add in one go. */
+/* Apply's fused pass 2 for 2-bit ulp chunks: decompress, check as pass 1 does, add in one go. */
 #include "base/fail.h"
 #include "node/kernels/kernels.h"
 #include "node/patch/patch_internal.h"

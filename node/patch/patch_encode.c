@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The chunk encoder: positions as LEB128 gaps, values as byte planes or ulp symbols, each zstd-compressed. */
+/* The chunk encoder: positions as LEB128 gaps, values as byte planes or ulp symbols, each
+ * zstd-compressed. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

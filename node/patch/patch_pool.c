@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The chunk coder's pool: scratch buffers per worker thread, kept between calls, and the sizes they are cut to. */
+/* The chunk coder's pool: scratch buffers per worker thread, kept between calls, and the sizes
+ * they are cut to. */
 #include <stdlib.h>
 #include <string.h>
 
