@@ -767,10 +767,10 @@ static int s3_batch(pulse_store *st, pulse_transfer *x, size_t n)
         if (!simple) {
             int rc;
             if (t->op == PULSE_XFER_PUT)
-                rc = t->path ? pulse_store_put_file(st, t->key, t->path, t->flags)
-                             : pulse_store_put(st, t->key, t->data, t->len, t->flags);
+                rc = t->path ? store_put_path(st, t->key, t->path, t->flags)
+                             : store_put_data(st, t->key, t->data, t->len, t->flags);
             else
-                rc = pulse_store_get_file(st, t->key, t->offset, t->length, t->path, NULL);
+                rc = store_get_path(st, t->key, t->offset, t->length, t->path, NULL);
             t->result = rc;
             snprintf(t->detail, sizeof t->detail, "%s", rc ? pulse_last_error() : "");
             continue;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal: a round's context, shared by the all-gather round (round.c) and the reduce-scatter (reduce.c). */
+/* Internal: a round's context, shared by the all-gather round (round.c) and the reduce-scatter
+ * (reduce.c), and the services both use (round_services.c). */
 #ifndef PULSE_NODE_LOCO_ROUND_INTERNAL_H
 #define PULSE_NODE_LOCO_ROUND_INTERNAL_H
 
@@ -49,6 +50,8 @@ typedef struct round_ctx {
     pulse_loco_round_extra x;        /* copied to o->extra at the end */
     struct rs_state *rs;             /* the reduce-scatter's plan and reduced shards (reduce.c), or NULL */
 } round_ctx;
+
+/* ---- services of round_services.c ---- */
 
 void loco_say(const round_ctx *c, int always, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 double loco_now_s(void);

@@ -136,37 +136,6 @@ static size_t align8(size_t n)
 
 /* ---- pass 1: checks -------------------------------------------------------------------- */
 
-int patch_leb_check(const uint8_t *src, size_t len, size_t k, uint32_t limit)
-{
-    const pulse_kernels *kn = pulse_kernels_get();
-    size_t at = 0, j = 0;
-    uint64_t next = 0;   /* as in patch_leb_positions: the position after the previous change */
-    while (j < k) {
-        /* A run of one-byte gaps (nearly all of them) at SIMD speed: only its sum matters
-         * for the range check, since positions ascend. */
-        size_t avail = len - at < k - j ? len - at : k - j;
-        uint64_t sum = 0;
-        size_t r = kn->leb1_run(src + at, avail, &sum);
-        j += r;
-        at += r;
-        next += sum + r;
-        if (next > limit)
-            return -4;
-        if (j == k)
-            break;
-        uint32_t val;
-        int rc = pulse_leb_get(src, len, &at, &val);
-        if (rc < 0)
-            return rc;
-        next += val;
-        if (next >= limit)
-            return -4;
-        next++;
-        j++;
-    }
-    return at == len ? 0 : -3;
-}
-
 /* Set bits of x (no POPCNT instruction in the generic build). */
 static unsigned popcount64(uint64_t x)
 {

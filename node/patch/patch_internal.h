@@ -114,7 +114,7 @@ typedef struct patch_pool {
 } patch_pool;
 
 int patch_pool_init(patch_pool *pool, int threads, uint32_t chunk_elems, int with_squash);
-/* A pool kept between calls of one kind (patch_chunk.c): returns it when free and fitting
+/* A pool kept between calls of one kind (patch_pool.c): returns it when free and fitting
  * (else a fresh pool in *own); give it back with patch_pool_give_kept, saying the most
  * changes one chunk had (large chunks drop their buffers, keeping the zstd contexts);
  * release frees it. NULL with *err on failure. */
@@ -177,8 +177,10 @@ int patch_pos_decode(patch_scratch *s, const pulse_patch *p, const patch_chunk *
 int64_t patch_pos_encode(patch_scratch *s, uint8_t *dst, const uint8_t *leb, size_t leb_len, size_t k, int level);
 size_t patch_pos_bound(size_t leb_len);
 /* One zstd frame of src[0..n) at dst (capacity cap) at `level`, with s's context; its length
- * or an error. */
+ * or an error (patch_stream.c). */
 int64_t patch_zstd_frame(patch_scratch *s, uint8_t *dst, size_t cap, const uint8_t *src, size_t n, int level);
+
+/* ---- the chunk encoder (patch_encode.c) ---- */
 
 /* Encodes an element-wise chunk from positions idx[0..k) and values (k x unit bytes,
  * native width: absolute bits, or zigzag ulp differences >= 1 when ulp != 0). k > 0. */
@@ -222,6 +224,8 @@ int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch 
  * s->run; every digest checked, all at once. */
 int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, const uint8_t *bytes[]);
 
+/* ---- the chunk decoder (patch_decode.c) ---- */
+
 /* Decodes chunk c of p: checks its digest, decompresses with bounded sizes, checks that
  * positions lie inside the chunk and counts are as declared. Element-wise: positions in
  * s->idx (s->gaps is not filled), values in s->vals (count x unit, native width). OPAQUE: c->len bytes in s->vals. */
@@ -233,10 +237,12 @@ int patch_decode_chunk_at(const pulse_patch *p, const patch_chunk *c, patch_scra
  * checked in this patch's private buffer (p->buf is never written after open); a patch read
  * from a file is read and checked again. */
 int patch_decode_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
+/* Decodes chunk c from its coded bytes, already read (and checked as the caller needs). */
+int patch_decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes);
 /* Fused decode + ulp add into dst (the chunk's first byte) for 16-bit chunks with 2-bit
  * symbols, digest not rechecked (see patch_decode_checked_chunk); 1 when c is not a 16-bit
  * ulp chunk, 2 when it is one of another symbol width (then decoded into s, not applied),
- * else 0 or an error. */
+ * else 0 or an error (patch_apply_fused.c). */
 int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, uint8_t *dst);
 
 /* ---- decoding pieces shared by the chunk decoder and the apply passes ---------------- */
@@ -246,7 +252,7 @@ int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_
 int patch_ulp_bits(const patch_tensor *t, const patch_chunk *c, const uint8_t **v, size_t *left,
                    unsigned *bits);
 
-/* Checks that src[0..avail) starts with one zstd frame declaring want_min..want_max bytes of
+/* (patch_stream.c) Checks that src[0..avail) starts with one zstd frame declaring want_min..want_max bytes of
  * content (*content); returns the frame's compressed size or a FORMAT error naming `what`. */
 int64_t patch_frame_probe(const patch_tensor *t, const patch_chunk *c, const char *what, const uint8_t *src,
                           size_t avail, size_t want_min, size_t want_max, size_t *content);
@@ -258,7 +264,8 @@ int patch_frame_unzstd(patch_scratch *s, const patch_tensor *t, const patch_chun
  * -1 (ends early), -2 (a gap overflows 32 bits), -3 (bytes left over) or -4 (a position
  * reaches limit). */
 int patch_leb_positions(const uint8_t *src, size_t len, size_t k, uint32_t limit, uint32_t *idx);
-/* The same checks without writing positions (pass 1 of an apply), same return codes. */
+/* The same checks without writing positions (pass 1 of an apply), same return codes
+ * (patch_stream.c, with patch_gap_error). */
 int patch_leb_check(const uint8_t *src, size_t len, size_t k, uint32_t limit);
 /* The FORMAT error for a patch_leb_positions / patch_leb_check code < 0. */
 int patch_gap_error(const patch_tensor *t, const patch_chunk *c, int code);

@@ -114,6 +114,19 @@ static void multipart(void)
     CHECK_OK(pulse_store_put(st, "big/mem", d, n, PULSE_PUT_IF_ABSENT));
     CHECK_ERR(pulse_store_put(st, "big/mem", d, n, PULSE_PUT_IF_ABSENT), PULSE_ERR_EXISTS);
     CHECK(same("big/mem", d, n));
+    /* A batch runs what is not a small put or get (files, multipart from memory) one at a time
+     * through the backend's own put and get. */
+    pulse_transfer bx[3];
+    memset(bx, 0, sizeof bx);
+    bx[0] = (pulse_transfer){ .op = PULSE_XFER_PUT, .key = "big/batch file", .path = src };
+    bx[1] = (pulse_transfer){ .op = PULSE_XFER_PUT, .key = "big/batch mem", .data = d, .len = n };
+    bx[2] = (pulse_transfer){ .op = PULSE_XFER_GET, .key = "big/multi part", .length = PULSE_TO_END,
+                              .path = out };
+    unlink(out);
+    CHECK_OK(pulse_store_batch(st, bx, 3));
+    CHECK(same("big/batch file", d, n));
+    CHECK(same("big/batch mem", d, n));
+    CHECK(file_equals(out, d, n));
     unlink(src);
     unlink(out);
     free(d);
