@@ -3,18 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "node/daemon/node_cli.h"
 #include "tools/cli.h"
+#include "tools/cmd-node.h"
 #include "tools/verbs.h"
-
-/* Overridden by the follower's strong definition once it is built into the executable. */
-__attribute__((weak)) int node_follow_main(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "pulse node follow: not built\n");
-    return 1;
-}
 
 static void usage(FILE *f)
 {

@@ -10,17 +10,11 @@
  * (0: no limit). A command still running then is killed with its whole group (SIGKILL). The
  * shell gets SIGKILL when the node dies (PR_SET_PDEATHSIG); with STATE_DIR (may be NULL) its
  * group and id are recorded in STATE_DIR/hook.pgid while it runs, so that the next node on that
- * directory kills what the shell started (node_hook_reap_stale). Returns 0 when it exited 0;
+ * directory kills what the shell started (stale_hook_reap, node/sync/stale_hook.h). Returns 0 when it exited 0;
  * otherwise -1 and WHY says what happened ("exit 3", "signal 9", "timeout after 5000 ms",
  * "fork: ..."). A stop signal to the node does not cut the command short: the step is finished
  * first. */
 int node_hook_run(const char *cmd, const char *const *env, size_t n, unsigned timeout_ms, const char *state_dir,
                   char *why, size_t cap);
-
-/* Before a node touches the weights: when STATE_DIR/hook.pgid names the command of a node that
- * died while it ran, kills every live process carrying its PULSE_HOOK_ID (its group with them)
- * and waits until none is left, then removes the record. 0 when there was none. The caller
- * holds the state directory's lock, so no live node's command is touched. */
-int node_hook_reap_stale(const char *state_dir);
 
 #endif

@@ -13,11 +13,12 @@ void node_log_set_format(node_log_format f);
  *   node_log("applied", "step", "12", "bytes", "83110", NULL);
  * text:  2026-11-29T09:10:11Z applied step=12 bytes=83110
  * json:  {"time":"2026-11-29T09:10:11Z","event":"applied","step":12,"bytes":83110}
- * Values are quoted/escaped as each format needs; in JSON a value that is a plain decimal
- * number (-?, no leading zero, optional fraction: "12", "0.5") is written as a number, any
- * other text, and the value of a name or id key (name, file, run, node, state, last, ...: see
- * log.c), as a string; a line is written with one write(2), so
- * lines from several threads or processes sharing stderr never interleave. */
+ * Written by sync_event_line (node/sync/events.h: how values are quoted and typed) in the
+ * format set here, as one line with one write(2). */
 void node_log(const char *event, ...) __attribute__((sentinel));
+
+/* The same for an event of node/sync (a sync_event_fn: the follower's events, installed by the
+ * follower node with follower_on_event), so they come out in this log's format. */
+void node_log_event(void *ctx, const char *event, const char *const *kv);
 
 #endif

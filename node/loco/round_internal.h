@@ -84,7 +84,7 @@ void loco_rs_free(round_ctx *c);
  * e_new at their positions, e = e + sum (one FP32 rounding each). Nothing without the gate. */
 void loco_rs_carry_withheld(round_ctx *c);
 
-/* Publishes the committed theta_{r+1} view as step round + 1 of o->publish_run (publish.c). */
+/* Publishes the committed theta_{r+1} view as step round + 1 of o->publish_run (round_publish.c). */
 int loco_publish_view(round_ctx *c);
 
 #endif

@@ -16,11 +16,11 @@
 #include "manifest/layout.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
-#include "node/daemon/journal.h"
-#include "node/daemon/unsynced.h"
-#include "node/daemon/log.h"
+#include "node/sync/events.h"
 #include "node/sync/follow_internal.h"
+#include "node/sync/journal.h"
 #include "node/sync/sync_internal.h"
+#include "node/sync/unsynced.h"
 #include "pulseweights/manifest.h"
 #include "pulseweights/sync.h"
 
@@ -37,9 +37,11 @@ struct pulse_follower {
     int stopped;               /* the on_step callback asked to stop */
     unsigned max_behind;
     int log;
+    sync_event_fn on_event;    /* where events go (NULL: a text line on stderr) */
+    void *event_ctx;
     follow_counters c;
     double step_t0;            /* when the step being applied started (monotonic s); 0: none */
-    unsynced_note note;        /* the weights file's (node/daemon/unsynced.h) */
+    unsynced_note note;        /* the weights file's (node/sync/unsynced.h) */
     state_dir dir;             /* locked while open: one process applies to these weights */
     int keep_untrusted;        /* a held state no trusted record produces is kept (warned), not replaced */
     int suspect;               /* a journal was refused: weights no record produces are lost, not an error */
@@ -53,6 +55,20 @@ struct pulse_follower {
 
 /* At most this many refused records are logged one by one per pull; the rest in one line. */
 #define FOLLOW_LOG_REFUSALS 16
+
+/* One event of this handle: to the sink its owner installed, else as a text line on stderr. */
+__attribute__((sentinel)) static void follow_log(const pulse_follower *f, const char *event, ...)
+{
+    const char *kv[SYNC_EVENT_KV_MAX + 1];
+    va_list ap;
+    va_start(ap, event);
+    sync_event_kv(kv, ap);
+    va_end(ap);
+    if (f->on_event)
+        f->on_event(f->event_ctx, event, kv);
+    else
+        sync_event_line(0, event, kv);
+}
 
 /* One listed record of a trusted node; its key says kind, step and node (checked again
  * against the record's own fields once fetched). */
@@ -202,6 +218,12 @@ void follower_configure(pulse_follower *f, unsigned max_behind, int log_events, 
     f->max_behind = max_behind;
     f->log = log_events;
     f->keep_untrusted = keep_untrusted;
+}
+
+void follower_on_event(pulse_follower *f, sync_event_fn fn, void *ctx)
+{
+    f->on_event = fn;
+    f->event_ctx = ctx;
 }
 
 const follow_counters *follower_counters(pulse_follower *f)
@@ -406,7 +428,7 @@ static void log_refused(pulse_follower *f, const char *rel, const char *why)
     if (!f->log)
         return;
     if (f->nlogged++ < FOLLOW_LOG_REFUSALS)
-        node_log("refused", "record", rel, "reason", why, NULL);
+        follow_log(f, "refused", "record", rel, "reason", why, NULL);
     else
         f->nquiet++;
 }
@@ -418,11 +440,11 @@ static void flush_refusals(pulse_follower *f)
     char saved[512];
     snprintf(saved, sizeof saved, "%s", pulse_last_error());
     if (f->npend && pulse_index_put_refusals(f->ix, f->pend, f->npend) != 0 && f->log)
-        node_log("index-failed", "reason", pulse_last_error(), NULL);
+        follow_log(f, "index-failed", "reason", pulse_last_error(), NULL);
     if (f->nquiet && f->log) {
         char n[24];
         u64s(n, sizeof n, f->nquiet);
-        node_log("refused-more", "count", n, NULL);
+        follow_log(f, "refused-more", "count", n, NULL);
     }
     f->npend = f->nlogged = f->nquiet = 0;
     pulse_fail(0, "%s", saved);
@@ -472,7 +494,7 @@ static void refuse_step(pulse_follower *f, int r, const char *rel)
     snprintf(why, sizeof why, "%s", pulse_last_error());
     if (!is_verdict(r)) {
         if (f->log)
-            node_log("fetch-failed", "record", rel, "reason", why, NULL);
+            follow_log(f, "fetch-failed", "record", rel, "reason", why, NULL);
         return;
     }
     if (pulse_index_mark_verified(f->ix, rel, PULSE_VERDICT_REFUSED, why) != 0)
@@ -505,7 +527,7 @@ static int get_listed(pulse_follower *f, listed *e)
         if (is_verdict(r))
             refuse_record(f, e->rel, e->bytes, e->bytes ? e->len : e->size, e->etag, reason);
         else if (r != PULSE_ERR_NOTFOUND && f->log)
-            node_log("fetch-failed", "record", e->rel, "reason", e->why, NULL);
+            follow_log(f, "fetch-failed", "record", e->rel, "reason", e->why, NULL);
         pulse_store_free(e->bytes);   /* a refused record's bytes are of no further use */
         e->bytes = NULL;
         pulse_fail(r, "%s", e->why);
@@ -564,7 +586,7 @@ static int hash_weights(pulse_follower *f, uint8_t state[32])
 static void weights_lost(pulse_follower *f, const char *why)
 {
     if (f->log)
-        node_log("weights-lost", "weights", f->o.weights_path, "reason", why, NULL);
+        follow_log(f, "weights-lost", "weights", f->o.weights_path, "reason", why, NULL);
     f->known = 1;
     f->have = 0;
 }
@@ -610,7 +632,7 @@ static void untrusted_state(pulse_follower *f, uint64_t step, const uint8_t stat
     u64s(st, sizeof st, step);
     pulse_id_hex(state, hex);
     f->c.untrusted_state = 1;
-    node_log("untrusted-state", "step", st, "state", hex, "action", f->keep_untrusted ? "kept" : "keyframe", NULL);
+    follow_log(f, "untrusted-state", "step", st, "state", hex, "action", f->keep_untrusted ? "kept" : "keyframe", NULL);
     if (!f->keep_untrusted)
         f->have = 0;
 }
@@ -728,9 +750,9 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
             pulse_id_hex(s->result, hex);
             snprintf(ms, sizeof ms, "%.1f", 1e3 * took);
             if (took >= 0)
-                node_log("applied", "step", st, "kind", kind, "bytes", by, "ms", ms, "state", hex, NULL);
+                follow_log(f, "applied", "step", st, "kind", kind, "bytes", by, "ms", ms, "state", hex, NULL);
             else   /* finished from the journal: when it started is not known */
-                node_log("applied", "step", st, "kind", kind, "bytes", by, "state", hex, NULL);
+                follow_log(f, "applied", "step", st, "kind", kind, "bytes", by, "state", hex, NULL);
         }
     }
     /* The callback runs before the journal goes: a crash during it runs it again on restart. */
@@ -1019,7 +1041,7 @@ int follower_recover(pulse_follower *f, int *did)
         }
         /* Not redone, and the weights are not taken for its result: hashed as they are, and
          * replaced from a keyframe if no trusted record produces them. */
-        node_log("journal-refused", "step", st, "record", j.rel, "reason", pulse_last_error(), NULL);
+        follow_log(f, "journal-refused", "step", st, "record", j.rel, "reason", pulse_last_error(), NULL);
         pulse_clear_error();
         f->known = 0;
         f->suspect = 1;
@@ -1081,12 +1103,12 @@ int follower_recover(pulse_follower *f, int *did)
         uint8_t state[32];
         if (access(f->o.weights_path, F_OK) != 0 || hash_weights(f, state) != 0 || memcmp(state, j.result, 32)) {
             if (f->log)
-                node_log("recovered", "step", st, "action", "keyframe-not-reached", NULL);
+                follow_log(f, "recovered", "step", st, "action", "keyframe-not-reached", NULL);
             return journal_clear(f->o.state_dir);
         }
     }
     if (f->log)
-        node_log("recovered", "step", st, "phase", j.phase == JOURNAL_APPLIED ? "applied" : "applying", NULL);
+        follow_log(f, "recovered", "step", st, "phase", j.phase == JOURNAL_APPLIED ? "applied" : "applying", NULL);
     pulse_sync_step s;
     memset(&s, 0, sizeof s);
     s.step = j.step;
@@ -1150,7 +1172,7 @@ static int try_next(pulse_follower *f, const char *rel, int *applied)
             refuse_record(f, rel, bytes, len, NULL, why);
             flush_refusals(f);
         } else if (f->log) {
-            node_log("fetch-failed", "record", rel, "reason", pulse_last_error(), NULL);
+            follow_log(f, "fetch-failed", "record", rel, "reason", pulse_last_error(), NULL);
         }
         pulse_store_free(bytes);
         return r;
@@ -1229,9 +1251,9 @@ static void store_behind(pulse_follower *f, int behind, uint64_t newest, int hav
     u64s(h, sizeof h, f->step);
     u64s(nw, sizeof nw, newest);
     if (behind)
-        node_log("store-behind", "held", h, "newest", have_newest ? nw : "none", NULL);
+        follow_log(f, "store-behind", "held", h, "newest", have_newest ? nw : "none", NULL);
     else
-        node_log("store-caught-up", "held", h, "newest", nw, NULL);
+        follow_log(f, "store-caught-up", "held", h, "newest", nw, NULL);
 }
 
 /* The pull could not reach NEWEST from REACHED: the first record after REACHED that was refused
@@ -1354,7 +1376,7 @@ static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held
             u64s(b2, sizeof b2, chain_bytes);
             u64s(b3, sizeof b3, have_kf ? kf_bytes : 0);
             u64s(b4, sizeof b4, use_kf ? kf_end : chain_end);
-            node_log("catch-up", "path", use_kf ? "keyframe" : "chain",
+            follow_log(f, "catch-up", "path", use_kf ? "keyframe" : "chain",
                      "reason", !f->have ? "no-weights" : chain_end < newest ? "chain-broken" : "behind",
                      "behind", b1, "chain_bytes", f->have ? b2 : "none", "keyframe_bytes", have_kf ? b3 : "none",
                      "to_step", b4, NULL);

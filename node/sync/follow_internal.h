@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal: what the long-running follower node (node/daemon/follower.c) needs beyond pulse_follower_pull. */
+/* Internal: what the long-running follower node (node/daemon/follow_node.c) needs beyond pulse_follower_pull. */
 #ifndef PULSE_NODE_SYNC_FOLLOW_INTERNAL_H
 #define PULSE_NODE_SYNC_FOLLOW_INTERNAL_H
 
 #include <stdint.h>
 
+#include "node/sync/events.h"
 #include "pulseweights/sync.h"
 
 /* Counters kept by a follower handle since it was opened. */
@@ -24,10 +25,15 @@ typedef struct follow_counters {
 #define FOLLOW_DEFAULT_MAX_BEHIND 8u
 
 /* Daemon settings: MAX_BEHIND steps beyond which (or with a broken chain) a catch-up compares
- * the keyframe path with the patch chain by bytes; LOG_EVENTS: one node_log line per event
- * (pulse pull stays quiet); KEEP_UNTRUSTED: a held state no trusted record produces is kept
+ * the keyframe path with the patch chain by bytes; LOG_EVENTS: one event per step, refusal,
+ * catch-up or fetch failure (pulse pull stays quiet); KEEP_UNTRUSTED: a held state no trusted record produces is kept
  * with a warning instead of being replaced from the newest trusted keyframe. */
 void follower_configure(pulse_follower *f, unsigned max_behind, int log_events, int keep_untrusted);
+
+/* Where this handle's events go: FN(CTX, ...) for each (the follower node's log). Without one
+ * (pulse pull, the bindings) the events logged whatever LOG_EVENTS says (untrusted-state,
+ * journal-refused) are written as text lines on stderr. */
+void follower_on_event(pulse_follower *f, sync_event_fn fn, void *ctx);
 
 /* The counters, the store's retry count brought up to date. */
 const follow_counters *follower_counters(pulse_follower *f);

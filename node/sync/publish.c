@@ -12,7 +12,7 @@
 #include "base/names.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
-#include "node/daemon/unsynced.h"
+#include "node/sync/unsynced.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/manifest.h"
 #include "pulseweights/sync.h"
@@ -24,7 +24,7 @@ struct pulse_publisher {
     pulse_secret_key *key;
     uint8_t node[32];
     pulse_index *ix;
-    unsynced_note note;        /* the copy of the last state's (node/daemon/unsynced.h) */
+    unsynced_note note;        /* the copy of the last state's (node/sync/unsynced.h) */
     state_dir dir;             /* locked while open: one process publishes from this state */
 };
 
@@ -47,7 +47,7 @@ static int head_copy(pulse_publisher *p, char out[4096], uint8_t state[32])
     return access(out, F_OK) == 0;
 }
 
-/* The copy is updated in place without a sync (node/daemon/unsynced.h) unless durable is asked
+/* The copy is updated in place without a sync (node/sync/unsynced.h) unless durable is asked
  * for or the kernel has no boot id to name. */
 static int sync_each_publish(const pulse_publisher *p)
 {

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "base/fail.h"
-#include "node/daemon/hook.h"
+#include "node/sync/stale_hook.h"
 #include "node/sync/sync_internal.h"
 
 int sync_mkdir(const char *dir)
@@ -121,7 +121,7 @@ int state_dir_open(const char *dir, state_dir *out)
     }
     out->fd = fd;
     /* A hook of a node that died on this directory may still be reading the weights. */
-    if ((r = node_hook_reap_stale(dir)) != 0) {
+    if ((r = stale_hook_reap(dir)) != 0) {
         state_dir_close(out);
         return r;
     }

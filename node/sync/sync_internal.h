@@ -88,7 +88,7 @@ typedef struct state_dir {
  * DIR/lock for this process (opened O_NOFOLLOW | O_CLOEXEC, flock LOCK_EX | LOCK_NB) and writes
  * its pid there. Another process holding it: PULSE_ERR_EXISTS, "state directory DIR is in use
  * by another pulse process (pid N)". Then, lock held, kills what an on-update command of a node
- * that died on DIR left running (node_hook_reap_stale). Held until state_dir_close (or the
+ * that died on DIR left running (stale_hook_reap). Held until state_dir_close (or the
  * process ends). */
 int state_dir_open(const char *dir, state_dir *out);
 /* The owner and mode checks of state_dir_open alone (loco's state directory). */

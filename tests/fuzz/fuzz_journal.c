@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "node/daemon/journal.h"
+#include "node/sync/journal.h"
 #include "pulseweights/error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

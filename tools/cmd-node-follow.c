@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* pulse node follow: argument parsing for the follower node (node/daemon/follower.c does the work). */
+/* pulse node follow: argument parsing for the follower node (node/daemon/follow_node.c does the work). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/names.h"
-#include "node/daemon/follower.h"
+#include "node/daemon/follow_node.h"
 #include "node/daemon/log.h"
-#include "node/daemon/node_cli.h"
 #include "tools/cli.h"
+#include "tools/cmd-node.h"
 
 #define VERB "node follow"
 

@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* pulse node trainer: argument parsing for the trainer node (node/daemon/trainer.c does the work). */
+/* pulse node trainer: argument parsing for the trainer node (node/daemon/trainer_node.c does the work). */
 #include <stdio.h>
 #include <string.h>
 
 #include "base/names.h"
 #include "node/daemon/log.h"
-#include "node/daemon/node_cli.h"
 #include "node/daemon/signals.h"
-#include "node/daemon/trainer.h"
+#include "node/daemon/trainer_node.h"
 #include "node/daemon/trainer_watch.h"
 #include "tools/cli.h"
+#include "tools/cmd-node.h"
 
 #define VERB "node trainer"
 

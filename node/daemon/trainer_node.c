@@ -11,7 +11,7 @@
 #include "node/daemon/log.h"
 #include "node/daemon/retention.h"
 #include "node/daemon/signals.h"
-#include "node/daemon/trainer.h"
+#include "node/daemon/trainer_node.h"
 #include "node/daemon/trainer_watch.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/manifest.h"

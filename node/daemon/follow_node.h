@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Internal: the long-running follower node (pulse node follow): poll heads, apply, hook, receipt, metrics. */
-#ifndef PULSE_NODE_DAEMON_FOLLOWER_H
-#define PULSE_NODE_DAEMON_FOLLOWER_H
+#ifndef PULSE_NODE_DAEMON_FOLLOW_NODE_H
+#define PULSE_NODE_DAEMON_FOLLOW_NODE_H
 
 #include "pulseweights/keys.h"
 

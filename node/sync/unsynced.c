@@ -9,7 +9,7 @@
 
 #include "base/durable.h"
 #include "base/fail.h"
-#include "node/daemon/unsynced.h"
+#include "node/sync/unsynced.h"
 
 #define UNSYNCED_MAGIC "pulse-unsynced 1 boot "
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Internal: the follower's step journal in its state directory, which makes an interrupted in-place apply recoverable. */
-#ifndef PULSE_NODE_DAEMON_JOURNAL_H
-#define PULSE_NODE_DAEMON_JOURNAL_H
+#ifndef PULSE_NODE_SYNC_JOURNAL_H
+#define PULSE_NODE_SYNC_JOURNAL_H
 
 #include <stdint.h>
 

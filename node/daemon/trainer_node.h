@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Internal: the trainer node, which publishes every finished checkpoint of a watched directory. */
-#ifndef PULSE_NODE_DAEMON_TRAINER_H
-#define PULSE_NODE_DAEMON_TRAINER_H
+#ifndef PULSE_NODE_DAEMON_TRAINER_NODE_H
+#define PULSE_NODE_DAEMON_TRAINER_NODE_H
 
 #include <stdint.h>
 

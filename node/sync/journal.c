@@ -11,7 +11,7 @@
 
 #include "base/durable.h"
 #include "base/fail.h"
-#include "node/daemon/journal.h"
+#include "node/sync/journal.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/record.h"
 

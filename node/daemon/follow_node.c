@@ -10,7 +10,7 @@
 
 #include "base/fail.h"
 #include "manifest/layout.h"
-#include "node/daemon/follower.h"
+#include "node/daemon/follow_node.h"
 #include "node/daemon/hook.h"
 #include "node/daemon/log.h"
 #include "node/daemon/metrics.h"
@@ -288,6 +288,7 @@ int node_follow_run(const node_follow_cfg *cfg)
         goto out;
     }
     follower_configure(n.f, cfg->max_behind ? cfg->max_behind : FOLLOW_DEFAULT_MAX_BEHIND, 1, cfg->keep_untrusted);
+    follower_on_event(n.f, node_log_event, NULL);
     node_log("started", "run", cfg->run, "weights", cfg->weights_path, NULL);
     update_metrics(&n);
     /* At start: finish an interrupted step, LIST, catch up. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Internal: a node's note that a file it keeps holds writes the disk may not have yet, named by the boot that made them. */
-#ifndef PULSE_NODE_DAEMON_UNSYNCED_H
-#define PULSE_NODE_DAEMON_UNSYNCED_H
+#ifndef PULSE_NODE_SYNC_UNSYNCED_H
+#define PULSE_NODE_SYNC_UNSYNCED_H
 
 /* A follower's weights and a publisher's copy of its last state are written without a sync
  * after every step (the default, docs/node.md). Before the first such write the node writes
