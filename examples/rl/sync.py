@@ -139,7 +139,7 @@ class Follower:
             return applied, self.held
         p = subprocess.run(self.cmd, capture_output=True, text=True)
         if p.returncode != 0:
-            if self.held is None and "no keyframe" in p.stderr:
+            if self.held is None and ("no keyframe" in p.stderr or "no records under" in p.stderr):
                 return 0, None          # the trainer has not published its first step yet
             raise RuntimeError(f"pulse pull failed: {p.stderr.strip()}")
         out = p.stdout

@@ -119,6 +119,13 @@ int pulse_cuda_apply_patch(const pulse_patch *p, void *const *device_ptrs, size_
         if (p->tensors[i].ncoded && !device_ptrs[i])
             return pulse_fail(PULSE_ERR_INVALID, "cuda apply: tensor %s: NULL device pointer",
                               p->tensors[i].name);
+    /* The device kernels access whole elements: a tensor laid out at the file's byte offset
+     * (after a packed tensor of odd length) must first be copied to an aligned allocation. */
+    for (size_t i = 0; i < n; i++)
+        if (p->tensors[i].ncoded && p->tensors[i].dtype != PULSE_DT_OPAQUE
+            && patch_misaligned(device_ptrs[i], p->tensors[i].unit))
+            return pulse_fail(PULSE_ERR_INVALID, "cuda apply: tensor %s: device pointer not aligned to its %u-byte "
+                              "elements", p->tensors[i].name, p->tensors[i].unit);
     int rc = pulse_patch_verify(p, NULL, threads);
     if (rc < 0 || p->nchunks == 0)
         return rc;

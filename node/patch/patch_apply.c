@@ -179,14 +179,22 @@ static int apply_chunk(void *ctx, size_t i)
     patch_scratch *s = patch_pool_take(a->pool, &err);
     if (!s)
         return err;
+    const unsigned unit = a->p->tensors[c->tensor].unit;
+    uint8_t *home = pulse_ckpt_tensor(a->target, c->tensor)->data + c->first * unit, *dst = home;
+    size_t span = (size_t)c->len * unit;
+    if (patch_misaligned(home, unit)) {
+        if (!(dst = patch_scratch_bounce(s, a->p->chunk_elems))) {
+            patch_pool_give(a->pool, s);
+            return PULSE_ERR_NOMEM;   /* the detail is set */
+        }
+        memcpy(dst, home, span);
+    }
     if (!a->checked) {
         /* Decode (digests checked) then scatter: a benchmark's unfused reference. */
-        uint8_t *dst = pulse_ckpt_tensor(a->target, c->tensor)->data + c->first * a->p->tensors[c->tensor].unit;
         if ((err = patch_decode_chunk(a->p, c, s)) == 0)
             scatter(a->p, c, s, dst);
     } else {
-        uint8_t *dst = pulse_ckpt_tensor(a->target, c->tensor)->data + c->first * a->p->tensors[c->tensor].unit;
-        size_t span = (size_t)c->len * a->p->tensors[c->tensor].unit, pages = span / 4096;
+        size_t pages = span / 4096;
         /* Populating only pays where nearly every page gets a write (a change per page on
          * average): it also dirties the pages nothing is written to. And only where the
          * writes would fault: a fresh mapping, or one write-protected again by msync. A
@@ -202,11 +210,13 @@ static int apply_chunk(void *ctx, size_t i)
                 f0 = thread_faults();
         }
         if (want)
-            populate_write(dst, span);
+            populate_write(home, span);
         err = write_chunk(a, i, s, dst);
         if (f0 >= 0 && (size_t)(thread_faults() - f0) * 8 > pages)
             atomic_store_explicit(&a->populating, 1, memory_order_relaxed);
     }
+    if (!err && dst != home)
+        memcpy(home, dst, span);
     patch_pool_give(a->pool, s);
     return err;
 }

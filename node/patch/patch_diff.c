@@ -223,6 +223,15 @@ static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chu
     }
 
     int err = 0;
+    if (patch_misaligned(pa, unit) || patch_misaligned(pb, unit)) {
+        uint8_t *copy = patch_scratch_bounce(s, d->o->chunk_elems);
+        if (!copy)
+            return PULSE_ERR_NOMEM;   /* the detail is set */
+        memcpy(copy, pa, len * unit);
+        memcpy(copy + (size_t)d->o->chunk_elems * 4, pb, len * unit);
+        pa = copy;
+        pb = copy + (size_t)d->o->chunk_elems * 4;
+    }
     const pulse_kernels *k = pulse_kernels_get();
     size_t n;
     if (unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP) {

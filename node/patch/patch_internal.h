@@ -102,6 +102,7 @@ typedef struct patch_scratch {
     uint8_t *in;            /* a chunk's coded bytes read from a patch file */
     size_t in_cap;
     uint8_t *run;           /* a run of chunks' coded bytes read at once (<= PATCH_RUN_BYTES) */
+    uint8_t *bounce;        /* chunk_elems * 8, lazily: aligned copies of misaligned chunks */
     size_t run_cap;
 } patch_scratch;
 
@@ -191,6 +192,16 @@ int patch_encode_changes(patch_scratch *s, const uint32_t *idx, size_t k, const 
  * written in format 3 (a format-2 stream gets its coding byte), then vals (k x unit bytes). */
 int patch_encode_abs_at(patch_scratch *s, const patch_pos *pp, size_t k, const uint8_t *vals, unsigned unit,
                         int level, patch_out_chunk *out);
+/* A safetensors file does not align a tensor's data to its element size (a packed F4 tensor
+ * of odd byte length shifts every tensor after it), but the kernels take element pointers:
+ * a chunk whose elements are misaligned is read and written through an aligned copy. */
+static inline int patch_misaligned(const void *p, unsigned unit)
+{
+    return unit > 1 && ((uintptr_t)p & (uintptr_t)(unit - 1)) != 0;
+}
+/* Two chunk-sized (chunk_elems * 4 bytes) aligned buffers, one after the other, allocated on
+ * first use. NULL with an error set. */
+uint8_t *patch_scratch_bounce(patch_scratch *s, uint32_t chunk_elems);
 /* The scratch's second output buffer (allocated on first use). NULL with an error set. */
 uint8_t *patch_scratch_planes2(patch_scratch *s, uint32_t chunk_elems);
 /* Copies a staged chunk's bytes into memory of its own (oc->bytes). */

@@ -53,7 +53,7 @@ size_t patch_chunk_bytes_bound(uint32_t chunk_elems)
 static void scratch_free(patch_scratch *s)
 {
     free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes); free(s->planes2);
-    free(s->dense); free(s->mark); free(s->in); free(s->run);
+    free(s->dense); free(s->mark); free(s->in); free(s->run); free(s->bounce);
     ZSTD_freeCCtx(s->cctx);
     ZSTD_freeDCtx(s->dctx);
     memset(s, 0, sizeof *s);
@@ -110,14 +110,22 @@ patch_scratch *patch_pool_take(patch_pool *pool, int *err)
     return NULL;
 }
 
+uint8_t *patch_scratch_bounce(patch_scratch *s, uint32_t chunk_elems)
+{
+    /* malloc's alignment (16) covers every element size the kernels take (<= 4) */
+    if (!s->bounce && !(s->bounce = malloc((size_t)chunk_elems * 8)))
+        pulse_fail(PULSE_ERR_NOMEM, "aligned copy of a misaligned chunk (%u elements)", chunk_elems);
+    return s->bounce;
+}
+
 void patch_pool_trim(patch_pool *pool)
 {
     for (size_t i = 0; pool->slots && i < pool->n; i++) {
         patch_scratch *s = &pool->slots[i];
         free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes); free(s->planes2);
-        free(s->dense); free(s->mark);
+        free(s->dense); free(s->mark); free(s->bounce);
         s->idx = s->gaps = NULL;
-        s->leb = s->vals = s->planes = s->planes2 = s->dense = s->mark = NULL;
+        s->leb = s->vals = s->planes = s->planes2 = s->dense = s->mark = s->bounce = NULL;
     }
 }
 

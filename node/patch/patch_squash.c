@@ -87,6 +87,16 @@ static int squash_chunk(void *ctx, size_t job)
     uint32_t len = (uint32_t)(pt->units - first < q->p[0]->chunk_elems ? pt->units - first
                                                                        : q->p[0]->chunk_elems);
     const uint8_t *base = q->base ? pulse_ckpt_tensor(q->base, lo)->data + first * unit : NULL;
+    if (base && !opaque && patch_misaligned(base, unit)) {
+        uint8_t *copy = patch_scratch_bounce(s, q->p[0]->chunk_elems);
+        if (!copy) {
+            err = PULSE_ERR_NOMEM;   /* the detail is set */
+            patch_pool_give(&q->pool, s);
+            return err;
+        }
+        memcpy(copy, base, (size_t)len * unit);
+        base = copy;
+    }
     if (base && q->n == 1 && !opaque && q->p[0]->values == PULSE_VALUES_ULP) {
         err = squash_one_ulp(q, find_chunk(q->p[0], lo, ci), s, base, unit, oc);
         if (!err)

@@ -127,6 +127,41 @@ PY
 bad "$P" apply c0.safetensors p01.loose -o r-loose.safetensors
 check "grep -q 'not in compact form' err && [ ! -e r-loose.safetensors ]"
 
+# --- misaligned elements: a tensor of odd byte length ahead of BF16 and F32 tensors (as a packed
+# one leaves them) is diffed, applied and squashed through aligned copies, abs and ulp alike ---
+python3 - <<'PY'
+import os, random, struct, sys
+sys.path.insert(0, os.path.join(os.environ["PULSE_SRC"], "tests", "patch"))
+from mkckpt import write_safetensors
+r = random.Random(5)
+w = [r.getrandbits(16) for _ in range(3001)]
+f = [r.getrandbits(32) for _ in range(1001)]
+for s in range(3):
+    for v in (w, f):
+        for i in range(len(v)):
+            if s and r.random() < 0.2:
+                v[i] = (v[i] + r.choice((1, -1, 7))) & (0xffff if v is w else 0xffffffff)
+    write_safetensors("m%d.safetensors" % s, [("a.odd", "U8", [3], bytes([s, 1, 2])),
+                                             ("b.bf16", "BF16", [3001], struct.pack("<3001H", *w)),
+                                             ("c.odd", "U8", [1], bytes([7])),
+                                             ("d.f32", "F32", [1001], struct.pack("<1001I", *f))])
+PY
+for v in abs ulp; do
+  ok "$P" diff m0.safetensors m1.safetensors -o m01.$v --values $v --chunk 1K
+  ok "$P" diff m1.safetensors m2.safetensors -o m12.$v --values $v --chunk 1K
+  ok "$P" apply m0.safetensors m01.$v -o mr1.$v.safetensors
+  check "cmp -s mr1.$v.safetensors m1.safetensors"
+  cp m1.safetensors mw.$v.safetensors
+  ok "$P" apply --in-place mw.$v.safetensors m12.$v
+  check "cmp -s mw.$v.safetensors m2.safetensors"
+  ok "$P" squash m01.$v m12.$v --base m0.safetensors -o msq.$v
+  ok "$P" apply m0.safetensors msq.$v -o mrs.$v.safetensors
+  check "cmp -s mrs.$v.safetensors m2.safetensors"
+done
+ok "$P" squash m01.abs m12.abs -o msq.nobase
+ok "$P" apply m0.safetensors msq.nobase -o mrn.safetensors
+check "cmp -s mrn.safetensors m2.safetensors"
+
 # --- publish / pull on file://: the follower applies patches, not only the keyframe ---
 ok "$P" keygen tr
 store="file://$T/store"
