@@ -16,7 +16,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: pulse node follow --store URL --run R --trust PUB|DIR [--trust ...] --state DIR --weights FILE\n"
-        "                         [--key K] [--on-update CMD] [--poll-ms T] [--metrics ADDR:PORT]\n"
+        "                         [--key K] [--on-update CMD] [--hook-after step|pull] [--poll-ms T]\n"
+        "                         [--metrics ADDR:PORT]\n"
         "                         [--metrics-file PATH] [--once] [--durable] [--log text|json]\n"
         "                         [--max-staleness S] [--keep-untrusted] [--deadline S]\n"
         "\n"
@@ -35,6 +36,9 @@ static void usage(FILE *f)
         "  --key K              this node's secret key: write receipts to <run>/receipts/<node>/\n"
         "  --on-update CMD      run by /bin/sh after each step, with PULSE_STEP, PULSE_STATE (hex),\n"
         "                       PULSE_WEIGHTS and PULSE_RUN in its environment\n"
+        "  --hook-after WHEN    step (default): the command runs after every applied step; pull:\n"
+        "                       once after a catch-up or poll that applied steps, for the newest\n"
+        "                       (an engine's reload endpoint: one reload, not one per step)\n"
         "  --hook-timeout-ms T  kill the command after T ms (default 60000)\n"
         "  --poll-ms T          head poll interval, jittered +-25%% (default 1000)\n"
         "  --max-behind N       beyond N steps behind, compare keyframe and chain by bytes (default 8)\n"
@@ -103,6 +107,12 @@ int node_follow_main(int argc, char **argv)
         else if (!strcmp(a, "--weights")) c.weights_path = val;
         else if (!strcmp(a, "--key")) c.key_path = val;
         else if (!strcmp(a, "--on-update")) c.on_update = val;
+        else if (!strcmp(a, "--hook-after")) {
+            if (!strcmp(val, "pull"))
+                c.hook_after_pull = 1;
+            else if (strcmp(val, "step"))
+                rc = cli_usage_error(VERB, "--hook-after wants step or pull");
+        }
         else if (!strcmp(a, "--metrics")) c.metrics_addr = val;
         else if (!strcmp(a, "--metrics-file")) c.metrics_file = val;
         else if (!strcmp(a, "--trust")) {

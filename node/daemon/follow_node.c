@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The follower node's loop: cheap head polls, fast path for the next step, LIST-based catch-up, hook, receipt, metrics. */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,8 @@ typedef struct node_follower {
     unsigned rng;
     int stale;                     /* pulse_stale as last logged */
     char failing[512];             /* the failure last logged; "" while pulls succeed */
+    int hook_due;                  /* --hook-after pull: steps were applied since the hook last ran */
+    char hook_pending[4200];       /* STATE/hook.pending: the due hook outlives a crash */
 } node_follower;
 
 static void u64s(char *buf, size_t cap, uint64_t v)
@@ -106,8 +109,46 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
     node_metrics_publish(n->srv, &m);
 }
 
-/* After each applied step (also one finished from the journal after a crash): the hook, then
- * the receipt. Neither failing stops the node; both are logged (and the hook counted). */
+/* The on-update command for the state STEP/RESULT; a failure is logged and counted, never
+ * stops the node. */
+static void run_hook(node_follower *n, uint64_t step, const uint8_t result[32])
+{
+    const node_follow_cfg *cfg = n->cfg;
+    char st[24], hex[65], e_step[48], e_state[96], e_weights[4200], e_run[200], why[128];
+    u64s(st, sizeof st, step);
+    pulse_id_hex(result, hex);
+    snprintf(e_step, sizeof e_step, "PULSE_STEP=%s", st);
+    snprintf(e_state, sizeof e_state, "PULSE_STATE=%s", hex);
+    snprintf(e_weights, sizeof e_weights, "PULSE_WEIGHTS=%s", n->weights_abs);
+    snprintf(e_run, sizeof e_run, "PULSE_RUN=%s", cfg->run);
+    const char *env[] = { e_step, e_state, e_weights, e_run };
+    if (node_hook_run(cfg->on_update, env, 4, cfg->hook_timeout_ms ? cfg->hook_timeout_ms : 60000,
+                      cfg->state_dir, why, sizeof why) != 0) {
+        n->hook_failures++;
+        node_log("hook-failed", "step", st, "reason", why, NULL);
+    } else {
+        node_log("hook", "step", st, "status", "ok", NULL);
+    }
+}
+
+/* --hook-after pull: the hook of the newest state, once the pull that applied steps is over
+ * (a reload endpoint reads the whole file: once per catch-up, not once per step). The marker
+ * is written before the step's journal goes (on_step), so a crash between the step and its
+ * hook still runs the hook at the next start. */
+static void run_due_hook(node_follower *n)
+{
+    uint64_t step;
+    uint8_t state[32];
+    if (!n->hook_due || follower_held(n->f, &step, state) != 0)
+        return;
+    update_metrics(n);
+    run_hook(n, step, state);
+    n->hook_due = 0;
+    unlink(n->hook_pending);
+}
+
+/* After each applied step (also one finished from the journal after a crash): the hook (or,
+ * with --hook-after pull, its marker), then the receipt. Neither failing stops the node. */
 static int on_step(void *ctx, const pulse_sync_step *s)
 {
     node_follower *n = ctx;
@@ -116,20 +157,17 @@ static int on_step(void *ctx, const pulse_sync_step *s)
     update_metrics(n);   /* the step shows while its hook runs */
     u64s(st, sizeof st, s->step);
     pulse_id_hex(s->result, hex);
-    if (cfg->on_update) {
-        char e_step[48], e_state[96], e_weights[4200], e_run[200], why[128];
-        snprintf(e_step, sizeof e_step, "PULSE_STEP=%s", st);
-        snprintf(e_state, sizeof e_state, "PULSE_STATE=%s", hex);
-        snprintf(e_weights, sizeof e_weights, "PULSE_WEIGHTS=%s", n->weights_abs);
-        snprintf(e_run, sizeof e_run, "PULSE_RUN=%s", cfg->run);
-        const char *env[] = { e_step, e_state, e_weights, e_run };
-        if (node_hook_run(cfg->on_update, env, 4, cfg->hook_timeout_ms ? cfg->hook_timeout_ms : 60000,
-                          cfg->state_dir, why, sizeof why) != 0) {
-            n->hook_failures++;
-            node_log("hook-failed", "step", st, "reason", why, NULL);
-        } else {
-            node_log("hook", "step", st, "status", "ok", NULL);
+    if (cfg->on_update && cfg->hook_after_pull) {
+        if (!n->hook_due) {
+            int fd = open(n->hook_pending, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+            if (fd < 0)
+                node_log("hook-failed", "step", st, "reason", "cannot write STATE/hook.pending", NULL);
+            else
+                close(fd);
         }
+        n->hook_due = 1;
+    } else if (cfg->on_update) {
+        run_hook(n, s->step, s->result);
     }
     if (n->key) {
         if (node_receipt_write(n->st, cfg->run, n->key, s->step, s->result, NULL) != 0)
@@ -244,6 +282,7 @@ static int catch_up(node_follower *n)
     pulse_sync_step held;
     int r = pulse_follower_pull(n->f, &applied, &held);
     failure_state(n, "catch-up-failed", r);
+    run_due_hook(n);
     update_metrics(n);
     return r;
 }
@@ -289,6 +328,9 @@ int node_follow_run(const node_follow_cfg *cfg)
     }
     follower_configure(n.f, cfg->max_behind ? cfg->max_behind : FOLLOW_DEFAULT_MAX_BEHIND, 1, cfg->keep_untrusted);
     follower_on_event(n.f, node_log_event, NULL);
+    snprintf(n.hook_pending, sizeof n.hook_pending, "%s/hook.pending", cfg->state_dir);
+    if (cfg->on_update && cfg->hook_after_pull && access(n.hook_pending, F_OK) == 0)
+        n.hook_due = 1;   /* the node stopped between a step and its hook */
     node_log("started", "run", cfg->run, "weights", cfg->weights_path, NULL);
     update_metrics(&n);
     /* At start: finish an interrupted step, LIST, catch up. */
@@ -303,6 +345,7 @@ int node_follow_run(const node_follow_cfg *cfg)
             break;
         /* A failed catch-up (store down, a bad record) is retried every poll, heads or not. */
         int need = poll_heads(&n) || cr != 0;
+        run_due_hook(&n);   /* after the fast path's step */
         if (need && !node_stop_requested())
             cr = catch_up(&n);
         update_metrics(&n);

@@ -11,6 +11,7 @@ typedef struct node_follow_cfg {
     const char *key_path;            /* NULL: no receipts */
     const char *on_update;           /* NULL: no hook */
     unsigned hook_timeout_ms;        /* 0: default 60000 */
+    int hook_after_pull;             /* run the hook once after a pull that applied steps, not per step */
     unsigned poll_ms;                /* 0: default 1000; each wait is jittered by +-25% */
     unsigned max_behind;             /* 0: FOLLOW_DEFAULT_MAX_BEHIND */
     const char *metrics_addr;        /* "127.0.0.1:PORT" or NULL */
