@@ -1,0 +1,207 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where a checkpoint tensor's elements live in a serving engine's fused, tensor-parallel parameters: map sparse updates there and apply them in place."""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+class Piece(NamedTuple):
+    """The part of checkpoint tensor `name` (2-D, shape `shape`) that one rank holds: the range
+    [start, stop) along `dim` (0: rows, 1: columns; the other dimension whole), stored in engine
+    parameter `param` (shape `param_shape`) from offset `at` along the same dimension. A 1-D
+    tensor is a single row of `shape[0]` elements: (1, n)."""
+    name: str
+    shape: Tuple[int, int]
+    dim: int
+    start: int
+    stop: int
+    param: str
+    param_shape: Tuple[int, int]
+    at: int
+
+
+class Mapped(NamedTuple):
+    """Updates of one checkpoint tensor that land in one engine parameter: flat positions in the
+    parameter (int64, ascending) and `sel`, which of the update's entries they are."""
+    piece: Piece
+    index: np.ndarray
+    sel: np.ndarray
+
+
+def _as2d(shape: Sequence[int]) -> Tuple[int, int]:
+    if len(shape) == 1:
+        return (1, int(shape[0]))
+    if len(shape) != 2:
+        raise ValueError("only 1-D and 2-D tensors are laid out here, not shape %s" % (tuple(shape),))
+    return (int(shape[0]), int(shape[1]))
+
+
+def map_index(piece: Piece, index: np.ndarray) -> Mapped:
+    """The entries of `index` (flat positions in the checkpoint tensor) that this rank holds, as
+    flat positions in its engine parameter. Pure arithmetic on the positions: O(changes)."""
+    rows, cols = piece.shape
+    index = np.asarray(index, dtype=np.int64)
+    if index.size and (index[0] < 0 or index[-1] >= rows * cols):
+        raise ValueError("tensor %s: an index outside its %d elements" % (piece.name, rows * cols))
+    r, c = np.divmod(index, cols)
+    along = r if piece.dim == 0 else c
+    sel = np.nonzero((along >= piece.start) & (along < piece.stop))[0]
+    r, c = r[sel], c[sel]
+    if piece.dim == 0:
+        r = r - piece.start + piece.at
+    else:
+        c = c - piece.start + piece.at
+    return Mapped(piece, r * piece.param_shape[1] + c, sel)
+
+
+def _split(n: int, tp: int, rank: int, what: str) -> Tuple[int, int]:
+    if n % tp:
+        raise ValueError("%s of %d does not split over %d tensor-parallel ranks" % (what, n, tp))
+    return (rank * n // tp, (rank + 1) * n // tp)
+
+
+def llama_tp_layout(layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int, vocab: int,
+                    tp: int, rank: int, head_dim: Optional[int] = None, prefix: str = "model.",
+                    tied_embeddings: bool = False) -> Dict[str, List[Piece]]:
+    """The layout vLLM and SGLang give a Llama-family model on `tp` ranks, for rank `rank`:
+    q/k/v fused into `self_attn.qkv_proj.weight` (this rank's q rows, then its k rows, then its v
+    rows; with fewer KV heads than ranks each rank holds the one KV head it needs), gate/up into
+    `mlp.gate_up_proj.weight` (gate rows, then up rows), o_proj and down_proj split by columns,
+    embed_tokens and lm_head split by vocabulary rows, norms whole on every rank.
+    Returns checkpoint name -> the pieces this rank holds."""
+    hd = head_dim or hidden // heads
+    q_rows, kv_rows = heads * hd, kv_heads * hd
+    q0, q1 = _split(q_rows, tp, rank, "q rows")
+    if kv_heads >= tp:
+        k0, k1 = _split(kv_rows, tp, rank, "kv rows")
+    else:
+        if tp % kv_heads:
+            raise ValueError("%d KV heads cannot be replicated evenly over %d ranks" % (kv_heads, tp))
+        h = rank * kv_heads // tp
+        k0, k1 = h * hd, (h + 1) * hd
+    g0, g1 = _split(intermediate, tp, rank, "intermediate")
+    o0, o1 = _split(q_rows, tp, rank, "o_proj columns")
+    v0, v1 = _split(vocab, tp, rank, "vocabulary")
+    qn, kn, gn = q1 - q0, k1 - k0, g1 - g0
+    out: Dict[str, List[Piece]] = {}
+
+    def add(name, shape, dim, start, stop, param, param_shape, at):
+        out.setdefault(name, []).append(Piece(name, _as2d(shape), dim, start, stop, param, _as2d(param_shape), at))
+
+    for i in range(layers):
+        p = "%slayers.%d." % (prefix, i)
+        qkv = p + "self_attn.qkv_proj.weight"
+        qkv_shape = (qn + 2 * kn, hidden)
+        add(p + "self_attn.q_proj.weight", (q_rows, hidden), 0, q0, q1, qkv, qkv_shape, 0)
+        add(p + "self_attn.k_proj.weight", (kv_rows, hidden), 0, k0, k1, qkv, qkv_shape, qn)
+        add(p + "self_attn.v_proj.weight", (kv_rows, hidden), 0, k0, k1, qkv, qkv_shape, qn + kn)
+        add(p + "self_attn.o_proj.weight", (hidden, q_rows), 1, o0, o1, p + "self_attn.o_proj.weight",
+            (hidden, o1 - o0), 0)
+        gu = p + "mlp.gate_up_proj.weight"
+        add(p + "mlp.gate_proj.weight", (intermediate, hidden), 0, g0, g1, gu, (2 * gn, hidden), 0)
+        add(p + "mlp.up_proj.weight", (intermediate, hidden), 0, g0, g1, gu, (2 * gn, hidden), gn)
+        add(p + "mlp.down_proj.weight", (hidden, intermediate), 1, g0, g1, p + "mlp.down_proj.weight",
+            (hidden, gn), 0)
+        for norm in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+            add(p + norm, (hidden,), 0, 0, 1, p + norm, (hidden,), 0)
+    add(prefix + "embed_tokens.weight", (vocab, hidden), 0, v0, v1, prefix + "embed_tokens.weight",
+        (v1 - v0, hidden), 0)
+    add(prefix + "norm.weight", (hidden,), 0, 0, 1, prefix + "norm.weight", (hidden,), 0)
+    if not tied_embeddings:
+        add("lm_head.weight", (vocab, hidden), 0, v0, v1, "lm_head.weight", (v1 - v0, hidden), 0)
+    return out
+
+
+def shard(tensors: Mapping[str, Any], layout: Mapping[str, List[Piece]]) -> Dict[str, Any]:
+    """This rank's engine parameters cut from whole checkpoint tensors (torch or numpy, 1-D or
+    2-D): what an engine loads at start, and what a test compares its updated shards with."""
+    params: Dict[str, Any] = {}
+    for name, pieces in layout.items():
+        t = tensors[name]
+        for pc in pieces:
+            t2 = t.reshape(pc.shape)
+            part = t2[pc.start:pc.stop] if pc.dim == 0 else t2[:, pc.start:pc.stop]
+            if pc.param not in params:
+                params[pc.param] = _zeros_like(t2, pc.param_shape)
+            dst = params[pc.param]
+            if pc.dim == 0:
+                dst[pc.at:pc.at + part.shape[0]] = part
+            else:
+                dst[:, pc.at:pc.at + part.shape[1]] = part
+    for pc_list in layout.values():
+        for pc in pc_list:
+            if pc.param_shape[0] == 1:
+                params[pc.param] = params[pc.param].reshape(pc.param_shape[1])
+    return params
+
+
+def _zeros_like(t: Any, shape: Tuple[int, int]) -> Any:
+    if isinstance(t, np.ndarray):
+        return np.zeros(shape, dtype=t.dtype)
+    return t.new_zeros(shape)
+
+
+def _int_view(t: Any, width: int) -> Any:
+    """A flat integer view of the parameter's bits (torch or numpy), width 1, 2 or 4 bytes."""
+    if isinstance(t, np.ndarray):
+        return t.reshape(-1).view({1: np.int8, 2: np.int16, 4: np.int32}[width])
+    import torch
+    return t.view(-1).view({1: torch.int8, 2: torch.int16, 4: torch.int32}[width])
+
+
+def _width(t: Any) -> int:
+    return int(t.itemsize) if isinstance(t, np.ndarray) else int(t.element_size())
+
+
+def apply_updates(params: Mapping[str, Any], updates: Mapping[str, Any],
+                  layout: Mapping[str, List[Piece]]) -> Dict[str, int]:
+    """Applies sparse updates of checkpoint tensors (objects with `index` and `deltas` or
+    `values`, as pulseweights.Patch.updates gives) to this rank's engine parameters in place
+    (torch tensors on any device, or numpy arrays): `+= delta` on the bits where deltas are
+    given, else `= value`. Every update is mapped and checked first (a tensor or parameter
+    missing, a shape or element width that differs: ValueError by name), then written, so a
+    mismatch writes nothing. Updates of tensors this rank does not hold are skipped. Returns
+    parameter -> elements written."""
+    plan: List[Tuple[Mapped, Any, bool, int]] = []
+    for name, u in updates.items():
+        pieces = layout.get(name)
+        if pieces is None:
+            raise ValueError("update of tensor %s, which the layout does not place" % name)
+        use_delta = getattr(u, "deltas", None) is not None
+        src = u.deltas if use_delta else getattr(u, "values", None)
+        if src is None:
+            raise ValueError("update of tensor %s has neither deltas nor values" % name)
+        src = np.asarray(src)
+        for pc in pieces:
+            if pc.param not in params:
+                raise ValueError("engine parameter %s (for %s) not given" % (pc.param, name))
+            t = params[pc.param]
+            numel = int(np.prod(t.shape)) if isinstance(t, np.ndarray) else t.numel()
+            if numel != pc.param_shape[0] * pc.param_shape[1]:
+                raise ValueError("engine parameter %s holds %d elements, the layout says %s"
+                                 % (pc.param, numel, pc.param_shape))
+            if _width(t) != src.dtype.itemsize:
+                raise ValueError("tensor %s: %d-byte updates for %d-byte parameter %s"
+                                 % (name, src.dtype.itemsize, _width(t), pc.param))
+            plan.append((map_index(pc, u.index), src, use_delta, _width(t)))
+    written: Dict[str, int] = {}
+    for m, src, use_delta, width in plan:
+        if not m.index.size:
+            continue
+        t = params[m.piece.param]
+        flat = _int_view(t, width)
+        vals = src[m.sel].view({1: np.int8, 2: np.int16, 4: np.int32}[width])
+        if isinstance(t, np.ndarray):
+            idx, v = m.index, vals
+        else:
+            import torch
+            idx = torch.from_numpy(m.index).to(t.device)
+            v = torch.from_numpy(np.ascontiguousarray(vals)).to(t.device)
+        if use_delta:
+            flat[idx] += v   # positions are unique: no lost adds; integer adds wrap like the bits
+        else:
+            flat[idx] = v
+        written[m.piece.param] = written.get(m.piece.param, 0) + int(m.index.size)
+    return written
