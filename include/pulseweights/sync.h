@@ -123,6 +123,22 @@ typedef struct pulse_follow_opts {
      * every 8 chunks): DONE bytes fetched of TOTAL, the bytes of the step's objects. */
     void (*on_progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
+    /* Instead of weights_path and weights (exactly one of the three): weights a serving engine
+     * holds in its own layout and memory (fused, sharded, on a GPU), which the follower never
+     * reads or writes and keeps no copy of (docs/serving.md). Both callbacks are required.
+     * on_patch gets each sync-patch step after every check a follower makes on its own
+     * weights short of hashing them: the record's signature, key, run, step and base (the state
+     * this state directory last delivered), the object's digest and size, the patch's own ids,
+     * and every chunk's digest and decode (pulse_patch_verify); the engine then takes the
+     * changes (pulse_patch_tensor_updates) and applies them. on_keyframe gets a keyframe
+     * (starting from nothing, or when the chain is broken) as a checkpoint restored in the
+     * state directory and verified against the record's state id, deleted after the call. A
+     * non-zero return refuses the step (the callback must then have written nothing) and stops
+     * the pull with PULSE_ERR_INVALID. The follower cannot hash what it never sees: it takes
+     * the engine to hold what it last delivered (docs/trust.md "Engine-held weights"). */
+    int (*on_patch)(void *ctx, const pulse_sync_step *step, const pulse_patch *p);
+    int (*on_keyframe)(void *ctx, const pulse_sync_step *step, const pulse_ckpt *keyframe);
+    void *engine_ctx;
 } pulse_follow_opts;
 
 PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o);

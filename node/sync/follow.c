@@ -34,6 +34,7 @@ struct pulse_follower {
     uint64_t step;
     uint8_t state[32];
     int recovered;             /* the journal was looked at */
+    int engine;                /* weights held by an engine: on_patch / on_keyframe */
     int stopped;               /* the on_step callback asked to stop */
     unsigned max_behind;
     int log;
@@ -172,8 +173,13 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
         return bad;
     pulse_ckpt *weights = opts->size >= offsetof(pulse_follow_opts, weights) + sizeof opts->weights ? opts->weights
                                                                                      : NULL;
-    if (!weights == !opts->weights_path)
-        return pulse_fail(PULSE_ERR_INVALID, "follower needs a weights path or tensors in memory (exactly one)");
+    int engine = opts->size >= offsetof(pulse_follow_opts, engine_ctx) + sizeof opts->engine_ctx &&
+                 (opts->on_patch || opts->on_keyframe);
+    if (engine && (!opts->on_patch || !opts->on_keyframe))
+        return pulse_fail(PULSE_ERR_INVALID, "follower of engine-held weights needs both on_patch and on_keyframe");
+    if (!weights + !opts->weights_path + !engine != 2)
+        return pulse_fail(PULSE_ERR_INVALID, "follower needs a weights path, tensors in memory or engine callbacks "
+                                             "(exactly one)");
     if (weights && (weights->nfiles || !(weights->flags & PULSE_CKPT_WRITE)))
         return pulse_fail(PULSE_ERR_INVALID, "follower weights in memory must be a writable pulse_ckpt_wrap");
     if (opts->size >= offsetof(pulse_follow_opts, deadline_s) + sizeof opts->deadline_s &&
@@ -189,10 +195,11 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     memcpy(&f->o, opts, opts->size < sizeof f->o ? opts->size : sizeof f->o);
     f->o.size = sizeof f->o;
     f->o.weights = weights;
+    f->engine = engine;
     f->max_behind = FOLLOW_DEFAULT_MAX_BEHIND;
     f->dir.fd = -1;
     int r = state_dir_open(opts->state_dir, &f->dir);
-    if (!r && !weights)
+    if (!r && opts->weights_path)
         r = unsynced_open(&f->note, opts->state_dir);
     if (!r)
         r = pulse_store_open(&f->st, opts->store_url, NULL);
@@ -533,19 +540,41 @@ static int get_listed(pulse_follower *f, listed *e)
         pulse_fail(r, "%s", e->why);
         return r;
     }
+    /* A record whose step failed here before (an object that did not match its digest, a
+     * patch that did not decode) stays out of the chain: the planner would otherwise take the
+     * same cheap path through it at every pull, and never reach a keyframe past it. */
+    uint8_t *kept = NULL;
+    size_t kept_len = 0;
+    int verdict = 0;
+    if (pulse_index_get_record(f->ix, e->rel, &kept, &kept_len, &verdict) == 0) {
+        int refused = verdict == PULSE_VERDICT_REFUSED && kept_len == e->len && !memcmp(kept, e->bytes, kept_len);
+        free(kept);
+        if (refused) {
+            char st[24];
+            u64s(st, sizeof st, e->step);
+            e->err = PULSE_ERR_CORRUPT;
+            snprintf(e->why, sizeof e->why, "step %s: %.160s: refused before (its objects or its patch failed)", st,
+                     e->rel);
+            pulse_record_clear(&e->rec);
+            pulse_store_free(e->bytes);
+            e->bytes = NULL;
+            return pulse_fail(e->err, "%s", e->why);
+        }
+    }
     e->ok = 1;
     return 0;
 }
 
 /* Tensors in memory (pulse_follow_opts.weights) rather than a file. */
+/* Weights in caller memory, or held by an engine: no file, so no journal and no unsynced note. */
 static int in_memory(const pulse_follower *f)
 {
-    return f->o.weights != NULL;
+    return f->o.weights != NULL || f->engine;
 }
 
 static const char *weights_name(const pulse_follower *f)
 {
-    return in_memory(f) ? "(memory)" : f->o.weights_path;
+    return f->engine ? "(engine)" : in_memory(f) ? "(memory)" : f->o.weights_path;
 }
 
 /* A journal protects a file against a crash in the middle of a write; memory does not
@@ -642,6 +671,20 @@ static void untrusted_state(pulse_follower *f, uint64_t step, const uint8_t stat
 static int held_state(pulse_follower *f, listing *l)
 {
     f->have = 0;
+    if (f->engine) {
+        /* Nothing to hash: the engine holds what this state directory last delivered to it,
+         * which a callback that refused a step never changed. */
+        pulse_index_applied a;
+        f->known = 1;
+        if (pulse_index_last_applied(f->ix, f->run, &a) == 0) {
+            f->have = 1;
+            f->step = a.step;
+            memcpy(f->state, a.state, 32);
+            if (!state_trusted(f, l, a.step, a.state))
+                untrusted_state(f, a.step, a.state);
+        }
+        return 0;
+    }
     if (in_memory(f)) {
         /* Only the state this index last applied is recognised: anything else in memory (a
          * fresh model) is replaced from a keyframe, without fetching every record to look. */
@@ -782,7 +825,14 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
     pulse_store_free(data);
     if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
-    if (!r) {
+    if (!r && f->engine) {
+        /* The whole patch is checked before the engine sees any of it: a step is all or nothing. */
+        pulse_sync_step s;
+        sync_step_of(rec, rel, *moved, &s);
+        r = pulse_patch_verify(p, NULL, f->o.threads);
+        if (!r && f->o.on_patch(f->o.engine_ctx, &s, p) != 0)
+            r = pulse_fail(PULSE_ERR_INVALID, "the engine refused step %" PRIu64, rec->step);
+    } else if (!r) {
         /* Not trust_base_id: nothing stops the caller writing its own buffers between pulls. */
         pulse_patch_apply_opts ao;
         pulse_patch_apply_opts_default(&ao);
@@ -909,9 +959,15 @@ static int apply_keyframe_memory(pulse_follower *f, const pulse_record *rec, con
     pulse_ckpt *k = NULL;
     if (!r)
         r = pulse_ckpt_open(&k, path, PULSE_CKPT_READ);
-    if (!r)
+    if (!r && f->engine) {
+        pulse_sync_step s;
+        sync_step_of(rec, rel, *moved, &s);
+        if (f->o.on_keyframe(f->o.engine_ctx, &s, k) != 0)
+            r = pulse_fail(PULSE_ERR_INVALID, "the engine refused keyframe step %" PRIu64, rec->step);
+    } else if (!r) {
         r = same_layout(k, f->o.weights);
-    for (size_t i = 0; !r && i < pulse_ckpt_count(k); i++) {
+    }
+    for (size_t i = 0; !r && !f->engine && i < pulse_ckpt_count(k); i++) {
         const pulse_tensor *src = pulse_ckpt_tensor(k, i);
         const pulse_tensor *dst = pulse_ckpt_find(f->o.weights, src->name);
         if (src->nbytes)
