@@ -211,9 +211,12 @@ PULSE_API uint64_t pulse_patch_tensor_changes(const pulse_patch *p, size_t i);
  * index, values and deltas may each be NULL (not wanted); asking for one the patch cannot
  * give without base, and base NULL, is PULSE_ERR_INVALID naming it (nothing decoded).
  *
- * base, when given, must have the patch's layout (PULSE_ERR_MISMATCH naming the tensor) and
- * BE IN THE PATCH'S BASE STATE: that is the caller's responsibility, no state id is computed
- * here (pulse_ckpt_state_id against pulse_patch_base_id checks it). Its data is read with
+ * base, when given, must have the patch's layout: as many tensors, tensor i with the patch's
+ * name, dtype and shape (PULSE_ERR_MISMATCH naming it; only tensor i is compared, so that a
+ * walk over all tensors stays linear: pulse_patch_verify(p, base, ...) compares the whole
+ * layout once). It must also BE IN THE PATCH'S BASE STATE: that is the caller's
+ * responsibility, no state id is computed here (pulse_ckpt_state_id against
+ * pulse_patch_base_id checks it). Its data is read with
  * byte copies, so a tensor at a misaligned offset in a safetensors file is fine.
  *
  * Every coded chunk of the tensor is read, digest-checked and decoded as pulse_patch_verify

@@ -343,7 +343,25 @@ static void test_layout(const model *old)
     pulse_ckpt *other = NULL;
     CHECK_OK(pulse_ckpt_wrap(&other, mt, NSPECS, PULSE_CKPT_READ));
     upd u;
-    CHECK_ERR(get(p, 1, other, 2, 1, 1, 1, &u), PULSE_ERR_MISMATCH);
+    CHECK_ERR(get(p, 2, other, 2, 1, 1, 1, &u), PULSE_ERR_MISMATCH);
+    CHECK(strstr(pulse_last_error(), "c.f32") != NULL);
+    upd_free(&u);
+    /* Only tensor i is compared (a walk over all tensors stays linear); verify compares all. */
+    CHECK_OK(get(p, 1, other, 2, 1, 1, 1, &u));
+    upd_free(&u);
+    CHECK_ERR(pulse_patch_verify(p, other, 2), PULSE_ERR_MISMATCH);
+    pulse_ckpt_close(&other);
+    /* A tensor less: refused whichever tensor is asked. */
+    CHECK_OK(pulse_ckpt_wrap(&other, mt, NSPECS - 1, PULSE_CKPT_READ));
+    CHECK_ERR(get(p, 0, other, 2, 1, 1, 1, &u), PULSE_ERR_MISMATCH);
+    upd_free(&u);
+    pulse_ckpt_close(&other);
+    /* Another dtype of the same width. */
+    mt[2].shape[0] = 257;
+    mt[2].nbytes = 257 * 4;
+    mt[2].dtype_name = "I32";
+    CHECK_OK(pulse_ckpt_wrap(&other, mt, NSPECS, PULSE_CKPT_READ));
+    CHECK_ERR(get(p, 2, other, 2, 1, 1, 1, &u), PULSE_ERR_MISMATCH);
     CHECK(strstr(pulse_last_error(), "c.f32") != NULL);
     upd_free(&u);
     pulse_ckpt_close(&other);
