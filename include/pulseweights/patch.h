@@ -181,6 +181,54 @@ typedef struct pulse_patch_stats {
 } pulse_patch_stats;
 PULSE_API int pulse_patch_info(const pulse_patch *p, int decode, pulse_patch_stats *st);
 
+/* --- Sparse updates: a step's changes for an engine that owns its tensors ------------ */
+
+/* Changed elements (changed bytes for OPAQUE) of tensor i, from the tensor table: no chunk is
+ * read or decoded. 0 for an unchanged tensor, a NULL p or an i out of range. The same figure
+ * as pulse_patch_tensor_info_get's `changes`. */
+PULSE_API uint64_t pulse_patch_tensor_changes(const pulse_patch *p, size_t i);
+
+/* One tensor's changes in checkpoint coordinates, decoded into the caller's arrays, so that a
+ * serving engine applies a step to its own tensors (GPU memory, a framework's storage)
+ * without pulse reading or writing them. Pull style: the caller allocates every buffer (a
+ * numpy array, a pinned host tensor) and the library fills it in place, nothing is copied
+ * after. Tensor i is in table order (< pulse_patch_tensor_count; names bytewise ascending,
+ * as pulse_patch_tensor_info_get gives them); count = pulse_patch_tensor_changes(p, i), known
+ * without decoding.
+ *
+ * Element-wise tensors (BF16, F16, F32, F8_*), element width w bytes (2, 2, 4, 1):
+ *  - index:  count int64 flat element indices, strictly ascending, global within the tensor;
+ *  - values: count x w bytes, the new bit patterns (little-endian, as in the file);
+ *  - deltas: count x w bytes, the two's-complement bit difference new - old modulo 2^(8w):
+ *    added with wraparound to the old bits gives the new (`w.view(int16)[idx] += d`).
+ *    An abs patch carries values: deltas need base (delta = new - base[idx]). A ulp patch
+ *    carries deltas (un-zigzagged): values need base (base[idx] + delta).
+ * OPAQUE tensors (every other dtype: I64, BOOL, U8, ...) are coded as whole-chunk byte
+ * replacements, so which bytes changed is known only against base: index are byte offsets
+ * into the tensor, values the new bytes, deltas new - old per byte (w = 1), and all three
+ * need base. There the number of bytes that differ from base must be the chunk's count,
+ * else PULSE_ERR_MISMATCH (base is not in the base state).
+ * index, values and deltas may each be NULL (not wanted); asking for one the patch cannot
+ * give without base, and base NULL, is PULSE_ERR_INVALID naming it (nothing decoded).
+ *
+ * base, when given, must have the patch's layout: as many tensors, tensor i with the patch's
+ * name, dtype and shape (PULSE_ERR_MISMATCH naming it; only tensor i is compared, so that a
+ * walk over all tensors stays linear: pulse_patch_verify(p, base, ...) compares the whole
+ * layout once). It must also BE IN THE PATCH'S BASE STATE: that is the caller's
+ * responsibility, no state id is computed here (pulse_ckpt_state_id against
+ * pulse_patch_base_id checks it). Its data is read with
+ * byte copies, so a tensor at a misaligned offset in a safetensors file is fine.
+ *
+ * Every coded chunk of the tensor is read, digest-checked and decoded as pulse_patch_verify
+ * does (PULSE_ERR_CORRUPT, PULSE_ERR_FORMAT, ...), on `threads` threads (0 = all cores), each
+ * chunk filling its own slice of the arrays (memory per thread bounded by the chunk size).
+ * On an error the arrays hold partial output, to be discarded. A step is all-or-nothing and
+ * a later tensor may be damaged when an earlier one is not: call pulse_patch_verify(p, base,
+ * threads) on the whole patch first and deliver nothing to an engine unless it succeeds
+ * (the Python layer, pulseweights.Patch.updates, does exactly this). */
+PULSE_API int pulse_patch_tensor_updates(const pulse_patch *p, size_t i, const pulse_ckpt *base, int threads,
+                                         int64_t *index, void *values, void *deltas);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""pulseweights: Python bindings (ctypes) of libpulseweights: publish and follow weights in memory, PULSELoCo rounds.
+"""pulseweights: Python bindings (ctypes) of libpulseweights: publish and follow weights in memory, sparse updates of a patch, PULSELoCo rounds.
 
 The shared library is found through $PULSE_LIB, else the installed library (its soname), else the
 build directories of the checkout the package sits in. See docs/python.md.
@@ -11,9 +11,11 @@ from ._version import VERSION as __version__
 from .loco import loco_init, loco_round
 from .sync import Follower, Publisher, StepInfo, keygen
 from .tensors import Tensor, as_tensors, state_id
+from .updates import Patch, TensorUpdate, apply_updates
 
 __all__ = ["PulseError", "PulseNotFound", "__version__", "version", "keygen", "Tensor", "as_tensors", "state_id",
-           "Publisher", "Follower", "StepInfo", "loco_init", "loco_round", "lib_path"]
+           "Publisher", "Follower", "StepInfo", "loco_init", "loco_round", "lib_path", "Patch", "TensorUpdate",
+           "apply_updates"]
 
 
 def version() -> str:

@@ -196,6 +196,14 @@ class LocoReport(ctypes.Structure):
                 ("_tail", ctypes.c_uint8 * 256)]
 
 
+class PatchTensorInfo(ctypes.Structure):
+    """pulse_patch_tensor_info (patch.h)."""
+    _fields_ = [("name", c_str), ("dtype_name", c_str), ("dtype", c_int), ("ndim", c_int),
+                ("shape", c_u64 * MAX_DIMS), ("nelems", c_u64), ("changes", c_u64), ("chunks", c_u64),
+                ("coded_chunks", c_u64), ("pos_bytes", c_u64), ("val_bytes", c_u64), ("table_bytes", c_u64),
+                ("entropy_bits", ctypes.c_double)]
+
+
 def _proto(name, restype, *argtypes):
     f = getattr(lib, name)
     f.restype = restype
@@ -210,6 +218,20 @@ last_error = _proto("pulse_last_error", c_str)
 ckpt_wrap = _proto("pulse_ckpt_wrap", c_int, P(c_void), P(MemTensor), c_size, c_int)
 ckpt_close = _proto("pulse_ckpt_close", None, P(c_void))
 ckpt_state_id = _proto("pulse_ckpt_state_id", c_int, c_void, c_int, ctypes.c_uint8 * 32)
+ckpt_open = _proto("pulse_ckpt_open", c_int, P(c_void), c_str, c_int)
+
+patch_open = _proto("pulse_patch_open", c_int, P(c_void), c_str)
+patch_open_mem = _proto("pulse_patch_open_mem", c_int, P(c_void), c_void, c_size)
+patch_close = _proto("pulse_patch_close", None, P(c_void))
+patch_values = _proto("pulse_patch_values", c_int, c_void)
+patch_base_id = _proto("pulse_patch_base_id", c_void, c_void)
+patch_result_id = _proto("pulse_patch_result_id", c_void, c_void)
+patch_tensor_count = _proto("pulse_patch_tensor_count", c_size, c_void)
+patch_verify = _proto("pulse_patch_verify", c_int, c_void, c_void, c_int)
+patch_tensor_info_get = _proto("pulse_patch_tensor_info_get", c_int, c_void, c_size, c_int, P(PatchTensorInfo))
+patch_tensor_changes = _proto("pulse_patch_tensor_changes", c_u64, c_void, c_size)
+patch_tensor_updates = _proto("pulse_patch_tensor_updates", c_int, c_void, c_size, c_void, c_int, c_void, c_void,
+                              c_void)
 
 key_generate = _proto("pulse_key_generate", c_int, P(c_void))
 key_free = _proto("pulse_key_free", None, P(c_void))
