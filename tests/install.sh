@@ -59,11 +59,18 @@ fi
 # The static archive alone: -l:libpulseweights.a in place of -lpulseweights (which picks the .so),
 # with its Libs.private and the dependencies from --static. Every internal reference must resolve
 # inside the archive, and the program must not need libpulseweights.so.
+# A sanitized build's archive holds instrumented code: the program links the sanitizer's runtime too.
+sanitize=$(meson introspect --buildoptions "$build" | tr -d ' \n' | grep -o '{"name":"b_sanitize","value":"[a-z,]*"' || true)
+sanitize=${sanitize##*:}
+san_flags=()
+if [ -n "$sanitize" ] && [ "$sanitize" != '"none"' ]; then
+  san_flags=("-fsanitize=$(tr -d '"' <<<"$sanitize")")
+fi
 static_link() {  # LIBS...: links $tmp/use-static, -lpulseweights taken from the archive
   local libs=" $* "
   # shellcheck disable=SC2046,SC2086
-  cc -o "$tmp/use-static" "$tmp/use.c" $(pkg-config --cflags pulseweights) ${libs/ -lpulseweights / -l:libpulseweights.a } \
-    2>"$tmp/cc-static.log"
+  cc "${san_flags[@]}" -o "$tmp/use-static" "$tmp/use.c" $(pkg-config --cflags pulseweights) \
+    ${libs/ -lpulseweights / -l:libpulseweights.a } 2>"$tmp/cc-static.log"
 }
 linked=0
 # shellcheck disable=SC2046
@@ -127,8 +134,6 @@ else
   fi
   # A sanitized library cannot be loaded into an uninstrumented python3 (its runtime must come
   # first): the import is checked on unsanitized builds only.
-  sanitize=$(meson introspect --buildoptions "$build" | tr -d ' \n' | grep -o '{"name":"b_sanitize","value":"[a-z,]*"' || true)
-  sanitize=${sanitize##*:}
   if [ -n "$sanitize" ] && [ "$sanitize" != '"none"' ]; then
     echo "install: python import not checked in a sanitized build ($sanitize)"
   else

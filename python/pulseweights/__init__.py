@@ -12,10 +12,11 @@ from .loco import loco_init, loco_round
 from .sync import Follower, Publisher, StepInfo, keygen
 from .tensors import Tensor, as_tensors, state_id
 from .updates import Patch, TensorUpdate, apply_updates
+from .engine import EngineFollower
 
 __all__ = ["PulseError", "PulseNotFound", "__version__", "version", "keygen", "Tensor", "as_tensors", "state_id",
            "Publisher", "Follower", "StepInfo", "loco_init", "loco_round", "lib_path", "Patch", "TensorUpdate",
-           "apply_updates"]
+           "apply_updates", "EngineFollower"]
 
 
 def version() -> str:
