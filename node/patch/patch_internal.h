@@ -456,6 +456,9 @@ int patch_run_pass1(const pulse_patch *p, int threads, patch_cache *cache);
 int patch_run_pass2(const pulse_patch *p, pulse_ckpt *target, int threads, const patch_cache *cache);
 
 /* Layout equality of a patch tensor and a checkpoint tensor (MISMATCH naming it). */
+/* One tensor of the patch against the checkpoint's at the same place: name, dtype, shape
+ * (PULSE_ERR_MISMATCH naming it). */
+int patch_check_tensor_layout(const patch_tensor *pt, const pulse_tensor *ct);
 int patch_check_layout(const pulse_patch *p, const pulse_ckpt *c);
 
 #endif

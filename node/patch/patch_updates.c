@@ -121,20 +121,7 @@ static int check_tensor_layout(const pulse_patch *p, size_t i, const pulse_ckpt 
     if (pulse_ckpt_count(base) != p->ntensors)
         return pulse_fail(PULSE_ERR_MISMATCH, "layout changed: %zu tensors in the patch, %zu in the checkpoint",
                           p->ntensors, pulse_ckpt_count(base));
-    const pulse_tensor *ct = pulse_ckpt_tensor(base, i);
-    if (strcmp(pt->name, ct->name) != 0)
-        return pulse_fail(PULSE_ERR_MISMATCH, "layout changed: tensor %s is not in the %s",
-                          strcmp(pt->name, ct->name) < 0 ? pt->name : ct->name,
-                          strcmp(pt->name, ct->name) < 0 ? "checkpoint" : "patch");
-    unsigned unit = patch_dtype_unit(ct->dtype);
-    if (strcmp(pt->dtype_name, ct->dtype_name) != 0 || pt->elem_size != ct->elem_size
-        || pt->dtype != (unit ? ct->dtype : PULSE_DT_OPAQUE))
-        return pulse_fail(PULSE_ERR_MISMATCH, "layout changed: tensor %s dtype %s in the patch, %s in the checkpoint",
-                          pt->name, pt->dtype_name, ct->dtype_name);
-    if (pt->ndim != ct->ndim || memcmp(pt->shape, ct->shape, sizeof pt->shape[0] * (size_t)pt->ndim) != 0
-        || pt->units * pt->unit != ct->nbytes)
-        return pulse_fail(PULSE_ERR_MISMATCH, "layout changed: tensor %s shape differs", pt->name);
-    return 0;
+    return patch_check_tensor_layout(pt, pulse_ckpt_tensor(base, i));
 }
 
 uint64_t pulse_patch_tensor_changes(const pulse_patch *p, size_t i)
