@@ -175,16 +175,22 @@ static void utc(uint64_t t, char *buf, size_t cap)
 }
 
 /* The patch check the audit runs on every `patch` object: its own header names the record's
- * base and result, and every chunk decodes and matches its digest. Lives here, not in
+ * base and result, and every chunk decodes and matches its digest (of a `patch-index` object,
+ * the head: it names them too). Lives here, not in
  * manifest/, because the patch codec is in node/ (arrows point one way). */
 static int check_patch_object(void *ctx, const pulse_record *r, const pulse_record_object *o, const void *bytes,
                               size_t len)
 {
     (void)ctx;
-    if (strcmp(o->role, "patch"))
+    const int head = !strcmp(o->role, "patch-index");
+    if (strcmp(o->role, "patch") && !head)
         return 0;
+    /* A patch-index object is the patch's head: it must open as the head of a patch of the size
+     * the record gives its patch, and name the same states. */
+    if (head && (r->n_objects < 1 || strcmp(r->objects[0].role, "patch")))
+        return pulse_fail(PULSE_ERR_FORMAT, "a patch-index object without its patch");
     pulse_patch *p = NULL;
-    int rc = pulse_patch_open_mem(&p, bytes, len);
+    int rc = head ? pulse_patch_open_head(&p, bytes, len, r->objects[0].size) : pulse_patch_open_mem(&p, bytes, len);
     if (rc)
         return rc;  /* the detail says why */
     char pb[17], pr[17], rb[17], rr[17];

@@ -30,6 +30,8 @@ static void usage(FILE *f)
         "  --keyframe      also publish a keyframe of this step\n"
         "  --values CODE   ulp (default) or abs\n"
         "  --threads N     threads (default: all cores)\n"
+        "  --chunk N       elements per patch chunk (default 1M; K/M suffixes): the unit a follower\n"
+        "                  holding slices fetches (docs/serving.md)\n"
         "On a terminal, a keyframe's upload shows bytes done, rate and ETA on stderr.\n"
         "\n"
         "  --json          print one JSON object instead of the line: step, kind, record, base and\n"
@@ -85,6 +87,10 @@ int cmd_publish(int argc, char **argv)
             if (cli_parse_u64(val, &v) || v < 1 || v > 1024)
                 return cli_usage_error("publish", "--threads wants a number from 1 to 1024");
             o.threads = (int)v;
+        } else if (!strcmp(a, "--chunk")) {
+            if (cli_parse_u64(val, &v) || v < 1 || v > PULSE_PATCH_MAX_CHUNK)
+                return cli_usage_error("publish", "--chunk wants a number from 1 to %u", PULSE_PATCH_MAX_CHUNK);
+            o.chunk_elems = (uint32_t)v;
         } else {
             return cli_usage_error("publish", "unknown option '%s'", a);
         }

@@ -229,6 +229,48 @@ PULSE_API uint64_t pulse_patch_tensor_changes(const pulse_patch *p, size_t i);
 PULSE_API int pulse_patch_tensor_updates(const pulse_patch *p, size_t i, const pulse_ckpt *base, int threads,
                                          int64_t *index, void *values, void *deltas);
 
+/* --- Slices: the part of a patch a reader holding part of each tensor needs -------------- */
+
+/* Opens a patch from its head alone: the first pulse_patch_head_bytes bytes (header, tensor
+ * table, header digest), which a sync publisher also uploads as an object of its own (role
+ * "patch-index", docs/sync.md) so that its digest in the signed record binds the chunk table.
+ * patch_bytes is the whole patch's size (the record's figure for the "patch" object); head_len
+ * must be exactly the head. Every check pulse_patch_open makes of a head is made.
+ * No chunk is present yet. A reader marks the element ranges it holds (pulse_patch_want),
+ * fetches the byte ranges pulse_patch_missing lists (ranged GETs of the patch object) and hands
+ * them in (pulse_patch_supply), each chunk checked against its digest in the table. On such a
+ * sliced patch, pulse_patch_verify checks the chunks present, pulse_patch_tensor_changes counts
+ * and pulse_patch_tensor_updates gives only theirs (changes just outside the ranges asked for
+ * come with them: a chunk is the unit), reading an absent chunk is PULSE_ERR_INVALID naming
+ * it, and apply and squash refuse it. Not for use from several threads while supplying. */
+PULSE_API int pulse_patch_open_head(pulse_patch **out, const void *head, size_t head_len, uint64_t patch_bytes);
+/* Bytes of the head (fixed header, tensor table, digest): where the data section starts. */
+PULSE_API uint64_t pulse_patch_head_bytes(const pulse_patch *p);
+/* Nonzero for a patch opened with pulse_patch_open_head. */
+PULSE_API int pulse_patch_is_sliced(const pulse_patch *p);
+/* Sets *i to the table position of the tensor called name; PULSE_ERR_NOTFOUND naming it. */
+PULSE_API int pulse_patch_tensor_find(const pulse_patch *p, const char *name, size_t *i);
+/* Marks as wanted the coded chunks of tensor i that hold any of its flat elements [start, stop)
+ * (OPAQUE and packed sub-byte tensors: all of them). A range that is empty or beyond the
+ * tensor is PULSE_ERR_MISMATCH naming it; a patch that is not sliced, PULSE_ERR_INVALID. */
+PULSE_API int pulse_patch_want(pulse_patch *p, size_t i, uint64_t start, uint64_t stop);
+
+typedef struct pulse_patch_range {
+    uint64_t offset;    /* from the start of the patch */
+    uint64_t length;
+} pulse_patch_range;
+
+/* The byte ranges of the patch holding wanted chunks not yet present, ascending, neighbouring
+ * chunks merged while a range stays within max_bytes (0: 8 MiB). Writes the first cap of them
+ * to out and returns how many there are (0 for a patch that is not sliced). */
+PULSE_API size_t pulse_patch_missing(const pulse_patch *p, uint64_t max_bytes, pulse_patch_range *out, size_t cap);
+/* Hands in len bytes of the patch starting at offset: whole coded chunks (a range
+ * pulse_patch_missing listed, or any run of neighbouring chunks), each checked against its
+ * digest, then copied and made present. PULSE_ERR_INVALID for a range that does not start and
+ * end on chunks, PULSE_ERR_CORRUPT naming the tensor and chunk whose digest fails; either way
+ * nothing is added. */
+PULSE_API int pulse_patch_supply(pulse_patch *p, uint64_t offset, const void *bytes, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,6 +54,10 @@ typedef struct pulse_publish_opts {
      * uploaded (every 8 chunks): DONE bytes of the checkpoint of TOTAL. For progress meters. */
     void (*on_progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
+    /* Elements per patch chunk (1..PULSE_PATCH_MAX_CHUNK); 0, the default: 2^20. The chunk is
+     * the unit a follower holding slices fetches (docs/serving.md "Slices"): smaller chunks cut
+     * a tensor-parallel rank's bytes closer to its share, at ~52 bytes of table a coded chunk. */
+    uint32_t chunk_elems;
 } pulse_publish_opts;
 
 PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o);
@@ -139,7 +143,25 @@ typedef struct pulse_follow_opts {
     int (*on_patch)(void *ctx, const pulse_sync_step *step, const pulse_patch *p);
     int (*on_keyframe)(void *ctx, const pulse_sync_step *step, const pulse_ckpt *keyframe);
     void *engine_ctx;
+    /* With on_patch: the parts of tensors the engine holds, n_slices of them (copied at open);
+     * NULL, the default: every tensor whole. A tensor-parallel rank names its row range of each
+     * tensor as flat elements (a column range as one range per row); an expert-parallel rank
+     * names only its experts' tensors. Each patch step then fetches the patch's head, checked
+     * against the signed record (object "patch-index"), and only the chunks that hold the named
+     * elements, by ranged GETs of the patch object, each checked against its digest in the head:
+     * on_patch gets a sliced patch (pulse_patch_open_head) holding just those chunks, checked
+     * and decoded in full. A slice naming a tensor the run does not have, or elements beyond
+     * one, refuses the step by name before any chunk is fetched. A record without the head
+     * object (an older publisher) is fetched whole. Keyframes are always whole. */
+    const struct pulse_slice *slices;
+    size_t n_slices;
 } pulse_follow_opts;
+
+/* Flat elements [start, stop) of the tensor called `tensor`, in checkpoint coordinates. */
+typedef struct pulse_slice {
+    const char *tensor;
+    uint64_t start, stop;
+} pulse_slice;
 
 PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o);
 

@@ -307,9 +307,13 @@ int pulse_patch_verify(const pulse_patch *p, const pulse_ckpt *base, int threads
     if (!p)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_verify: NULL patch");
     int err = base ? patch_check_layout(p, base) : 0;
-    if (err)
+    if (err || atomic_load_explicit(&p->verified, memory_order_acquire))
         return err;
-    return patch_run_chunks(p, NULL, 0, threads);
+    err = p->present ? patch_slice_verify(p, threads) : patch_run_chunks(p, NULL, 0, threads);
+    /* The field caches a fact about bytes nobody else can change; the handle stays logically const. */
+    if (!err && p->fd < 0)
+        atomic_store_explicit(&((pulse_patch *)p)->verified, 1, memory_order_release);
+    return err;
 }
 
 void pulse_patch_apply_opts_default(pulse_patch_apply_opts *o)
@@ -338,6 +342,9 @@ int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, const pulse_p
     }
     if (!p || !target)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_apply: NULL argument");
+    if (p->present)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_apply: a sliced patch (its head and some chunks) cannot "
+                          "be applied to a whole checkpoint");
     /* A read-only mapping would fault on the first store; a read-only wrap of caller memory
      * would be written behind its owner's back. */
     if (!(target->flags & PULSE_CKPT_WRITE))

@@ -78,7 +78,29 @@ struct pulse_patch {
     const uint8_t *data;    /* the data section, in memory only (NULL for a file) */
     uint64_t data_len;
     uint64_t header_bytes;
+    /* A sliced patch (pulse_patch_open_head, patch_slice.c): only the head is held, and each
+     * coded chunk's bytes once supplied (digest checked then), else NULL. NULL otherwise. */
+    const uint8_t **present;
+    uint8_t *wanted;        /* sliced: per coded chunk, marked by pulse_patch_want */
+    uint8_t **held;         /* sliced: the supplied ranges, owned */
+    size_t nheld;
+    /* Every chunk's digest and coding checked once (pulse_patch_verify) on bytes only this
+     * handle holds (in memory): they cannot change, so later checks of the same bytes are
+     * skipped. Never set for a patch read from a file, which can change between reads. */
+    atomic_int verified;
 };
+
+/* A sliced patch's chunk k (in p->chunks) was not supplied: decoding it is refused, the walks
+ * over "all" chunks (verify, updates) skip it. */
+static inline int patch_chunk_absent(const pulse_patch *p, size_t k)
+{
+    return p->present && !p->present[k];
+}
+
+/* Checks and decodes every present chunk of a sliced patch (pulse_patch_verify's pass). */
+int patch_slice_verify(const pulse_patch *p, int threads);
+/* Frees what a sliced patch holds beyond an open patch (pulse_patch_close). */
+void patch_slice_free(pulse_patch *p);
 
 /* Bytes per unit of a dtype coded element-wise; 0 for OPAQUE. */
 unsigned patch_dtype_unit(pulse_dtype dt);

@@ -369,6 +369,40 @@ int pulse_patch_open_mem(pulse_patch **out, const void *buf, size_t len)
     return open_owned(out, copy, len, len, -1);
 }
 
+int pulse_patch_open_head(pulse_patch **out, const void *head, size_t head_len, uint64_t patch_bytes)
+{
+    if (!out || !head)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_open_head: NULL argument");
+    *out = NULL;
+    if (patch_bytes > PULSE_PATCH_MAX_BYTES || head_len > patch_bytes)
+        return pulse_fail(PULSE_ERR_LIMIT, "patch head of %zu bytes for a %llu-byte patch", head_len,
+                          (unsigned long long)patch_bytes);
+    uint8_t *copy = malloc(head_len ? head_len : 1);
+    if (!copy)
+        return pulse_fail(PULSE_ERR_NOMEM, "patch head of %zu bytes", head_len);
+    memcpy(copy, head, head_len);
+    pulse_patch *p = NULL;
+    int err = open_owned(&p, copy, head_len, (size_t)patch_bytes, -1);
+    if (err)
+        return err;
+    /* Exactly the head: a longer buffer would be data this handle does not track. */
+    if (head_len != p->header_bytes) {
+        err = pulse_fail(PULSE_ERR_FORMAT, "patch head of %zu bytes, its header declares %llu", head_len,
+                         (unsigned long long)p->header_bytes);
+        pulse_patch_close(&p);
+        return err;
+    }
+    p->data = NULL;
+    p->present = calloc(p->nchunks ? p->nchunks : 1, sizeof *p->present);
+    p->wanted = calloc(p->nchunks ? p->nchunks : 1, 1);
+    if (!p->present || !p->wanted) {
+        pulse_patch_close(&p);
+        return pulse_fail(PULSE_ERR_NOMEM, "sliced patch tables");
+    }
+    *out = p;
+    return 0;
+}
+
 /* Reads exactly n bytes at off; PULSE_ERR_IO when the file ends first. */
 static int pread_full(int fd, uint8_t *dst, size_t n, uint64_t off)
 {
@@ -451,6 +485,12 @@ static int chunk_read(const pulse_patch *p, const patch_chunk *c, uint8_t **buf,
                       const uint8_t **bytes)
 {
     size_t n = patch_chunk_coded(c);
+    if (p->present) {
+        *bytes = p->present[c - p->chunks];
+        return *bytes ? 0 : pulse_fail(PULSE_ERR_INVALID, "tensor %s chunk %llu: not fetched (a sliced patch holds "
+                                       "only the chunks supplied to it)", p->tensors[c->tensor].name,
+                                       (unsigned long long)c->index);
+    }
     if (p->fd < 0) {
         *bytes = p->data + c->offset;
         return 0;
@@ -483,7 +523,9 @@ int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch 
     int err = chunk_read(p, c, &s->in, &s->in_cap, bytes);
     if (err)
         return err;
-    if (check || p->fd >= 0) {   /* a file can change between reads: every copy is checked */
+    /* A file can change between reads: every copy is checked. Bytes in memory are checked
+     * until a verify pass has checked them all. */
+    if ((check && !atomic_load_explicit(&p->verified, memory_order_relaxed)) || p->fd >= 0) {
         uint8_t digest[32];
         pulse_sha256(*bytes, patch_chunk_coded(c), digest);
         if (memcmp(digest, c->digest, 32) != 0)
@@ -494,8 +536,14 @@ int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch 
 
 int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, const uint8_t *bytes[])
 {
-    if (n == 1)
-        return patch_chunk_bytes(p, &p->chunks[first], s, 1, bytes);
+    if (n == 1 || p->present) {   /* a sliced patch's chunks lie wherever they were supplied */
+        for (size_t i = 0; i < n; i++) {
+            int err = patch_chunk_bytes(p, &p->chunks[first + i], s, 1, &bytes[i]);
+            if (err)
+                return err;
+        }
+        return 0;
+    }
     const patch_chunk *a = &p->chunks[first], *z = &p->chunks[first + n - 1];
     size_t span = (size_t)(z->offset - a->offset) + patch_chunk_coded(z);
     const uint8_t *base = p->data + a->offset;
@@ -542,6 +590,7 @@ void pulse_patch_close(pulse_patch **pp)
     free(p->tensors);
     free(p->chunks);
     free(p->metadata);
+    patch_slice_free(p);
     free(p->buf);
     if (p->fd >= 0)
         close(p->fd);
@@ -555,3 +604,5 @@ const uint8_t *pulse_patch_result_id(const pulse_patch *p) { return p->result_id
 uint32_t pulse_patch_chunk_elems(const pulse_patch *p) { return p->chunk_elems; }
 uint32_t pulse_patch_version(const pulse_patch *p) { return p->version; }
 size_t pulse_patch_tensor_count(const pulse_patch *p) { return p->ntensors; }
+uint64_t pulse_patch_head_bytes(const pulse_patch *p) { return p->header_bytes; }
+int pulse_patch_is_sliced(const pulse_patch *p) { return p->present != NULL; }

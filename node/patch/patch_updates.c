@@ -90,6 +90,8 @@ static int updates_chunk(void *ctx, size_t i)
 {
     updates_job *j = ctx;
     const patch_chunk *c = &j->p->chunks[j->t->first_coded + i];
+    if (patch_chunk_absent(j->p, j->t->first_coded + i))
+        return 0;
     int err = 0;
     patch_scratch *s = patch_pool_take(&j->pool, &err);
     if (!s)
@@ -126,7 +128,15 @@ static int check_tensor_layout(const pulse_patch *p, size_t i, const pulse_ckpt 
 
 uint64_t pulse_patch_tensor_changes(const pulse_patch *p, size_t i)
 {
-    return p && i < p->ntensors ? p->tensors[i].changes : 0;
+    if (!p || i >= p->ntensors)
+        return 0;
+    const patch_tensor *t = &p->tensors[i];
+    if (!p->present)
+        return t->changes;
+    uint64_t n = 0;   /* a sliced patch: the changes of the chunks it holds */
+    for (size_t c = t->first_coded; c < t->first_coded + t->ncoded; c++)
+        n += patch_chunk_absent(p, c) ? 0 : p->chunks[c].count;
+    return n;
 }
 
 int pulse_patch_tensor_updates(const pulse_patch *p, size_t i, const pulse_ckpt *base, int threads,
@@ -165,11 +175,12 @@ int pulse_patch_tensor_updates(const pulse_patch *p, size_t i, const pulse_ckpt 
     if (!out_at)
         return pulse_fail(PULSE_ERR_NOMEM, "tensor %s: %zu chunk offsets", t->name, t->ncoded);
     /* Each chunk's slice of the output: the prefix sums of the chunk counts (open checked that
-     * they add up to the tensor's changes). */
+     * they add up to the tensor's changes; a sliced patch's absent chunks take no slots). */
     uint64_t sum = 0;
     for (size_t c = 0; c < t->ncoded; c++) {
         out_at[c] = sum;
-        sum += p->chunks[t->first_coded + c].count;
+        if (!patch_chunk_absent(p, t->first_coded + c))
+            sum += p->chunks[t->first_coded + c].count;
     }
     j.out_at = out_at;
     int err = patch_pool_init(&j.pool, threads, p->chunk_elems, 0);

@@ -19,6 +19,7 @@
 #include "node/sync/events.h"
 #include "node/sync/follow_internal.h"
 #include "node/sync/journal.h"
+#include "node/sync/slices.h"
 #include "node/sync/sync_internal.h"
 #include "node/sync/unsynced.h"
 #include "pulseweights/manifest.h"
@@ -35,6 +36,7 @@ struct pulse_follower {
     uint8_t state[32];
     int recovered;             /* the journal was looked at */
     int engine;                /* weights held by an engine: on_patch / on_keyframe */
+    sync_slices slices;        /* the engine's parts of tensors; none: all of every tensor */
     int stopped;               /* the on_step callback asked to stop */
     unsigned max_behind;
     int log;
@@ -137,6 +139,7 @@ PULSE_API void pulse_follower_close(pulse_follower **pf)
     state_dir_close(&f->dir);
     free(f->pend);
     free(f->run);
+    sync_slices_free(&f->slices);
     free(f);
     *pf = NULL;
 }
@@ -196,9 +199,20 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     f->o.size = sizeof f->o;
     f->o.weights = weights;
     f->engine = engine;
+    int has_slices = opts->size >= offsetof(pulse_follow_opts, n_slices) + sizeof opts->n_slices && opts->n_slices;
+    int r = has_slices && !engine ? pulse_fail(PULSE_ERR_INVALID, "slices are for a follower of engine-held weights "
+                                               "(on_patch): weights pulse holds are whole")
+                                  : has_slices ? sync_slices_copy(&f->slices, opts->slices, opts->n_slices) : 0;
+    f->o.slices = NULL;   /* the copy in f->slices is the one used */
+    f->o.n_slices = 0;
+    if (r) {
+        free(f->run);
+        free(f);
+        return r;
+    }
     f->max_behind = FOLLOW_DEFAULT_MAX_BEHIND;
     f->dir.fd = -1;
-    int r = state_dir_open(opts->state_dir, &f->dir);
+    r = state_dir_open(opts->state_dir, &f->dir);
     if (!r && opts->weights_path)
         r = unsynced_open(&f->note, opts->state_dir);
     if (!r)
@@ -817,12 +831,17 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
  * 100M parameters at 5 % changed, one core, for nothing.) */
 static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
-    void *data = NULL;
-    int r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
     pulse_patch *p = NULL;
-    if (!r)
-        r = pulse_patch_open_mem(&p, data, rec->objects[0].size);
-    pulse_store_free(data);
+    int r;
+    if (f->slices.n && rec->n_objects == 2) {
+        r = sync_fetch_patch_slices(f->st, f->run, rec, &f->slices, &p, moved);
+    } else {
+        void *data = NULL;
+        r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
+        if (!r)
+            r = pulse_patch_open_mem(&p, data, rec->objects[0].size);
+        pulse_store_free(data);
+    }
     if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
     if (!r && f->engine) {
@@ -852,8 +871,10 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
 
 static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
-    if (rec->n_objects != 1 || strcmp(rec->objects[0].role, "patch") != 0)
-        return pulse_fail(PULSE_ERR_FORMAT, "sync-patch record names %u objects, wanted one 'patch'", rec->n_objects);
+    if (rec->n_objects < 1 || rec->n_objects > 2 || strcmp(rec->objects[0].role, "patch") != 0
+        || (rec->n_objects == 2 && strcmp(rec->objects[1].role, SYNC_PATCH_INDEX_ROLE) != 0))
+        return pulse_fail(PULSE_ERR_FORMAT, "sync-patch record names %u objects, wanted a 'patch' and at most "
+                          "its '" SYNC_PATCH_INDEX_ROLE "'", rec->n_objects);
     if (memcmp(rec->base, f->state, 32) != 0)
         return pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold");
     if (in_memory(f))

@@ -129,6 +129,10 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     int bad = pulse_check_run(opts->run);
     if (bad)
         return bad;
+    if (opts->size >= offsetof(pulse_publish_opts, chunk_elems) + sizeof opts->chunk_elems &&
+        opts->chunk_elems > PULSE_PATCH_MAX_CHUNK)
+        return pulse_fail(PULSE_ERR_INVALID, "publisher chunk size %u elements: at most %u", opts->chunk_elems,
+                          PULSE_PATCH_MAX_CHUNK);
     pulse_publisher *p = calloc(1, sizeof *p);
     if (!p)
         return pulse_fail(PULSE_ERR_NOMEM, "publisher");
@@ -229,6 +233,8 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
     d.scratch = 1;
     if (p->o.zstd_level > 0)
         d.zstd_level = p->o.zstd_level;
+    if (p->o.chunk_elems)
+        d.chunk_elems = p->o.chunk_elems;
     int r = pulse_patch_diff(last, c, &d, path);
     pulse_patch *patch = NULL;
     if (!r)
@@ -249,16 +255,23 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
     }
     if (f)
         fclose(f);
-    sync_blob blob = { .data = buf, .len = (size_t)stats.file_bytes };
+    /* The patch, and its head again as an object of its own: the record's digest of the head
+     * binds the chunk table, so a follower holding part of each tensor can check the table,
+     * then fetch only its chunks by range and check each against its digest there. */
+    sync_blob blob[2] = { { .data = buf, .len = (size_t)stats.file_bytes },
+                          { .data = buf, .len = (size_t)stats.header_bytes } };
     if (!r) {
-        pulse_sha256(buf, blob.len, blob.digest);
-        r = sync_put_objects(p->st, p->run, &blob, 1, &s->moved_bytes);
+        pulse_sha256(buf, blob[0].len, blob[0].digest);
+        pulse_sha256(buf, blob[1].len, blob[1].digest);
+        r = sync_put_objects(p->st, p->run, blob, 2, &s->moved_bytes);
     }
     if (!r)
-        r = pulse_record_add_object(rec, blob.digest, blob.len, "patch", "", 0, 0);
+        r = pulse_record_add_object(rec, blob[0].digest, blob[0].len, "patch", "", 0, 0);
+    if (!r)
+        r = pulse_record_add_object(rec, blob[1].digest, blob[1].len, SYNC_PATCH_INDEX_ROLE, "", 0, 0);
     if (!r) {
         rec->changes = stats.changes + stats.opaque_changes;
-        rec->patch_bytes = blob.len;
+        rec->patch_bytes = blob[0].len + blob[1].len;
     }
     free(buf);
     unlink(path);

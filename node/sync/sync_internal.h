@@ -13,6 +13,12 @@
 
 #define SYNC_KEY_MAX 512
 
+/* A sync-patch record names its patch (role "patch"), then the patch's head (header, tensor
+ * table, digest) as an object of this role, so a follower holding slices can fetch the table
+ * alone, checked against the signed record, then only its chunks by range. Records without the
+ * head object (older publishers) are still followed; slices then fetch the whole patch. */
+#define SYNC_PATCH_INDEX_ROLE "patch-index"
+
 /* "<run>/objects/<hex>". */
 int sync_object_key(const char *run, const uint8_t digest[32], char out[SYNC_KEY_MAX]);
 /* "<run>/<rel>" for a key relative to the run (a record key, "heads/sync/<node>"). */

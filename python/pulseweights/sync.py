@@ -57,10 +57,11 @@ def keygen(path_prefix: PathLike, comment: str = "") -> str:
 class Publisher(_lib.Closeable):
     """Signs and publishes checkpoints of a run (docs/sync.md). One publisher per run and key;
     STATE_DIR keeps its index and the last published state (the next diff's base), synced to disk
-    by sync() and close(), or after every publish with durable=True."""
+    by sync() and close(), or after every publish with durable=True. chunk_elems: elements per
+    patch chunk (0: 2^20), the unit a follower holding slices fetches (docs/serving.md)."""
 
     def __init__(self, store: str, run: str, key: PathLike, state_dir: PathLike, values: str = "ulp",
-                 threads: int = 0, zstd_level: int = 0, durable: bool = False) -> None:
+                 threads: int = 0, zstd_level: int = 0, durable: bool = False, chunk_elems: int = 0) -> None:
         self._p = ctypes.c_void_p()
         if values not in _VALUES:
             raise ValueError("values must be 'ulp' or 'abs', not %r" % (values,))
@@ -74,6 +75,7 @@ class Publisher(_lib.Closeable):
         o.threads = int(threads)
         o.zstd_level = int(zstd_level)
         o.durable = 1 if durable else 0
+        o.chunk_elems = int(chunk_elems)   # elements per patch chunk, the unit a slice follower fetches; 0: 2^20
         _lib.check(_lib.publisher_open(ctypes.byref(self._p), ctypes.byref(o)))
 
     def _handle(self):

@@ -171,19 +171,25 @@ static int list_objects(const char *run_dir, char names[][300], int cap)
     return n;
 }
 
-/* Flips a byte near the end of the one object that is in AFTER and not in BEFORE. */
+/* Flips a byte near the end of the largest object that is in AFTER and not in BEFORE (a step
+ * adds its patch and the patch's head; the follower of whole tensors reads the patch). */
 static void corrupt_added_object(const char *run_dir, char before[][300], int nb, char after[][300], int na)
 {
     const char *added = NULL;
-    for (int i = 0; i < na && !added; i++) {
+    long most = -1;
+    char p[1024];
+    for (int i = 0; i < na; i++) {
         int seen = 0;
         for (int j = 0; j < nb; j++)
             seen |= !strcmp(after[i], before[j]);
-        if (!seen)
+        struct stat st;
+        snprintf(p, sizeof p, "%.400s/objects/%.300s", run_dir, after[i]);
+        if (!seen && stat(p, &st) == 0 && st.st_size > most) {
+            most = st.st_size;
             added = after[i];
+        }
     }
     CHECK(added != NULL);
-    char p[1024];
     snprintf(p, sizeof p, "%.400s/objects/%.300s", run_dir, added ? added : "none");
     FILE *fp = fopen(p, "r+b");
     CHECK(fp != NULL);
@@ -268,7 +274,7 @@ int main(void)
     train(&trainer);
     CHECK_OK(pulse_publisher_publish_ckpt(pub, ct, -1, 0, &s));
     int na = list_objects(run_dir, objs_after, 64);
-    CHECK_EQ_INT(na, nb + 1);
+    CHECK_EQ_INT(na, nb + 2);   /* the patch and its head */
     corrupt_added_object(run_dir, objs_before, nb, objs_after, na);
     model before = e.w;
     int patches = e.patches;
