@@ -35,12 +35,13 @@ def main():
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--whole", action="store_true", help="fetch whole patches (no slices), to compare")
     a = ap.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % a.port, rank=a.rank, world_size=a.tp)
     layout = fused.llama_tp_layout(tp=a.tp, rank=a.rank, **llama_tp.CONFIG)
     params = {}              # this rank's engine parameters: fused, sharded, BF16; nothing else is held
-    stats = {"applied_ms": 0.0, "changes": 0}
+    stats = {"applied_ms": 0.0, "changes": 0, "head": 0}
 
     def on_keyframe(step, path):
         t0 = time.time()
@@ -53,14 +54,17 @@ def main():
 
     def on_patch(step, patch):
         t0 = time.time()
+        stats["head"] = patch.head_bytes
         ups = patch.updates(want=("index", "deltas") if patch.values == "ulp" else ("index", "values"))
         written = fused.apply_updates(params, ups, layout)
         stats["applied_ms"] = 1e3 * (time.time() - t0)
         stats["changes"] = sum(written.values())
 
+    # Only this rank's part of each tensor is fetched: the patch's head, then the chunks that hold
+    # its rows (its columns of o_proj / down_proj span every chunk of those tensors).
     follower = EngineFollower(a.store, a.run, a.trust, a.state, on_patch=on_patch, on_keyframe=on_keyframe,
-                              threads=1)
-    held, fetched = -1, []
+                              threads=1, slices=None if a.whole else fused.slices(layout))
+    held, fetched, sizes = -1, [], []
     deadline = time.time() + a.timeout
     while True:
         done = os.path.exists(os.path.join(a.work, "done"))
@@ -80,6 +84,12 @@ def main():
                 return 1
             moved = sum(s.moved_bytes for s in follower.steps)
             fetched.append((step, moved, info.object_bytes, info.kind))
+            patch_size = info.object_bytes - stats["head"]   # the record's objects: the patch and its head
+            got = ("%d bytes of a %d-byte patch" % (moved, patch_size) if info.kind == "patch"
+                   else "%d bytes (%s)" % (moved, info.kind))
+            if info.kind == "patch":
+                sizes.append(patch_size)
+
             dist.barrier()
             tokens = llama_tp.TPModel(params, a.tp, a.rank).generate(PROMPT, 6)
             gathered = [None] * a.tp
@@ -89,8 +99,8 @@ def main():
                       file=sys.stderr, flush=True)
                 return 1
             what = ("keyframe loaded" if stats["changes"] < 0 else "%d changes applied" % stats["changes"])
-            print("rank %d step %d: fetched %d bytes (%s), %s in %.1f ms, shards bit-identical, generated %s"
-                  % (a.rank, step, moved, info.kind, what, stats["applied_ms"], tokens), flush=True)
+            print("rank %d step %d: fetched %s, %s in %.1f ms, shards bit-identical, generated %s"
+                  % (a.rank, step, got, what, stats["applied_ms"], tokens), flush=True)
             held = step
             with open(os.path.join(a.work, "ack-%d-%d" % (a.rank, step)), "w"):
                 pass
@@ -104,7 +114,7 @@ def main():
     follower.close()
     patches = [m for s, m, o, k in fetched if k == "patch"]
     with open(os.path.join(a.work, "rank-%d.json" % a.rank), "w") as f:
-        json.dump({"steps": len(fetched), "patch_bytes": patches,
+        json.dump({"steps": len(fetched), "patch_bytes": patches, "patch_size": sizes,
                    "param_bytes": sum(p.numel() * p.element_size() for p in params.values())}, f)
     dist.destroy_process_group()
     return 0

@@ -57,7 +57,9 @@ work, steps = sys.argv[1], int(sys.argv[2])
 r = [json.load(open(os.path.join(work, "rank-%d.json" % i))) for i in range(2)]
 assert all(x["steps"] == steps + 1 for x in r), r
 per = [sum(x["patch_bytes"]) / max(1, len(x["patch_bytes"])) for x in r]
+whole = sum(r[0]["patch_size"]) / max(1, len(r[0]["patch_size"]))
 print("serve: 2 ranks x %d steps, every rank's fused shards bit-identical to the trainer's BF16 state at "
-      "every step; bytes per rank per patch step: %s (each rank fetches the whole patch); "
-      "each rank holds %d bytes of parameters" % (steps + 1, " / ".join("%.0f" % p for p in per), r[0]["param_bytes"]))
+      "every step; bytes per rank per patch step: %s of a %.0f-byte patch (%.2f of it: the patch's head, "
+      "then only the chunks of each rank's slices); each rank holds %d bytes of parameters"
+      % (steps + 1, " / ".join("%.0f" % p for p in per), whole, max(per) / max(1, whole), r[0]["param_bytes"]))
 PY

@@ -24,11 +24,14 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--chunk", type=int, default=4096, help="elements per patch chunk (0: the library default, 2^20)")
     a = ap.parse_args()
     master = llama_tp.init_state(seed=1)
     g = torch.Generator().manual_seed(2)
     os.makedirs(os.path.join(a.work, "ref"), exist_ok=True)
-    with pw.Publisher(a.store, a.run, a.key, a.state) as pub:
+    # Chunks of 4096 elements (16 rows of this model): the unit a rank holding slices fetches.
+    # Real models keep the default 2^20: a 7B layer's q_proj alone is 16 such chunks.
+    with pw.Publisher(a.store, a.run, a.key, a.state, chunk_elems=a.chunk) as pub:
         for step in range(a.steps + 1):
             if step:
                 # Adam's update is close to lr in size everywhere: a sign step, as at RL learning rates.

@@ -234,6 +234,19 @@ patch_tensor_changes = _proto("pulse_patch_tensor_changes", c_u64, c_void, c_siz
 patch_tensor_updates = _proto("pulse_patch_tensor_updates", c_int, c_void, c_size, c_void, c_int, c_void, c_void,
                               c_void)
 
+
+class PatchRange(ctypes.Structure):
+    _fields_ = [("offset", c_u64), ("length", c_u64)]
+
+
+patch_open_head = _proto("pulse_patch_open_head", c_int, P(c_void), c_void, c_size, c_u64)
+patch_head_bytes = _proto("pulse_patch_head_bytes", c_u64, c_void)
+patch_is_sliced = _proto("pulse_patch_is_sliced", c_int, c_void)
+patch_tensor_find = _proto("pulse_patch_tensor_find", c_int, c_void, c_str, P(c_size))
+patch_want = _proto("pulse_patch_want", c_int, c_void, c_size, c_u64, c_u64)
+patch_missing = _proto("pulse_patch_missing", c_size, c_void, c_u64, P(PatchRange), c_size)
+patch_supply = _proto("pulse_patch_supply", c_int, c_void, c_u64, c_void, c_size)
+
 key_generate = _proto("pulse_key_generate", c_int, P(c_void))
 key_free = _proto("pulse_key_free", None, P(c_void))
 key_save = _proto("pulse_key_save", c_int, c_void, c_str, c_str)

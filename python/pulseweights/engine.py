@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
 from . import _lib
-from .sync import StepInfo, _step_info
+from .sync import StepInfo, _pull, _step_info
 from .updates import Patch
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
@@ -17,14 +17,20 @@ _ON_KEYFRAME = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_l
 _ON_PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64)
 
 
+class _Slice(ctypes.Structure):
+    """pulse_slice (sync.h): flat elements [start, stop) of one tensor."""
+    _fields_ = [("tensor", ctypes.c_char_p), ("start", ctypes.c_uint64), ("stop", ctypes.c_uint64)]
+
+
 class _EngineOpts(ctypes.Structure):
-    """pulse_follow_opts (sync.h) through its engine fields, then room for later ones."""
+    """pulse_follow_opts (sync.h) through its engine and slice fields, then room for later ones."""
     _fields_ = [("size", ctypes.c_size_t), ("store_url", ctypes.c_char_p), ("run", ctypes.c_char_p),
                 ("trust", ctypes.c_void_p), ("state_dir", ctypes.c_char_p), ("weights_path", ctypes.c_char_p),
                 ("threads", ctypes.c_int), ("on_step", _lib.ON_STEP), ("ctx", ctypes.c_void_p),
                 ("weights", ctypes.c_void_p), ("durable", ctypes.c_int), ("deadline_s", ctypes.c_double),
                 ("on_progress", _ON_PROGRESS), ("progress_ctx", ctypes.c_void_p),
                 ("on_patch", _ON_PATCH), ("on_keyframe", _ON_KEYFRAME), ("engine_ctx", ctypes.c_void_p),
+                ("slices", ctypes.POINTER(_Slice)), ("n_slices", ctypes.c_size_t),
                 ("_tail", ctypes.c_uint8 * _lib._TAIL)]
 
 
@@ -51,11 +57,20 @@ class EngineFollower(_lib.Closeable):
     patch.updates() to its own tensors (pulseweights.fused.apply_updates). The Patch is valid
     during the call only. A callback that raises refuses the step: it must have written
     nothing; pull() raises its exception and the next pull delivers the same step again.
-    STATE_DIR holds the index (which step the engine holds); one per engine rank."""
+    STATE_DIR holds the index (which step the engine holds); one per engine rank.
+
+    slices: the parts of tensors this rank holds, as (tensor name, start, stop) flat element
+    ranges (pulseweights.fused.slices(layout) gives them for a tensor-parallel layout); None:
+    every tensor whole. Each patch step then fetches the patch's head (checked against the
+    signed record) and only the chunks that hold those elements, by ranged GETs, each checked
+    against its digest; on_patch gets a sliced Patch (patch.sliced) whose updates() hold just
+    those chunks' changes. A slice the run does not have fails the pull by name (PulseError
+    PULSE_ERR_INVALID) before anything is fetched or written. Keyframes are always whole."""
 
     def __init__(self, store: str, run: str, trust: Union[PathLike, List[PathLike]], state_dir: PathLike,
                  on_patch: Callable[[StepInfo, Patch], Any], on_keyframe: Callable[[StepInfo, str], Any],
-                 threads: int = 0, deadline_s: float = 0) -> None:
+                 threads: int = 0, deadline_s: float = 0,
+                 slices: Optional[Iterable[Tuple[str, int, int]]] = None) -> None:
         self._f = ctypes.c_void_p()
         self._trust = ctypes.c_void_p()
         self._error: Optional[BaseException] = None
@@ -78,6 +93,13 @@ class EngineFollower(_lib.Closeable):
             o.deadline_s = float(deadline_s)
             self._cbs = (_ON_PATCH(self._on_patch), _ON_KEYFRAME(self._on_keyframe))   # live as long as self
             o.on_patch, o.on_keyframe = self._cbs
+            if slices is not None:
+                sl = [(str(n), int(a), int(b)) for n, a, b in slices]
+                for n, a, b in sl:
+                    if not 0 <= a < b:
+                        raise ValueError("slice of tensor %s: [%d, %d) is not a range of elements" % (n, a, b))
+                self._slices = (_Slice * max(1, len(sl)))(*[_Slice(_lib.enc(n), a, b) for n, a, b in sl])
+                o.slices, o.n_slices = self._slices, len(sl)   # copied by the library at open
             _lib.check(_lib.follower_open(ctypes.byref(self._f),
                                           ctypes.cast(ctypes.pointer(o), ctypes.POINTER(_lib.FollowOpts))))
         except BaseException:
@@ -112,24 +134,7 @@ class EngineFollower(_lib.Closeable):
         if not self._f:
             raise ValueError("follower is closed")
         self._steps, self._error = [], None
-        n = ctypes.c_size_t(0)
-        held = _lib.SyncStep()
-        rc = _lib.follower_pull(self._f, ctypes.byref(n), ctypes.byref(held))
-        if rc:
-            try:
-                _lib.check(rc)
-            except _lib.PulseError as e:
-                err = self._error or e
-                if err is not e:
-                    err.__cause__ = e
-                err.applied = int(n.value)
-                raise err
-        info = None
-        if any(held.result):
-            info = _step_info(held)
-            done = [s for s in self._steps if s.step == info.step]
-            info = done[-1] if done else info._replace(base=None, already=False)
-        return int(n.value), info
+        return _pull(self._f, lambda: self._steps, lambda: self._error)
 
     @property
     def steps(self) -> List[StepInfo]:

@@ -114,6 +114,22 @@ def llama_tp_layout(layers: int, hidden: int, intermediate: int, heads: int, kv_
     return out
 
 
+def slices(layout: Mapping[str, List[Piece]]) -> List[Tuple[str, int, int]]:
+    """The flat element ranges of checkpoint tensors this rank's pieces hold, as (name, start,
+    stop): what EngineFollower(slices=...) fetches. A row range is one range; a column range is
+    one range per row (chunks span rows, so it still costs most of the tensor's chunks)."""
+    out: List[Tuple[str, int, int]] = []
+    for name, pieces in layout.items():
+        for pc in pieces:
+            rows, cols = pc.shape
+            if pc.dim == 0 or (pc.start == 0 and pc.stop == cols):
+                lo, hi = (pc.start * cols, pc.stop * cols) if pc.dim == 0 else (0, rows * cols)
+                out.append((name, lo, hi))
+            else:
+                out.extend((name, r * cols + pc.start, r * cols + pc.stop) for r in range(rows))
+    return out
+
+
 def shard(tensors: Mapping[str, Any], layout: Mapping[str, List[Piece]]) -> Dict[str, Any]:
     """This rank's engine parameters cut from whole checkpoint tensors (torch or numpy, 1-D or
     2-D): what an engine loads at start, and what a test compares its updated shards with."""

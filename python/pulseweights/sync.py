@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Iterable, List, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 from . import _lib
 from .tensors import Tensors, Wrapped, as_tensors
@@ -52,6 +52,34 @@ def keygen(path_prefix: PathLike, comment: str = "") -> str:
         return _lib.hex32(pub)
     finally:
         _lib.key_free(ctypes.byref(k))
+
+
+def _pull(handle, steps: Callable[[], List[StepInfo]],
+          callback_error: Callable[[], Optional[BaseException]] = lambda: None) -> Tuple[int, Optional[StepInfo]]:
+    """pulse_follower_pull on handle, for Follower and EngineFollower: (steps applied, StepInfo of
+    the state now held or None). steps() gives the StepInfo of each step the pull went through
+    (collected by the caller's callback), so the held one carries its base and bytes. A refused
+    step raises PulseError, or the exception a callback raised (the PulseError as its cause),
+    with .applied (the steps before it) and .steps."""
+    n = ctypes.c_size_t(0)
+    held = _lib.SyncStep()
+    rc = _lib.follower_pull(handle, ctypes.byref(n), ctypes.byref(held))
+    if rc:
+        try:
+            _lib.check(rc)
+        except _lib.PulseError as e:
+            err = callback_error() or e
+            if err is not e:
+                err.__cause__ = e
+            err.applied = int(n.value)
+            err.steps = list(steps())
+            raise err
+    info = None
+    if any(held.result):
+        info = _step_info(held)
+        done = [s for s in steps() if s.step == info.step and s.result == info.result]
+        info = done[-1] if done else info._replace(base=None, already=False)
+    return int(n.value), info
 
 
 class Publisher(_lib.Closeable):
@@ -177,21 +205,7 @@ class Follower(_lib.Closeable):
         if not self._f:
             raise ValueError("follower is closed")
         self._steps = []
-        n = ctypes.c_size_t(0)
-        held = _lib.SyncStep()
-        rc = _lib.follower_pull(self._f, ctypes.byref(n), ctypes.byref(held))
-        try:
-            _lib.check(rc)
-        except _lib.PulseError as e:
-            e.applied = int(n.value)
-            e.steps = list(self._steps)
-            raise
-        info = None
-        if any(held.result):
-            info = _step_info(held)
-            done = [s for s in self._steps if s.step == info.step and s.result == info.result]
-            info = done[-1] if done else info._replace(base=None, already=False)
-        return int(n.value), info
+        return _pull(self._f, lambda: self._steps)
 
     def sync(self) -> None:
         """Syncs a weights_path file to disk now (pulse_follower_sync); close() does it too."""

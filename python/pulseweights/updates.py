@@ -85,6 +85,50 @@ class Patch(_lib.Closeable):
         _lib.check(_lib.patch_open_mem(ctypes.byref(self._p), buf, len(buf)))
         return self
 
+    @classmethod
+    def from_head(cls, head: Union[bytes, bytearray, memoryview], patch_bytes: int) -> "Patch":
+        """A sliced patch from its head alone (pulse_patch_open_head): the first head_bytes of a
+        patch of patch_bytes bytes, e.g. a sync record's "patch-index" object. Mark what you hold
+        with want(), fetch the byte ranges missing() lists from the patch (ranged GETs) and hand
+        them to supply(); updates() then gives the changes of the chunks supplied."""
+        self = cls.__new__(cls)
+        self._p = ctypes.c_void_p()
+        buf = bytes(head)
+        _lib.check(_lib.patch_open_head(ctypes.byref(self._p), buf, len(buf), int(patch_bytes)))
+        return self
+
+    @property
+    def sliced(self) -> bool:
+        """True for a patch that holds only some of its chunks (from_head, or handed over by an
+        EngineFollower with slices): updates() gives only theirs."""
+        return bool(_lib.patch_is_sliced(self._handle()))
+
+    @property
+    def head_bytes(self) -> int:
+        """Bytes of the head (header, tensor table, digest): where the chunk data starts."""
+        return int(_lib.patch_head_bytes(self._handle()))
+
+    def want(self, tensor: str, start: int, stop: int) -> None:
+        """Marks the chunks holding flat elements [start, stop) of tensor as wanted (sliced only)."""
+        i = ctypes.c_size_t()
+        _lib.check(_lib.patch_tensor_find(self._handle(), _lib.enc(tensor), ctypes.byref(i)))
+        _lib.check(_lib.patch_want(self._handle(), i.value, int(start), int(stop)))
+
+    def missing(self, max_bytes: int = 0) -> List[Tuple[int, int]]:
+        """(offset, length) byte ranges of the patch holding wanted chunks not yet supplied,
+        neighbours merged up to max_bytes (0: 8 MiB)."""
+        n = _lib.patch_missing(self._handle(), int(max_bytes), None, 0)
+        out = (_lib.PatchRange * max(1, n))()
+        _lib.patch_missing(self._handle(), int(max_bytes), out, n)
+        return [(int(out[k].offset), int(out[k].length)) for k in range(n)]
+
+    def supply(self, offset: int, data: Union[bytes, bytearray, memoryview]) -> None:
+        """Hands in the patch's bytes at offset (whole chunks, e.g. one range missing() listed):
+        each chunk is checked against its digest (PulseError PULSE_ERR_CORRUPT naming it) and
+        copied; nothing is added on an error."""
+        buf = bytes(data)
+        _lib.check(_lib.patch_supply(self._handle(), int(offset), buf, len(buf)))
+
     def close(self) -> None:
         if getattr(self, "_p", None):
             _lib.patch_close(ctypes.byref(self._p))
@@ -129,7 +173,9 @@ class Patch(_lib.Closeable):
 
         The whole patch is verified first (every chunk's digest and coding, and base's layout):
         if anything fails, PulseError and nothing is returned, so a step reaches an engine whole
-        or not at all. The arrays are numpy, allocated here and written by the library in place.
+        or not at all. A patch in memory that was verified already (as an EngineFollower's is
+        before on_patch) is not checked again. A sliced patch gives the changes of the chunks it
+        holds. The arrays are numpy, allocated here and written by the library in place.
 
         base: the checkpoint in the patch's BASE state, as a path (file, index or directory) or a
         mapping name -> numpy array / torch tensor (read from a contiguous CPU copy when not

@@ -189,7 +189,8 @@ for d, _, fs in os.walk(sys.argv[1]):
     for f in fs:
         p = os.path.join(d, f)
         b = open(p, "rb").read()
-        if b[:8] == b"PULSEPCH" and b'"step":"4"' in b:
+        # The patch, not its head (the "patch-index" object, which starts the same way).
+        if b[:8] == b"PULSEPCH" and b'"step":"4"' in b and (newest is None or len(b) > os.path.getsize(newest)):
             newest = p
 b = bytearray(open(newest, "rb").read())
 i = bytes(b).rindex(b'"step":"4"')

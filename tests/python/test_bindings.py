@@ -173,7 +173,7 @@ def test_sync(work):
     train(trainer)
     pub.publish(trainer)
     added = objects(store_dir, "rl") - before_objs
-    check(len(added) == 1, "one new object for a patch step")
+    check(len(added) == 2, "two new objects for a patch step: the patch and its head")
     for name in added:
         p = os.path.join(store_dir, "rl", "objects", name)
         data = bytearray(open(p, "rb").read())
