@@ -151,7 +151,8 @@ typedef struct pulse_follow_opts {
      * elements, by ranged GETs of the patch object, each checked against its digest in the head:
      * on_patch gets a sliced patch (pulse_patch_open_head) holding just those chunks, checked
      * and decoded in full. A slice naming a tensor the run does not have, or elements beyond
-     * one, refuses the step by name before any chunk is fetched. A record without the head
+     * one, refuses the step by name before any chunk is fetched (PULSE_ERR_INVALID: the
+     * caller's slices are wrong, nothing is held against the record). A record without the head
      * object (an older publisher) is fetched whole. Keyframes are always whole. */
     const struct pulse_slice *slices;
     size_t n_slices;

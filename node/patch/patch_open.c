@@ -524,8 +524,9 @@ int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch 
     if (err)
         return err;
     /* A file can change between reads: every copy is checked. Bytes in memory are checked
-     * until a verify pass has checked them all. */
-    if ((check && !atomic_load_explicit(&p->verified, memory_order_relaxed)) || p->fd >= 0) {
+     * until a verify pass has checked them all; a sliced patch's were checked when supplied
+     * (into its own copy). */
+    if ((check && !p->present && !atomic_load_explicit(&p->verified, memory_order_relaxed)) || p->fd >= 0) {
         uint8_t digest[32];
         pulse_sha256(*bytes, patch_chunk_coded(c), digest);
         if (memcmp(digest, c->digest, 32) != 0)

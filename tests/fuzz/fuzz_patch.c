@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fuzz target for the patch parser and chunk decoder: open from memory, decode every chunk, gather the stats, and check the fused and the cached writes against decode-then-scatter. */
+/* Fuzz target for the patch parser and chunk decoder: open from memory, decode every chunk, gather the stats, check the fused and the cached writes against decode-then-scatter, and the patch opened from its head with every chunk supplied by range against the whole. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -104,6 +104,62 @@ static void check_cached(const pulse_patch *p)
     patch_pool_free(&pool);
 }
 
+/* The same patch opened from its head and every chunk supplied by range must verify and give
+ * exactly the whole patch's updates, tensor by tensor. The head is taken from p's own copy
+ * (whose chunk digests a repaired run rewrote) with its header digest made right. */
+static int64_t *index_of(const pulse_patch *p, size_t i, uint64_t n, int *rc)
+{
+    int64_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    *rc = idx ? pulse_patch_tensor_updates(p, i, NULL, 1, idx, NULL, NULL) : -1;
+    return idx;
+}
+
+static void check_sliced(const pulse_patch *p)
+{
+    const size_t head = (size_t)pulse_patch_head_bytes(p);
+    uint8_t *h = malloc(head);
+    if (!h)
+        return;
+    memcpy(h, p->buf, head);
+    pulse_sha256(h, head - 32, h + head - 32);
+    pulse_patch *sp = NULL;
+    if (pulse_patch_open_head(&sp, h, head, p->len) != 0)
+        abort();   /* the head of a patch that opened must open */
+    free(h);
+    for (size_t i = 0; i < pulse_patch_tensor_count(sp); i++) {
+        pulse_patch_tensor_info ti;
+        if (pulse_patch_tensor_info_get(sp, i, 0, &ti) != 0)
+            abort();
+        if (ti.nelems && pulse_patch_want(sp, i, 0, ti.nelems) != 0)
+            abort();
+    }
+    size_t n = pulse_patch_missing(sp, 0, NULL, 0);
+    pulse_patch_range *rg = malloc((n ? n : 1) * sizeof *rg);
+    pulse_patch_missing(sp, 0, rg, n);
+    for (size_t k = 0; k < n; k++)
+        if (pulse_patch_supply(sp, rg[k].offset, p->data + (rg[k].offset - head), (size_t)rg[k].length) != 0)
+            abort();   /* the chunks verified in the whole patch */
+    free(rg);
+    if (pulse_patch_missing(sp, 0, NULL, 0) != 0 || pulse_patch_verify(sp, NULL, 1) != 0)
+        abort();
+    for (size_t i = 0; i < pulse_patch_tensor_count(p); i++) {
+        uint64_t c = pulse_patch_tensor_changes(p, i);
+        pulse_patch_tensor_info ti;
+        pulse_patch_tensor_info_get(p, i, 0, &ti);
+        if (pulse_patch_tensor_changes(sp, i) != c)
+            abort();
+        if (ti.dtype == PULSE_DT_OPAQUE || !c)
+            continue;   /* OPAQUE changes need base */
+        int ra, rb;
+        int64_t *a = index_of(p, i, c, &ra), *b = index_of(sp, i, c, &rb);
+        if (ra != rb || (ra == 0 && memcmp(a, b, c * sizeof *a)))
+            abort();
+        free(a);
+        free(b);
+    }
+    pulse_patch_close(&sp);
+}
+
 /* Mutated bytes almost never carry valid SHA-256 digests, and a fuzzer that every digest
  * stops never reaches the table parser or the chunk decoders behind them. So each input runs
  * twice: as it is (the digest checks themselves), and with its digests made right: the header
@@ -147,6 +203,7 @@ static void run(const uint8_t *data, size_t size, int repair)
         }
         check_fused(p);
         check_cached(p);
+        check_sliced(p);
     }
     pulse_patch_close(&p);
 }
