@@ -236,6 +236,8 @@ PULSE_API int pulse_patch_tensor_updates(const pulse_patch *p, size_t i, const p
  * neither dst nor src need be aligned to the element. Every index is checked before anything
  * is written: one outside [0, nelems) or not strictly ascending is PULSE_ERR_INVALID naming
  * it, and dst is left as it was; so is a width other than 1, 2 or 4. count 0 writes nothing.
+ * src NULL makes the same checks and writes nothing (dst may then be NULL too): a caller
+ * applying one step to several tensors checks every tensor's positions before the first write.
  * One thread; no memory allocated. */
 PULSE_API int pulse_updates_scatter(void *dst, uint64_t nelems, unsigned width, const int64_t *index, const void *src,
                                     uint64_t count, int add);

@@ -34,9 +34,9 @@ int pulse_updates_scatter(void *dst, uint64_t nelems, unsigned width, const int6
         return pulse_fail(PULSE_ERR_INVALID, "scatter: element width %u (1, 2 or 4 bytes)", width);
     if (!count)
         return PULSE_OK;
-    if (!dst || !index || !src)
-        return pulse_fail(PULSE_ERR_INVALID, "scatter: %s is NULL with %llu updates",
-                          !dst ? "dst" : !index ? "index" : "src", (unsigned long long)count);
+    if (!index || (src && !dst))
+        return pulse_fail(PULSE_ERR_INVALID, "scatter: %s is NULL with %llu updates", !index ? "index" : "dst",
+                          (unsigned long long)count);
     /* Every position is checked before the first write, so a refused call leaves dst whole: an
      * engine's weights are never left half a step on. Ascending positions also mean no
      * position is written twice (an add would otherwise count twice). */
@@ -52,6 +52,8 @@ int pulse_updates_scatter(void *dst, uint64_t nelems, unsigned width, const int6
                               (unsigned long long)k, (long long)at, (unsigned long long)(k - 1), (long long)prev);
         prev = at;
     }
+    if (!src)
+        return PULSE_OK;   /* checked only: a caller applying a step to several tensors checks all first */
     if (width == 1)
         scatter_1(dst, index, src, count, add);
     else if (width == 2)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests of pulse_updates_scatter: adds with wraparound and sets on 1/2/4-byte elements, misaligned arrays, and refused positions that leave the tensor as it was. */
+/* Unit tests of pulse_updates_scatter: adds with wraparound and sets on 1/2/4-byte elements, misaligned arrays, refused positions that leave the tensor as it was, and the check-only call. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +97,8 @@ static void refuse(const int64_t *index, uint64_t count, uint64_t n, unsigned w,
     for (int add = 0; add < 2; add++) {
         CHECK_ERR(pulse_updates_scatter(t, n, w, index, src, count, add), PULSE_ERR_INVALID);
         CHECK(memcmp(t, before, sizeof t) == 0);
+        CHECK_ERR(pulse_updates_scatter(NULL, n, w, index, NULL, count, add), PULSE_ERR_INVALID);   /* check only */
+        CHECK(memcmp(t, before, sizeof t) == 0);
         if (!strstr(pulse_last_error(), detail)) {
             CHECK(!"error detail names what was wrong");
             fprintf(stderr, "  wanted \"%s\" in \"%s\"\n", detail, pulse_last_error());
@@ -119,8 +121,14 @@ static void refusals(void)
     refuse(fine, 2, 8, 8, "element width 8");
     refuse(fine, 2, 1, 2, "index[1] = 1 is outside the tensor's 1 elements");
     CHECK_ERR(pulse_updates_scatter(NULL, 8, 2, fine, fine, 2, 1), PULSE_ERR_INVALID);
+    CHECK(strstr(pulse_last_error(), "dst is NULL") != NULL);
     CHECK_ERR(pulse_updates_scatter(fine, 8, 2, NULL, fine, 2, 1), PULSE_ERR_INVALID);
     CHECK(strstr(pulse_last_error(), "index is NULL") != NULL);
+    /* src NULL: the checks alone, nothing written even where dst is given */
+    uint16_t t[2] = {7, 9};
+    CHECK_OK(pulse_updates_scatter(t, 2, 2, fine, NULL, 2, 1));
+    CHECK_OK(pulse_updates_scatter(NULL, 2, 2, fine, NULL, 2, 0));
+    CHECK(t[0] == 7 && t[1] == 9);
     /* nothing to write: fine with no arrays at all */
     CHECK_OK(pulse_updates_scatter(NULL, 0, 2, NULL, NULL, 0, 1));
 }
