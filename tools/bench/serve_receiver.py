@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # The receiver of an engine-held follower: per patch step, the time to take a step's updates (patch.updates) and write them (apply_updates) into weights held as numpy arrays, against a memcpy of the model and a reload of the checkpoint file, and the peak memory the step adds above the weights. Usage: serve_receiver.py STORE RUN TRUST.pub STATE_DIR CKPT
+import ctypes
 import json
 import os
 import resource
@@ -43,10 +44,15 @@ def status_kb(field):
     raise RuntimeError("/proc/self/status has no " + field)
 
 
+_libc = ctypes.CDLL(None)
+
+
 def reset_peak():
     """Restarts the process's peak RSS (VmHWM) from its current RSS; returns that RSS in bytes.
     Each step's peak then counts everything the step adds above the weights held: the patch
-    fetched and verified by the follower (C), the update arrays and any temporaries."""
+    fetched and verified by the follower (C), the update arrays and any temporaries. The heap
+    the last step freed is handed back first (malloc_trim), else it would hide the next peak."""
+    _libc.malloc_trim(0)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     return 1024 * status_kb("VmRSS")
