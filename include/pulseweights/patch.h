@@ -229,6 +229,19 @@ PULSE_API uint64_t pulse_patch_tensor_changes(const pulse_patch *p, size_t i);
 PULSE_API int pulse_patch_tensor_updates(const pulse_patch *p, size_t i, const pulse_ckpt *base, int threads,
                                          int64_t *index, void *values, void *deltas);
 
+/* Writes one tensor's sparse updates (as pulse_patch_tensor_updates gives them) into a tensor
+ * the caller holds in CPU memory, in place: for k < count, element index[k] of dst (nelems
+ * elements of `width` bytes: 1, 2 or 4) becomes dst[index[k]] + src[k] with wraparound on the
+ * integer bits when add (deltas), else src[k] (values). Little-endian bits, like the file;
+ * neither dst nor src need be aligned to the element. Every index is checked before anything
+ * is written: one outside [0, nelems) or not strictly ascending is PULSE_ERR_INVALID naming
+ * it, and dst is left as it was; so is a width other than 1, 2 or 4. count 0 writes nothing.
+ * src NULL makes the same checks and writes nothing (dst may then be NULL too): a caller
+ * applying one step to several tensors checks every tensor's positions before the first write.
+ * One thread; no memory allocated. */
+PULSE_API int pulse_updates_scatter(void *dst, uint64_t nelems, unsigned width, const int64_t *index, const void *src,
+                                    uint64_t count, int add);
+
 /* --- Slices: the part of a patch a reader holding part of each tensor needs -------------- */
 
 /* Opens a patch from its head alone: the first pulse_patch_head_bytes bytes (header, tensor

@@ -6,6 +6,9 @@ from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Seq
 
 import numpy as np
 
+from . import _lib
+from .updates import _scatter
+
 
 class Piece(NamedTuple):
     """The part of checkpoint tensor `name` (2-D, shape `shape`) that one rank holds: the range
@@ -171,14 +174,30 @@ def _width(t: Any) -> int:
     return int(t.itemsize) if isinstance(t, np.ndarray) else int(t.element_size())
 
 
+def _cpu_ptr(t: Any) -> Optional[int]:
+    """The address of a CPU-held parameter's first element (a numpy array, or a torch tensor on
+    the CPU), which the C scatter writes through; None for a tensor on another device."""
+    if isinstance(t, np.ndarray):
+        return int(t.ctypes.data)
+    return int(t.data_ptr()) if t.device.type == "cpu" else None
+
+
+def _contiguous(t: Any) -> bool:
+    if isinstance(t, np.ndarray):
+        return bool(t.flags["C_CONTIGUOUS"])
+    return bool(t.is_contiguous())
+
+
 def apply_updates(params: Mapping[str, Any], updates: Mapping[str, Any],
                   layout: Mapping[str, List[Piece]]) -> Dict[str, int]:
     """Applies sparse updates of checkpoint tensors (objects with `index` and `deltas` or
     `values`, as pulseweights.Patch.updates gives) to this rank's engine parameters in place
-    (torch tensors on any device, or numpy arrays): `+= delta` on the bits where deltas are
-    given, else `= value`. Every update is mapped and checked first (a tensor or parameter
-    missing, a shape or element width that differs: ValueError by name), then written, so a
-    mismatch writes nothing. Updates of tensors this rank does not hold are skipped. Returns
+    (contiguous torch tensors on any device, or numpy arrays): `+= delta` on the bits where
+    deltas are given, else `= value`. CPU-held parameters are written by the library's scatter
+    (pulse_updates_scatter), others by torch indexing on their device. Every update is mapped
+    and checked first (a tensor or parameter missing, a shape or element width that differs, a
+    parameter not contiguous or read-only: ValueError by name; positions not strictly ascending:
+    PulseError), then written, so a mismatch writes nothing. Updates of tensors this rank does not hold are skipped. Returns
     parameter -> elements written."""
     plan: List[Tuple[Mapped, Any, bool, int]] = []
     for name, u in updates.items():
@@ -201,23 +220,38 @@ def apply_updates(params: Mapping[str, Any], updates: Mapping[str, Any],
             if _width(t) != src.dtype.itemsize:
                 raise ValueError("tensor %s: %d-byte updates for %d-byte parameter %s"
                                  % (name, src.dtype.itemsize, _width(t), pc.param))
-            plan.append((map_index(pc, u.index), src, use_delta, _width(t)))
+            # A strided view would be written through a copy (numpy) or not at all (torch).
+            if not _contiguous(t):
+                raise ValueError("engine parameter %s is not contiguous (updates are written in place)" % pc.param)
+            if isinstance(t, np.ndarray) and not t.flags["WRITEABLE"]:
+                raise ValueError("engine parameter %s is a read-only numpy array" % pc.param)
+            m = map_index(pc, u.index)
+            if m.index.size and _cpu_ptr(t) is not None:
+                # Checked (in range, strictly ascending) before the first write, as the write
+                # itself checks: a step reaches the shards whole or not at all.
+                _lib.check(_scatter(None, numel, _width(t), m.index.ctypes.data, None, m.index.size, 0))
+            plan.append((m, src, use_delta, _width(t)))
     written: Dict[str, int] = {}
     for m, src, use_delta, width in plan:
         if not m.index.size:
             continue
         t = params[m.piece.param]
-        flat = _int_view(t, width)
-        vals = src[m.sel].view({1: np.int8, 2: np.int16, 4: np.int32}[width])
-        if isinstance(t, np.ndarray):
-            idx, v = m.index, vals
+        vals = np.ascontiguousarray(src[m.sel]).view({1: np.int8, 2: np.int16, 4: np.int32}[width])
+        ptr = _cpu_ptr(t)
+        if ptr is not None:
+            # In place in C (node/patch/patch_scatter.c): numpy's `flat[idx] += v` gathers, adds
+            # and scatters through temporaries and costs several memcpys of the model a step.
+            numel = int(np.prod(t.shape)) if isinstance(t, np.ndarray) else t.numel()
+            _lib.check(_scatter(ptr, numel, width, m.index.ctypes.data, vals.ctypes.data, m.index.size,
+                                1 if use_delta else 0))
         else:
             import torch
+            flat = _int_view(t, width)
             idx = torch.from_numpy(m.index).to(t.device)
-            v = torch.from_numpy(np.ascontiguousarray(vals)).to(t.device)
-        if use_delta:
-            flat[idx] += v   # positions are unique: no lost adds; integer adds wrap like the bits
-        else:
-            flat[idx] = v
+            v = torch.from_numpy(vals).to(t.device)
+            if use_delta:
+                flat[idx] += v   # positions are unique: no lost adds; integer adds wrap like the bits
+            else:
+                flat[idx] = v
         written[m.piece.param] = written.get(m.piece.param, 0) + int(m.index.size)
     return written

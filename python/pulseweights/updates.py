@@ -272,37 +272,61 @@ def _plan(name, t, u):
         raise ValueError("tensor %s: not contiguous (updates are written in place)" % name)
     sdt = _dtypes(np, unit or 1)[1]
     src = u.values.view(sdt) if u.values is not None else u.deltas
-    return (t, is_torch, sdt, u.index, src, u.values is None)
+    index = u.index
+    nelems = count * width // _np().dtype(sdt).itemsize   # OPAQUE: the tensor's bytes
+    if not is_torch or t.device.type == "cpu":
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        src = np.ascontiguousarray(src)
+        if len(src) != len(index):
+            raise ValueError("tensor %s: %d positions, %d %s" % (name, len(index), len(src),
+                                                                   "values" if u.values is not None else "deltas"))
+        # The positions of every tensor are checked (in range, strictly ascending: PulseError
+        # naming them) before the first write, so a step reaches the tensors whole or not at all.
+        _lib.check(_scatter(None, nelems, _np().dtype(sdt).itemsize, index.ctypes.data, None, len(index), 0))
+    return (t, is_torch, sdt, index, src, u.values is None, nelems)
 
 
-def _write(t, is_torch, sdt, index, src, add):
-    if is_torch:
-        import torch
-        tdt = {1: torch.int8, 2: torch.int16, 4: torch.int32}[_np().dtype(sdt).itemsize]
-        with torch.no_grad():
-            flat = t.view(tdt).view(-1)
-            idx = torch.from_numpy(index).to(flat.device)
-            v = torch.from_numpy(src).to(flat.device)
-            if add:
-                flat[idx] += v   # positions are unique: no accumulation needed
-            else:
-                flat[idx] = v
-    else:
-        flat = t.view(sdt)
-        flat.shape = (-1,)   # a view of the same buffer, never a copy (raises otherwise)
+# Sparse updates into a CPU tensor in place (node/patch/patch_scatter.c): one pass, no temporaries,
+# where numpy's `flat[index] += src` gathers, adds and scatters through index-sized temporaries.
+_scatter = _lib._proto("pulse_updates_scatter", ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int)
+
+
+def _data_ptr(t, is_torch):
+    """The address of a contiguous CPU tensor's first element (numpy arrays are CPU-held), or None."""
+    if not is_torch:
+        return t.ctypes.data
+    return t.data_ptr() if t.device.type == "cpu" else None
+
+
+def _write(t, is_torch, sdt, index, src, add, nelems):
+    ptr = _data_ptr(t, is_torch)
+    if ptr is not None:
+        _lib.check(_scatter(ptr, nelems, _np().dtype(sdt).itemsize, index.ctypes.data, src.ctypes.data, len(index),
+                            1 if add else 0))
+        return
+    import torch
+    tdt = {1: torch.int8, 2: torch.int16, 4: torch.int32}[_np().dtype(sdt).itemsize]
+    with torch.no_grad():
+        flat = t.view(tdt).view(-1)
+        idx = torch.from_numpy(index).to(flat.device)
+        v = torch.from_numpy(src).to(flat.device)
         if add:
-            flat[index] += src
+            flat[idx] += v   # positions are unique: no accumulation needed
         else:
-            flat[index] = src
+            flat[idx] = v
 
 
 def apply_updates(tensors: Union[Mapping[str, Any], Any], updates: Mapping[str, TensorUpdate]) -> None:
     """Applies updates (from Patch.updates) to tensors in place: a mapping name -> torch tensor
     (CPU or CUDA, any dtype of the update's element width: bfloat16, int16, ...) or numpy array,
     or an nn.Module (its state_dict). Writes values where the update has them (idempotent),
-    else adds deltas (the tensors must then hold the patch's base state). Every update is
-    checked first (tensor present, element width, element count, contiguous): a ValueError
-    naming the tensor is raised before anything is written."""
+    else adds deltas (the tensors must then hold the patch's base state). CPU-held tensors
+    (numpy, torch on the CPU) are written in place by the library's scatter
+    (pulse_updates_scatter), others by torch indexing on their device. Every update is
+    checked first (tensor present, element width, element count, contiguous: a ValueError
+    naming the tensor; for CPU-held tensors positions in range and strictly ascending: a
+    PulseError naming them) before anything is written."""
     if not hasattr(tensors, "items") and callable(getattr(tensors, "state_dict", None)):
         tensors = tensors.state_dict()   # shares the module's storage
     plans = []
