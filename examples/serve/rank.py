@@ -55,8 +55,9 @@ def main():
     def on_patch(step, patch):
         t0 = time.time()
         stats["head"] = patch.head_bytes
-        ups = patch.updates(want=("index", "deltas") if patch.values == "ulp" else ("index", "values"))
-        written = fused.apply_updates(params, ups, layout)
+        # Each chunk decoded straight into this rank's (CPU) shards: no index arrays. A GPU-held
+        # engine gets the same changes through patch.updates() and torch indexing.
+        written = fused.apply_patch(params, patch, layout, threads=1)
         stats["applied_ms"] = 1e3 * (time.time() - t0)
         stats["changes"] = sum(written.values())
 

@@ -242,6 +242,34 @@ PULSE_API int pulse_patch_tensor_updates(const pulse_patch *p, size_t i, const p
 PULSE_API int pulse_updates_scatter(void *dst, uint64_t nelems, unsigned width, const int64_t *index, const void *src,
                                     uint64_t count, int add);
 
+/* The part of a checkpoint tensor one engine parameter holds: the tensor seen as rows x cols
+ * (a 1-D tensor is one row), its rows [start, stop) whole (dim 0: a column-parallel shard, a
+ * piece of a fused qkv / gate_up) or its columns [start, stop) of every row (dim 1: a
+ * row-parallel shard), stored in a parameter with rows of param_cols elements from row (dim 0)
+ * or column (dim 1) `at` on. pulseweights.fused.Piece is the same. */
+typedef struct pulse_piece {
+    uint64_t rows, cols;
+    int dim;
+    uint64_t start, stop;
+    uint64_t param_cols;
+    uint64_t at;
+} pulse_piece;
+
+/* Applies tensor i's changes that fall in the piece to dst, the engine parameter (dst_elems
+ * elements of the tensor's width, CPU memory, any alignment), in place: a ulp patch adds its
+ * bit deltas with wraparound, an abs patch writes its values. No index or value arrays: each
+ * chunk is decoded into per-thread scratch (threads: 0 = all cores) and written from there, so
+ * memory is the chunk size per thread whatever the step's changes, and chunks of a row piece
+ * that hold none of its rows are not decoded. *written (may be NULL) receives the elements
+ * written. Element-wise dtypes only (OPAQUE: PULSE_ERR_INVALID, take those with
+ * pulse_patch_tensor_updates and base). The piece is checked against the tensor and the
+ * parameter before anything is written (PULSE_ERR_MISMATCH naming the tensor). A sliced patch
+ * applies the chunks it holds. As for pulse_patch_tensor_updates, the patch must have been
+ * verified whole first (pulse_patch_verify) so that a step is all or nothing; dst must hold
+ * the base state (the caller's word, nothing is hashed). */
+PULSE_API int pulse_patch_apply_piece(const pulse_patch *p, size_t i, const pulse_piece *piece, void *dst,
+                                      uint64_t dst_elems, int threads, uint64_t *written);
+
 /* --- Slices: the part of a patch a reader holding part of each tensor needs -------------- */
 
 /* Opens a patch from its head alone: the first pulse_patch_head_bytes bytes (header, tensor

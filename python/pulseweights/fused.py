@@ -2,6 +2,7 @@
 """Where a checkpoint tensor's elements live in a serving engine's fused, tensor-parallel parameters: map sparse updates there and apply them in place."""
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -133,6 +134,16 @@ def slices(layout: Mapping[str, List[Piece]]) -> List[Tuple[str, int, int]]:
     return out
 
 
+def whole_layout(shapes: Mapping[str, Sequence[int]]) -> Dict[str, List[Piece]]:
+    """The layout of an engine that holds every checkpoint tensor whole under its own name
+    (shapes: name -> shape, 1-D or 2-D): for apply_patch on unfused, unsharded parameters."""
+    out: Dict[str, List[Piece]] = {}
+    for name, shape in shapes.items():
+        s2 = _as2d(shape)
+        out[name] = [Piece(name, s2, 0, 0, s2[0], name, s2, 0)]
+    return out
+
+
 def shard(tensors: Mapping[str, Any], layout: Mapping[str, List[Piece]]) -> Dict[str, Any]:
     """This rank's engine parameters cut from whole checkpoint tensors (torch or numpy, 1-D or
     2-D): what an engine loads at start, and what a test compares its updated shards with."""
@@ -254,4 +265,74 @@ def apply_updates(params: Mapping[str, Any], updates: Mapping[str, Any],
             else:
                 flat[idx] = v
         written[m.piece.param] = written.get(m.piece.param, 0) + int(m.index.size)
+    return written
+
+
+class _CPiece(ctypes.Structure):
+    """pulse_piece (patch.h)."""
+    _fields_ = [("rows", ctypes.c_uint64), ("cols", ctypes.c_uint64), ("dim", ctypes.c_int),
+                ("start", ctypes.c_uint64), ("stop", ctypes.c_uint64), ("param_cols", ctypes.c_uint64),
+                ("at", ctypes.c_uint64)]
+
+
+_apply_piece = _lib._proto("pulse_patch_apply_piece", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                           ctypes.POINTER(_CPiece), ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int,
+                           ctypes.POINTER(ctypes.c_uint64))
+
+
+def apply_patch(params: Mapping[str, Any], patch: Any, layout: Mapping[str, List[Piece]],
+                threads: int = 0) -> Dict[str, int]:
+    """Applies a verified patch (pulseweights.Patch, e.g. the one EngineFollower hands to
+    on_patch) to this rank's engine parameters in place, tensor by tensor of the layout.
+    CPU-held parameters (numpy, torch on the CPU) are written by the library straight from each
+    decoded chunk (pulse_patch_apply_piece): no index or delta arrays, memory the chunk size per
+    thread whatever the step's changes. Parameters on another device (CUDA) take the same
+    changes through patch.updates() and torch indexing (apply_updates). Every piece is checked
+    first (a tensor the patch lacks, a parameter missing, a shape or element width that
+    differs, a parameter not contiguous or read-only: ValueError by name), then written.
+    Returns parameter -> elements written."""
+    from .updates import _UNIT
+    handle = patch._handle()
+    pieces: List[Tuple[Piece, Any, int]] = []
+    other: List[str] = []    # tensors with a piece off the CPU: all their pieces through updates()
+    for name, pcs in layout.items():
+        i = ctypes.c_size_t()
+        rc = _lib.patch_tensor_find(handle, _lib.enc(name), ctypes.byref(i))
+        if rc:
+            raise ValueError("tensor %s of the layout is not in the patch" % name)
+        if not _lib.patch_tensor_changes(handle, i.value):
+            continue
+        info = _lib.PatchTensorInfo()
+        _lib.check(_lib.patch_tensor_info_get(handle, i.value, 0, ctypes.byref(info)))
+        width = _UNIT.get(int(info.dtype), 0)
+        for pc in pcs:
+            if pc.param not in params:
+                raise ValueError("engine parameter %s (for %s) not given" % (pc.param, name))
+            t = params[pc.param]
+            numel = int(np.prod(t.shape)) if isinstance(t, np.ndarray) else t.numel()
+            if numel != pc.param_shape[0] * pc.param_shape[1]:
+                raise ValueError("engine parameter %s holds %d elements, the layout says %s"
+                                 % (pc.param, numel, pc.param_shape))
+            if not width or _width(t) != width:
+                raise ValueError("tensor %s (%s): its changes do not fit %d-byte parameter %s"
+                                 % (name, info.dtype_name.decode("ascii", "replace"), _width(t), pc.param))
+            if _cpu_ptr(t) is not None and (not _contiguous(t) or
+                                            (isinstance(t, np.ndarray) and not t.flags["WRITEABLE"])):
+                raise ValueError("engine parameter %s is not a contiguous writable array" % pc.param)
+        if any(_cpu_ptr(params[pc.param]) is None for pc in pcs):
+            other.append(name)
+        else:
+            pieces.extend((pc, params[pc.param], i.value) for pc in pcs)
+    written: Dict[str, int] = {}
+    if other:
+        # First, so that its own checks refuse before the library writes anything.
+        ups = {k: v for k, v in patch.updates(threads=threads).items() if k in other}
+        for k, v in apply_updates(params, ups, {k: layout[k] for k in ups}).items():
+            written[k] = written.get(k, 0) + v
+    for pc, t, i in pieces:
+        numel = int(np.prod(t.shape)) if isinstance(t, np.ndarray) else t.numel()
+        c = _CPiece(pc.shape[0], pc.shape[1], pc.dim, pc.start, pc.stop, pc.param_shape[1], pc.at)
+        n = ctypes.c_uint64(0)
+        _lib.check(_apply_piece(handle, i, ctypes.byref(c), _cpu_ptr(t), numel, int(threads), ctypes.byref(n)))
+        written[pc.param] = written.get(pc.param, 0) + int(n.value)
     return written

@@ -202,6 +202,49 @@ int main(void)
     CHECK(access(out, F_OK) != 0);
     pulse_ckpt_close(&target);
 
+    /* Pieces: rows [10, 20) of a.w, and columns [8, 16) of every row, written straight into
+     * parameters that hold just them, from the whole patch and from the sliced one. */
+    {
+        static uint16_t rows[10 * COLS], cols[ROWS * 8];
+        const pulse_patch *from[2] = { whole, p };
+        for (int k = 0; k < 2; k++) {
+            for (size_t r = 0; r < 10; r++)
+                memcpy(rows + r * COLS, w0 + (10 + r) * COLS, COLS * 2);
+            for (size_t r = 0; r < ROWS; r++)
+                memcpy(cols + r * 8, w0 + r * COLS + 8, 16);
+            pulse_piece pr = { .rows = ROWS, .cols = COLS, .dim = 0, .start = 10, .stop = 20, .param_cols = COLS };
+            pulse_piece pcol = { .rows = ROWS, .cols = COLS, .dim = 1, .start = 8, .stop = 16, .param_cols = 8 };
+            uint64_t nw = 0;
+            CHECK_OK(pulse_patch_apply_piece(from[k], ia, &pr, rows, 10 * COLS, 2, &nw));
+            int same = 1;
+            for (size_t r = 0; r < 10; r++)
+                same &= !memcmp(rows + r * COLS, w1 + (10 + r) * COLS, COLS * 2);
+            CHECK(same);
+            CHECK(nw > 0);
+            if (k == 0) {   /* the sliced patch holds rows 10..20 only */
+                CHECK_OK(pulse_patch_apply_piece(from[k], ia, &pcol, cols, ROWS * 8, 1, &nw));
+                same = 1;
+                for (size_t r = 0; r < ROWS; r++)
+                    same &= !memcmp(cols + r * 8, w1 + r * COLS + 8, 16);
+                CHECK(same);
+            }
+        }
+        /* Refused before any write: rows past the tensor, a parameter too small, an opaque tensor. */
+        memcpy(rows, w0, sizeof rows);
+        pulse_piece bad = { .rows = ROWS, .cols = COLS, .dim = 0, .start = 35, .stop = 41, .param_cols = COLS };
+        CHECK_ERR(pulse_patch_apply_piece(whole, ia, &bad, rows, 10 * COLS, 1, NULL), PULSE_ERR_MISMATCH);
+        bad = (pulse_piece){ .rows = ROWS, .cols = COLS, .dim = 0, .start = 0, .stop = 11, .param_cols = COLS };
+        CHECK_ERR(pulse_patch_apply_piece(whole, ia, &bad, rows, 10 * COLS, 1, NULL), PULSE_ERR_MISMATCH);
+        bad = (pulse_piece){ .rows = ROWS, .cols = COLS, .dim = 1, .start = 0, .stop = 8, .param_cols = 8, .at = 1 };
+        CHECK_ERR(pulse_patch_apply_piece(whole, ia, &bad, cols, ROWS * 8, 1, NULL), PULSE_ERR_MISMATCH);
+        bad = (pulse_piece){ .rows = 20, .cols = COLS, .dim = 0, .start = 0, .stop = 5, .param_cols = COLS };
+        CHECK_ERR(pulse_patch_apply_piece(whole, ia, &bad, rows, 10 * COLS, 1, NULL), PULSE_ERR_MISMATCH);
+        bad = (pulse_piece){ .rows = 1, .cols = 300, .dim = 0, .start = 0, .stop = 1, .param_cols = 300 };
+        static uint8_t ids[300];
+        CHECK_ERR(pulse_patch_apply_piece(whole, ib, &bad, ids, 300, 1, NULL), PULSE_ERR_INVALID);
+        CHECK(!memcmp(rows, w0, sizeof rows));
+    }
+
     /* A whole patch verified once (in memory) is not decoded again, and still refuses nothing. */
     CHECK_OK(pulse_patch_verify(whole, NULL, 2));
     CHECK_OK(pulse_patch_verify(whole, old, 2));

@@ -136,5 +136,66 @@ try:
 except ValueError as e:
     check("does not split" in str(e), "an uneven split is refused: %s" % e)
 
+# apply_patch: a real patch of old -> new (published through a file:// store in chunks of 256
+# elements), written by the library straight into the shards, whole and sliced, bit for bit.
+import os
+import tempfile
+
+import pulseweights as pw
+from pulseweights.updates import Patch
+
+tmp = tempfile.mkdtemp(prefix="pulse-fused-py.")
+store = "file://" + os.path.join(tmp, "store")
+pw.keygen(os.path.join(tmp, "t"))
+with pw.Publisher(store, "r", os.path.join(tmp, "t.key"), os.path.join(tmp, "pub"), chunk_elems=256) as pub:
+    pub.publish({k: (v, "BF16") for k, v in old.items()})
+    pub.publish({k: (v, "BF16") for k, v in new.items()})
+objdir = os.path.join(tmp, "store", "r", "objects")
+raw = None
+for f in sorted(os.listdir(objdir), key=lambda f: os.path.getsize(os.path.join(objdir, f)), reverse=True):
+    try:
+        with Patch(os.path.join(objdir, f)):
+            raw = open(os.path.join(objdir, f), "rb").read()
+            break
+    except pw.PulseError:
+        continue
+whole = Patch.from_bytes(raw)
+whole.verify()
+for tp in (1, 2, 4):
+    for r in range(tp):
+        lay = fused.llama_tp_layout(tp=tp, rank=r, **CFG)
+        ref_new = independent_shards(new, tp, r)
+        params = fused.shard(old, lay)
+        written = fused.apply_patch(params, whole, lay, threads=2)
+        check(all(np.array_equal(params[k], ref_new[k]) for k in ref_new),
+              "tp %d rank %d: apply_patch writes the new shards bit for bit (%d elements)" % (tp, r, sum(written.values())))
+        with Patch.from_head(raw[:whole.head_bytes], len(raw)) as sp:
+            for name, lo, hi in fused.slices(lay):
+                sp.want(name, lo, hi)
+            for off, n in sp.missing():
+                sp.supply(off, raw[off:off + n])
+            sp.verify()
+            params = fused.shard(old, lay)
+            fused.apply_patch(params, sp, lay)
+            check(all(np.array_equal(params[k], ref_new[k]) for k in ref_new),
+                  "tp %d rank %d: the sliced patch too" % (tp, r))
+lay = fused.llama_tp_layout(tp=2, rank=0, **CFG)
+params = fused.shard(old, lay)
+params["model.layers.1.mlp.down_proj.weight"] = params["model.layers.1.mlp.down_proj.weight"][:, :10].copy()
+before = {k: v.copy() for k, v in params.items()}
+try:
+    fused.apply_patch(params, whole, lay)
+    check(False, "apply_patch refuses a wrong-size parameter")
+except ValueError as e:
+    check("down_proj" in str(e), "apply_patch refuses a wrong-size parameter by name: %s" % e)
+check(all(np.array_equal(params[k], before[k]) for k in params), "nothing written by apply_patch after the refusal")
+if torch is not None:
+    params = as_bf16(fused.shard(old, lay))
+    fused.apply_patch(params, whole, lay)
+    want = as_bf16(independent_shards(new, 2, 0))
+    check(all(torch.equal(params[k].view(torch.int16), want[k].view(torch.int16)) for k in want),
+          "apply_patch into torch.bfloat16 CPU shards bit for bit")
+whole.close()
+
 print("fused: %d failed" % fails)
 sys.exit(1 if fails else 0)

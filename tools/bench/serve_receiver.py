@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# The receiver of an engine-held follower: per patch step, the time to take a step's updates (patch.updates) and write them (apply_updates) into weights held as numpy arrays, against a memcpy of the model and a reload of the checkpoint file, and the peak memory the step adds above the weights. Usage: serve_receiver.py STORE RUN TRUST.pub STATE_DIR CKPT
+# The receiver of an engine-held follower: per patch step, the time to take a step's updates (patch.updates) and write them (apply_updates) into weights held as numpy arrays, against a memcpy of the model and a reload of the checkpoint file, and the peak memory the step adds above the weights. Usage: serve_receiver.py STORE RUN TRUST.pub STATE_DIR CKPT [direct] (direct: fused.apply_patch decodes each chunk straight into the arrays, no update arrays)
 import ctypes
 import json
 import os
@@ -14,6 +14,7 @@ import numpy as np
 import pulseweights as pw
 
 store, run, trust, state, ckpt = sys.argv[1:6]
+direct = sys.argv[6:7] == ["direct"]
 engine = {}
 
 
@@ -34,6 +35,7 @@ def load(path, into):
 
 
 times = []
+walls = []   # per patch step: from the previous callback's end to this one's (fetch, verify, callback)
 
 
 def status_kb(field):
@@ -61,12 +63,30 @@ def reset_peak():
 base_rss = [0]
 
 
+last_end = [0.0]   # when the previous callback returned: a step's wall time includes the follower's fetch and verify
+
+
 def on_keyframe(step, path):
     load(path, engine)
     base_rss[0] = reset_peak()
+    last_end[0] = time.perf_counter()
 
 
 def on_patch(step, patch):
+    if direct:
+        from pulseweights import fused
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        fused.apply_patch(engine, patch, fused.whole_layout({k: v.shape for k, v in engine.items()}))
+        t1 = time.perf_counter()
+        arrays = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        peak = 1024 * status_kb("VmHWM") - base_rss[0]
+        times.append((step.step, 0.0, t1 - t0, step.changes, step.object_bytes, arrays, peak))
+        walls.append(time.perf_counter() - last_end[0])
+        base_rss[0] = reset_peak()
+        last_end[0] = time.perf_counter()
+        return
     tracemalloc.start()   # numpy's allocations (the update arrays and the scatter's temporaries)
     t0 = time.perf_counter()
     ups = patch.updates(want=("index", "deltas"))
@@ -81,7 +101,9 @@ def on_patch(step, patch):
     np.savez(os.path.join(state, "last-updates.npz"), **{"i:" + k: u.index for k, u in ups.items()},
              **{"d:" + k: u.deltas for k, u in ups.items()})
     del ups
+    walls.append(time.perf_counter() - last_end[0])
     base_rss[0] = reset_peak()
+    last_end[0] = time.perf_counter()
 
 
 f = pw.EngineFollower(store, run, trust, state, on_patch, on_keyframe)
@@ -102,14 +124,17 @@ for _ in range(3):   # the best of three of each: this machine's cores are share
     load(ckpt, engine)
     reload = min(reload, time.perf_counter() - t0)
 print("memcpy of the model %.1f ms; reload of the file from the page cache %.1f ms" % (1e3 * memcpy, 1e3 * reload))
-for s, tu, tw, ch, ob, arrays, peak in times:
+for (s, tu, tw, ch, ob, arrays, peak), wall in zip(times, walls):
     t = tu + tw
     print("step %d: %d changes, %d bytes of patch: updates %.1f ms + write %.1f ms = %.1f ms = %.2fx a memcpy, "
-          "%.2fx a reload; peak above the weights %.1f MB (%.1f bytes a change, %.4f of the model), "
-          "of which update arrays %.1f MB (%.1f bytes a change)"
-          % (s, ch, ob, 1e3 * tu, 1e3 * tw, 1e3 * t, t / memcpy, t / reload, peak / 1e6, peak / ch, peak / model,
-             arrays / 1e6, arrays / ch))
+          "%.2fx a reload; whole step with the follower's fetch and verify %.1f ms = %.2fx a memcpy; peak above "
+          "the weights %.1f MB (%.1f bytes a change, %.4f of the model), of which update arrays %.1f MB "
+          "(%.1f bytes a change)"
+          % (s, ch, ob, 1e3 * tu, 1e3 * tw, 1e3 * t, t / memcpy, t / reload, 1e3 * wall, wall / memcpy,
+             peak / 1e6, peak / ch, peak / model, arrays / 1e6, arrays / ch))
 
+if direct:
+    sys.exit(0)
 # The write alone, the last step's updates into the copy of the model: pulseweights.apply_updates
 # (the library's scatter on CPU arrays) against numpy's fancy-indexed scatter of the same updates.
 with np.load(os.path.join(state, "last-updates.npz")) as z:
