@@ -199,6 +199,25 @@ def _contiguous(t: Any) -> bool:
     return bool(t.is_contiguous())
 
 
+def _checked_param(params: Mapping[str, Any], pc: Piece, name: str, width: int, what: str) -> Any:
+    """The engine parameter piece pc of tensor `name` lands in, once it is there, of the layout's
+    size, `width` bytes an element, contiguous and writable; ValueError by name otherwise."""
+    if pc.param not in params:
+        raise ValueError("engine parameter %s (for %s) not given" % (pc.param, name))
+    t = params[pc.param]
+    numel = int(np.prod(t.shape)) if isinstance(t, np.ndarray) else t.numel()
+    if numel != pc.param_shape[0] * pc.param_shape[1]:
+        raise ValueError("engine parameter %s holds %d elements, the layout says %s" % (pc.param, numel, pc.param_shape))
+    if not width or _width(t) != width:
+        raise ValueError("tensor %s: %s for %d-byte parameter %s" % (name, what, _width(t), pc.param))
+    # A strided view would be written through a copy (numpy) or not at all (torch).
+    if not _contiguous(t):
+        raise ValueError("engine parameter %s is not contiguous (updates are written in place)" % pc.param)
+    if isinstance(t, np.ndarray) and not t.flags["WRITEABLE"]:
+        raise ValueError("engine parameter %s is a read-only numpy array" % pc.param)
+    return t
+
+
 def apply_updates(params: Mapping[str, Any], updates: Mapping[str, Any],
                   layout: Mapping[str, List[Piece]]) -> Dict[str, int]:
     """Applies sparse updates of checkpoint tensors (objects with `index` and `deltas` or
@@ -221,26 +240,12 @@ def apply_updates(params: Mapping[str, Any], updates: Mapping[str, Any],
             raise ValueError("update of tensor %s has neither deltas nor values" % name)
         src = np.asarray(src)
         for pc in pieces:
-            if pc.param not in params:
-                raise ValueError("engine parameter %s (for %s) not given" % (pc.param, name))
-            t = params[pc.param]
-            numel = int(np.prod(t.shape)) if isinstance(t, np.ndarray) else t.numel()
-            if numel != pc.param_shape[0] * pc.param_shape[1]:
-                raise ValueError("engine parameter %s holds %d elements, the layout says %s"
-                                 % (pc.param, numel, pc.param_shape))
-            if _width(t) != src.dtype.itemsize:
-                raise ValueError("tensor %s: %d-byte updates for %d-byte parameter %s"
-                                 % (name, src.dtype.itemsize, _width(t), pc.param))
-            # A strided view would be written through a copy (numpy) or not at all (torch).
-            if not _contiguous(t):
-                raise ValueError("engine parameter %s is not contiguous (updates are written in place)" % pc.param)
-            if isinstance(t, np.ndarray) and not t.flags["WRITEABLE"]:
-                raise ValueError("engine parameter %s is a read-only numpy array" % pc.param)
+            t = _checked_param(params, pc, name, src.dtype.itemsize, "%d-byte updates" % src.dtype.itemsize)
             m = map_index(pc, u.index)
             if m.index.size and _cpu_ptr(t) is not None:
                 # Checked (in range, strictly ascending) before the first write, as the write
                 # itself checks: a step reaches the shards whole or not at all.
-                _lib.check(_scatter(None, numel, _width(t), m.index.ctypes.data, None, m.index.size, 0))
+                _lib.check(_scatter(None, pc.param_shape[0] * pc.param_shape[1], _width(t), m.index.ctypes.data, None, m.index.size, 0))
             plan.append((m, src, use_delta, _width(t)))
     written: Dict[str, int] = {}
     for m, src, use_delta, width in plan:
@@ -306,19 +311,7 @@ def apply_patch(params: Mapping[str, Any], patch: Any, layout: Mapping[str, List
         _lib.check(_lib.patch_tensor_info_get(handle, i.value, 0, ctypes.byref(info)))
         width = _UNIT.get(int(info.dtype), 0)
         for pc in pcs:
-            if pc.param not in params:
-                raise ValueError("engine parameter %s (for %s) not given" % (pc.param, name))
-            t = params[pc.param]
-            numel = int(np.prod(t.shape)) if isinstance(t, np.ndarray) else t.numel()
-            if numel != pc.param_shape[0] * pc.param_shape[1]:
-                raise ValueError("engine parameter %s holds %d elements, the layout says %s"
-                                 % (pc.param, numel, pc.param_shape))
-            if not width or _width(t) != width:
-                raise ValueError("tensor %s (%s): its changes do not fit %d-byte parameter %s"
-                                 % (name, info.dtype_name.decode("ascii", "replace"), _width(t), pc.param))
-            if _cpu_ptr(t) is not None and (not _contiguous(t) or
-                                            (isinstance(t, np.ndarray) and not t.flags["WRITEABLE"])):
-                raise ValueError("engine parameter %s is not a contiguous writable array" % pc.param)
+            _checked_param(params, pc, name, width, "%s changes" % info.dtype_name.decode("ascii", "replace"))
         if any(_cpu_ptr(params[pc.param]) is None for pc in pcs):
             other.append(name)
         else:
