@@ -67,14 +67,14 @@ static void json_context(const pulse_patch_context *c)
     double n = (double)c->changes;
     printf(",\"context\":{\"changes\":%" PRIu64 ",\"elements\":%" PRIu64, c->changes, c->elements);
     printf(",\"positions\":{\"coded_bytes\":%" PRIu64 ",\"order0_bits\":%.1f,\"tensor_bits\":%.1f"
-           ",\"context_bits\":%.1f,\"coded_bits_per_change\":%.4f,\"order0_bits_per_change\":%.4f"
-           ",\"context_bits_per_change\":%.4f,\"context_vs_order0\":%.4f}",
-           c->pos_bytes, c->gap_bits, c->flag0_bits, c->flag_bits, ratio(8.0 * (double)c->pos_bytes, n),
+           ",\"context_bits\":%.1f,\"model_bits\":%.1f,\"coded_bits_per_change\":%.4f"
+           ",\"order0_bits_per_change\":%.4f,\"context_bits_per_change\":%.4f,\"context_vs_order0\":%.4f}",
+           c->pos_bytes, c->gap_bits, c->flag0_bits, c->flag_bits, c->flag_model_bits, ratio(8.0 * (double)c->pos_bytes, n),
            ratio(c->gap_bits, n), ratio(c->flag_bits, n), ratio(c->flag_bits, c->gap_bits));
     printf(",\"values\":{\"coded_bytes\":%" PRIu64 ",\"order0_bits\":%.1f,\"context_bits\":%.1f"
-           ",\"coded_bits_per_change\":%.4f,\"order0_bits_per_change\":%.4f,\"context_bits_per_change\":%.4f"
+           ",\"model_bits\":%.1f,\"coded_bits_per_change\":%.4f,\"order0_bits_per_change\":%.4f,\"context_bits_per_change\":%.4f"
            ",\"context_vs_order0\":%.4f}",
-           c->val_bytes, c->ulp_bits, c->ulp_ctx_bits, ratio(8.0 * (double)c->val_bytes, n), ratio(c->ulp_bits, n),
+           c->val_bytes, c->ulp_bits, c->ulp_ctx_bits, c->ulp_model_bits, ratio(8.0 * (double)c->val_bytes, n), ratio(c->ulp_bits, n),
            ratio(c->ulp_ctx_bits, n), ratio(c->ulp_ctx_bits, c->ulp_bits));
     double o0 = c->gap_bits + c->ulp_bits, cb = c->flag_bits + c->ulp_ctx_bits;
     printf(",\"total\":{\"coded_bytes\":%" PRIu64 ",\"order0_bits\":%.1f,\"context_bits\":%.1f"
@@ -105,6 +105,8 @@ static void print_context(const pulse_patch_context *c, pulse_value_code code)
            "elements (the tensor alone: %.3f bits per change)\n", ratio(c->flag0_bits, n));
     printf("values: order-0 = the ulp symbols (zigzag of new - old)%s; context = H(ulp symbol | dtype, exponent of "
            "the old value) x changes\n", code == PULSE_VALUES_ABS ? ", not the abs values this patch codes" : "");
+    printf("not in the context bound: describing its frequencies, ~%.0f bytes for positions and ~%.0f for values "
+           "((k-1)/2 log2 n bits per context)\n", c->flag_model_bits / 8, c->ulp_model_bits / 8);
 }
 
 int cmd_inspect(int argc, char **argv)

@@ -199,6 +199,11 @@ typedef struct pulse_patch_context {
     /* values: the ulp symbol is the zigzag of (new - old) bit patterns, whatever the patch codes */
     double ulp_bits;        /* order-0: changes x H(ulp symbol) */
     double ulp_ctx_bits;    /* changes x H(ulp symbol | dtype, exponent of the old value) */
+    /* What the context figures leave out, the cost of describing their frequencies (the usual
+     * two-part estimate, (k - 1)/2 x log2(n) bits per context of n draws of k distinct
+     * symbols): small against the figures on a model's step, not on a small tensor. */
+    double flag_model_bits;
+    double ulp_model_bits;
 } pulse_patch_context;
 
 /* Fills *out over the whole patch (symbol frequencies of the whole patch, as

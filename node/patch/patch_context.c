@@ -121,6 +121,21 @@ static double flag_bits(uint64_t n, uint64_t k)
     return (double)k * log2((double)n / (double)k) + (double)(n - k) * log2((double)n / (double)(n - k));
 }
 
+/* What describing the value contexts' frequencies would cost, the usual two-part estimate:
+ * (k - 1)/2 x log2(n) bits for a context with n changes of k distinct symbols. */
+static double values_model_bits(const kcount *joint, const uint64_t *ctx, size_t nctx)
+{
+    uint32_t k[DTYPES * EXP_BINS] = { 0 };
+    for (size_t i = 0; i < joint->cap; i++)
+        if (joint->key[i])
+            k[(joint->key[i] - 1) >> 32]++;
+    double bits = 0;
+    for (size_t c = 0; c < nctx; c++)
+        if (k[c] > 1)
+            bits += 0.5 * (double)(k[c] - 1) * log2((double)ctx[c]);
+    return bits;
+}
+
 /* The exponent field of a bit pattern (for F8_E4M3 the 4 bits under the sign, etc.). */
 static inline unsigned exponent_of(pulse_dtype dt, uint32_t x)
 {
@@ -230,8 +245,12 @@ static int context_tensor(void *arg, size_t k)
     if (!err) {
         r->gap_bits = kcount_bits(&gaps);
         r->flag0_bits = flag_bits(t->nelems, t->changes);
-        for (unsigned x = 0; x < EXP_BINS; x++)
+        for (unsigned x = 0; x < EXP_BINS; x++) {
             r->flag_bits += flag_bits(all[x], changed[x]);
+            /* one probability per exponent present, learnt from its elements */
+            r->flag_model_bits += all[x] ? 0.5 * log2((double)all[x]) : 0;
+        }
+        r->ulp_model_bits = values_model_bits(&joint, ctx, EXP_BINS);
         r->ulp_bits = kcount_bits(&syms);
         /* H(symbol | exponent) = H(exponent, symbol) - H(exponent) */
         r->ulp_ctx_bits = fmax(0.0, kcount_bits(&joint) - counts_bits(ctx, EXP_BINS));
@@ -303,6 +322,7 @@ int pulse_patch_context_bound(const pulse_patch *p, const pulse_ckpt *base, int 
             out->val_bytes += r->val_bytes;
             out->flag0_bits += r->flag0_bits;
             out->flag_bits += r->flag_bits;
+            out->flag_model_bits += r->flag_model_bits;
         }
         /* Whole-patch frequencies, as pulse_patch_info's bound: the order-0 figures are what
          * one table for the whole patch gives, the value context one table per (dtype,
@@ -310,6 +330,7 @@ int pulse_patch_context_bound(const pulse_patch *p, const pulse_ckpt *base, int 
         out->gap_bits = kcount_bits(&j.gaps);
         out->ulp_bits = kcount_bits(&j.syms);
         out->ulp_ctx_bits = fmax(0.0, kcount_bits(&j.joint) - counts_bits(j.ctx, DTYPES * EXP_BINS));
+        out->ulp_model_bits = values_model_bits(&j.joint, j.ctx, DTYPES * EXP_BINS);
         if (tensors)
             memcpy(tensors, j.per, n * sizeof *tensors);
     }

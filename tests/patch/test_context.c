@@ -167,6 +167,9 @@ static void bounds(const pair *p, const char *label, pulse_patch_context *tot, p
         flag0 += per[i].flag0_bits;
     }
     CHECK(fabs(flag - tot->flag_bits) <= 1e-6 * tot->flag_bits);
+    /* the tables the context figures leave out: some, and small at these counts */
+    CHECK(tot->flag_model_bits > 0 && tot->flag_model_bits < 0.05 * tot->flag_bits);
+    CHECK(tot->ulp_model_bits > 0 && tot->ulp_model_bits < 0.05 * tot->ulp_ctx_bits);
     CHECK(fabs(flag0 - tot->flag0_bits) <= 1e-6 * tot->flag0_bits);
     /* One thread, and the abs patch (deltas from base): the same figures. */
     pulse_patch_context t1, ta, pa[NSPECS];
