@@ -423,6 +423,7 @@ static int bench_codec(struct bench *b)
     pulse_ckpt *old = NULL, *new = NULL, *tgt = NULL;
     pulse_patch *fwd = NULL, *rev = NULL;
     pulse_patch_stats st_ulp = { 0 }, st_abs = { 0 };
+    pulse_patch_context cx_ulp = { 0 };   /* the step's bound with the old exponents as context */
     double t_diff[2] = { 0 }, t_apply[2] = { 0 }, t_verify[2] = { 0 }, t_abs = 0, t_memcpy = 0, t_read = 0;
     double c_memcpy = 1e30, c_read = 1e30;   /* CPU time of the baselines */
     double w_memcpy = 0;                      /* memcpy back to back, caches warm (informational) */
@@ -503,6 +504,8 @@ static int bench_codec(struct bench *b)
         err = pulse_patch_open(&fwd, p_ulp);
     if (!err)
         err = pulse_patch_info(fwd, 1, &st_ulp);
+    if (!err)
+        err = pulse_patch_context_bound(fwd, old, 0, &cx_ulp, NULL);
     if (!err) {
         pulse_patch *a = NULL;
         err = pulse_patch_open(&a, p_abs);
@@ -660,6 +663,13 @@ static int bench_codec(struct bench *b)
                  && mem_big[2] <= mem_big[3] + CACHE_CAP_MIB * 1024u + 2048;
     printf("\n  %-58s %12s %12s %6s\n", "targets (docs/performance.md)", "measured", "target", "");
     printf("  %-58s %12.3f %12s %6s\n", "ulp patch bytes / entropy bound", r_bound, "<= 1.10", verdict(r_bound <= 1.10));
+    /* What a next format could reach: the coded streams against the order-0 floor, and the
+     * bound with each old value's exponent as context against it (`pulse inspect --base`). */
+    double floor0 = cx_ulp.gap_bits + cx_ulp.ulp_bits;
+    printf("  %-58s %12.3f %12s %6s\n", "patch / order-0 floor (position + value streams)",
+           floor0 > 0 ? 8.0 * (double)(cx_ulp.pos_bytes + cx_ulp.val_bytes) / floor0 : NAN, "", "info");
+    printf("  %-58s %12.3f %12s %6s\n", "context bound / order-0 floor (old exponents as context)",
+           floor0 > 0 ? (cx_ulp.flag_bits + cx_ulp.ulp_ctx_bits) / floor0 : NAN, "", "info");
     if (b_xd > 0)
         printf("  %-58s %12.3f %12s %6s\n", "ulp patch bytes / xdelta3 bytes", r_xd, "<= 0.25", verdict(r_xd <= 0.25));
     else

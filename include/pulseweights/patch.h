@@ -181,6 +181,43 @@ typedef struct pulse_patch_stats {
 } pulse_patch_stats;
 PULSE_API int pulse_patch_info(const pulse_patch *p, int decode, pulse_patch_stats *st);
 
+/* What coding with context the receiver already holds could save (`pulse inspect --base`).
+ * A weight changes in a step with a probability set by its update against its rounding cell,
+ * and the cell by the exponent of its old value, which the receiver has: so the old value's
+ * exponent predicts both whether an element changes and by how many ulps. Figures are
+ * empirical entropies in bits (the cost of describing the frequencies themselves is not
+ * counted), over the element-wise tensors (BF16, F16, F32, F8_*; OPAQUE ones are left out). */
+typedef struct pulse_patch_context {
+    uint64_t elements;      /* elements of the element-wise tensors */
+    uint64_t changes;       /* their changed elements */
+    uint64_t pos_bytes;     /* their coded position streams */
+    uint64_t val_bytes;     /* their coded value streams */
+    /* positions */
+    double gap_bits;        /* order-0: sum of -log2 p(gap), the gaps the coder codes (what it targets) */
+    double flag0_bits;      /* sum over tensors of elements x H(changed): the tensor as only context */
+    double flag_bits;       /* sum over tensors of elements x H(changed | exponent of the old value) */
+    /* values: the ulp symbol is the zigzag of (new - old) bit patterns, whatever the patch codes */
+    double ulp_bits;        /* order-0: changes x H(ulp symbol) */
+    double ulp_ctx_bits;    /* changes x H(ulp symbol | dtype, exponent of the old value) */
+    /* What the context figures leave out, the cost of describing their frequencies (the usual
+     * two-part estimate, (k - 1)/2 x log2(n) bits per context of n draws of k distinct
+     * symbols): small against the figures on a model's step, not on a small tensor. */
+    double flag_model_bits;
+    double ulp_model_bits;
+} pulse_patch_context;
+
+/* Fills *out over the whole patch (symbol frequencies of the whole patch, as
+ * pulse_patch_info's bound; for ulp patches gap_bits + ulp_bits is its entropy_bits) and, when
+ * tensors is not NULL, tensors[i] for each tensor i < pulse_patch_tensor_count with that
+ * tensor's own frequencies (all zero for OPAQUE tensors). base is the patch's base checkpoint:
+ * its layout is checked (PULSE_ERR_MISMATCH naming the tensor), its state id is not (the
+ * caller's part: pulse_ckpt_state_id against pulse_patch_base_id). Every coded chunk is read,
+ * digest-checked and decoded as pulse_patch_verify does. Tensors run on `threads` threads (0 =
+ * all cores); memory grows with the changes of the tensors in flight, not with the model.
+ * A sliced patch is PULSE_ERR_INVALID. */
+PULSE_API int pulse_patch_context_bound(const pulse_patch *p, const pulse_ckpt *base, int threads,
+                                        pulse_patch_context *out, pulse_patch_context *tensors);
+
 /* --- Sparse updates: a step's changes for an engine that owns its tensors ------------ */
 
 /* Changed elements (changed bytes for OPAQUE) of tensor i, from the tensor table: no chunk is

@@ -1,0 +1,343 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* What context the receiver holds could save: a patch's positions and ulp values against their order-0 entropy and their entropy given the exponent of each old value (`pulse inspect --base`). */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fail.h"
+#include "node/parallel.h"
+#include "node/patch/patch_internal.h"
+
+/* Exponent bins of one dtype (the widest, BF16/F32, has 8 bits) and dtypes that have one. */
+#define EXP_BINS 256u
+#define DTYPES 6u
+
+/* Counts of 64-bit keys: open addressing, key + 1 stored (0 = empty), grown at half load.
+ * Keys are (context << 32 | symbol) with context < DTYPES * EXP_BINS, so key + 1 never wraps. */
+typedef struct kcount {
+    uint64_t *key;
+    uint64_t *cnt;
+    size_t cap, used;
+    uint64_t total;
+} kcount;
+
+static size_t kslot(uint64_t k, size_t cap)
+{
+    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+}
+
+static int kcount_grow(kcount *h)
+{
+    size_t cap = h->cap ? h->cap * 2 : 256;
+    uint64_t *key = calloc(cap, sizeof *key), *cnt = calloc(cap, sizeof *cnt);
+    if (!key || !cnt) {
+        free(key);
+        free(cnt);
+        return pulse_fail(PULSE_ERR_NOMEM, "symbol counts (%zu slots)", cap);
+    }
+    for (size_t i = 0; i < h->cap; i++) {
+        if (!h->key[i])
+            continue;
+        size_t j = kslot(h->key[i], cap);
+        while (key[j])
+            j = (j + 1) & (cap - 1);
+        key[j] = h->key[i];
+        cnt[j] = h->cnt[i];
+    }
+    free(h->key);
+    free(h->cnt);
+    h->key = key;
+    h->cnt = cnt;
+    h->cap = cap;
+    return 0;
+}
+
+static int kcount_add(kcount *h, uint64_t key, uint64_t n)
+{
+    if (2 * (h->used + 1) > h->cap) {
+        int err = kcount_grow(h);
+        if (err)
+            return err;
+    }
+    const uint64_t k = key + 1;
+    size_t j = kslot(k, h->cap);
+    while (h->key[j] && h->key[j] != k)
+        j = (j + 1) & (h->cap - 1);
+    if (!h->key[j]) {
+        h->key[j] = k;
+        h->used++;
+    }
+    h->cnt[j] += n;
+    h->total += n;
+    return 0;
+}
+
+/* Adds src into dst, each key's context (bits 32 and up) raised by ctx_add. */
+static int kcount_merge(kcount *dst, const kcount *src, uint64_t ctx_add)
+{
+    int err = 0;
+    for (size_t i = 0; !err && i < src->cap; i++)
+        if (src->key[i])
+            err = kcount_add(dst, src->key[i] - 1 + (ctx_add << 32), src->cnt[i]);
+    return err;
+}
+
+/* Sum over keys of c * log2(total / c): total x the order-0 entropy, in bits. */
+static double kcount_bits(const kcount *h)
+{
+    double bits = 0, n = (double)h->total;
+    for (size_t i = 0; i < h->cap; i++)
+        if (h->key[i])
+            bits += (double)h->cnt[i] * log2(n / (double)h->cnt[i]);
+    return bits;
+}
+
+static void kcount_free(kcount *h)
+{
+    free(h->key);
+    free(h->cnt);
+    memset(h, 0, sizeof *h);
+}
+
+/* Same for an array of counts. */
+static double counts_bits(const uint64_t *c, size_t n)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += c[i];
+    double bits = 0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i])
+            bits += (double)c[i] * log2((double)total / (double)c[i]);
+    return bits;
+}
+
+/* n x the binary entropy of k changed among n. */
+static double flag_bits(uint64_t n, uint64_t k)
+{
+    if (!k || k == n)
+        return 0;
+    return (double)k * log2((double)n / (double)k) + (double)(n - k) * log2((double)n / (double)(n - k));
+}
+
+/* What describing the value contexts' frequencies would cost, the usual two-part estimate:
+ * (k - 1)/2 x log2(n) bits for a context with n changes of k distinct symbols. */
+static double values_model_bits(const kcount *joint, const uint64_t *ctx, size_t nctx)
+{
+    uint32_t k[DTYPES * EXP_BINS] = { 0 };
+    for (size_t i = 0; i < joint->cap; i++)
+        if (joint->key[i])
+            k[(joint->key[i] - 1) >> 32]++;
+    double bits = 0;
+    for (size_t c = 0; c < nctx; c++)
+        if (k[c] > 1)
+            bits += 0.5 * (double)(k[c] - 1) * log2((double)ctx[c]);
+    return bits;
+}
+
+/* The exponent field of a bit pattern (for F8_E4M3 the 4 bits under the sign, etc.). */
+static inline unsigned exponent_of(pulse_dtype dt, uint32_t x)
+{
+    switch (dt) {
+    case PULSE_DT_BF16: return (x >> 7) & 0xff;
+    case PULSE_DT_F16: return (x >> 10) & 0x1f;
+    case PULSE_DT_F32: return (x >> 23) & 0xff;
+    case PULSE_DT_F8_E4M3: return (x >> 3) & 0xf;
+    case PULSE_DT_F8_E5M2: return (x >> 2) & 0x1f;
+    default: return 0;
+    }
+}
+
+static inline uint32_t load_unit(const uint8_t *src, unsigned unit)
+{
+    uint32_t x = 0;
+    memcpy(&x, src, unit);   /* a safetensors tensor need not be aligned to its element */
+    return x;
+}
+
+/* Zigzag of a difference modulo 2^(8 unit): the ulp symbol a ulp patch codes. */
+static inline uint32_t zigzag(uint32_t d, unsigned unit)
+{
+    const unsigned bits = 8 * unit;
+    const uint32_t mask = unit == 4 ? UINT32_MAX : (1u << bits) - 1;
+    const uint32_t neg = (d >> (bits - 1)) & 1;
+    return ((d << 1) ^ (0u - neg)) & mask;
+}
+
+/* Elements of one tensor of base per exponent. One loop per width so that each is a plain
+ * load-and-count. */
+static void exponent_counts(pulse_dtype dt, const uint8_t *data, uint64_t n, unsigned unit, uint64_t *cnt)
+{
+    if (unit == 2) {
+        for (uint64_t e = 0; e < n; e++)
+            cnt[exponent_of(dt, load_unit(data + 2 * e, 2))]++;
+    } else if (unit == 4) {
+        for (uint64_t e = 0; e < n; e++)
+            cnt[exponent_of(dt, load_unit(data + 4 * e, 4))]++;
+    } else {
+        for (uint64_t e = 0; e < n; e++)
+            cnt[exponent_of(dt, data[e])]++;
+    }
+}
+
+typedef struct context_job {
+    const pulse_patch *p;
+    const pulse_ckpt *base;
+    const size_t *order;                /* tensors, largest first: the long ones start early */
+    pulse_patch_context *per;           /* ntensors */
+    pthread_mutex_t lock;               /* guards the whole-patch counts below */
+    kcount gaps, syms, joint;           /* joint: (dtype * EXP_BINS + exponent) << 32 | symbol */
+    uint64_t ctx[DTYPES * EXP_BINS];    /* changes per (dtype, exponent) */
+} context_job;
+
+static int context_tensor(void *arg, size_t k)
+{
+    context_job *j = arg;
+    const size_t i = j->order[k];
+    const patch_tensor *t = &j->p->tensors[i];
+    pulse_patch_context *r = &j->per[i];
+    const unsigned unit = patch_dtype_unit(t->dtype);
+    if (t->dtype == PULSE_DT_OPAQUE || !unit)   /* no exponent; its chunks are still checked */
+        return t->ncoded ? pulse_patch_tensor_updates(j->p, i, j->base, 1, NULL, NULL, NULL) : 0;
+    const uint8_t *data = pulse_ckpt_tensor(j->base, i)->data;
+    if (t->nelems && !data)
+        return pulse_fail(PULSE_ERR_INVALID, "tensor %s: base checkpoint not readable", t->name);
+    r->elements = t->nelems;
+    r->changes = t->changes;
+    for (size_t c = t->first_coded; c < t->first_coded + t->ncoded; c++) {
+        r->pos_bytes += j->p->chunks[c].pos_len;
+        r->val_bytes += j->p->chunks[c].val_len;
+    }
+    uint64_t all[EXP_BINS] = { 0 }, changed[EXP_BINS] = { 0 }, ctx[EXP_BINS] = { 0 };
+    exponent_counts(t->dtype, data, t->nelems, unit, all);
+    int64_t *index = NULL;
+    uint8_t *deltas = NULL;
+    kcount gaps = { 0 }, syms = { 0 }, joint = { 0 };
+    int err = 0;
+    if (t->changes) {
+        /* Memory grows with this tensor's changes, never with the model. */
+        index = malloc(t->changes * sizeof *index);
+        deltas = malloc(t->changes * unit);
+        if (!index || !deltas)
+            err = pulse_fail(PULSE_ERR_NOMEM, "tensor %s: %llu changes", t->name, (unsigned long long)t->changes);
+        if (!err)
+            err = pulse_patch_tensor_updates(j->p, i, j->base, 1, index, NULL, deltas);
+    }
+    const uint64_t ce = j->p->chunk_elems;
+    for (uint64_t m = 0; !err && m < t->changes; m++) {
+        const uint64_t e = (uint64_t)index[m];
+        /* The gap the coder codes: from the previous change in the same chunk, else from the
+         * chunk's start. */
+        const uint64_t gap = m && (uint64_t)index[m - 1] / ce == e / ce ? e - (uint64_t)index[m - 1] - 1 : e % ce;
+        const unsigned x = exponent_of(t->dtype, load_unit(data + e * unit, unit));
+        const uint32_t sym = zigzag(load_unit(deltas + m * unit, unit), unit);
+        changed[x]++;
+        ctx[x]++;
+        err = kcount_add(&gaps, gap, 1);
+        if (!err)
+            err = kcount_add(&syms, sym, 1);
+        if (!err)
+            err = kcount_add(&joint, (uint64_t)x << 32 | sym, 1);
+    }
+    free(index);
+    free(deltas);
+    if (!err) {
+        r->gap_bits = kcount_bits(&gaps);
+        r->flag0_bits = flag_bits(t->nelems, t->changes);
+        for (unsigned x = 0; x < EXP_BINS; x++) {
+            r->flag_bits += flag_bits(all[x], changed[x]);
+            /* one probability per exponent present, learnt from its elements */
+            r->flag_model_bits += all[x] ? 0.5 * log2((double)all[x]) : 0;
+        }
+        r->ulp_model_bits = values_model_bits(&joint, ctx, EXP_BINS);
+        r->ulp_bits = kcount_bits(&syms);
+        /* H(symbol | exponent) = H(exponent, symbol) - H(exponent) */
+        r->ulp_ctx_bits = fmax(0.0, kcount_bits(&joint) - counts_bits(ctx, EXP_BINS));
+        pthread_mutex_lock(&j->lock);
+        err = kcount_merge(&j->gaps, &gaps, 0);
+        if (!err)
+            err = kcount_merge(&j->syms, &syms, 0);
+        if (!err)
+            err = kcount_merge(&j->joint, &joint, (uint64_t)t->dtype * EXP_BINS);
+        for (unsigned x = 0; x < EXP_BINS; x++)
+            j->ctx[(size_t)t->dtype * EXP_BINS + x] += ctx[x];
+        pthread_mutex_unlock(&j->lock);
+    }
+    kcount_free(&gaps);
+    kcount_free(&syms);
+    kcount_free(&joint);
+    return err;
+}
+
+typedef struct by_size {
+    uint64_t units;
+    size_t i;
+} by_size;
+
+static int larger_first(const void *a, const void *b)
+{
+    const by_size *x = a, *y = b;
+    return x->units < y->units ? 1 : x->units > y->units ? -1 : (x->i > y->i) - (x->i < y->i);
+}
+
+int pulse_patch_context_bound(const pulse_patch *p, const pulse_ckpt *base, int threads, pulse_patch_context *out,
+                              pulse_patch_context *tensors)
+{
+    if (!p || !base || !out)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_context_bound: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (p->present)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_context_bound: a sliced patch does not hold every chunk");
+    int err = patch_check_layout(p, base);
+    if (err)
+        return err;
+    const size_t n = p->ntensors;
+    context_job j = { .p = p, .base = base };
+    size_t *order = malloc((n ? n : 1) * sizeof *order);
+    by_size *sizes = malloc((n ? n : 1) * sizeof *sizes);
+    j.per = calloc(n ? n : 1, sizeof *j.per);
+    if (!order || !sizes || !j.per) {
+        free(order);
+        free(sizes);
+        free(j.per);
+        return pulse_fail(PULSE_ERR_NOMEM, "pulse_patch_context_bound: %zu tensors", n);
+    }
+    for (size_t i = 0; i < n; i++)
+        sizes[i] = (by_size){ p->tensors[i].units, i };
+    qsort(sizes, n, sizeof *sizes, larger_first);
+    for (size_t i = 0; i < n; i++)
+        order[i] = sizes[i].i;
+    free(sizes);
+    j.order = order;
+    pthread_mutex_init(&j.lock, NULL);
+    err = pulse_parallel_for(n, threads, context_tensor, &j);
+    pthread_mutex_destroy(&j.lock);
+    if (!err) {
+        for (size_t i = 0; i < n; i++) {
+            const pulse_patch_context *r = &j.per[i];
+            out->elements += r->elements;
+            out->changes += r->changes;
+            out->pos_bytes += r->pos_bytes;
+            out->val_bytes += r->val_bytes;
+            out->flag0_bits += r->flag0_bits;
+            out->flag_bits += r->flag_bits;
+            out->flag_model_bits += r->flag_model_bits;
+        }
+        /* Whole-patch frequencies, as pulse_patch_info's bound: the order-0 figures are what
+         * one table for the whole patch gives, the value context one table per (dtype,
+         * exponent). */
+        out->gap_bits = kcount_bits(&j.gaps);
+        out->ulp_bits = kcount_bits(&j.syms);
+        out->ulp_ctx_bits = fmax(0.0, kcount_bits(&j.joint) - counts_bits(j.ctx, DTYPES * EXP_BINS));
+        out->ulp_model_bits = values_model_bits(&j.joint, j.ctx, DTYPES * EXP_BINS);
+        if (tensors)
+            memcpy(tensors, j.per, n * sizeof *tensors);
+    }
+    kcount_free(&j.gaps);
+    kcount_free(&j.syms);
+    kcount_free(&j.joint);
+    free(order);
+    free(j.per);
+    return err;
+}
