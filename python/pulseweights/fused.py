@@ -136,11 +136,14 @@ def slices(layout: Mapping[str, List[Piece]]) -> List[Tuple[str, int, int]]:
 
 def whole_layout(shapes: Mapping[str, Sequence[int]]) -> Dict[str, List[Piece]]:
     """The layout of an engine that holds every checkpoint tensor whole under its own name
-    (shapes: name -> shape, 1-D or 2-D): for apply_patch on unfused, unsharded parameters."""
+    (shapes: name -> shape, any number of dimensions, each seen as one row of its elements):
+    for apply_patch and apply_updates on unfused, unsharded parameters."""
     out: Dict[str, List[Piece]] = {}
     for name, shape in shapes.items():
-        s2 = _as2d(shape)
-        out[name] = [Piece(name, s2, 0, 0, s2[0], name, s2, 0)]
+        n = 1
+        for d in shape:
+            n *= int(d)
+        out[name] = [Piece(name, (1, n), 0, 0, 1, name, (1, n), 0)]
     return out
 
 

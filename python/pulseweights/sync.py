@@ -162,7 +162,9 @@ class Follower(_lib.Closeable):
     which shares the parameters' storage) updates those tensors IN PLACE (their
     buffers are held from here until close(); names, dtypes and shapes must be the run's);
     weights_path=FILE keeps a safetensors file instead (created from a keyframe when absent),
-    synced to disk by sync() and close(), or after every step with durable=True."""
+    synced to disk by sync() and close(), or after every step with durable=True. Torch tensors
+    off the host (a GPU) are followed as engine-held weights (pulseweights.device.DeviceFollower:
+    keyframes copied in, patches applied on the device by torch ops; docs/python.md)."""
 
     def __init__(self, store: str, run: str, trust: Union[PathLike, Iterable[PathLike]], state_dir: PathLike,
                  weights: Optional[Tensors] = None, weights_path: Optional[PathLike] = None, threads: int = 0,
@@ -170,8 +172,16 @@ class Follower(_lib.Closeable):
         self._f = ctypes.c_void_p()
         self._trust = None
         self._wrapped = None
+        self._device = None
         if (weights is None) == (weights_path is None):
             raise ValueError("give exactly one of weights (tensors updated in place) and weights_path")
+        from .device import DeviceFollower, off_host
+        held = off_host(weights) if weights is not None else None
+        if held is not None:
+            # Tensors the library cannot address: it verifies, torch writes on their device.
+            self._device = DeviceFollower(store, run, trust, state_dir, held, threads=threads)
+            self._steps = []
+            return
         self._trust = _load_trust(trust)
         self._steps = []
         try:
@@ -202,6 +212,8 @@ class Follower(_lib.Closeable):
         of steps applied and the StepInfo of the state now held (None when none). A refused step
         raises PulseError (.applied: the steps applied before it); the weights stay at the last
         good state."""
+        if self._device is not None:
+            return self._device.pull()
         if not self._f:
             raise ValueError("follower is closed")
         self._steps = []
@@ -209,6 +221,8 @@ class Follower(_lib.Closeable):
 
     def sync(self) -> None:
         """Syncs a weights_path file to disk now (pulse_follower_sync); close() does it too."""
+        if self._device is not None:
+            return
         if not self._f:
             raise ValueError("follower is closed")
         _lib.check(_lib.follower_sync(self._f))
@@ -216,9 +230,11 @@ class Follower(_lib.Closeable):
     @property
     def steps(self) -> List[StepInfo]:
         """StepInfo of each step the last pull applied, in order."""
-        return list(self._steps)
+        return self._device.steps if self._device is not None else list(self._steps)
 
     def close(self) -> None:
+        if getattr(self, "_device", None) is not None:
+            self._device.close()
         if getattr(self, "_f", None):
             _lib.follower_close(ctypes.byref(self._f))
         if getattr(self, "_wrapped", None):

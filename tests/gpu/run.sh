@@ -29,6 +29,13 @@ fi
 # The whole run is sized for under 5 minutes on one H100/H200; a hang is a failure.
 rc=0
 timeout 600 "$build/tests/gpu/gpu_check" $bench || rc=$?
+# Python tensors on the GPU (pulseweights.device: patches applied with torch ops on the device),
+# where torch sees one; the library itself is host code.
+if [[ $rc == 0 ]] && /usr/bin/python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    [[ -f $build/libpulseweights.so ]] || ninja -C "$build" libpulseweights.so >/dev/null
+    PYTHONPATH=$src/python PULSE_LIB=$build/libpulseweights.so timeout 300 /usr/bin/python3 \
+        "$src/tests/python/test_device.py" cuda || rc=$?
+fi
 case $rc in
 0) echo "run.sh: PASS" ;;
 77) echo "run.sh: no CUDA device: nothing was tested" >&2 ;;
