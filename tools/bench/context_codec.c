@@ -450,6 +450,8 @@ typedef struct scratch {
     uint32_t *gapcnt;        /* floor: gap histogram */
     uint32_t *zcnt;          /* floor: z histogram */
     uint32_t *gaps;
+    uint64_t *mask[NB];      /* per band: one member bit per element, 64 to a word */
+    uint64_t *chw;           /* changed bit per element (encoder) */
 } scratch;
 
 static void scratch_init(scratch *s)
@@ -461,6 +463,9 @@ static void scratch_init(scratch *s)
     s->gapcnt = calloc(CHUNK + 1, sizeof(uint32_t));
     s->zcnt = calloc(65536, sizeof(uint32_t));
     s->gaps = xmalloc(sizeof(uint32_t) * CHUNK);
+    for (int b = 0; b < NB; b++)
+        s->mask[b] = xmalloc(CHUNK / 8);
+    s->chw = xmalloc(CHUNK / 8);
     if (!s->gapcnt || !s->zcnt)
         die("out of memory");
 }
@@ -469,12 +474,70 @@ static int chunk_ebase(const uint16_t *old, uint32_t n, int nbands)
 {
     if (nbands == 1)
         return 0;
-    int emax = 0;
+    uint16_t mx = 0;
     for (uint32_t i = 0; i < n; i++) {
-        int e = (old[i] >> 7) & 0xFF;
-        emax = e > emax ? e : emax;
+        uint16_t v = old[i] & 0x7F80;
+        mx = v > mx ? v : mx;
     }
+    int emax = mx >> 7;
     return emax >= NB - 1 ? emax - (NB - 1) : 0;
+}
+
+/* One pass over OLD: the member words of the bands in NEED (all bands when the encoder asks),
+ * and the changed words when NEU is given. Taken before anything is applied in place. */
+/* The same with AVX-512BW: 64 band bytes in one register, one compare-to-mask per band. */
+__attribute__((target("avx512f,avx512bw,avx2,bmi2")))
+static void build_masks512(const uint16_t *old, const uint16_t *neu, uint32_t n, int ebase, int nb,
+                           uint32_t need, scratch *S)
+{
+    const __m512i ff = _mm512_set1_epi16(0xFF), eb = _mm512_set1_epi16((short)ebase),
+                  top = _mm512_set1_epi16((short)(nb - 1)),
+                  perm = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+    for (uint32_t base = 0, w = 0; base < n; base += 64, w++) {
+        uint32_t valid = n - base >= 64 ? 64 : n - base;
+        uint64_t vm = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+        __mmask32 k0 = (__mmask32)(vm & 0xFFFFFFFFu), k1 = (__mmask32)(vm >> 32);
+        __m512i a = _mm512_maskz_loadu_epi16(k0, old + base);
+        __m512i c = _mm512_maskz_loadu_epi16(k1, old + base + 32);
+        if (neu) {
+            __m512i na = _mm512_maskz_loadu_epi16(k0, neu + base);
+            __m512i nc = _mm512_maskz_loadu_epi16(k1, neu + base + 32);
+            S->chw[w] = (uint64_t)_mm512_cmpneq_epi16_mask(a, na) |
+                        ((uint64_t)_mm512_cmpneq_epi16_mask(c, nc) << 32);
+        }
+        if (nb == 1) {
+            S->mask[0][w] = vm;
+            continue;
+        }
+        a = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(a, 7), ff), eb), top);
+        c = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(c, 7), ff), eb), top);
+        __m512i bytes = _mm512_permutexvar_epi64(perm, _mm512_packus_epi16(a, c));
+        for (int b = 0; b < nb; b++)
+            if (need >> b & 1)
+                S->mask[b][w] = _mm512_cmpeq_epi8_mask(bytes, _mm512_set1_epi8((char)b)) & vm;
+    }
+}
+
+static int have_avx512;
+
+__attribute__((target("avx2,bmi2")))
+static void build_masks(const uint16_t *old, const uint16_t *neu, uint32_t n, int ebase, int nb,
+                        uint32_t need, scratch *S)
+{
+    if (have_avx512) {
+        build_masks512(old, neu, n, ebase, nb, need, S);
+        return;
+    }
+    uint64_t m[NB];
+    for (uint32_t base = 0, w = 0; base < n; base += 64, w++) {
+        int valid = n - base >= 64 ? 64 : (int)(n - base);
+        block_masks(old + base, valid, ebase, nb, m);
+        for (int b = 0; b < nb; b++)
+            if (need >> b & 1)
+                S->mask[b][w] = m[b];
+        if (neu)
+            S->chw[w] = block_changed(old + base, neu + base, valid);
+    }
 }
 
 static int rice_param(const uint32_t *g, uint32_t k, uint64_t *bits_out)
@@ -517,25 +580,28 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
     memset(S->nb_mem, 0, sizeof S->nb_mem);
     memset(S->kb, 0, sizeof S->kb);
     S->nv = 0;
-    uint64_t m[NB];
-    /* pass 1: band membership, changed band indices, values in decode order */
-    for (uint32_t base = 0; base < n; base += 64) {
-        int valid = n - base >= 64 ? 64 : (int)(n - base);
-        block_masks(old + base, valid, ebase, nb, m);
-        uint64_t ch = block_changed(old + base, neu + base, valid);
-        for (int b = 0; b < nb; b++) {
-            uint64_t mb = m[b];
-            uint64_t cb = ch & mb;
+    uint32_t nw = (n + 63) / 64;
+    build_masks(old, neu, n, ebase, nb, 0xFFFFu, S);
+    /* pass 1, band by band: changed band indices, values in decode order (band-major) */
+    for (int b = 0; b < nb; b++) {
+        const uint64_t *mb = S->mask[b];
+        uint32_t seen = 0, k = 0;
+        uint32_t *bi = S->bidx[b];
+        uint8_t ctx = (uint8_t)(c->value_ctx ? b : 0);
+        for (uint32_t w = 0; w < nw; w++) {
+            uint64_t mw = mb[w], cb = S->chw[w] & mw;
             while (cb) {
                 int j = __builtin_ctzll(cb);
-                uint32_t bi = S->nb_mem[b] + (uint32_t)__builtin_popcountll(mb & ((1ull << j) - 1));
-                S->bidx[b][S->kb[b]++] = bi;
-                S->vctx[S->nv] = (uint8_t)(c->value_ctx ? b : 0);
-                S->vz[S->nv++] = zigzag16(old[base + j], neu[base + j]);
+                bi[k++] = seen + (uint32_t)__builtin_popcountll(mw & ((1ull << j) - 1));
+                uint32_t e = w * 64 + (uint32_t)j;
+                S->vctx[S->nv] = ctx;
+                S->vz[S->nv++] = zigzag16(old[e], neu[e]);
                 cb &= cb - 1;
             }
-            S->nb_mem[b] += (uint32_t)__builtin_popcountll(mb);
+            seen += (uint32_t)__builtin_popcountll(mw);
         }
+        S->kb[b] = k;
+        S->nb_mem[b] = seen;
     }
     /* modes and Rice streams */
     int mode[NB];
@@ -592,18 +658,15 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
         uint16_t pr[NB];
         for (int b = 0; b < NB; b++)
             pr[b] = 1u << (RC_BITS - 1);
-        for (uint32_t base = 0; base < n; base += 64) {
-            int valid = n - base >= 64 ? 64 : (int)(n - base);
-            block_masks(old + base, valid, ebase, nb, m);
-            uint64_t ch = block_changed(old + base, neu + base, valid);
-            for (int b = 0; b < nb; b++) {
-                if (mode[b] != MODE_RC)
-                    continue;
-                uint64_t mb = m[b];
-                while (mb) {
-                    int j = __builtin_ctzll(mb);
+        for (int b = 0; b < nb; b++) {
+            if (mode[b] != MODE_RC)
+                continue;
+            for (uint32_t w = 0; w < nw; w++) {
+                uint64_t mw = S->mask[b][w], ch = S->chw[w];
+                while (mw) {
+                    int j = __builtin_ctzll(mw);
                     rce_bit(&e, &pr[b], (int)((ch >> j) & 1));
-                    mb &= mb - 1;
+                    mw &= mw - 1;
                 }
             }
         }
@@ -687,9 +750,12 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
     free(rbuf);
 }
 
+static double t_dec_masks; /* decode time spent building the band member words */
+
 /* Decodes one chunk and applies it in place to dst (which holds OLD on entry). */
 __attribute__((target("avx2,bmi2")))
-static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_t *dst, uint32_t n)
+static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_t *dst, uint32_t n,
+                         scratch *S)
 {
     int nb = c->nbands;
     rd r = {in, in + inlen};
@@ -753,69 +819,83 @@ static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_
         rans += 4;
     }
     uint16_t pr[NB];
-    uint32_t next[NB], left[NB], seen[NB];
-    for (int b = 0; b < NB; b++) {
-        pr[b] = 1u << (RC_BITS - 1);
-        seen[b] = 0;
-        left[b] = 0;
-        next[b] = UINT32_MAX;
-    }
+    uint32_t need = 0;
     for (int b = 0; b < nb; b++) {
-        left[b] = kk[b];
-        if (left[b]) {
-            next[b] = br_rice(&rr[b], sp[b]);
-            left[b]--;
-        }
+        pr[b] = 1u << (RC_BITS - 1);
+        if (mode[b] != MODE_NONE)
+            need |= 1u << b;
     }
-    uint64_t m[NB];
-    for (uint32_t base = 0; base < n; base += 64) {
-        int valid = n - base >= 64 ? 64 : (int)(n - base);
-        block_masks(dst + base, valid, ebase, nb, m);
-        for (int b = 0; b < nb; b++) {
-            uint64_t mb = m[b];
-            if (mode[b] == MODE_NONE || !mb)
-                continue;
-            uint64_t chb = 0;
-            uint32_t pc = (uint32_t)__builtin_popcountll(mb);
-            if (mode[b] == MODE_RC) {
-                uint64_t t = mb;
-                while (t) {
-                    uint64_t low = t & -t;
+    uint32_t nw = (n + 63) / 64;
+    double t0 = now_s();
+    build_masks(dst, NULL, n, ebase, nb, need, S);
+    t_dec_masks += now_s() - t0;
+    for (int b = 0; b < nb; b++) {
+        if (mode[b] == MODE_NONE)
+            continue;
+        const uint64_t *mb = S->mask[b];
+        const rtab *t = &T[c->value_ctx ? b : 0];
+#define APPLY_WORD(W, BITS)                                                                     \
+    do {                                                                                        \
+        uint64_t chb_ = (BITS);                                                                 \
+        uint16_t *d_ = dst + (size_t)(W) * 64;                                                  \
+        while (chb_) {                                                                          \
+            int j_ = __builtin_ctzll(chb_);                                                     \
+            uint32_t slot_ = st & ((1u << RANS_BITS) - 1);                                      \
+            int sym_ = t->slot[slot_];                                                          \
+            st = t->freq[sym_] * (st >> RANS_BITS) + slot_ - t->cum[sym_];                      \
+            while (st < RANS_L) {                                                               \
+                if (rans >= rans_end)                                                           \
+                    die("truncated rANS stream");                                               \
+                st = (st << 8) | *rans++;                                                       \
+            }                                                                                   \
+            uint16_t z_ = sym_ < NSYM - 1 ? (uint16_t)(sym_ + 1) : (uint16_t)(get_leb(&esc) + NSYM); \
+            d_[j_] = (uint16_t)(d_[j_] + unzigzag16(z_));                                       \
+            chb_ &= chb_ - 1;                                                                   \
+        }                                                                                       \
+    } while (0)
+        if (mode[b] == MODE_RC) {
+            for (uint32_t w = 0; w < nw; w++) {
+                uint64_t mw = mb[w], chb = 0;
+                while (mw) {
+                    uint64_t low = mw & -mw;
                     if (rcd_bit(&rc, &pr[b]))
                         chb |= low;
-                    t ^= low;
+                    mw ^= low;
                 }
-            } else {
-                uint64_t sel = 0;
-                while (next[b] < seen[b] + pc) {
-                    sel |= _pdep_u64(1ull << (next[b] - seen[b]), mb);
-                    if (left[b]) {
-                        uint32_t g = br_rice(&rr[b], sp[b]);
-                        next[b] += g + 1;
-                        left[b]--;
-                    } else {
-                        next[b] = UINT32_MAX;
-                    }
-                }
-                chb = mode[b] == MODE_RICE ? sel : (mb & ~sel);
+                APPLY_WORD(w, chb);
             }
-            seen[b] += pc;
-            const rtab *t = &T[c->value_ctx ? b : 0];
-            while (chb) {
-                int j = __builtin_ctzll(chb);
-                uint32_t slot = st & ((1u << RANS_BITS) - 1);
-                int sym = t->slot[slot];
-                st = t->freq[sym] * (st >> RANS_BITS) + slot - t->cum[sym];
-                while (st < RANS_L) {
-                    if (rans >= rans_end)
-                        die("truncated rANS stream");
-                    st = (st << 8) | *rans++;
-                }
-                uint16_t z = sym < NSYM - 1 ? (uint16_t)(sym + 1) : (uint16_t)(get_leb(&esc) + NSYM);
-                dst[base + j] = (uint16_t)(dst[base + j] + unzigzag16(z));
-                chb &= chb - 1;
-            }
+            continue;
         }
+        /* Rice: the k-th selected member of the band, found by skipping whole words by popcount
+         * and selecting inside the word with pdep */
+        uint32_t w = 0, base = 0, pcw = (uint32_t)__builtin_popcountll(mb[0]);
+        uint32_t idx = (uint32_t)-1;
+        uint64_t sel = 0;
+        int inv = mode[b] == MODE_RICE_INV;
+        for (uint32_t i = 0; i < kk[b]; i++) {
+            idx += br_rice(&rr[b], sp[b]) + 1;
+            while (idx >= base + pcw) {
+                if (inv)
+                    APPLY_WORD(w, mb[w] & ~sel);
+                else if (sel)
+                    APPLY_WORD(w, sel);
+                sel = 0;
+                base += pcw;
+                if (++w >= nw)
+                    die("position past the band");
+                pcw = (uint32_t)__builtin_popcountll(mb[w]);
+            }
+            sel |= _pdep_u64(1ull << (idx - base), mb[w]);
+        }
+        if (inv) {
+            for (; w < nw; w++) {
+                APPLY_WORD(w, mb[w] & ~sel);
+                sel = 0;
+            }
+        } else if (sel) {
+            APPLY_WORD(w, sel);
+        }
+#undef APPLY_WORD
     }
 }
 
@@ -929,6 +1009,8 @@ int main(int argc, char **argv)
         repeat = 1;
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("bmi2"))
         die("needs AVX2 and BMI2");
+    have_avx512 = __builtin_cpu_supports("avx512bw") && !getenv("CONTEXT_CODEC_AVX2");
+    printf("band enumeration: %s\n", have_avx512 ? "AVX-512BW compare to mask" : "AVX2 compare + movemask");
     pulse_ckpt *A = NULL, *B = NULL;
     if (pulse_ckpt_open(&A, argv[1], PULSE_CKPT_READ) != 0)
         die("cannot open OLD");
@@ -1000,15 +1082,15 @@ int main(int argc, char **argv)
     printf("baselines: streaming read of OLD+NEW %.0f MB/s of one checkpoint's BF16 bytes "
            "(%.3f s), memcpy %.0f MB/s (%.3f s)\n",
            bf16_bytes / t_read / 1e6, t_read, bf16_bytes / t_cpy / 1e6, t_cpy);
-    printf("\n%-76s %8s %8s %8s %8s %9s %9s\n", "candidate", "pos b/c", "val b/c", "hdr b/c",
-           "x floor", "enc/read", "dec/cpy");
+    printf("\n%-76s %8s %8s %8s %8s %9s %9s %9s\n", "candidate", "pos b/c", "val b/c", "hdr b/c",
+           "x floor", "enc/read", "dec/cpy", "masks/cpy");
 
     buf *enc = xmalloc(nch * sizeof *enc);
     memset(enc, 0, nch * sizeof *enc);
     int fail = 0;
     for (size_t ci = 0; ci < NCAND; ci++) {
         const cand *c = &cands[ci];
-        double te = 1e9, td = 1e9;
+        double te = 1e9, td = 1e9, tm = 1e9;
         sizes sz = {0};
         for (int r = 0; r < repeat; r++) {
             sizes s1 = {0};
@@ -1021,10 +1103,13 @@ int main(int argc, char **argv)
             /* decode into a copy of OLD, in place; check, restore (untimed) */
             for (size_t i = 0; i < nch; i++)
                 memcpy(ch[i].work, ch[i].old, (size_t)ch[i].n * 2);
+            t_dec_masks = 0;
             t0 = now_s();
             for (size_t i = 0; i < nch; i++)
-                decode_chunk(c, enc[i].p, enc[i].n, ch[i].work, ch[i].n);
+                decode_chunk(c, enc[i].p, enc[i].n, ch[i].work, ch[i].n, &S);
             t = now_s() - t0;
+            if (t < td)
+                tm = t_dec_masks;
             td = t < td ? t : td;
             for (size_t i = 0; i < nch; i++)
                 if (memcmp(ch[i].work, ch[i].neu, (size_t)ch[i].n * 2)) {
@@ -1034,12 +1119,13 @@ int main(int argc, char **argv)
                 }
         }
         double pb = 8.0 * sz.pos_bytes / kc, vb = 8.0 * sz.val_bytes / kc, hb = 8.0 * sz.hdr_bytes / kc;
-        printf("%-76s %8.3f %8.3f %8.3f %8.3f %9.2f %9.2f\n", c->name, pb, vb, hb,
-               (pb + vb + hb) / (floor_bits / kc), t_read / te, td / t_cpy);
+        printf("%-76s %8.3f %8.3f %8.3f %8.3f %9.2f %9.2f %9.2f\n", c->name, pb, vb, hb,
+               (pb + vb + hb) / (floor_bits / kc), t_read / te, td / t_cpy, tm / t_cpy);
         fflush(stdout);
     }
     printf("\nenc/read = time of a streaming read of OLD+NEW / encode time (target >= 0.5); "
-           "dec/cpy = decode+apply time / memcpy time (target <= 1.5); one thread, best of %d\n",
+           "dec/cpy = decode+apply time / memcpy time (target <= 1.5), masks/cpy = its part\n"
+           "enumerating band members from OLD; one thread, best of %d\n",
            repeat);
     for (size_t i = 0; i < nch; i++)
         free(enc[i].p);
