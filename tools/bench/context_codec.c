@@ -12,6 +12,7 @@
 #include "pulseweights/checkpoint.h"
 
 #define CHUNK (1u << 20)
+#define SEGW 1024u      /* words (of 64 elements) per segment: the member words stay in L2 */
 #define NB 16            /* exponent bands: band = clamp(exp(old) - ebase, 0, NB - 1) */
 #define NSYM 16          /* ulp symbols: z = 1..15 as 0..14, 15 = escape (z - 16 as LEB128) */
 #define RANS_BITS 12
@@ -32,6 +33,8 @@ static const cand cands[] = {
     {"R0: one band, Rice gaps; order-0 values (today's coding, no context)", 1, 2.0, 0},
     {"A:  banded Rice gaps; order-0 values", NB, 2.0, 0},
     {"A+: banded Rice gaps; per-band values", NB, 2.0, 1},
+    {"A8: banded Rice gaps, 8 bands (top 8 exponents); per-band values", 8, 2.0, 1},
+    {"A4: banded Rice gaps, 4 bands (top 4 exponents); per-band values", 4, 2.0, 1},
     {"B+: range-coded flags (bands >= 5% changed), Rice others; per-band values", NB, 0.05, 1},
     {"B*: range-coded flags in every band; per-band values", NB, 0.0, 1},
 };
@@ -42,7 +45,7 @@ static const cand cands[] = {
 static double now_s(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); /* CPU time: the machine is shared */
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -464,8 +467,8 @@ static void scratch_init(scratch *s)
     s->zcnt = calloc(65536, sizeof(uint32_t));
     s->gaps = xmalloc(sizeof(uint32_t) * CHUNK);
     for (int b = 0; b < NB; b++)
-        s->mask[b] = xmalloc(CHUNK / 8);
-    s->chw = xmalloc(CHUNK / 8);
+        s->mask[b] = xmalloc(SEGW * 8);
+    s->chw = xmalloc(SEGW * 8);
     if (!s->gapcnt || !s->zcnt)
         die("out of memory");
 }
@@ -480,7 +483,7 @@ static int chunk_ebase(const uint16_t *old, uint32_t n, int nbands)
         mx = v > mx ? v : mx;
     }
     int emax = mx >> 7;
-    return emax >= NB - 1 ? emax - (NB - 1) : 0;
+    return emax >= nbands - 1 ? emax - (nbands - 1) : 0;
 }
 
 /* One pass over OLD: the member words of the bands in NEED (all bands when the encoder asks),
@@ -581,27 +584,31 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
     memset(S->kb, 0, sizeof S->kb);
     S->nv = 0;
     uint32_t nw = (n + 63) / 64;
-    build_masks(old, neu, n, ebase, nb, 0xFFFFu, S);
-    /* pass 1, band by band: changed band indices, values in decode order (band-major) */
-    for (int b = 0; b < nb; b++) {
-        const uint64_t *mb = S->mask[b];
-        uint32_t seen = 0, k = 0;
-        uint32_t *bi = S->bidx[b];
-        uint8_t ctx = (uint8_t)(c->value_ctx ? b : 0);
-        for (uint32_t w = 0; w < nw; w++) {
-            uint64_t mw = mb[w], cb = S->chw[w] & mw;
-            while (cb) {
-                int j = __builtin_ctzll(cb);
-                bi[k++] = seen + (uint32_t)__builtin_popcountll(mw & ((1ull << j) - 1));
-                uint32_t e = w * 64 + (uint32_t)j;
-                S->vctx[S->nv] = ctx;
-                S->vz[S->nv++] = zigzag16(old[e], neu[e]);
-                cb &= cb - 1;
+    /* pass 1, segment by segment, band by band: changed band indices, values in decode order */
+    for (uint32_t w0 = 0; w0 < nw; w0 += SEGW) {
+        uint32_t off = w0 * 64, segn = n - off < SEGW * 64 ? n - off : SEGW * 64;
+        uint32_t sw = (segn + 63) / 64;
+        build_masks(old + off, neu + off, segn, ebase, nb, 0xFFFFu, S);
+        for (int b = 0; b < nb; b++) {
+            const uint64_t *mb = S->mask[b];
+            uint32_t seen = S->nb_mem[b], k = S->kb[b];
+            uint32_t *bi = S->bidx[b];
+            uint8_t ctx = (uint8_t)(c->value_ctx ? b : 0);
+            for (uint32_t w = 0; w < sw; w++) {
+                uint64_t mw = mb[w], cb = S->chw[w] & mw;
+                while (cb) {
+                    int j = __builtin_ctzll(cb);
+                    bi[k++] = seen + (uint32_t)__builtin_popcountll(mw & ((1ull << j) - 1));
+                    uint32_t e = off + w * 64 + (uint32_t)j;
+                    S->vctx[S->nv] = ctx;
+                    S->vz[S->nv++] = zigzag16(old[e], neu[e]);
+                    cb &= cb - 1;
+                }
+                seen += (uint32_t)__builtin_popcountll(mw);
             }
-            seen += (uint32_t)__builtin_popcountll(mw);
+            S->kb[b] = k;
+            S->nb_mem[b] = seen;
         }
-        S->kb[b] = k;
-        S->nb_mem[b] = seen;
     }
     /* modes and Rice streams */
     int mode[NB];
@@ -658,15 +665,24 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
         uint16_t pr[NB];
         for (int b = 0; b < NB; b++)
             pr[b] = 1u << (RC_BITS - 1);
-        for (int b = 0; b < nb; b++) {
-            if (mode[b] != MODE_RC)
-                continue;
-            for (uint32_t w = 0; w < nw; w++) {
-                uint64_t mw = S->mask[b][w], ch = S->chw[w];
-                while (mw) {
-                    int j = __builtin_ctzll(mw);
-                    rce_bit(&e, &pr[b], (int)((ch >> j) & 1));
-                    mw &= mw - 1;
+        uint32_t need = 0;
+        for (int b = 0; b < nb; b++)
+            if (mode[b] == MODE_RC)
+                need |= 1u << b;
+        for (uint32_t w0 = 0; w0 < nw; w0 += SEGW) {
+            uint32_t off = w0 * 64, segn = n - off < SEGW * 64 ? n - off : SEGW * 64;
+            uint32_t sw = (segn + 63) / 64;
+            build_masks(old + off, neu + off, segn, ebase, nb, need, S);
+            for (int b = 0; b < nb; b++) {
+                if (mode[b] != MODE_RC)
+                    continue;
+                for (uint32_t w = 0; w < sw; w++) {
+                    uint64_t mw = S->mask[b][w], ch = S->chw[w];
+                    while (mw) {
+                        int j = __builtin_ctzll(mw);
+                        rce_bit(&e, &pr[b], (int)((ch >> j) & 1));
+                        mw &= mw - 1;
+                    }
                 }
             }
         }
@@ -706,20 +722,43 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
             for (int s = 0; s < NSYM; s++)
                 put_leb(&hdr, T[x].freq[s]);
     }
+    /* division-free encoding: a reciprocal per (context, symbol), as ryg_rans does */
+    struct esym {
+        uint32_t xmax, rcp, bias;
+        uint16_t cmpl, shift;
+    } E[NB][NSYM];
+    for (int x = 0; x < nctx; x++)
+        for (int sy = 0; sy < NSYM; sy++) {
+            uint32_t f = T[x].freq[sy], start = T[x].cum[sy];
+            struct esym *e = &E[x][sy];
+            e->xmax = ((RANS_L >> RANS_BITS) << 8) * f;
+            e->cmpl = (uint16_t)((1u << RANS_BITS) - f);
+            if (f < 2) {
+                e->rcp = ~0u;
+                e->shift = 0;
+                e->bias = start + (1u << RANS_BITS) - 1;
+            } else {
+                uint32_t sh = 0;
+                while (f > (1u << sh))
+                    sh++;
+                e->rcp = (uint32_t)(((1ull << (sh + 31)) + f - 1) / f);
+                e->shift = (uint16_t)(sh - 1);
+                e->bias = start;
+            }
+        }
     uint8_t *rbuf = xmalloc((size_t)S->nv * 4 + 16);
     uint8_t *rp = rbuf + (size_t)S->nv * 4 + 16;
     uint32_t st = RANS_L;
     for (uint32_t i = S->nv; i-- > 0;) {
         uint16_t z = S->vz[i];
         int sym = z < NSYM ? z - 1 : NSYM - 1;
-        const rtab *t = &T[S->vctx[i]];
-        uint32_t f = t->freq[sym];
-        uint32_t xmax = ((RANS_L >> RANS_BITS) << 8) * f;
-        while (st >= xmax) {
+        const struct esym *e = &E[S->vctx[i]][sym];
+        while (st >= e->xmax) {
             *--rp = (uint8_t)st;
             st >>= 8;
         }
-        st = ((st / f) << RANS_BITS) + (st % f) + t->cum[sym];
+        uint32_t q = (uint32_t)(((uint64_t)st * e->rcp) >> 32) >> e->shift;
+        st = st + e->bias + q * e->cmpl;
     }
     rp -= 4;
     memcpy(rp, &st, 4);
@@ -826,18 +865,21 @@ static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_
             need |= 1u << b;
     }
     uint32_t nw = (n + 63) / 64;
-    double t0 = now_s();
-    build_masks(dst, NULL, n, ebase, nb, need, S);
-    t_dec_masks += now_s() - t0;
+    uint32_t idx[NB], left[NB], seen[NB];
     for (int b = 0; b < nb; b++) {
-        if (mode[b] == MODE_NONE)
-            continue;
-        const uint64_t *mb = S->mask[b];
-        const rtab *t = &T[c->value_ctx ? b : 0];
-#define APPLY_WORD(W, BITS)                                                                     \
+        idx[b] = UINT32_MAX;
+        left[b] = 0;
+        seen[b] = 0;
+        if ((mode[b] == MODE_RICE || mode[b] == MODE_RICE_INV) && kk[b]) {
+            idx[b] = br_rice(&rr[b], sp[b]);
+            left[b] = kk[b] - 1;
+        }
+    }
+    const rtab *t = &T[0];
+#define APPLY_WORD(D, W, BITS)                                                                   \
     do {                                                                                        \
         uint64_t chb_ = (BITS);                                                                 \
-        uint16_t *d_ = dst + (size_t)(W) * 64;                                                  \
+        uint16_t *d_ = (D) + (size_t)(W) * 64;                                                  \
         while (chb_) {                                                                          \
             int j_ = __builtin_ctzll(chb_);                                                     \
             uint32_t slot_ = st & ((1u << RANS_BITS) - 1);                                      \
@@ -853,50 +895,62 @@ static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_
             chb_ &= chb_ - 1;                                                                   \
         }                                                                                       \
     } while (0)
-        if (mode[b] == MODE_RC) {
-            for (uint32_t w = 0; w < nw; w++) {
-                uint64_t mw = mb[w], chb = 0;
-                while (mw) {
-                    uint64_t low = mw & -mw;
-                    if (rcd_bit(&rc, &pr[b]))
-                        chb |= low;
-                    mw ^= low;
+    for (uint32_t w0 = 0; w0 < nw; w0 += SEGW) {
+        uint32_t off = w0 * 64, segn = n - off < SEGW * 64 ? n - off : SEGW * 64;
+        uint32_t sw = (segn + 63) / 64;
+        /* the segment's member words, from OLD, before anything in it is applied */
+        double t0 = now_s();
+        build_masks(dst + off, NULL, segn, ebase, nb, need, S);
+        t_dec_masks += now_s() - t0;
+        uint16_t *dseg = dst + off;
+        for (int b = 0; b < nb; b++) {
+            if (mode[b] == MODE_NONE)
+                continue;
+            const uint64_t *mb = S->mask[b];
+            t = &T[c->value_ctx ? b : 0];
+            if (mode[b] == MODE_RC) {
+                for (uint32_t w = 0; w < sw; w++) {
+                    uint64_t mw = mb[w], chb = 0;
+                    while (mw) {
+                        uint64_t low = mw & -mw;
+                        if (rcd_bit(&rc, &pr[b]))
+                            chb |= low;
+                        mw ^= low;
+                    }
+                    APPLY_WORD(dseg, w, chb);
                 }
-                APPLY_WORD(w, chb);
+                continue;
             }
-            continue;
-        }
-        /* Rice: the k-th selected member of the band, found by skipping whole words by popcount
-         * and selecting inside the word with pdep */
-        uint32_t w = 0, base = 0, pcw = (uint32_t)__builtin_popcountll(mb[0]);
-        uint32_t idx = (uint32_t)-1;
-        uint64_t sel = 0;
-        int inv = mode[b] == MODE_RICE_INV;
-        for (uint32_t i = 0; i < kk[b]; i++) {
-            idx += br_rice(&rr[b], sp[b]) + 1;
-            while (idx >= base + pcw) {
-                if (inv)
-                    APPLY_WORD(w, mb[w] & ~sel);
-                else if (sel)
-                    APPLY_WORD(w, sel);
-                sel = 0;
-                base += pcw;
-                if (++w >= nw)
-                    die("position past the band");
-                pcw = (uint32_t)__builtin_popcountll(mb[w]);
+            /* Rice: the selected members of the band by their index in it; each word's members
+             * counted by popcount, the one wanted inside a word picked with pdep */
+            uint32_t id = idx[b], base = seen[b], lf = left[b];
+            int inv = mode[b] == MODE_RICE_INV;
+            for (uint32_t w = 0; w < sw; w++) {
+                uint64_t mw = mb[w], sel = 0;
+                uint32_t pc = (uint32_t)__builtin_popcountll(mw);
+                while (id < base + pc) {
+                    sel |= _pdep_u64(1ull << (id - base), mw);
+                    if (lf) {
+                        id += br_rice(&rr[b], sp[b]) + 1;
+                        lf--;
+                    } else {
+                        id = UINT32_MAX;
+                    }
+                }
+                uint64_t bits = inv ? mw & ~sel : sel;
+                if (bits)
+                    APPLY_WORD(dseg, w, bits);
+                base += pc;
             }
-            sel |= _pdep_u64(1ull << (idx - base), mb[w]);
+            idx[b] = id;
+            seen[b] = base;
+            left[b] = lf;
         }
-        if (inv) {
-            for (; w < nw; w++) {
-                APPLY_WORD(w, mb[w] & ~sel);
-                sel = 0;
-            }
-        } else if (sel) {
-            APPLY_WORD(w, sel);
-        }
-#undef APPLY_WORD
     }
+    for (int b = 0; b < nb; b++)
+        if (idx[b] != UINT32_MAX)
+            die("a position past its band");
+#undef APPLY_WORD
 }
 
 /* ---- floor: order-0 entropy of (gap, ulp) per chunk ----------------------------------- */
@@ -1000,7 +1054,7 @@ typedef struct chunkref {
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: context_codec OLD NEW [REPEAT]\n"
+        fprintf(stderr, "usage: context_codec OLD NEW [REPEAT [CANDIDATES, e.g. 024]]\n"
                         "  OLD, NEW: BF16 safetensors checkpoints of the same layout\n");
         return 2;
     }
@@ -1088,8 +1142,11 @@ int main(int argc, char **argv)
     buf *enc = xmalloc(nch * sizeof *enc);
     memset(enc, 0, nch * sizeof *enc);
     int fail = 0;
+    const char *only = argc > 4 ? argv[4] : NULL; /* e.g. "02": run candidates 0 and 2 only */
     for (size_t ci = 0; ci < NCAND; ci++) {
         const cand *c = &cands[ci];
+        if (only && !strchr(only, (char)('0' + ci)))
+            continue;
         double te = 1e9, td = 1e9, tm = 1e9;
         sizes sz = {0};
         for (int r = 0; r < repeat; r++) {
