@@ -14,8 +14,10 @@
 #define CHUNK (1u << 20)
 #define SEGW 1024u      /* words (of 64 elements) per segment: the member words stay in L2 */
 #define NB 16            /* exponent bands: band = clamp(exp(old) - ebase, 0, NB - 1) */
-#define NSYM 16          /* ulp symbols: z = 1..15 as 0..14, 15 = escape (z - 16 as LEB128) */
-#define RANS_BITS 12
+#define NDIRECT 7        /* ulp symbols: z = 1..7 as 0..6; z >= 8 as 7 + (bit length - 4), */
+#define NSYM (NDIRECT + 13) /* then its bits below the leading one raw (a magnitude class code) */
+#define NZCLIP 16        /* the band table's z histogram clips here */
+#define RANS_BITS 10
 #define RANS_L (1u << 23)
 #define RC_BITS 11       /* LZMA-style adaptive binary range coder */
 #define RC_SHIFT 5
@@ -442,6 +444,13 @@ static inline uint16_t unzigzag16(uint16_t z)
     return (uint16_t)((z >> 1) ^ (uint16_t)-(int16_t)(z & 1));
 }
 
+static inline int zsym(uint16_t z)
+{
+    if (z <= NDIRECT)
+        return z - 1;
+    return NDIRECT + (32 - __builtin_clz(z)) - 4;
+}
+
 enum { MODE_NONE = 0, MODE_RICE = 1, MODE_RICE_INV = 2, MODE_RC = 3 };
 
 typedef struct scratch {
@@ -693,13 +702,17 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
     uint32_t cnt[NB][NSYM];
     memset(cnt, 0, sizeof cnt);
     buf esc = {0};
+    bw ew = {&esc, 0, 0};
     for (uint32_t i = 0; i < S->nv; i++) {
         uint16_t z = S->vz[i];
-        int sym = z < NSYM ? z - 1 : NSYM - 1;
+        int sym = zsym(z);
         cnt[S->vctx[i]][sym]++;
-        if (sym == NSYM - 1)
-            put_leb(&esc, (uint64_t)z - NSYM);
+        if (sym >= NDIRECT) {
+            int L = sym - NDIRECT + 4;
+            bw_put(&ew, z & ((1u << (L - 1)) - 1), L - 1);
+        }
     }
+    bw_flush(&ew);
     rtab T[NB];
     buf hdr = {0};
     put_byte(&hdr, (uint8_t)ebase);
@@ -751,7 +764,7 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
     uint32_t st = RANS_L;
     for (uint32_t i = S->nv; i-- > 0;) {
         uint16_t z = S->vz[i];
-        int sym = z < NSYM ? z - 1 : NSYM - 1;
+        int sym = zsym(z);
         const struct esym *e = &E[S->vctx[i]][sym];
         while (st >= e->xmax) {
             *--rp = (uint8_t)st;
@@ -787,6 +800,18 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
     free(esc.p);
     free(hdr.p);
     free(rbuf);
+}
+
+static inline uint16_t zraw(br *r, int L)
+{
+    if (r->n < L)
+        br_fill(r);
+    if (r->n < L - 1)
+        die("truncated raw ulp bits");
+    uint32_t f = (uint32_t)(r->acc & ((1ull << (L - 1)) - 1));
+    r->acc >>= L - 1;
+    r->n -= L - 1;
+    return (uint16_t)((1u << (L - 1)) | f);
 }
 
 static double t_dec_masks; /* decode time spent building the band member words */
@@ -846,7 +871,7 @@ static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_
     p += rclen;
     const uint8_t *rans = p, *rans_end = p + ranslen;
     p += ranslen;
-    rd esc = {p, p + esclen};
+    br esc = {p, p + esclen, 0, 0};
     if (esc.end > in + inlen)
         die("streams past the end");
     uint32_t st;
@@ -890,7 +915,7 @@ static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_
                     die("truncated rANS stream");                                               \
                 st = (st << 8) | *rans++;                                                       \
             }                                                                                   \
-            uint16_t z_ = sym_ < NSYM - 1 ? (uint16_t)(sym_ + 1) : (uint16_t)(get_leb(&esc) + NSYM); \
+            uint16_t z_ = sym_ < NDIRECT ? (uint16_t)(sym_ + 1) : zraw(&esc, sym_ - NDIRECT + 4);   \
             d_[j_] = (uint16_t)(d_[j_] + unzigzag16(z_));                                       \
             chb_ &= chb_ - 1;                                                                   \
         }                                                                                       \
@@ -957,6 +982,8 @@ static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_
 
 typedef struct floorst {
     double gap_bits, z_bits, cond_pos_bits;
+    uint64_t band_mem[NB], band_chg[NB], band_z[NB][NZCLIP]; /* z clipped at NZCLIP */
+    double cond_z_bits;                                    /* sum over chunks of k H(z | band) */
     uint64_t changes, elems;
 } floorst;
 
@@ -1008,6 +1035,32 @@ static void chunk_floor(const uint16_t *old, const uint16_t *neu, uint32_t n, sc
         int b = e < 0 ? 0 : (e > NB - 1 ? NB - 1 : e);
         nm[b]++;
         nc[b] += old[i] != neu[i];
+        if (old[i] != neu[i]) {
+            uint16_t z = zigzag16(old[i], neu[i]);
+            f->band_z[b][z < NZCLIP ? z - 1 : NZCLIP - 1]++;
+        }
+    }
+    for (int b = 0; b < NB; b++) {
+        f->band_mem[b] += nm[b];
+        f->band_chg[b] += nc[b];
+    }
+    /* H(z | band): one histogram per band, keys remembered to clear it */
+    for (int b = 0; b < NB; b++) {
+        uint32_t nz2 = 0, kb = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            if (old[i] == neu[i])
+                continue;
+            int e = ((old[i] >> 7) & 0xFF) - ebase;
+            if ((e < 0 ? 0 : (e > NB - 1 ? NB - 1 : e)) != b)
+                continue;
+            uint16_t z = zigzag16(old[i], neu[i]);
+            if (S->zcnt[z]++ == 0)
+                zkeys[nz2++] = z;
+            kb++;
+        }
+        f->cond_z_bits += H_of(S->zcnt, zkeys, nz2, kb);
+        for (uint32_t i = 0; i < nz2; i++)
+            S->zcnt[zkeys[i]] = 0;
     }
     for (int b = 0; b < NB; b++) {
         if (!nc[b] || nc[b] == nm[b])
@@ -1121,6 +1174,27 @@ int main(int argc, char **argv)
            "band-conditional flag entropy %.3f bits/change (%.3fx of gap floor)\n",
            fl.gap_bits / kc, fl.z_bits / kc, floor_bits / kc, fl.cond_pos_bits / kc,
            fl.cond_pos_bits / fl.gap_bits);
+
+    printf("band-conditional ulp entropy H(z | band) %.3f bits/change (%.3fx of ulp floor); "
+           "both conditional: %.3fx of the order-0 floor\n",
+           fl.cond_z_bits / kc, fl.cond_z_bits / fl.z_bits, (fl.cond_pos_bits + fl.cond_z_bits) / floor_bits);
+    printf("bands (exponent of OLD relative to the chunk's largest; band 0 also holds all below):\n"
+           "  band  rel.exp  members   changed   share of changes   P(z=1|2)   H(z clipped at 16) bits\n");
+    for (int b = NB - 1; b >= 0; b--) {
+        if (!fl.band_mem[b])
+            continue;
+        double h = 0, p12 = 0;
+        for (int sy = 0; sy < NZCLIP; sy++) {
+            double q = fl.band_chg[b] ? (double)fl.band_z[b][sy] / (double)fl.band_chg[b] : 0;
+            if (q > 0)
+                h -= q * log2(q);
+            if (sy < 2)
+                p12 += q;
+        }
+        printf("  %4d  %7d  %6.2f%%  %7.2f%%  %15.2f%%  %9.3f  %8.3f\n", b, b - (NB - 1),
+               100.0 * fl.band_mem[b] / (double)fl.elems, 100.0 * fl.band_chg[b] / (double)fl.band_mem[b],
+               100.0 * fl.band_chg[b] / kc, p12, h);
+    }
 
     /* baselines, best of repeat */
     double t_read = 1e9, t_cpy = 1e9;
