@@ -378,7 +378,7 @@ static void rtab_build(rtab *t)
 
 /* ---- one chunk's context ------------------------------------------------------------ */
 
-/* Band bytes of 64 OLD elements, then one 64-bit member mask per band (AVX2 compare + movemask). */
+/* Band bytes of 64 OLD elements, then their 4 bit planes and the valid bits (AVX2 movemask). */
 __attribute__((target("avx2,bmi2")))
 static inline void block_masks(const uint16_t *old, int valid, int ebase, int nb, uint64_t *m)
 {
@@ -390,7 +390,8 @@ static inline void block_masks(const uint16_t *old, int valid, int ebase, int nb
         src = tmp;
     }
     if (nb == 1) {
-        m[0] = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+        m[0] = m[1] = m[2] = m[3] = 0;
+        m[4] = valid == 64 ? ~0ull : ((1ull << valid) - 1);
         return;
     }
     __m256i eb = _mm256_set1_epi16((short)ebase), ff = _mm256_set1_epi16(0xFF),
@@ -405,13 +406,13 @@ static inline void block_masks(const uint16_t *old, int valid, int ebase, int nb
     __m256i b0 = _mm256_permute4x64_epi64(_mm256_packus_epi16(v[0], v[1]), 0xD8);
     __m256i b1 = _mm256_permute4x64_epi64(_mm256_packus_epi16(v[2], v[3]), 0xD8);
     uint64_t vmask = valid == 64 ? ~0ull : ((1ull << valid) - 1);
-    for (int b = 0; b < nb; b++) {
-        __m256i k = _mm256_set1_epi8((char)b);
-        uint32_t lo = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b0, k));
-        uint32_t hi = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b1, k));
-        m[b] = (((uint64_t)hi << 32) | lo) & vmask;
+    /* bit k of every band byte, moved to the byte's top bit, then movemask: one plane per bit */
+    for (int k = 0; k < 4; k++) {
+        uint32_t lo = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(b0, 7 - k));
+        uint32_t hi = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(b1, 7 - k));
+        m[k] = ((uint64_t)hi << 32) | lo;
     }
-}
+    m[4] = vmask;}
 
 __attribute__((target("avx2,bmi2")))
 static inline uint64_t block_changed(const uint16_t *old, const uint16_t *neu, int valid)
@@ -462,7 +463,7 @@ typedef struct scratch {
     uint32_t *gapcnt;        /* floor: gap histogram */
     uint32_t *zcnt;          /* floor: z histogram */
     uint32_t *gaps;
-    uint64_t *mask[NB];      /* per band: one member bit per element, 64 to a word */
+    uint64_t *plane;         /* per 64 elements: the 4 bit planes of the band, then the valid bits */
     uint64_t *chw;           /* changed bit per element (encoder) */
 } scratch;
 
@@ -475,8 +476,7 @@ static void scratch_init(scratch *s)
     s->gapcnt = calloc(CHUNK + 1, sizeof(uint32_t));
     s->zcnt = calloc(65536, sizeof(uint32_t));
     s->gaps = xmalloc(sizeof(uint32_t) * CHUNK);
-    for (int b = 0; b < NB; b++)
-        s->mask[b] = xmalloc(SEGW * 8);
+    s->plane = xmalloc(SEGW * 5 * 8);
     s->chw = xmalloc(SEGW * 8);
     if (!s->gapcnt || !s->zcnt)
         die("out of memory");
@@ -495,13 +495,14 @@ static int chunk_ebase(const uint16_t *old, uint32_t n, int nbands)
     return emax >= nbands - 1 ? emax - (nbands - 1) : 0;
 }
 
-/* One pass over OLD: the member words of the bands in NEED (all bands when the encoder asks),
- * and the changed words when NEU is given. Taken before anything is applied in place. */
-/* The same with AVX-512BW: 64 band bytes in one register, one compare-to-mask per band. */
+/* One pass over OLD: per 64 elements the band's 4 bit planes (a band's member word is then 4
+ * ANDs away, so 16 bands cost 5 stored words, not 16), and the changed words when NEU is given.
+ * Taken before anything is applied in place. AVX-512BW: 64 band bytes in one register. */
 __attribute__((target("avx512f,avx512bw,avx2,bmi2")))
 static void build_masks512(const uint16_t *old, const uint16_t *neu, uint32_t n, int ebase, int nb,
                            uint32_t need, scratch *S)
 {
+    (void)need;
     const __m512i ff = _mm512_set1_epi16(0xFF), eb = _mm512_set1_epi16((short)ebase),
                   top = _mm512_set1_epi16((short)(nb - 1)),
                   perm = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
@@ -517,20 +518,37 @@ static void build_masks512(const uint16_t *old, const uint16_t *neu, uint32_t n,
             S->chw[w] = (uint64_t)_mm512_cmpneq_epi16_mask(a, na) |
                         ((uint64_t)_mm512_cmpneq_epi16_mask(c, nc) << 32);
         }
+        uint64_t *pl = S->plane + (size_t)w * 5;
+        pl[4] = vm;
         if (nb == 1) {
-            S->mask[0][w] = vm;
+            pl[0] = pl[1] = pl[2] = pl[3] = 0;
             continue;
         }
         a = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(a, 7), ff), eb), top);
         c = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(c, 7), ff), eb), top);
         __m512i bytes = _mm512_permutexvar_epi64(perm, _mm512_packus_epi16(a, c));
-        for (int b = 0; b < nb; b++)
-            if (need >> b & 1)
-                S->mask[b][w] = _mm512_cmpeq_epi8_mask(bytes, _mm512_set1_epi8((char)b)) & vm;
+        /* bit k of every band byte to the byte's top bit: one 64-bit plane per bit */
+        pl[0] = _mm512_movepi8_mask(_mm512_slli_epi16(bytes, 7));
+        pl[1] = _mm512_movepi8_mask(_mm512_slli_epi16(bytes, 6));
+        pl[2] = _mm512_movepi8_mask(_mm512_slli_epi16(bytes, 5));
+        pl[3] = _mm512_movepi8_mask(_mm512_slli_epi16(bytes, 4));
     }
 }
 
 static int have_avx512;
+
+/* Member word of band b at word w: the planes agreeing with b's bits; x[k] = ~0 where b's bit k is 0. */
+static inline uint64_t bmask(const uint64_t *plane, uint32_t w, const uint64_t *x)
+{
+    const uint64_t *p = plane + (size_t)w * 5;
+    return p[4] & (p[0] ^ x[0]) & (p[1] ^ x[1]) & (p[2] ^ x[2]) & (p[3] ^ x[3]);
+}
+
+static inline void band_x(int b, uint64_t *x)
+{
+    for (int k = 0; k < 4; k++)
+        x[k] = (b >> k & 1) ? 0 : ~0ull;
+}
 
 __attribute__((target("avx2,bmi2")))
 static void build_masks(const uint16_t *old, const uint16_t *neu, uint32_t n, int ebase, int nb,
@@ -540,13 +558,10 @@ static void build_masks(const uint16_t *old, const uint16_t *neu, uint32_t n, in
         build_masks512(old, neu, n, ebase, nb, need, S);
         return;
     }
-    uint64_t m[NB];
+    (void)need;
     for (uint32_t base = 0, w = 0; base < n; base += 64, w++) {
         int valid = n - base >= 64 ? 64 : (int)(n - base);
-        block_masks(old + base, valid, ebase, nb, m);
-        for (int b = 0; b < nb; b++)
-            if (need >> b & 1)
-                S->mask[b][w] = m[b];
+        block_masks(old + base, valid, ebase, nb, S->plane + (size_t)w * 5);
         if (neu)
             S->chw[w] = block_changed(old + base, neu + base, valid);
     }
@@ -599,12 +614,13 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
         uint32_t sw = (segn + 63) / 64;
         build_masks(old + off, neu + off, segn, ebase, nb, 0xFFFFu, S);
         for (int b = 0; b < nb; b++) {
-            const uint64_t *mb = S->mask[b];
+            uint64_t bx[4];
+            band_x(b, bx);
             uint32_t seen = S->nb_mem[b], k = S->kb[b];
             uint32_t *bi = S->bidx[b];
             uint8_t ctx = (uint8_t)(c->value_ctx ? b : 0);
             for (uint32_t w = 0; w < sw; w++) {
-                uint64_t mw = mb[w], cb = S->chw[w] & mw;
+                uint64_t mw = bmask(S->plane, w, bx), cb = S->chw[w] & mw;
                 while (cb) {
                     int j = __builtin_ctzll(cb);
                     bi[k++] = seen + (uint32_t)__builtin_popcountll(mw & ((1ull << j) - 1));
@@ -685,8 +701,10 @@ static void encode_chunk(const cand *c, const uint16_t *old, const uint16_t *neu
             for (int b = 0; b < nb; b++) {
                 if (mode[b] != MODE_RC)
                     continue;
+                uint64_t bx[4];
+                band_x(b, bx);
                 for (uint32_t w = 0; w < sw; w++) {
-                    uint64_t mw = S->mask[b][w], ch = S->chw[w];
+                    uint64_t mw = bmask(S->plane, w, bx), ch = S->chw[w];
                     while (mw) {
                         int j = __builtin_ctzll(mw);
                         rce_bit(&e, &pr[b], (int)((ch >> j) & 1));
@@ -931,11 +949,12 @@ static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_
         for (int b = 0; b < nb; b++) {
             if (mode[b] == MODE_NONE)
                 continue;
-            const uint64_t *mb = S->mask[b];
+            uint64_t bx[4];
+            band_x(b, bx);
             t = &T[c->value_ctx ? b : 0];
             if (mode[b] == MODE_RC) {
                 for (uint32_t w = 0; w < sw; w++) {
-                    uint64_t mw = mb[w], chb = 0;
+                    uint64_t mw = bmask(S->plane, w, bx), chb = 0;
                     while (mw) {
                         uint64_t low = mw & -mw;
                         if (rcd_bit(&rc, &pr[b]))
@@ -951,7 +970,7 @@ static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_
             uint32_t id = idx[b], base = seen[b], lf = left[b];
             int inv = mode[b] == MODE_RICE_INV;
             for (uint32_t w = 0; w < sw; w++) {
-                uint64_t mw = mb[w], sel = 0;
+                uint64_t mw = bmask(S->plane, w, bx), sel = 0;
                 uint32_t pc = (uint32_t)__builtin_popcountll(mw);
                 while (id < base + pc) {
                     sel |= _pdep_u64(1ull << (id - base), mw);
