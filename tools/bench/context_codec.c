@@ -969,6 +969,36 @@ static void decode_chunk(const cand *c, const uint8_t *in, size_t inlen, uint16_
              * counted by popcount, the one wanted inside a word picked with pdep */
             uint32_t id = idx[b], base = seen[b], lf = left[b];
             int inv = mode[b] == MODE_RICE_INV;
+            if (!inv && id == UINT32_MAX)
+                continue;
+            if (!inv) {
+                /* sparse: skip words by popcount to the next change, apply it at once */
+                uint32_t w = 0;
+                uint64_t mw = bmask(S->plane, 0, bx);
+                uint32_t pc = (uint32_t)__builtin_popcountll(mw);
+                while (id != UINT32_MAX) {
+                    while (id >= base + pc) {
+                        base += pc;
+                        if (++w >= sw)
+                            goto seg_done;
+                        mw = bmask(S->plane, w, bx);
+                        pc = (uint32_t)__builtin_popcountll(mw);
+                    }
+                    APPLY_WORD(dseg, w, _pdep_u64(1ull << (id - base), mw));
+                    if (lf) {
+                        id += br_rice(&rr[b], sp[b]) + 1;
+                        lf--;
+                    } else {
+                        id = UINT32_MAX;
+                    }
+                }
+                /* no change left in this band: its member count no longer matters */
+            seg_done:
+                idx[b] = id;
+                seen[b] = base;
+                left[b] = lf;
+                continue;
+            }
             for (uint32_t w = 0; w < sw; w++) {
                 uint64_t mw = bmask(S->plane, w, bx), sel = 0;
                 uint32_t pc = (uint32_t)__builtin_popcountll(mw);
