@@ -1166,7 +1166,7 @@ int main(int argc, char **argv)
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("bmi2"))
         die("needs AVX2 and BMI2");
     have_avx512 = __builtin_cpu_supports("avx512bw") && !getenv("CONTEXT_CODEC_AVX2");
-    printf("band enumeration: %s\n", have_avx512 ? "AVX-512BW compare to mask" : "AVX2 compare + movemask");
+    printf("band enumeration: %s\n", have_avx512 ? "AVX-512BW bit planes" : "AVX2 bit planes (movemask)");
     pulse_ckpt *A = NULL, *B = NULL;
     if (pulse_ckpt_open(&A, argv[1], PULSE_CKPT_READ) != 0)
         die("cannot open OLD");
