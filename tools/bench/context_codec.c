@@ -482,6 +482,19 @@ static void scratch_init(scratch *s)
         die("out of memory");
 }
 
+static void scratch_free(scratch *s)
+{
+    for (int b = 0; b < NB; b++)
+        free(s->bidx[b]);
+    free(s->vctx);
+    free(s->vz);
+    free(s->gapcnt);
+    free(s->zcnt);
+    free(s->gaps);
+    free(s->plane);
+    free(s->chw);
+}
+
 static int chunk_ebase(const uint16_t *old, uint32_t n, int nbands)
 {
     if (nbands == 1)
@@ -1168,10 +1181,15 @@ int main(int argc, char **argv)
     have_avx512 = __builtin_cpu_supports("avx512bw") && !getenv("CONTEXT_CODEC_AVX2");
     printf("band enumeration: %s\n", have_avx512 ? "AVX-512BW bit planes" : "AVX2 bit planes (movemask)");
     pulse_ckpt *A = NULL, *B = NULL;
-    if (pulse_ckpt_open(&A, argv[1], PULSE_CKPT_READ) != 0)
-        die("cannot open OLD");
-    if (pulse_ckpt_open(&B, argv[2], PULSE_CKPT_READ) != 0)
-        die("cannot open NEW");
+    if (pulse_ckpt_open(&A, argv[1], PULSE_CKPT_READ) != 0) {
+        fprintf(stderr, "context_codec: cannot open OLD checkpoint %s\n", argv[1]);
+        return 1;
+    }
+    if (pulse_ckpt_open(&B, argv[2], PULSE_CKPT_READ) != 0) {
+        fprintf(stderr, "context_codec: cannot open NEW checkpoint %s\n", argv[2]);
+        pulse_ckpt_close(&A);
+        return 1;
+    }
     if (pulse_ckpt_count(A) != pulse_ckpt_count(B))
         die("OLD and NEW differ in tensors");
     /* chunks of BF16 tensors; the rest is not measured */
@@ -1310,6 +1328,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < nch; i++)
         free(enc[i].p);
     free(enc);
+    scratch_free(&S);
     free(ch);
     free(work);
     pulse_ckpt_close(&A);
