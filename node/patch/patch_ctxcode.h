@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal: the context coder of format 5, a BF16 ulp chunk's changes coded by the exponent band of each old value. */
+#ifndef PULSE_NODE_PATCH_CTXCODE_H
+#define PULSE_NODE_PATCH_CTXCODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The first byte of a context-coded chunk's position stream (format 5 only; the Rice codings
+ * stop at 1 + 31 = 32). The chunk's value stream is then the context value stream. */
+#define PATCH_POS_CONTEXT 64u
+/* Exponent bands: band(old) = min(max(exp(old) - ebase, 0), PATCH_CTX_BANDS - 1), where
+ * exp(old) = (old >> 7) & 0xFF and ebase is written in the chunk. */
+#define PATCH_CTX_BANDS 16u
+
+/* Per-thread working memory for chunks of up to chunk_elems elements (allocated once). */
+typedef struct patch_ctx_scratch patch_ctx_scratch;
+patch_ctx_scratch *patch_ctx_scratch_new(uint32_t chunk_elems);
+void patch_ctx_scratch_free(patch_ctx_scratch *s);
+
+/* Bytes that the position and value streams of any chunk of n elements with k changes fit in
+ * together (the encoder's output capacity). */
+size_t patch_ctx_bound(uint32_t n, size_t k);
+
+/* Encodes the k > 0 differing elements of old[0..n) -> neu[0..n) (BF16 bit patterns, n <= the
+ * scratch's chunk_elems) at out (cap >= patch_ctx_bound(n, k)): the position stream (first byte
+ * PATCH_POS_CONTEXT), then the value stream right after it. *pos_len, *val_len: their lengths.
+ * 0, or PULSE_ERR_INVALID when k is not the number of differing elements. */
+int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t n, size_t k,
+                     uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len);
+
+/* Decodes a context-coded chunk against its base old[0..n): exactly k changes, their positions
+ * in idx[0..k) (each < n, all distinct; in band order, not ascending) and zigzag ulp
+ * differences z[0..k) (each >= 1), so that new[idx[j]] = old[idx[j]] + unzigzag(z[j]) mod 2^16.
+ * Every field is checked (lengths fill each stream exactly, counts add up to k, padding bits
+ * zero, the encoding is the only one of these changes at the written parameters); a failure is
+ * PULSE_ERR_FORMAT naming the tensor, the chunk and the stream ("position" or "value"),
+ * PULSE_ERR_UNSUPPORTED for a first byte other than PATCH_POS_CONTEXT. Nothing else is written. */
+int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
+                     const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
+                     const char *tensor, uint64_t chunk);
+
+/* The checks that need no base: the band headers and tables parse, their lengths fill both
+ * streams exactly, and the band counts add up to k. What pulse_patch_verify can say of a
+ * context-coded chunk without the weights it was coded against. Same errors as decode. */
+int patch_ctx_check(const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len, size_t k,
+                    uint32_t n, const char *tensor, uint64_t chunk);
+
+#endif
