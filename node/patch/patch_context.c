@@ -7,100 +7,14 @@
 
 #include "base/fail.h"
 #include "node/parallel.h"
+#include "node/patch/patch_counts.h"
 #include "node/patch/patch_internal.h"
 
 /* Exponent bins of one dtype (the widest, BF16/F32, has 8 bits) and dtypes that have one. */
 #define EXP_BINS 256u
 #define DTYPES 6u
 
-/* Counts of 64-bit keys: open addressing, key + 1 stored (0 = empty), grown at half load.
- * Keys are (context << 32 | symbol) with context < DTYPES * EXP_BINS, so key + 1 never wraps. */
-typedef struct kcount {
-    uint64_t *key;
-    uint64_t *cnt;
-    size_t cap, used;
-    uint64_t total;
-} kcount;
-
-static size_t kslot(uint64_t k, size_t cap)
-{
-    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
-}
-
-static int kcount_grow(kcount *h)
-{
-    size_t cap = h->cap ? h->cap * 2 : 256;
-    uint64_t *key = calloc(cap, sizeof *key), *cnt = calloc(cap, sizeof *cnt);
-    if (!key || !cnt) {
-        free(key);
-        free(cnt);
-        return pulse_fail(PULSE_ERR_NOMEM, "symbol counts (%zu slots)", cap);
-    }
-    for (size_t i = 0; i < h->cap; i++) {
-        if (!h->key[i])
-            continue;
-        size_t j = kslot(h->key[i], cap);
-        while (key[j])
-            j = (j + 1) & (cap - 1);
-        key[j] = h->key[i];
-        cnt[j] = h->cnt[i];
-    }
-    free(h->key);
-    free(h->cnt);
-    h->key = key;
-    h->cnt = cnt;
-    h->cap = cap;
-    return 0;
-}
-
-static int kcount_add(kcount *h, uint64_t key, uint64_t n)
-{
-    if (2 * (h->used + 1) > h->cap) {
-        int err = kcount_grow(h);
-        if (err)
-            return err;
-    }
-    const uint64_t k = key + 1;
-    size_t j = kslot(k, h->cap);
-    while (h->key[j] && h->key[j] != k)
-        j = (j + 1) & (h->cap - 1);
-    if (!h->key[j]) {
-        h->key[j] = k;
-        h->used++;
-    }
-    h->cnt[j] += n;
-    h->total += n;
-    return 0;
-}
-
-/* Adds src into dst, each key's context (bits 32 and up) raised by ctx_add. */
-static int kcount_merge(kcount *dst, const kcount *src, uint64_t ctx_add)
-{
-    int err = 0;
-    for (size_t i = 0; !err && i < src->cap; i++)
-        if (src->key[i])
-            err = kcount_add(dst, src->key[i] - 1 + (ctx_add << 32), src->cnt[i]);
-    return err;
-}
-
-/* Sum over keys of c * log2(total / c): total x the order-0 entropy, in bits. */
-static double kcount_bits(const kcount *h)
-{
-    double bits = 0, n = (double)h->total;
-    for (size_t i = 0; i < h->cap; i++)
-        if (h->key[i])
-            bits += (double)h->cnt[i] * log2(n / (double)h->cnt[i]);
-    return bits;
-}
-
-static void kcount_free(kcount *h)
-{
-    free(h->key);
-    free(h->cnt);
-    memset(h, 0, sizeof *h);
-}
-
-/* Same for an array of counts. */
+/* Sum over counts of c * log2(total / c) (patch_counts_bits of an array of counts). */
 static double counts_bits(const uint64_t *c, size_t n)
 {
     uint64_t total = 0;
@@ -123,12 +37,12 @@ static double flag_bits(uint64_t n, uint64_t k)
 
 /* What describing the value contexts' frequencies would cost, the usual two-part estimate:
  * (k - 1)/2 x log2(n) bits for a context with n changes of k distinct symbols. */
-static double values_model_bits(const kcount *joint, const uint64_t *ctx, size_t nctx)
+static double values_model_bits(const patch_counts *joint, const uint64_t *ctx, size_t nctx)
 {
     uint32_t k[DTYPES * EXP_BINS] = { 0 };
-    for (size_t i = 0; i < joint->cap; i++)
-        if (joint->key[i])
-            k[(joint->key[i] - 1) >> 32]++;
+    uint64_t key, count;
+    for (size_t at = 0; patch_counts_next(joint, &at, &key, &count);)
+        k[key >> 32]++;
     double bits = 0;
     for (size_t c = 0; c < nctx; c++)
         if (k[c] > 1)
@@ -187,7 +101,7 @@ typedef struct context_job {
     const size_t *order;                /* tensors, largest first: the long ones start early */
     pulse_patch_context *per;           /* ntensors */
     pthread_mutex_t lock;               /* guards the whole-patch counts below */
-    kcount gaps, syms, joint;           /* joint: (dtype * EXP_BINS + exponent) << 32 | symbol */
+    patch_counts gaps, syms, joint;     /* joint: (dtype * EXP_BINS + exponent) << 32 | symbol */
     uint64_t ctx[DTYPES * EXP_BINS];    /* changes per (dtype, exponent) */
 } context_job;
 
@@ -213,7 +127,7 @@ static int context_tensor(void *arg, size_t k)
     exponent_counts(t->dtype, data, t->nelems, unit, all);
     int64_t *index = NULL;
     uint8_t *deltas = NULL;
-    kcount gaps = { 0 }, syms = { 0 }, joint = { 0 };
+    patch_counts gaps = { 0 }, syms = { 0 }, joint = { 0 };
     int err = 0;
     if (t->changes) {
         /* Memory grows with this tensor's changes, never with the model. */
@@ -234,16 +148,16 @@ static int context_tensor(void *arg, size_t k)
         const uint32_t sym = zigzag(load_unit(deltas + m * unit, unit), unit);
         changed[x]++;
         ctx[x]++;
-        err = kcount_add(&gaps, gap, 1);
+        err = patch_counts_add(&gaps, gap);
         if (!err)
-            err = kcount_add(&syms, sym, 1);
+            err = patch_counts_add(&syms, sym);
         if (!err)
-            err = kcount_add(&joint, (uint64_t)x << 32 | sym, 1);
+            err = patch_counts_add(&joint, (uint64_t)x << 32 | sym);
     }
     free(index);
     free(deltas);
     if (!err) {
-        r->gap_bits = kcount_bits(&gaps);
+        r->gap_bits = patch_counts_bits(&gaps);
         r->flag0_bits = flag_bits(t->nelems, t->changes);
         for (unsigned x = 0; x < EXP_BINS; x++) {
             r->flag_bits += flag_bits(all[x], changed[x]);
@@ -251,22 +165,22 @@ static int context_tensor(void *arg, size_t k)
             r->flag_model_bits += all[x] ? 0.5 * log2((double)all[x]) : 0;
         }
         r->ulp_model_bits = values_model_bits(&joint, ctx, EXP_BINS);
-        r->ulp_bits = kcount_bits(&syms);
+        r->ulp_bits = patch_counts_bits(&syms);
         /* H(symbol | exponent) = H(exponent, symbol) - H(exponent) */
-        r->ulp_ctx_bits = fmax(0.0, kcount_bits(&joint) - counts_bits(ctx, EXP_BINS));
+        r->ulp_ctx_bits = fmax(0.0, patch_counts_bits(&joint) - counts_bits(ctx, EXP_BINS));
         pthread_mutex_lock(&j->lock);
-        err = kcount_merge(&j->gaps, &gaps, 0);
+        err = patch_counts_merge(&j->gaps, &gaps, 0);
         if (!err)
-            err = kcount_merge(&j->syms, &syms, 0);
+            err = patch_counts_merge(&j->syms, &syms, 0);
         if (!err)
-            err = kcount_merge(&j->joint, &joint, (uint64_t)t->dtype * EXP_BINS);
+            err = patch_counts_merge(&j->joint, &joint, (uint64_t)t->dtype * EXP_BINS << 32);
         for (unsigned x = 0; x < EXP_BINS; x++)
             j->ctx[(size_t)t->dtype * EXP_BINS + x] += ctx[x];
         pthread_mutex_unlock(&j->lock);
     }
-    kcount_free(&gaps);
-    kcount_free(&syms);
-    kcount_free(&joint);
+    patch_counts_free(&gaps);
+    patch_counts_free(&syms);
+    patch_counts_free(&joint);
     return err;
 }
 
@@ -327,16 +241,16 @@ int pulse_patch_context_bound(const pulse_patch *p, const pulse_ckpt *base, int 
         /* Whole-patch frequencies, as pulse_patch_info's bound: the order-0 figures are what
          * one table for the whole patch gives, the value context one table per (dtype,
          * exponent). */
-        out->gap_bits = kcount_bits(&j.gaps);
-        out->ulp_bits = kcount_bits(&j.syms);
-        out->ulp_ctx_bits = fmax(0.0, kcount_bits(&j.joint) - counts_bits(j.ctx, DTYPES * EXP_BINS));
+        out->gap_bits = patch_counts_bits(&j.gaps);
+        out->ulp_bits = patch_counts_bits(&j.syms);
+        out->ulp_ctx_bits = fmax(0.0, patch_counts_bits(&j.joint) - counts_bits(j.ctx, DTYPES * EXP_BINS));
         out->ulp_model_bits = values_model_bits(&j.joint, j.ctx, DTYPES * EXP_BINS);
         if (tensors)
             memcpy(tensors, j.per, n * sizeof *tensors);
     }
-    kcount_free(&j.gaps);
-    kcount_free(&j.syms);
-    kcount_free(&j.joint);
+    patch_counts_free(&j.gaps);
+    patch_counts_free(&j.syms);
+    patch_counts_free(&j.joint);
     free(order);
     free(j.per);
     return err;
