@@ -265,6 +265,75 @@ static int codec_timed(const pulse_ckpt *old, const pulse_ckpt *new, const char 
     return 0;
 }
 
+/* The context-coded patch (format 5) of the same step: its diff with both ids given and its
+ * apply with a trusted base and no result check, 1 thread, as the targets read the default
+ * patch's; a reverse context patch takes the target back each round. */
+struct ctx_parts {
+    double diff_known, diff_known_cpu, apply_fast, apply_fast_cpu;
+    uint64_t stream_bytes, file_bytes;
+};
+
+static int context_timed(const pulse_ckpt *old, const pulse_ckpt *new, const char *fwd_path, const char *rev_path,
+                         pulse_ckpt *target, int repeat, int cold, struct ctx_parts *best)
+{
+    uint8_t id_old[PULSE_STATE_ID_BYTES], id_new[PULSE_STATE_ID_BYTES];
+    int err = pulse_ckpt_state_id(old, 0, id_old);
+    if (!err)
+        err = pulse_ckpt_state_id(new, 0, id_new);
+    pulse_diff_opts o;
+    pulse_diff_opts_default(&o);
+    o.threads = 1;
+    o.context = 1;
+    pulse_diff_opts r = o;
+    o.old_id = r.new_id = id_old;
+    o.new_id = r.old_id = id_new;
+    best->diff_known = best->diff_known_cpu = best->apply_fast = best->apply_fast_cpu = 1e30;
+    if (!err)
+        err = pulse_patch_diff(new, old, &r, rev_path);
+    pulse_patch *fwd = NULL, *rev = NULL;
+    pulse_patch_apply_opts fast_fwd, fast_rev;
+    pulse_patch_apply_opts_default(&fast_fwd);
+    fast_fwd.threads = 1;
+    fast_fwd.skip_result_check = 1;
+    fast_rev = fast_fwd;
+    fast_fwd.trust_base_id = id_old;
+    fast_rev.trust_base_id = id_new;
+    for (int k = 0; !err && k < repeat; k++) {
+        unlink(fwd_path);
+        if (cold)
+            measure_cold();
+        double c0 = measure_cpu_now(), t0 = measure_now();
+        err = pulse_patch_diff(old, new, &o, fwd_path);
+        keep_min(&best->diff_known, measure_now() - t0);
+        keep_min(&best->diff_known_cpu, measure_cpu_now() - c0);
+        if (!err && !fwd && !(err = pulse_patch_open(&fwd, fwd_path)))
+            err = pulse_patch_open(&rev, rev_path);
+        if (!err) {
+            if (cold)
+                measure_cold();
+            c0 = measure_cpu_now();
+            t0 = measure_now();
+            err = pulse_patch_apply_ex(fwd, target, &fast_fwd);
+            keep_min(&best->apply_fast, measure_now() - t0);
+            keep_min(&best->apply_fast_cpu, measure_cpu_now() - c0);
+        }
+        if (!err)
+            err = pulse_patch_apply_ex(rev, target, &fast_rev);
+    }
+    pulse_patch_stats st;
+    if (!err && !(err = pulse_patch_info(fwd, 0, &st))) {
+        best->stream_bytes = st.pos_bytes + st.val_bytes;
+        best->file_bytes = st.file_bytes;
+    }
+    pulse_patch_close(&fwd);
+    pulse_patch_close(&rev);
+    unlink(rev_path);
+    uint8_t id[PULSE_STATE_ID_BYTES];
+    if (!err && !(err = pulse_ckpt_state_id(target, 0, id)) && memcmp(id, id_old, sizeof id) != 0)
+        err = pulse_fail(PULSE_ERR_CORRUPT, "bench target did not return to OLD's state (context patches)");
+    return err;
+}
+
 /* --- The memory probe (a child process per model size) ---------------------------- */
 
 static int memprobe(const char *old_path, const char *new_path, const char *dir)
@@ -413,7 +482,9 @@ static int bench_codec(struct bench *b)
     if (err < 0)
         return cli_fail(VERB, err, "generating checkpoints");
 
-    char p_ulp[4200], p_abs[4200], p_rev[4200], target[4200], tool_out[4200];
+    char p_ulp[4200], p_abs[4200], p_rev[4200], p_ctx[4200], p_ctx_rev[4200], target[4200], tool_out[4200];
+    snprintf(p_ctx, sizeof p_ctx, "%s/new.context.patch", b->dir);
+    snprintf(p_ctx_rev, sizeof p_ctx_rev, "%s/rev.context.patch", b->dir);
     snprintf(p_ulp, sizeof p_ulp, "%s/new.ulp.patch", b->dir);
     snprintf(p_abs, sizeof p_abs, "%s/new.abs.patch", b->dir);
     snprintf(p_rev, sizeof p_rev, "%s/rev.ulp.patch", b->dir);
@@ -528,6 +599,11 @@ static int bench_codec(struct bench *b)
         fprintf(stderr, "bench: timing pulse diff and apply --in-place on %d threads\n", threads2);
         err = codec_timed(old, new, p_ulp, fwd, rev, tgt, threads2, b->repeat, cold, &pt[1]);
     }
+    struct ctx_parts cp = { 0 };
+    if (!err) {
+        fprintf(stderr, "bench: timing the context-coded patch (format 5) on 1 thread\n");
+        err = context_timed(old, new, p_ctx, p_ctx_rev, tgt, b->repeat, cold, &cp);
+    }
     for (int k = 0; k < 2 && !err; k++) {
         t_diff[k] = pt[k].diff;
         t_apply[k] = pt[k].apply;
@@ -595,6 +671,8 @@ static int bench_codec(struct bench *b)
     print_bytes_row(label, b_xd, new_bytes, bound, s_xd);
     print_bytes_row("pulse diff --values abs (1 thread)", (int64_t)st_abs.file_bytes, new_bytes, bound, t_abs);
     print_bytes_row("pulse diff --values ulp (1 thread)", (int64_t)st_ulp.file_bytes, new_bytes, bound, t_diff[0]);
+    print_bytes_row("pulse diff --context (1 thread, state ids given)", (int64_t)cp.file_bytes, new_bytes, bound,
+                    cp.diff_known);
     printf("  %-58s %14.0f  %7.3f%%  %7.2fx\n", "order-0 entropy bound of the ulp symbols (gaps+values)",
            bound, 100.0 * bound / (double)new_bytes, 1.0);
 
@@ -670,6 +748,18 @@ static int bench_codec(struct bench *b)
            floor0 > 0 ? 8.0 * (double)(cx_ulp.pos_bytes + cx_ulp.val_bytes) / floor0 : NAN, "", "info");
     printf("  %-58s %12.3f %12s %6s\n", "context bound / order-0 floor (old exponents as context)",
            floor0 > 0 ? (cx_ulp.flag_bits + cx_ulp.ulp_ctx_bits) / floor0 : NAN, "", "info");
+    double r_ctx = floor0 > 0 ? 8.0 * (double)cp.stream_bytes / floor0 : NAN;
+    printf("  %-58s %12.3f %12s %6s\n", "context-coded patch (--context) / order-0 floor", r_ctx, "<= 0.75",
+           verdict(r_ctx <= 0.75));
+    double r_ctx_diff = rw / cp.diff_known / read_bw, r_ctx_apply = cp.apply_fast / t_memcpy;
+    printf("  %-58s %12.3f %12s %6s\n", "  its diff 1-thread GB/s / streaming-read GB/s, ids given", r_ctx_diff,
+           ">= 0.50", verdict(r_ctx_diff >= 0.5));
+    printf("  %-58s %12.3f %12s %6s\n", "    same, CPU time vs CPU time", rw / cp.diff_known_cpu / read_bw_cpu,
+           ">= 0.50", verdict(rw / cp.diff_known_cpu / read_bw_cpu >= 0.5));
+    printf("  %-58s %12.3f %12s %6s\n", "  its apply 1-thread, trusted base, no result check / memcpy", r_ctx_apply,
+           "<= 1.50", verdict(r_ctx_apply <= 1.5));
+    printf("  %-58s %12.3f %12s %6s\n", "    same, CPU time vs CPU time", cp.apply_fast_cpu / c_memcpy, "<= 1.50",
+           verdict(cp.apply_fast_cpu / c_memcpy <= 1.5));
     if (b_xd > 0)
         printf("  %-58s %12.3f %12s %6s\n", "ulp patch bytes / xdelta3 bytes", r_xd, "<= 0.25", verdict(r_xd <= 0.25));
     else
@@ -717,6 +807,7 @@ static int bench_codec(struct bench *b)
     if (!b->keep) {
         unlink(p_ulp);
         unlink(p_abs);
+        unlink(p_ctx);
     }
     if (sink == 42)   /* keeps the streaming read's sum alive */
         fprintf(stderr, "bench: (checksum %llu)\n", (unsigned long long)sink);

@@ -12,7 +12,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse diff OLD NEW -o PATCH [--values abs|ulp] [--level N] [--threads N] [--chunk N]\n"
+        "usage: pulse diff OLD NEW -o PATCH [--values abs|ulp] [--context] [--level N] [--threads N] [--chunk N]\n"
         "\n"
         "Writes the positions where NEW differs from OLD and NEW's values there (docs/patch-format.md).\n"
         "Prints one line: changes, density, patch bytes and their ratio to the dense checkpoint.\n"
@@ -20,6 +20,9 @@ static void usage(FILE *f)
         "  -o PATCH        output file (written to a temporary name, then renamed)\n"
         "  --values CODE   ulp (default): zigzag difference of the bit patterns, about half the bytes;\n"
         "                  abs: the new bit patterns (idempotent)\n"
+        "  --context       code BF16 chunks by the exponents of OLD's values (format 5): about 0.7x the\n"
+        "                  bytes, but only a reader holding OLD decodes them (pulse apply; not squash,\n"
+        "                  sparse updates or engine-held followers; docs/patch-format.md)\n"
         "  --level N       zstd level 1..22 of every stream (default: zstd's fastest search with\n"
         "                  Huffman-coded literals, the smallest and fastest on these streams)\n"
         "  --threads N     threads (default: all cores)\n"
@@ -66,6 +69,8 @@ int cmd_diff(int argc, char **argv)
                     return cli_usage_error("diff", "--chunk wants a number from 1 to %u", PULSE_PATCH_MAX_CHUNK);
                 o.chunk_elems = (uint32_t)v;
             }
+        } else if (!strcmp(a, "--context")) {
+            o.context = 1;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("diff", "unknown option '%s'", a);
         } else if (npaths < 2) {
@@ -78,6 +83,8 @@ int cmd_diff(int argc, char **argv)
         return cli_usage_error("diff", "needs OLD and NEW checkpoints");
     if (!out)
         return cli_usage_error("diff", "no output given (-o PATCH)");
+    if (o.context && o.values != PULSE_VALUES_ULP)
+        return cli_usage_error("diff", "--context codes ulp values: it cannot be used with --values abs");
 
     pulse_ckpt *old_c = NULL, *new_c = NULL;
     pulse_patch *p = NULL;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pulse inspect: what a patch holds, per tensor and in total, against the order-0 entropy bound and, given its base, the bound with the old values' exponents as context. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,17 @@ static void usage(FILE *f)
 }
 
 static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+/* A figure of the order-0 bound, which a context-coded patch (format 5) inspected without its
+ * base does not have (NAN): null in JSON, n/a in the table. */
+static void json_bits(const char *name, double v, const char *fmt)
+{
+    printf(",\"%s\":", name);
+    if (isnan(v))
+        printf("null");
+    else
+        printf(fmt, v);
+}
 
 /* Opens OLD, computes the context bound of p against it (total and per tensor) and checks that
  * OLD is the patch's base state. 0, or the exit status with the error printed. */
@@ -159,6 +171,11 @@ int cmd_inspect(int argc, char **argv)
     pulse_id_hex(pulse_patch_result_id(p), result);
     const char *code = pulse_patch_values(p) == PULSE_VALUES_ULP ? "ulp" : "abs";
     double coded_bits = 8.0 * (double)(st.pos_bytes + st.val_bytes);
+    /* Format 5: context-coded chunks decode only against the base, so their order-0 bound is
+     * the one the context bound computed from it (for ulp patches the same symbols), or none. */
+    const int ctx_coded = pulse_patch_version(p) >= PULSE_PATCH_VERSION_CONTEXT;
+    if (ctx_coded)
+        st.entropy_bits = per ? cx.gap_bits + cx.ulp_bits : NAN;
     if (json) {
         printf("{\"format\":%d,\"values\":\"%s\",\"base\":\"%s\",\"result\":\"%s\",\"chunk_elems\":%u,"
                "\"tensors\":[", pulse_patch_version(p), code, base, result, pulse_patch_chunk_elems(p));
@@ -179,6 +196,8 @@ int cmd_inspect(int argc, char **argv)
         }
         int opaque = ti.dtype == PULSE_DT_OPAQUE;
         elementwise += opaque ? 0 : ti.nelems;
+        if (ctx_coded && !opaque)
+            ti.entropy_bits = per ? per[i].gap_bits + per[i].ulp_bits : NAN;
         double bits = ratio(8.0 * (double)(ti.pos_bytes + ti.val_bytes), (double)ti.changes);
         double bound = ratio(ti.entropy_bits, (double)ti.changes);
         if (json) {
@@ -187,9 +206,10 @@ int cmd_inspect(int argc, char **argv)
             printf(",\"dtype\":");
             cli_json_str(ti.dtype_name);
             printf(",\"elements\":%" PRIu64 ",\"changes\":%" PRIu64 ",\"opaque\":%s,\"pos_bytes\":%" PRIu64
-                   ",\"val_bytes\":%" PRIu64 ",\"bits_per_change\":%.4f,\"entropy_bits\":%.1f",
+                   ",\"val_bytes\":%" PRIu64 ",\"bits_per_change\":%.4f",
                    ti.nelems, ti.changes, ti.dtype == PULSE_DT_OPAQUE ? "true" : "false",
-                   ti.pos_bytes, ti.val_bytes, bits, ti.entropy_bits);
+                   ti.pos_bytes, ti.val_bytes, bits);
+            json_bits("entropy_bits", ti.entropy_bits, "%.1f");
             if (per && !opaque)
                 json_context(&per[i]);
             putchar('}');
@@ -197,7 +217,7 @@ int cmd_inspect(int argc, char **argv)
             /* an OPAQUE tensor's changes are bytes, replaced whole chunks at a time: no density */
             char b[32] = "replace", d[32] = "bytes";
             if (!opaque) {
-                snprintf(b, sizeof b, "%.3f", bound);
+                snprintf(b, sizeof b, isnan(bound) ? "n/a" : "%.3f", bound);
                 snprintf(d, sizeof d, "%.4f%%", 100.0 * ratio((double)ti.changes, (double)ti.nelems));
             }
             printf("%-40s %-8s %12" PRIu64 " %9s %10" PRIu64 " %10" PRIu64 " %9.3f %9s", ti.name,
@@ -207,17 +227,19 @@ int cmd_inspect(int argc, char **argv)
             putchar('\n');
         }
     }
-    double ratio_bound = ratio(coded_bits, st.entropy_bits);
+    double ratio_bound = isnan(st.entropy_bits) ? NAN : ratio(coded_bits, st.entropy_bits);
     if (json) {
         printf("],\"total\":{\"file_bytes\":%" PRIu64 ",\"header_bytes\":%" PRIu64 ",\"dense_bytes\":%" PRIu64
                ",\"elements\":%" PRIu64 ",\"elementwise_elements\":%" PRIu64 ",\"changes\":%" PRIu64
                ",\"opaque_changes\":%" PRIu64
                ",\"density\":%.6f,\"pos_bytes\":%" PRIu64 ",\"val_bytes\":%" PRIu64 ",\"opaque_bytes\":%" PRIu64
-               ",\"bits_per_change\":%.4f,\"entropy_bits\":%.1f,\"entropy_bytes\":%.0f,\"vs_bound\":%.4f",
+               ",\"bits_per_change\":%.4f",
                st.file_bytes, st.header_bytes, st.dense_bytes, st.nelems, elementwise, st.changes,
                st.opaque_changes, ratio((double)st.changes, (double)elementwise), st.pos_bytes, st.val_bytes,
-               st.opaque_bytes,
-               ratio(coded_bits, (double)st.changes), st.entropy_bits, st.entropy_bits / 8, ratio_bound);
+               st.opaque_bytes, ratio(coded_bits, (double)st.changes));
+        json_bits("entropy_bits", st.entropy_bits, "%.1f");
+        json_bits("entropy_bytes", st.entropy_bits / 8, "%.0f");
+        json_bits("vs_bound", ratio_bound, "%.4f");
         if (per)
             json_context(&cx);
         printf("}}\n");
@@ -228,11 +250,17 @@ int cmd_inspect(int argc, char **argv)
                "%" PRIu64 " positions + %" PRIu64 " values + %" PRIu64 " opaque + %" PRIu64 " header\n",
                st.changes, elementwise, 100.0 * ratio((double)st.changes, (double)elementwise), op,
                st.file_bytes, st.pos_bytes, st.val_bytes, st.opaque_bytes, st.header_bytes);
-        printf("bits per change %.3f; order-0 bound %.3f bits per change (%.0f bytes); streams at %.4f x "
-               "the bound; file %.3f%% of %" PRIu64 " dense bytes\n",
-               ratio(coded_bits, (double)st.changes), ratio(st.entropy_bits, (double)st.changes),
-               st.entropy_bits / 8, ratio_bound, 100.0 * ratio((double)st.file_bytes, (double)st.dense_bytes),
-               st.dense_bytes);
+        if (isnan(st.entropy_bits))
+            printf("bits per change %.3f; order-0 bound n/a (context-coded chunks decode only against the base: "
+                   "--base); file %.3f%% of %" PRIu64 " dense bytes\n", ratio(coded_bits, (double)st.changes),
+                   100.0 * ratio((double)st.file_bytes, (double)st.dense_bytes), st.dense_bytes);
+        else {
+            printf("bits per change %.3f; order-0 bound %.3f bits per change (%.0f bytes); streams at %.4f x "
+                   "the bound; file %.3f%% of %" PRIu64 " dense bytes\n",
+                   ratio(coded_bits, (double)st.changes), ratio(st.entropy_bits, (double)st.changes),
+                   st.entropy_bits / 8, ratio_bound, 100.0 * ratio((double)st.file_bytes, (double)st.dense_bytes),
+                   st.dense_bytes);
+        }
         if (per)
             print_context(&cx, pulse_patch_values(p));
     }

@@ -46,6 +46,8 @@ static void usage(FILE *f)
         "                         base) after every publish (default: at stop; after a machine\n"
         "                         restart, a copy the disk kept only in part is replaced by a keyframe)\n"
         "  --values CODE          ulp (default) or abs\n"
+        "  --context              context-coded patches (format 5, about 0.7x the bytes): only\n"
+        "                         followers that hold the weights decode them\n"
         "  --threads N            threads (default: all cores)\n"
         "  --log FORMAT           text (default) or json: one line per event on stderr\n");
 }
@@ -63,6 +65,10 @@ int node_trainer_main(int argc, char **argv)
         uint64_t v;
         if (!strcmp(a, "--durable")) {
             o.pub.durable = 1;
+            continue;
+        }
+        if (!strcmp(a, "--context")) {
+            o.pub.context = 1;
             continue;
         }
         if (!strcmp(a, "--once")) {

@@ -32,6 +32,8 @@ static void usage(FILE *f)
         "  --threads N     threads (default: all cores)\n"
         "  --chunk N       elements per patch chunk (default 1M; K/M suffixes): the unit a follower\n"
         "                  holding slices fetches (docs/serving.md)\n"
+        "  --context       context-coded patches (format 5, about 0.7x the bytes): only followers\n"
+        "                  that hold the weights decode them (docs/patch-format.md)\n"
         "On a terminal, a keyframe's upload shows bytes done, rate and ETA on stderr.\n"
         "\n"
         "  --json          print one JSON object instead of the line: step, kind, record, base and\n"
@@ -60,6 +62,10 @@ int cmd_publish(int argc, char **argv)
         }
         if (!strcmp(a, "--json")) {
             json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--context")) {
+            o.context = 1;
             continue;
         }
         if (a[0] != '-' || !a[1]) {

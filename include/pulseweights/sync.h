@@ -58,6 +58,10 @@ typedef struct pulse_publish_opts {
      * the unit a follower holding slices fetches (docs/serving.md "Slices"): smaller chunks cut
      * a tensor-parallel rank's bytes closer to its share, at ~52 bytes of table a coded chunk. */
     uint32_t chunk_elems;
+    /* Nonzero: patches are context-coded (pulse_diff_opts.context, format 5): about 0.7x the
+     * bytes on training steps, but followers that do not hold the weights (engine-held, slices
+     * of column-split tensors, sparse updates) cannot decode them. Default 0. */
+    int context;
 } pulse_publish_opts;
 
 PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o);

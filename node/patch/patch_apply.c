@@ -54,6 +54,7 @@ int patch_check_layout(const pulse_patch *p, const pulse_ckpt *c)
 typedef struct apply_job {
     const pulse_patch *p;
     pulse_ckpt *target;
+    const pulse_ckpt *base;   /* pass 1: the target in the patch's base state, for context-coded chunks; may be NULL */
     int write;
     int checked;        /* pass 1 already checked every chunk of p */
     patch_cache *cache; /* pass 1 fills it, pass 2 adds from it; may be NULL */
@@ -124,6 +125,14 @@ static int write_chunk(apply_job *a, size_t i, patch_scratch *s, uint8_t *dst)
     int err = patch_write_cached_chunk(a->p, i, s, a->cache, dst);
     if (err != 1)
         return err;
+    if (a->p->version >= 5) {
+        /* a chunk may be context-coded: decoded against dst, which still holds the base */
+        const uint8_t *bytes;
+        if ((err = patch_chunk_bytes(a->p, c, s, 0, &bytes)) == 0
+            && (err = patch_decode_bytes_base(a->p, c, s, bytes, dst)) == 0)
+            scatter(a->p, c, s, dst);
+        return err;
+    }
     err = patch_apply_checked_chunk(a->p, c, s, dst);
     if (err == 1)
         err = patch_decode_checked_chunk(a->p, c, s);
@@ -144,7 +153,7 @@ static int check_run(void *ctx, size_t j)
     patch_scratch *s = patch_pool_take(a->pool, &err);
     if (!s)
         return err;
-    err = patch_check_run(a->p, a->runs[j], a->runs[j + 1] - a->runs[j], s, a->cache);
+    err = patch_check_run(a->p, a->runs[j], a->runs[j + 1] - a->runs[j], s, a->cache, a->base);
     patch_pool_give(a->pool, s);
     return err;
 }
@@ -199,7 +208,7 @@ static int apply_chunk(void *ctx, size_t i)
     }
     if (!a->checked) {
         /* Decode (digests checked) then scatter: a benchmark's unfused reference. */
-        if ((err = patch_decode_chunk(a->p, c, s)) == 0)
+        if ((err = patch_decode_chunk_base(a->p, c, s, dst)) == 0)
             scatter(a->p, c, s, dst);
     } else {
         size_t pages = span / 4096;
@@ -239,7 +248,7 @@ static int populate_mode(void)
 static int run_with(const pulse_patch *p, pulse_ckpt *target, int write, int checked, int threads,
                     patch_cache *cache, patch_pool *pool)
 {
-    apply_job a = { .p = p, .target = target, .write = write, .checked = checked, .cache = cache,
+    apply_job a = { .p = p, .target = target, .base = target, .write = write, .checked = checked, .cache = cache,
                     .populate = populate_mode(), .pool = pool };
     atomic_init(&a.populating, 0);
     atomic_init(&a.probes, 4);
@@ -291,9 +300,9 @@ int patch_run_checked_chunks(const pulse_patch *p, pulse_ckpt *target, int threa
     return run(p, target, 1, 1, threads, NULL);
 }
 
-int patch_run_pass1(const pulse_patch *p, int threads, patch_cache *cache)
+int patch_run_pass1(const pulse_patch *p, pulse_ckpt *base, int threads, patch_cache *cache)
 {
-    return run(p, NULL, 0, 0, threads, cache);
+    return run(p, base, 0, 0, threads, cache);
 }
 
 int patch_run_pass2(const pulse_patch *p, pulse_ckpt *target, int threads, const patch_cache *cache)
@@ -377,7 +386,7 @@ int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, const pulse_p
         patch_cache_close(&cache);
         return err;
     }
-    err = run_with(p, NULL, 0, 0, threads, &cache, pool);
+    err = run_with(p, target, 0, 0, threads, &cache, pool);   /* reads the target as the base, writes nothing */
     if (!err)
         err = run_with(p, target, 1, 1, threads, &cache, pool);
     pool_give(pool, &own, p);

@@ -115,8 +115,7 @@ void patch_cache_release(void)
     atomic_flag_clear(&kept_busy);
 }
 
-/* Reserves n bytes (a multiple of 8); their offset, or SIZE_MAX when the cap is reached. */
-static size_t cache_reserve(patch_cache *cache, size_t n)
+size_t patch_cache_reserve(patch_cache *cache, size_t n)
 {
     if (!cache || !cache->mem)
         return SIZE_MAX;
@@ -243,7 +242,7 @@ static int check_abs_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     if (left != 0)
         return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: trailing bytes in value stream",
                           t->name, (unsigned long long)c->index);
-    size_t gsz = gap_room(&pp), off = cache_reserve(cache, gsz + align8(unit * k));
+    size_t gsz = gap_room(&pp), off = patch_cache_reserve(cache, gsz + align8(unit * k));
     uint8_t *g = off != SIZE_MAX ? cache->mem + off : s->leb;
     uint8_t *planes = off != SIZE_MAX ? g + gsz : s->planes;
     err = patch_pos_decode(s, p, c, &pp, g, &glen, 1);
@@ -295,7 +294,7 @@ static int check_ulp_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     /* Into the cache while it has room, else into the scratch buffers (gaps <= 5k bytes in
      * leb, packed + 4 in planes, escapes <= 5k in gaps: each large enough). */
     size_t gsz = gap_room(&pp), psz = align8(plen + 4);
-    size_t off = cache_reserve(cache, gsz + psz + align8(elen));
+    size_t off = patch_cache_reserve(cache, gsz + psz + align8(elen));
     uint8_t *g, *pk, *es;
     if (off != SIZE_MAX) {
         g = cache->mem + off;
@@ -322,9 +321,13 @@ static int check_ulp_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
 }
 
 /* Pass 1 for chunk i of a cached kind whose bytes' digest was checked. */
-static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache)
+static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache,
+                       const pulse_ckpt *base)
 {
     patch_ulp_streams unused;
+    const patch_chunk *c = &p->chunks[i];
+    if (patch_chunk_is_context(p, c, bytes))
+        return patch_check_context(p, i, bytes, s, cache, patch_chunk_base(p, c, base));
     return p->values == PULSE_VALUES_ABS ? check_abs_bytes(p, i, bytes, s, cache)
                                          : check_ulp_bytes(p, i, bytes, s, cache, &unused);
 }
@@ -335,24 +338,25 @@ int patch_check_ulp_streams(const pulse_patch *p, const patch_chunk *c, const ui
     return check_ulp_bytes(p, (size_t)(c - p->chunks), bytes, s, NULL, out);
 }
 
-int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache)
+int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache, const pulse_ckpt *base)
 {
     const patch_chunk *c = &p->chunks[i];
     if (!cached_kind(p, c))
         return patch_decode_chunk(p, c, s);
     const uint8_t *bytes;
     int err = patch_chunk_bytes(p, c, s, 1, &bytes);
-    return err ? err : check_bytes(p, i, bytes, s, cache);
+    return err ? err : check_bytes(p, i, bytes, s, cache, base);
 }
 
-int patch_check_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, patch_cache *cache)
+int patch_check_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, patch_cache *cache,
+                    const pulse_ckpt *base)
 {
     if (n == 1)
-        return patch_check_chunk(p, first, s, cache);
+        return patch_check_chunk(p, first, s, cache, base);
     const uint8_t *bytes[PATCH_RUN_MOST];
     int err = patch_chunk_bytes_run(p, first, n, s, bytes);
     for (size_t i = 0; !err && i < n; i++)   /* a rare kind kept out of the cache decodes alone */
-        err = cached_kind(p, &p->chunks[first + i]) ? check_bytes(p, first + i, bytes[i], s, cache)
+        err = cached_kind(p, &p->chunks[first + i]) ? check_bytes(p, first + i, bytes[i], s, cache, base)
                                                      : patch_decode_chunk(p, &p->chunks[first + i], s);
     return err;
 }
@@ -369,6 +373,12 @@ int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, c
     const patch_tensor *t = &p->tensors[c->tensor];
     const uint8_t *g = cache->mem + e->off, *pk = g + e->groom, *es = pk + align8((size_t)e->plen + 4);
     const pulse_kernels *kn = pulse_kernels_get();
+    if (e->bits == PATCH_CACHE_CONTEXT) {
+        /* positions and values decoded against the base in pass 1, before anything was written */
+        kn->ulp_apply16((uint16_t *)(void *)dst, (const uint32_t *)(const void *)g, c->count,
+                        (const uint16_t *)(const void *)(g + e->groom));
+        return 0;
+    }
     if (e->bits == 0) {
         /* abs: positions from the kept gaps, values interleaved from their byte planes */
         const size_t k = c->count, unit = t->unit;

@@ -11,6 +11,7 @@
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/parallel.h"
+#include "node/patch/patch_ctxcode.h"
 #include "node/patch/patch_internal.h"
 
 void pulse_diff_opts_default(pulse_diff_opts *o)
@@ -205,6 +206,51 @@ static void fail_all(diff_job *d)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* Below this many changes a chunk is coded both ways and the smaller kept: the context coder's
+ * per-band tables (up to 16 of them) weigh against a small chunk's bytes, and a chunk of few
+ * elements (a norm's weights) may have no band worth its table. Above it the context coding is
+ * smaller on every step measured (docs/performance.md), and the second coding is not paid. */
+#define DIFF_CTX_TRY_BOTH 16384u
+
+/* A BF16 ulp chunk coded against the exponents of its old values (format 5), into the slot's
+ * output buffer, staged there with its digest left to the caller as the other codings leave it;
+ * a small chunk also in today's coding, and the smaller kept (the coding byte is per chunk). */
+static int encode_context(diff_job *d, patch_scratch *s, const uint16_t *pa, const uint16_t *pb, size_t len,
+                          patch_out_chunk *oc)
+{
+    const pulse_kernels *k = pulse_kernels_get();
+    size_t n = k->diff16(pa, pb, len, s->idx);
+    oc->count = 0;
+    if (!n)
+        return 0;
+    const size_t cap = patch_chunk_bytes_bound(d->o->chunk_elems);
+    struct patch_ctx_scratch *cs = patch_scratch_ctx(s, d->o->chunk_elems);
+    if (!cs || (!s->ctxout && !(s->ctxout = malloc(cap))))
+        return pulse_fail(PULSE_ERR_NOMEM, "context coder buffers");
+    uint32_t pos_len = 0, val_len = 0;
+    int err = 0, fits = patch_ctx_bound((uint32_t)len, n) <= cap;
+    if (fits && (err = patch_ctx_encode(cs, pa, pb, (uint32_t)len, n, s->ctxout, cap, &pos_len, &val_len)) != 0)
+        return err;
+    if (!fits || n < DIFF_CTX_TRY_BOTH) {
+        size_t leb_len = 0;
+        uint16_t *z = (uint16_t *)(void *)s->vals;
+        if (k->diff_ulp16(pa, pb, len, s->leb, &leb_len, z) != n)
+            return pulse_fail(PULSE_ERR_IO, "a chunk changed while the patch was being written");
+        if ((err = patch_encode_ulp16(s, leb_len, n, z, d->o->zstd_level, oc)) != 0)
+            return err;
+        if (!fits || (size_t)oc->pos_len + oc->val_len <= (size_t)pos_len + val_len)
+            return 0;   /* today's coding, staged in s->planes with its digest as usual */
+    }
+    memcpy(s->planes, s->ctxout, (size_t)pos_len + val_len);
+    oc->staged = s->planes;
+    oc->count = (uint32_t)n;
+    oc->pos_len = pos_len;
+    oc->val_len = val_len;
+    if (!s->defer_digest)
+        pulse_sha256(s->planes, (size_t)pos_len + val_len, oc->digest);
+    return 0;
+}
+
 /* Encodes global chunk `job` with slot s; its bytes are left staged in s->planes, its
  * digest to the caller (s->defer_digest). Sets *out to the chunk's entry. */
 static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chunk **out)
@@ -234,6 +280,11 @@ static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chu
     }
     const pulse_kernels *k = pulse_kernels_get();
     size_t n;
+    if (d->o->context && unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP
+        && pulse_ckpt_tensor(d->a, tensor)->dtype == PULSE_DT_BF16) {
+        err = encode_context(d, s, (const uint16_t *)(const void *)pa, (const uint16_t *)(const void *)pb, len, oc);
+        goto coded;
+    }
     if (unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP) {
         /* One pass from the two chunks to the position stream's bytes and the zigzag
          * values: the encoder never touches the chunk's elements again. */
@@ -407,6 +458,8 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         || (err = patch_table_len(d.out, d.ntensors, 1, pulse_ckpt_metadata(new_ckpt), &table_len)) != 0
         || (err = patch_file_create(&d.file, out_path, table_len, !o.scratch)) != 0)
         goto done;
+    if (o.context && o.values == PULSE_VALUES_ULP)
+        d.file.version = PULSE_PATCH_VERSION_CONTEXT;
     patch_pool own;
     if (!(d.pool = patch_pool_take_kept(PATCH_KEPT_DIFF, o.threads, o.chunk_elems, &own, &err)))
         goto done;

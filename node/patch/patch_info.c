@@ -29,7 +29,13 @@ static int entropy_chunk(void *ctx, size_t i)
     if (!s)
         return err;
     patch_counts *gaps = &e->gaps[s - e->pool.slots], *vals = &e->vals[s - e->pool.slots];
-    if ((err = patch_decode_chunk(e->p, c, s)) == 0)
+    const uint8_t *bytes;
+    if ((err = patch_chunk_bytes(e->p, c, s, 1, &bytes)) != 0 || patch_chunk_is_context(e->p, c, bytes)) {
+        /* a context-coded chunk's symbols need the base: left out (pulse inspect --base counts them) */
+        patch_pool_give(&e->pool, s);
+        return err;
+    }
+    if ((err = patch_decode_bytes(e->p, c, s, bytes)) == 0)
         for (uint32_t j = 0; !err && j < c->count; j++) {
             uint32_t v;
             switch (t->unit) {

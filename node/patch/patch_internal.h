@@ -60,7 +60,7 @@ typedef struct patch_tensor {
 } patch_tensor;
 
 struct pulse_patch {
-    uint32_t version;       /* 2, 3 or 4 (PULSE_PATCH_VERSION): 2 has no position coding byte, 4 adds metadata */
+    uint32_t version;       /* 2 .. 5: 2 has no position coding byte, 4 adds metadata, 5 context-coded chunks */
     char *metadata;         /* format 4: the result's __metadata__ (compact JSON), NULL when not carried */
     uint8_t *buf;           /* private copy: the whole patch (in memory), or header + table + digest (file) */
     size_t len;             /* the whole patch */
@@ -126,6 +126,8 @@ typedef struct patch_scratch {
     uint8_t *run;           /* a run of chunks' coded bytes read at once (<= PATCH_RUN_BYTES) */
     uint8_t *bounce;        /* chunk_elems * 8, lazily: aligned copies of misaligned chunks */
     size_t run_cap;
+    struct patch_ctx_scratch *ctx;  /* the context coder's working memory, lazily (format 5) */
+    uint8_t *ctxout;        /* the diff's context-coded chunk, beside today's coding (lazily, chunk bound) */
 } patch_scratch;
 
 typedef struct patch_pool {
@@ -321,7 +323,7 @@ typedef struct patch_cache_entry {
                              * symbols (+ 4 zero bytes) and the escapes, or (abs, bits 0) the value byte
                              * planes, plen = unit * count bytes */
     uint32_t groom, glen, plen, elen;
-    uint8_t bits;
+    uint8_t bits;           /* ulp symbol width; 0 abs; PATCH_CACHE_CONTEXT decoded positions + values */
     uint8_t cached;         /* 0: not kept (the cache was full, or an opaque chunk): pass 2 decodes again */
 } patch_cache_entry;
 
@@ -340,6 +342,7 @@ typedef struct patch_cache_entry {
  * when unset or not starting with a digit. How a cap that keeps memory flat is set (PULSE_APPLY_CACHE,
  * PULSE_DIFF_PARK, PULSE_PATCH_FLUSH; the last two only lowered, for tests). */
 size_t patch_env_bytes(const char *name, size_t dflt, size_t most);
+#define PATCH_CACHE_CONTEXT 0xFFu
 typedef struct patch_cache {
     uint8_t *mem;
     size_t cap;
@@ -349,6 +352,9 @@ typedef struct patch_cache {
     int kept;               /* mem is the process's kept arena (given back at close) */
 } patch_cache;
 
+/* Reserves n bytes (a multiple of 8) of cache (may be NULL); their offset, or SIZE_MAX when
+ * there is no arena or its cap is reached. */
+size_t patch_cache_reserve(patch_cache *cache, size_t n);
 /* A cache for p (entries zeroed). On allocation failure it has no arena and caches nothing. */
 int patch_cache_open(patch_cache *cache, const pulse_patch *p);
 void patch_cache_close(patch_cache *cache);
@@ -358,11 +364,14 @@ void patch_cache_release(void);
 void patch_apply_release(void);
 
 /* Pass 1 for chunk i: digest, frames, gaps and values checked; an element-wise chunk's streams are kept
- * in cache (may be NULL) while it has room. Nothing is written. */
-int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache);
+ * in cache (may be NULL) while it has room. Nothing is written. base: the checkpoint in the patch's
+ * base state (its id checked), against which context-coded chunks are decoded; NULL: they get
+ * the checks that need no base. */
+int patch_check_chunk(const pulse_patch *p, size_t i, patch_scratch *s, patch_cache *cache, const pulse_ckpt *base);
 /* Pass 1 for a run of chunks (patch_chunk_bytes_run's limits): as patch_check_chunk on each,
  * with their bytes read and their digests computed all at once. */
-int patch_check_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, patch_cache *cache);
+int patch_check_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, patch_cache *cache,
+                    const pulse_ckpt *base);
 /* Where a ulp chunk's checked streams lie after patch_check_ulp_streams (scratch buffers). */
 typedef struct patch_ulp_streams {
     const uint8_t *gaps, *packed, *esc;   /* packed is followed by 4 zero bytes */
@@ -379,6 +388,34 @@ int patch_check_ulp_streams(const pulse_patch *p, const patch_chunk *c, const ui
  * it again), else 0 or an error. */
 int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, const patch_cache *cache,
                              uint8_t *dst);
+
+/* ---- context-coded chunks, format 5 (patch_ctxchunk.c) ---------------------------------- */
+
+/* Whether chunk c, whose coded bytes are at bytes, is context-coded: coded against the
+ * exponents of the base's old values, so that only a reader holding the base decodes it. */
+int patch_chunk_is_context(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes);
+/* The context coder's scratch of s (allocated on first use). NULL with an error set. */
+struct patch_ctx_scratch *patch_scratch_ctx(patch_scratch *s, uint32_t chunk_elems);
+/* As patch_decode_bytes, and a context-coded chunk is decoded against base (the chunk's first
+ * element in the base checkpoint, any alignment): positions in s->idx (band order), zigzag ulp
+ * differences in s->vals (16-bit). base NULL: a context-coded chunk is refused,
+ * PULSE_ERR_UNSUPPORTED naming it. */
+int patch_decode_bytes_base(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes,
+                            const uint8_t *base);
+/* The same reading the chunk's bytes first (digest checked). */
+int patch_decode_chunk_base(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base);
+/* Pass 1 for a context-coded chunk i: decoded against base into the cache while it has room
+ * (entry bits PATCH_CACHE_CONTEXT: k positions, then k 16-bit values), else into s; base NULL
+ * (a verify without the weights): the checks that need no base (patch_ctx_check). */
+int patch_check_context(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache,
+                        const uint8_t *base);
+/* As patch_decode_chunk_base, the positions always ascending (as every other coding gives them). */
+int patch_decode_chunk_sorted(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base);
+/* A chunk's checks by a reader without the base (digest first): decoded whole, or, context-coded,
+ * the checks patch_ctx_check makes. */
+int patch_verify_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
+/* The chunk's first element in checkpoint ck, or NULL when ck is NULL. */
+const uint8_t *patch_chunk_base(const pulse_patch *p, const patch_chunk *c, const pulse_ckpt *ck);
 
 /* The layout of an output tensor, for the writer. */
 typedef struct patch_out_tensor {
@@ -431,6 +468,7 @@ typedef struct patch_file_out {
     uint64_t data_start;        /* header + table + digest */
     _Atomic uint64_t written;   /* chunk bytes put so far */
     int durable;                /* fsync before the rename (and the directory after it) */
+    uint32_t version;           /* the format version written; 0: PULSE_PATCH_VERSION */
     /* the flusher (running only when flusher_on) */
     pthread_t flusher;
     int flusher_on;
@@ -473,8 +511,9 @@ int patch_run_chunks(const pulse_patch *p, pulse_ckpt *target, int write, int th
  * again for a file) and decoded again, then added. */
 int patch_run_checked_chunks(const pulse_patch *p, pulse_ckpt *target, int threads);
 /* The two passes of pulse_patch_apply_ex with a cache between them (cache may be NULL):
- * pass 1 checks every chunk and fills the cache, pass 2 (only after pass 1 succeeded) writes. */
-int patch_run_pass1(const pulse_patch *p, int threads, patch_cache *cache);
+ * pass 1 checks every chunk and fills the cache (decoding context-coded chunks against base, which it
+ * does not write; NULL: their base-free checks), pass 2 (only after pass 1 succeeded) writes. */
+int patch_run_pass1(const pulse_patch *p, pulse_ckpt *base, int threads, patch_cache *cache);
 int patch_run_pass2(const pulse_patch *p, pulse_ckpt *target, int threads, const patch_cache *cache);
 
 /* Layout equality of a patch tensor and a checkpoint tensor (MISMATCH naming it). */

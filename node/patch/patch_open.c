@@ -261,9 +261,9 @@ static int open_owned(pulse_patch **out, uint8_t *buf, size_t buf_len, size_t le
         goto fail;
     }
     uint32_t version = (uint32_t)le(buf + 8, 4);
-    if (version != PULSE_PATCH_VERSION && version != 2 && version != 3) {
+    if (version < 2 || version > PULSE_PATCH_VERSION_CONTEXT) {
         err = pulse_fail(PULSE_ERR_UNSUPPORTED, "patch format version %u (this build reads 2 to %u)",
-                         version, PULSE_PATCH_VERSION);
+                         version, PULSE_PATCH_VERSION_CONTEXT);
         goto fail;
     }
     p->version = version;

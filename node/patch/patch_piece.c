@@ -49,7 +49,15 @@ static int piece_chunk(void *ctx, size_t k)
         /* A chunk inside the rows lands contiguously: apply's own fused decode-and-add (2-bit
          * ulp chunks, the common case) writes it in place; others are decoded as below. */
         uint8_t *home = j->dst + (c->first - lo + pc->at * pc->param_cols) * w;
-        if (!patch_misaligned(home, w)) {
+        if (j->p->version >= 5) {
+            /* the piece holds the whole chunk's old values: a context-coded chunk decodes
+             * against them (in band order, then written as below) */
+            if ((err = patch_decode_chunk_base(j->p, c, s, home)) != 0) {
+                patch_pool_give(&j->pool, s);
+                return err;
+            }
+            decoded = 1;
+        } else if (!patch_misaligned(home, w)) {
             err = patch_apply_checked_chunk(j->p, c, s, home);
             if (err == 0) {
                 atomic_fetch_add_explicit(&j->written, c->count, memory_order_relaxed);

@@ -6,6 +6,7 @@
 
 #include "base/fail.h"
 #include "node/parallel.h"
+#include "node/patch/patch_ctxcode.h"
 #include "node/patch/patch_internal.h"
 
 unsigned patch_dtype_unit(pulse_dtype dt)
@@ -54,6 +55,8 @@ static void scratch_free(patch_scratch *s)
 {
     free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes); free(s->planes2);
     free(s->dense); free(s->mark); free(s->in); free(s->run); free(s->bounce);
+    patch_ctx_scratch_free(s->ctx);
+    free(s->ctxout);
     ZSTD_freeCCtx(s->cctx);
     ZSTD_freeDCtx(s->dctx);
     memset(s, 0, sizeof *s);
@@ -124,6 +127,10 @@ void patch_pool_trim(patch_pool *pool)
         patch_scratch *s = &pool->slots[i];
         free(s->idx); free(s->gaps); free(s->leb); free(s->vals); free(s->planes); free(s->planes2);
         free(s->dense); free(s->mark); free(s->bounce);
+        patch_ctx_scratch_free(s->ctx);
+        free(s->ctxout);
+        s->ctx = NULL;
+        s->ctxout = NULL;
         s->idx = s->gaps = NULL;
         s->leb = s->vals = s->planes = s->planes2 = s->dense = s->mark = s->bounce = NULL;
     }

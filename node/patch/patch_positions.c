@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/fail.h"
+#include "node/patch/patch_ctxcode.h"
 #include "node/patch/patch_internal.h"
 
 /* ---- the plan: the Rice stream's size at every shift, estimated from one pass ----------- */
@@ -165,6 +166,10 @@ int patch_pos_probe(const pulse_patch *p, const patch_chunk *c, const uint8_t *b
         pp->coding = bytes[0];
         pp->body = bytes + 1;
         pp->body_len = c->pos_len - 1;
+        if (pp->coding == PATCH_POS_CONTEXT && p->version >= 5)
+            return pulse_fail(PULSE_ERR_UNSUPPORTED,
+                              "tensor %s chunk %llu: context-coded (format 5), decoding it needs the base weights",
+                              t->name, (unsigned long long)c->index);
         if (pp->coding > PATCH_POS_RICE + 31)
             return pulse_fail(PULSE_ERR_UNSUPPORTED, "tensor %s chunk %llu: position coding %u unknown (known: 0 zstd, 1-32 Rice)",
                               t->name, (unsigned long long)c->index, pp->coding);

@@ -160,7 +160,7 @@ static int verify_chunk(void *ctx, size_t k)
     patch_scratch *s = patch_pool_take(&j->pool, &err);
     if (!s)
         return err;
-    err = patch_decode_chunk(j->p, &j->p->chunks[k], s);
+    err = patch_verify_chunk(j->p, &j->p->chunks[k], s);
     patch_pool_give(&j->pool, s);
     return err;
 }

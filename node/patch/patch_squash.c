@@ -97,7 +97,7 @@ static int squash_chunk(void *ctx, size_t job)
         memcpy(copy, base, (size_t)len * unit);
         base = copy;
     }
-    if (base && q->n == 1 && !opaque && q->p[0]->values == PULSE_VALUES_ULP) {
+    if (base && q->n == 1 && !opaque && q->p[0]->values == PULSE_VALUES_ULP && q->p[0]->version < 5) {
         err = squash_one_ulp(q, find_chunk(q->p[0], lo, ci), s, base, unit, oc);
         if (!err)
             err = patch_out_keep(oc);
@@ -112,7 +112,9 @@ static int squash_chunk(void *ctx, size_t job)
         const patch_chunk *c = find_chunk(q->p[i], lo, ci);
         if (!c)
             continue;
-        if ((err = patch_decode_chunk(q->p[i], c, s)) != 0)
+        /* With a base, dense holds the state patch i starts from: a context-coded chunk
+         * (format 5) decodes against it. */
+        if ((err = patch_decode_chunk_base(q->p[i], c, s, base ? s->dense : NULL)) != 0)
             break;
         last_count = c->count;
         if (opaque) {

@@ -32,7 +32,7 @@ static int save_chunk(void *ctx, size_t i)
     patch_scratch *s = patch_pool_take(j->pool, &err);
     if (!s)
         return err;
-    err = patch_decode_chunk(p, c, s);
+    err = patch_decode_chunk_base(p, c, s, src);
     if (!err && p->tensors[c->tensor].dtype == PULSE_DT_OPAQUE) {
         e->k = c->len;
         if (!(e->old = malloc(c->len ? c->len : 1)))

@@ -96,7 +96,8 @@ static int updates_chunk(void *ctx, size_t i)
     patch_scratch *s = patch_pool_take(&j->pool, &err);
     if (!s)
         return err;
-    if ((err = patch_decode_chunk(j->p, c, s)) == 0) {
+    const uint8_t *base = j->base ? j->base + c->first * j->t->unit : NULL;
+    if ((err = patch_decode_chunk_sorted(j->p, c, s, base)) == 0) {
         const int ulp = j->p->values == PULSE_VALUES_ULP;
         if (j->t->dtype == PULSE_DT_OPAQUE || patch_dtype_unit(j->t->dtype) == 0) {
             if (j->base)

@@ -53,9 +53,9 @@ static void put_le(wbuf *w, uint64_t v, unsigned n)
  * (offsets: the chunks back to back in table order). With `planned` the counts are not known
  * yet: an entry is sized by chunks[c].planned and its fields are placeholders, which gives the
  * table's length (patch_table_len) from this one description of the layout. */
-static int build_table(wbuf *w, pulse_value_code values, uint32_t chunk_elems, const uint8_t base_id[32],
-                       const uint8_t result_id[32], const patch_out_tensor *t, size_t n, int planned,
-                       const char *metadata, uint64_t *data_len)
+static int build_table(wbuf *w, uint32_t version, pulse_value_code values, uint32_t chunk_elems,
+                       const uint8_t base_id[32], const uint8_t result_id[32], const patch_out_tensor *t, size_t n,
+                       int planned, const char *metadata, uint64_t *data_len)
 {
     uint8_t zero[PATCH_HEADER_BYTES] = { 0 };
     put(w, zero, PATCH_HEADER_BYTES);   /* filled once the table length is known */
@@ -103,7 +103,7 @@ static int build_table(wbuf *w, pulse_value_code values, uint32_t chunk_elems, c
     uint8_t *h = w->p;
     memcpy(h, PATCH_MAGIC, 8);
     for (unsigned i = 0; i < 4; i++) {
-        h[8 + i] = (uint8_t)(PULSE_PATCH_VERSION >> (8 * i));
+        h[8 + i] = (uint8_t)(version >> (8 * i));
         h[16 + i] = (uint8_t)(chunk_elems >> (8 * i));
         h[20 + i] = (uint8_t)((uint32_t)n >> (8 * i));
     }
@@ -128,7 +128,7 @@ int patch_table_len(const patch_out_tensor *t, size_t n, int planned, const char
     static const uint8_t zero_id[32];
     wbuf w = { 0 };
     uint64_t data_len;
-    int err = build_table(&w, PULSE_VALUES_ULP, 1, zero_id, zero_id, t, n, planned, metadata, &data_len);
+    int err = build_table(&w, PULSE_PATCH_VERSION, PULSE_VALUES_ULP, 1, zero_id, zero_id, t, n, planned, metadata, &data_len);
     if (!err)
         *len = w.len - PATCH_HEADER_BYTES - 32;
     free(w.p);
@@ -257,7 +257,8 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
 {
     wbuf w = { 0 };
     uint64_t data_len = 0;
-    int err = build_table(&w, values, chunk_elems, base_id, result_id, t, n, 0, metadata, &data_len);
+    int err = build_table(&w, f->version ? f->version : PULSE_PATCH_VERSION, values, chunk_elems, base_id, result_id, t,
+                          n, 0, metadata, &data_len);
     /* The chunk bytes were placed after a table of the planned length; a chunk that turned out
      * unchanged (or changed) against the plan means the inputs changed under the diff. */
     if (!err && (w.len != f->data_start || data_len != atomic_load(&f->written)))

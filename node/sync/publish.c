@@ -235,6 +235,7 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
         d.zstd_level = p->o.zstd_level;
     if (p->o.chunk_elems)
         d.chunk_elems = p->o.chunk_elems;
+    d.context = p->o.context && p->o.values == PULSE_VALUES_ULP;
     int r = pulse_patch_diff(last, c, &d, path);
     pulse_patch *patch = NULL;
     if (!r)

@@ -86,10 +86,13 @@ class Publisher(_lib.Closeable):
     """Signs and publishes checkpoints of a run (docs/sync.md). One publisher per run and key;
     STATE_DIR keeps its index and the last published state (the next diff's base), synced to disk
     by sync() and close(), or after every publish with durable=True. chunk_elems: elements per
-    patch chunk (0: 2^20), the unit a follower holding slices fetches (docs/serving.md)."""
+    patch chunk (0: 2^20), the unit a follower holding slices fetches (docs/serving.md).
+    context=True: patches are context-coded (format 5, about 0.7x the bytes), which only followers
+    holding the weights decode: not EngineFollower or Patch.updates() (docs/patch-format.md)."""
 
     def __init__(self, store: str, run: str, key: PathLike, state_dir: PathLike, values: str = "ulp",
-                 threads: int = 0, zstd_level: int = 0, durable: bool = False, chunk_elems: int = 0) -> None:
+                 threads: int = 0, zstd_level: int = 0, durable: bool = False, chunk_elems: int = 0,
+                 context: bool = False) -> None:
         self._p = ctypes.c_void_p()
         if values not in _VALUES:
             raise ValueError("values must be 'ulp' or 'abs', not %r" % (values,))
@@ -104,6 +107,7 @@ class Publisher(_lib.Closeable):
         o.zstd_level = int(zstd_level)
         o.durable = 1 if durable else 0
         o.chunk_elems = int(chunk_elems)   # elements per patch chunk, the unit a slice follower fetches; 0: 2^20
+        o.context = 1 if context else 0
         _lib.check(_lib.publisher_open(ctypes.byref(self._p), ctypes.byref(o)))
 
     def _handle(self):

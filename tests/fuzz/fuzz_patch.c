@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fuzz target for the patch parser and chunk decoder: open from memory, decode every chunk, gather the stats, check the fused and the cached writes against decode-then-scatter, and the patch opened from its head with every chunk supplied by range against the whole. */
+/* Fuzz target for the patch parser and chunk decoder: open from memory, decode every chunk (context-coded ones against a fixed base), gather the stats, check the fused and the cached writes against decode-then-scatter, and the patch opened from its head with every chunk supplied by range against the whole. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,6 +44,45 @@ static int chunk16(const pulse_patch *p, const patch_chunk *c)
     return p->tensors[c->tensor].unit == 2 && c->len <= (1u << 20);
 }
 
+/* A context-coded chunk (format 5): decodable only against a base, so the write paths that
+ * take none are not asked to (check_context takes it instead). */
+static int context_chunk(const pulse_patch *p, const patch_chunk *c)
+{
+    return patch_chunk_is_context(p, c, p->data + c->offset);
+}
+
+/* Every context-coded chunk decoded against the start bytes as its base: whatever the bytes,
+ * the decoder either refuses them or gives exactly count distinct positions inside the chunk,
+ * and the positions apply (ulp_apply16) with the cached path writing the same thing. */
+static void check_context(const pulse_patch *p)
+{
+    patch_pool pool;
+    if (patch_pool_init(&pool, 1, p->chunk_elems, 0) != 0)
+        return;
+    int err = 0;
+    patch_scratch *s = patch_pool_take(&pool, &err);
+    for (size_t i = 0; s && i < p->nchunks; i++) {
+        const patch_chunk *c = &p->chunks[i];
+        if (!chunk16(p, c) || !context_chunk(p, c))
+            continue;
+        uint16_t *b = start_bytes(c->len);
+        uint8_t *seen = calloc(c->len ? c->len : 1, 1);
+        if (b && seen && patch_decode_bytes_base(p, c, s, p->data + c->offset, (const uint8_t *)b) == 0) {
+            const uint16_t *z = (const uint16_t *)(const void *)s->vals;
+            for (uint32_t j = 0; j < c->count; j++) {
+                if (s->idx[j] >= c->len || seen[s->idx[j]] || z[j] == 0)
+                    abort();   /* out of the chunk, twice, or a change of nothing */
+                seen[s->idx[j]] = 1;
+            }
+        }
+        free(b);
+        free(seen);
+    }
+    if (s)
+        patch_pool_give(&pool, s);
+    patch_pool_free(&pool);
+}
+
 /* Apply's pass 2 takes a fused path for 16-bit ulp chunks with 2-bit symbols: on a verified
  * patch it must write exactly what decode + ulp_apply16 writes. */
 static void check_fused(const pulse_patch *p)
@@ -55,7 +94,7 @@ static void check_fused(const pulse_patch *p)
     patch_scratch *s = patch_pool_take(&pool, &err);
     for (size_t i = 0; s && i < p->nchunks; i++) {
         const patch_chunk *c = &p->chunks[i];
-        uint16_t *b = chunk16(p, c) ? start_bytes(c->len) : NULL;
+        uint16_t *b = chunk16(p, c) && !context_chunk(p, c) ? start_bytes(c->len) : NULL;
         if (!b)
             continue;
         int fused = patch_apply_checked_chunk(p, c, s, (uint8_t *)b);
@@ -83,7 +122,7 @@ static void check_cached(const pulse_patch *p)
     patch_cache cache;
     int opened = s && patch_cache_open(&cache, p) == 0;
     for (size_t i = 0; opened && i < p->nchunks; i++)
-        if (patch_check_chunk(p, i, s, &cache) != 0)
+        if (patch_check_chunk(p, i, s, &cache, NULL) != 0)
             abort();   /* verify passed: pass 1 refused a chunk */
     for (size_t i = 0; opened && i < p->nchunks; i++) {
         const patch_chunk *c = &p->chunks[i];
@@ -203,6 +242,7 @@ static void run(const uint8_t *data, size_t size, int repair)
         }
         check_fused(p);
         check_cached(p);
+        check_context(p);
         check_sliced(p);
     }
     pulse_patch_close(&p);

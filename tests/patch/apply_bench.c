@@ -56,7 +56,7 @@ int main(int argc, char **argv)
             e |= patch_run_chunks(p, NULL, 0, 1);
         patch_cache c;
         e |= patch_cache_open(&c, p);
-        e |= patch_run_pass1(p, 1, &c);
+        e |= patch_run_pass1(p, base, 1, &c);
         for (int r = 0; r < repeat && argc > 6; r++)
             e |= patch_run_pass2(p, t, 1, &c);
         patch_cache_close(&c);
@@ -80,7 +80,7 @@ int main(int argc, char **argv)
     err |= patch_cache_open(&cache, p);
     BEST(repeat, t_check, atomic_store(&cache.used, 0);
          if (cache.nent) memset(cache.ent, 0, cache.nent * sizeof *cache.ent);
-         err |= patch_run_pass1(p, 1, &cache));
+         err |= patch_run_pass1(p, base, 1, &cache));
     size_t kept = 0;
     for (size_t i = 0; i < cache.nent; i++)
         kept += cache.ent[i].cached;

@@ -140,7 +140,7 @@ static size_t kept_chunks(const pulse_patch *p, size_t *ulp)
         *ulp += p->tensors[p->chunks[i].tensor].unit != 0 && p->tensors[p->chunks[i].tensor].dtype != PULSE_DT_OPAQUE;
     if (patch_cache_open(&c, p) != 0)
         return 0;
-    CHECK_OK(patch_run_pass1(p, 2, &c));
+    CHECK_OK(patch_run_pass1(p, NULL, 2, &c));
     for (size_t i = 0; i < c.nent; i++)
         n += c.ent[i].cached;
     CHECK(atomic_load(&c.used) <= c.cap || !c.mem);
@@ -454,7 +454,7 @@ static void test_random_chunks(void)
         for (size_t i = 0; sa && sb && sc && i < p->nchunks; i++) {
             const patch_chunk *c = &p->chunks[i];
             unsigned unit = p->tensors[c->tensor].unit;
-            int a = patch_check_chunk(p, i, sa, &cache);
+            int a = patch_check_chunk(p, i, sa, &cache, NULL);
             int b = patch_decode_checked_chunk(p, c, sb);
             CHECK((a == 0) == (b == 0) && a <= 0 && b <= 0);
             if (!((a == 0) == (b == 0)))

@@ -1,0 +1,79 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# CLI test of context-coded patches (format 5, `pulse diff --context`): bit-identical applies to a
+# new file and in place, smaller than the context-free patch on a training step, and refusals
+# (damaged chunk, wrong base, abs values); squash with the base that leave every file as it was.
+set -u
+P=${PULSE_BIN:?}
+SRC=${PULSE_SRC:?}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0; n=0
+ok()  { n=$((n+1)); if ! "$@" >"$T/out" 2>"$T/err"; then echo "FAIL (exit $?): $*"; cat "$T/err"; fails=$((fails+1)); fi; }
+bad() { verb=$2; n=$((n+1)); if "$@" >"$T/out" 2>"$T/err"; then echo "FAIL (succeeded): $*"; fails=$((fails+1));
+        elif [ "$(wc -l <"$T/err")" -ne 1 ] || ! grep -q "^pulse $verb: " "$T/err"; then
+          echo "FAIL (not one error line): $*"; cat "$T/err"; fails=$((fails+1)); fi; }
+check() { n=$((n+1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails+1)); fi; }
+version() { python3 -c 'import struct,sys; print(struct.unpack_from("<I", open(sys.argv[1],"rb").read(), 8)[0])' "$1"; }
+
+# A Llama-shaped training step (BF16 weights under Adam): where the context pays.
+ok "$P" synth --out "$T/run" --steps 2 --params 20M --threads 2
+S0=$T/run/step-000000.safetensors S1=$T/run/step-000001.safetensors S2=$T/run/step-000002.safetensors
+ok "$P" diff "$S0" "$S1" -o "$T/plain"
+ok "$P" diff "$S0" "$S1" -o "$T/ctx" --context
+check "[ \"\$(version '$T/ctx')\" = 5 ] && [ \"\$(version '$T/plain')\" = 4 ]"
+# Smaller than the context-free patch of the same step (the order-0 coder is at its floor, so
+# this holds only if the exponent context is used).
+check "[ \$(stat -c %s '$T/ctx') -lt \$(stat -c %s '$T/plain') ]"
+ok "$P" apply "$S0" "$T/ctx" -o "$T/r1.safetensors"
+check "cmp -s '$T/r1.safetensors' '$S1'"
+cp "$S0" "$T/inplace.safetensors"
+ok "$P" apply --in-place "$T/inplace.safetensors" "$T/ctx"
+check "cmp -s '$T/inplace.safetensors' '$S1'"
+# A second step on top, and with chunks much smaller than a tensor (each coded the smaller way).
+ok "$P" diff "$S1" "$S2" -o "$T/ctx2" --context --threads 2
+ok "$P" apply "$T/r1.safetensors" "$T/ctx2" -o "$T/r2.safetensors" --threads 2
+check "cmp -s '$T/r2.safetensors' '$S2'"
+ok "$P" diff "$S1" "$S2" -o "$T/ctx2s" --context --chunk 4096 --threads 2
+ok "$P" apply "$S1" "$T/ctx2s" -o "$T/r2s.safetensors" --threads 2
+check "cmp -s '$T/r2s.safetensors' '$S2'"
+# inspect: without the base no order-0 bound (null), with it the bound of the decoded changes,
+# which the context-coded streams are below (the order-0 coder of format 4 is at 1.01x of it).
+ok "$P" inspect "$T/ctx2"
+check "grep -q 'order-0 bound n/a' '$T/out'"
+ok "$P" inspect --json "$T/ctx2"
+check "python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[\"total\"]; assert t[\"vs_bound\"] is None and t[\"entropy_bits\"] is None, t' '$T/out'"
+ok "$P" inspect --json "$T/ctx" --base "$S0"
+check "python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[\"total\"]; assert 0 < t[\"vs_bound\"] < 0.8, t[\"vs_bound\"]' '$T/out'"
+ok "$P" inspect --json "$T/plain" --base "$S0"
+check "python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[\"total\"]; assert t[\"vs_bound\"] > 0.95, t[\"vs_bound\"]' '$T/out'"
+
+# Mixed dtypes (BF16 coded by context; F32, I64 and packed tensors as in format 4).
+for s in 0 1; do python3 "$SRC/tests/patch/mkckpt.py" "$T/m$s.safetensors" 7 $s packed; done
+ok "$P" diff "$T/m0.safetensors" "$T/m1.safetensors" -o "$T/mctx" --context --chunk 333
+ok "$P" apply "$T/m0.safetensors" "$T/mctx" -o "$T/mr.safetensors"
+check "cmp -s '$T/mr.safetensors' '$T/m1.safetensors'"
+
+# Refusals: one line, nothing written, the target as it was.
+n=$((n+1)); if "$P" diff "$S0" "$S1" -o "$T/absctx" --context --values abs 2>"$T/err"; then echo "FAIL: --context --values abs accepted"; fails=$((fails+1)); fi
+check "[ ! -e '$T/absctx' ] && grep -q -- '--context codes ulp values' '$T/err'"
+bad "$P" apply "$S1" "$T/ctx" -o "$T/wrong.safetensors"
+check "[ ! -e '$T/wrong.safetensors' ] && grep -q 'base' '$T/err'"
+# Squash and catch-up: with the base at hand each patch decodes against the state it starts from.
+ok "$P" squash "$T/ctx" "$T/ctx2" -o "$T/sq" --base "$S0"
+ok "$P" apply "$S0" "$T/sq" -o "$T/rsq.safetensors"
+check "cmp -s '$T/rsq.safetensors' '$S2'"
+ok "$P" squash "$T/ctx" -o "$T/sq1" --base "$S0"
+ok "$P" apply "$S0" "$T/sq1" -o "$T/rsq1.safetensors"
+check "cmp -s '$T/rsq1.safetensors' '$S1'"
+bad "$P" squash "$T/ctx" "$T/ctx2" -o "$T/sqx"
+check "grep -q 'base' '$T/err' && [ ! -e '$T/sqx' ]"
+# A damaged byte in the last chunk's streams: its digest refuses it before anything is written.
+cp "$T/ctx" "$T/dmg"
+python3 -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[-3]^=0x10; open(sys.argv[1],"wb").write(b)' "$T/dmg"
+cp "$S0" "$T/keep.safetensors"
+bad "$P" apply --in-place "$T/keep.safetensors" "$T/dmg"
+check "cmp -s '$T/keep.safetensors' '$S0' && grep -q 'chunk' '$T/err'"
+
+echo "$((n-fails)) of $n checks passed"
+[ $fails -eq 0 ]
