@@ -104,6 +104,20 @@ static inline unsigned zsym(uint16_t z)
     return z <= NDIRECT ? z - 1u : NDIRECT + bitlen16(z) - 4u;
 }
 
+/* Population count: the instruction where the target has it, else SWAR inline (a generic x86-64
+ * build would otherwise call libgcc for each of the millions of counts per chunk). */
+static inline unsigned pop64(uint64_t x)
+{
+#if defined(__POPCNT__) || defined(__ARM_NEON) || defined(__aarch64__)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
+}
+
 /* Bit 0 of each of 8 bytes gathered into one byte (byte i -> bit i): the products' partial
  * terms land on distinct bits, so nothing carries into the top byte. */
 static inline uint64_t gather8(uint64_t x)
@@ -163,19 +177,19 @@ static inline uint64_t member_word(const uint64_t *pl, const uint64_t *x)
 /* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit. */
 static inline unsigned select64(uint64_t x, unsigned r)
 {
-    unsigned at = 0, c = (unsigned)__builtin_popcountll(x & 0xFFFFFFFFull);
+    unsigned at = 0, c = pop64(x & 0xFFFFFFFFull);
     if (r >= c) {
         r -= c;
         x >>= 32;
         at += 32;
     }
-    c = (unsigned)__builtin_popcountll(x & 0xFFFFu);
+    c = pop64(x & 0xFFFFu);
     if (r >= c) {
         r -= c;
         x >>= 16;
         at += 16;
     }
-    c = (unsigned)__builtin_popcountll(x & 0xFFu);
+    c = pop64(x & 0xFFu);
     if (r >= c) {
         r -= c;
         x >>= 8;
@@ -612,7 +626,7 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     for (uint32_t w = 0; w < nw; w++) {
         const uint64_t *pl = s->plane + (size_t)w * 5;
         for (unsigned a = 0; a < na; a++)
-            m[act[a]] += (uint32_t)__builtin_popcountll(member_word(pl, bx[act[a]]));
+            m[act[a]] += pop64(member_word(pl, bx[act[a]]));
     }
 
     size_t out = 0;
@@ -635,7 +649,7 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
             uint64_t id = 0, base = 0;
             uint32_t w = 0;
             uint64_t mw = member_word(s->plane, x);
-            uint64_t pc = (uint64_t)__builtin_popcountll(mw);
+            uint64_t pc = pop64(mw);
             for (uint32_t j = 0; j < c; j++) {
                 uint64_t g;
                 if (br_rice(&r, sp, &g))
@@ -647,7 +661,7 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
                     base += pc;
                     w++;
                     mw = member_word(s->plane + (size_t)w * 5, x);
-                    pc = (uint64_t)__builtin_popcountll(mw);
+                    pc = pop64(mw);
                 }
                 idx[out++] = w * 64 + select64(mw, (unsigned)(id - base));
             }
@@ -665,7 +679,7 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
             }
             for (uint32_t w = 0; w < nw; w++) {
                 uint64_t mw = member_word(s->plane + (size_t)w * 5, x), sel = 0;
-                uint64_t pc = (uint64_t)__builtin_popcountll(mw);
+                uint64_t pc = pop64(mw);
                 while (nx < base + pc) {
                     sel |= 1ull << select64(mw, (unsigned)(nx - base));
                     if (got < G) {
@@ -800,7 +814,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
                 ch |= (uint64_t)(o[j] != e[j]) << j;
         }
         s->chw[w] = ch;
-        got += (size_t)__builtin_popcountll(ch);
+        got += pop64(ch);
         while (ch) {
             unsigned j = (unsigned)__builtin_ctzll(ch);
             kb[band_of(o[j], ebase)]++;
@@ -832,14 +846,14 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
             uint64_t mw = member_word(pl, bx[b]), c = ch & mw;
             while (c) {
                 unsigned j = (unsigned)__builtin_ctzll(c);
-                uint64_t i = m[b] + (uint64_t)__builtin_popcountll(mw & ((1ull << j) - 1));
+                uint64_t i = m[b] + pop64(mw & ((1ull << j) - 1));
                 s->gap[wp[b]] = (uint32_t)(i - (prev[b] + 1));
                 prev[b] = i;
                 uint32_t e = w * 64 + j;
                 s->vz[wp[b]++] = zigzag(old[e], neu[e]);
                 c &= c - 1;
             }
-            m[b] += (uint32_t)__builtin_popcountll(mw);
+            m[b] += pop64(mw);
         }
     }
 
