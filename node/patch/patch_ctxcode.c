@@ -126,10 +126,14 @@ static inline uint64_t gather8(uint64_t x)
 }
 
 /* Per 64 elements of OLD: the band of each element as 4 bit planes, and the valid bits; the
- * members of band b in a word are then 4 ANDs away (member_word), for all 16 bands. */
-static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64_t *plane)
+ * members of band b in a word are then 4 ANDs away (member_word), for all 16 bands. With
+ * members, also each band's member count (4 histograms, so that runs of one band do not wait
+ * on one counter). */
+static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64_t *plane, uint32_t *members)
 {
     uint32_t nw = (n + 63) / 64;
+    uint32_t h[4][NB];
+    memset(h, 0, sizeof h);
     for (uint32_t w = 0; w < nw; w++) {
         uint32_t base = w * 64, valid = n - base < 64 ? n - base : 64;
         const uint16_t *o = old + base;
@@ -144,6 +148,13 @@ static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64
             for (unsigned j = 0; j < valid; j++)
                 bb[j] = (uint8_t)band_of(o[j], ebase);
         }
+        if (members)
+            for (unsigned j = 0; j < 64; j += 4) {
+                h[0][bb[j]]++;
+                h[1][bb[j + 1]]++;
+                h[2][bb[j + 2]]++;
+                h[3][bb[j + 3]]++;
+            }
         uint64_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
         for (unsigned g = 0; g < 8; g++) {
             uint64_t x;
@@ -159,6 +170,11 @@ static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64
         pl[2] = p2;
         pl[3] = p3;
         pl[4] = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+    }
+    if (members) {
+        h[0][0] -= nw * 64 - n;   /* the last word's padding counted as band 0 */
+        for (unsigned b = 0; b < NB; b++)
+            members[b] = h[0][b] + h[1][b] + h[2][b] + h[3][b];
     }
 }
 
@@ -611,23 +627,12 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     unsigned eb = chunk_ebase(old, n);
     if (h.ebase != eb)
         return PFAIL("exponent base %u, the base's is %u", h.ebase, eb);
-    build_planes(old, n, eb, s->plane);
+    uint32_t m[NB];
+    build_planes(old, n, eb, s->plane, m);
     uint32_t nw = (n + 63) / 64;
-
-    /* members of each band that has changes */
-    uint32_t m[NB] = {0};
     uint64_t bx[NB][4];
-    unsigned act[NB], na = 0;
     for (unsigned b = 0; b < NB; b++)
-        if (h.mode[b] != MODE_NONE) {
-            band_x(b, bx[b]);
-            act[na++] = b;
-        }
-    for (uint32_t w = 0; w < nw; w++) {
-        const uint64_t *pl = s->plane + (size_t)w * 5;
-        for (unsigned a = 0; a < na; a++)
-            m[act[a]] += pop64(member_word(pl, bx[act[a]]));
-    }
+        band_x(b, bx[b]);
 
     size_t out = 0;
     const uint8_t *p = pos + h.rice_at;
@@ -790,7 +795,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     if (err)
         return err;
     unsigned ebase = chunk_ebase(old, n);
-    build_planes(old, n, ebase, s->plane);
+    build_planes(old, n, ebase, s->plane, NULL);
     uint32_t nw = (n + 63) / 64;
 
     /* changed bits, and the changes of each band */
