@@ -666,7 +666,7 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
                     base += pc;
                     w++;
                     mw = member_word(s->plane + (size_t)w * 5, x);
-                    pc = pop64(mw);
+                    pc = mw ? pop64(mw) : 0;
                 }
                 idx[out++] = w * 64 + select64(mw, (unsigned)(id - base));
             }
@@ -684,6 +684,8 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
             }
             for (uint32_t w = 0; w < nw; w++) {
                 uint64_t mw = member_word(s->plane + (size_t)w * 5, x), sel = 0;
+                if (!mw)
+                    continue;
                 uint64_t pc = pop64(mw);
                 while (nx < base + pc) {
                     sel |= 1ull << select64(mw, (unsigned)(nx - base));
