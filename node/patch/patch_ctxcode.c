@@ -29,6 +29,7 @@ enum { MODE_NONE = 0, MODE_CHANGED = 1, MODE_UNCHANGED = 2, MODE_REFUSED = 3 };
 struct patch_ctx_scratch {
     uint32_t cap;               /* chunk_elems */
     uint64_t *plane;            /* per 64 elements: the band's 4 bit planes, then the valid bits */
+    uint8_t *wc;                /* per 64 elements: each band's members there (wcount) */
     /* The encoder's, allocated on its first use (a decoding thread never needs them). */
     uint64_t *chw;              /* per 64 elements: the changed bits */
     uint32_t *gap;              /* the changed members' gaps, band after band (cap) */
@@ -126,14 +127,18 @@ static inline uint64_t gather8(uint64_t x)
 }
 
 /* Per 64 elements of OLD: the band of each element as 4 bit planes, and the valid bits; the
- * members of band b in a word are then 4 ANDs away (member_word), for all 16 bands. With
- * members, also each band's member count (4 histograms, so that runs of one band do not wait
- * on one counter). */
-static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64_t *plane, uint32_t *members)
+ * members of band b in a word are then 4 ANDs away (member_word), for all 16 bands. Also each
+ * band's member count in each word (wc, read by wcount: a band's walk skips words by adding
+ * bytes instead of counting bits) and in all (members). The counts are kept in registers: one
+ * nibble per band in 8 accumulators of 8 elements each, then bytes. */
+static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64_t *plane, uint8_t *wc,
+                         uint32_t *members)
 {
+    const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full, B16 = 0x00FF00FF00FF00FFull;
     uint32_t nw = (n + 63) / 64;
-    uint32_t h[4][NB];
-    memset(h, 0, sizeof h);
+    uint64_t t16[4] = {0, 0, 0, 0};
+    for (unsigned b = 0; b < NB; b++)
+        members[b] = 0;
     for (uint32_t w = 0; w < nw; w++) {
         uint32_t base = w * 64, valid = n - base < 64 ? n - base : 64;
         const uint16_t *o = old + base;
@@ -148,13 +153,30 @@ static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64
             for (unsigned j = 0; j < valid; j++)
                 bb[j] = (uint8_t)band_of(o[j], ebase);
         }
-        if (members)
-            for (unsigned j = 0; j < 64; j += 4) {
-                h[0][bb[j]]++;
-                h[1][bb[j + 1]]++;
-                h[2][bb[j + 2]]++;
-                h[3][bb[j + 3]]++;
+        uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (unsigned j = 0; j < 64; j += 8)
+            for (unsigned t = 0; t < 8; t++)
+                a[t] += 1ull << (4 * bb[j + t]);
+        uint64_t lo = 0, hi = 0;    /* byte i: the count of band 2i (lo), 2i + 1 (hi) */
+        for (unsigned t = 0; t < 8; t++) {
+            lo += a[t] & NIB;
+            hi += (a[t] >> 4) & NIB;
+        }
+        lo -= 64 - valid;           /* the padding of a last word, counted as band 0 */
+        memcpy(wc + (size_t)w * 16, &lo, 8);
+        memcpy(wc + (size_t)w * 16 + 8, &hi, 8);
+        t16[0] += lo & B16;         /* bands 0, 4, 8, 12 in 16-bit lanes */
+        t16[1] += (lo >> 8) & B16;  /* 2, 6, 10, 14 */
+        t16[2] += hi & B16;         /* 1, 5, 9, 13 */
+        t16[3] += (hi >> 8) & B16;  /* 3, 7, 11, 15 */
+        if ((w & 511) == 511 || w == nw - 1) {   /* before a lane can pass 65535 */
+            static const unsigned first[4] = {0, 2, 1, 3};
+            for (unsigned q = 0; q < 4; q++) {
+                for (unsigned i = 0; i < 4; i++)
+                    members[first[q] + 4 * i] += (uint32_t)(t16[q] >> (16 * i)) & 0xFFFFu;
+                t16[q] = 0;
             }
+        }
         uint64_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
         for (unsigned g = 0; g < 8; g++) {
             uint64_t x;
@@ -171,11 +193,12 @@ static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64
         pl[3] = p3;
         pl[4] = valid == 64 ? ~0ull : ((1ull << valid) - 1);
     }
-    if (members) {
-        h[0][0] -= nw * 64 - n;   /* the last word's padding counted as band 0 */
-        for (unsigned b = 0; b < NB; b++)
-            members[b] = h[0][b] + h[1][b] + h[2][b] + h[3][b];
-    }
+}
+
+/* Members of band b in word w (build_planes' wc). */
+static inline unsigned wcount(const uint8_t *wc, uint32_t w, unsigned b)
+{
+    return wc[(size_t)w * 16 + ((b & 1u) << 3) + (b >> 1)];
 }
 
 /* x[k] = ~0 where bit k of b is 0: a plane XOR x[k] is 1 where the element agrees with b. */
@@ -190,30 +213,23 @@ static inline uint64_t member_word(const uint64_t *pl, const uint64_t *x)
     return pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
 }
 
-/* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit. */
+/* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
+ * the bytes' running bit counts (SWAR), the byte where they pass r, then inside that byte. */
 static inline unsigned select64(uint64_t x, unsigned r)
 {
-    unsigned at = 0, c = pop64(x & 0xFFFFFFFFull);
-    if (r >= c) {
-        r -= c;
-        x >>= 32;
-        at += 32;
-    }
-    c = pop64(x & 0xFFFFu);
-    if (r >= c) {
-        r -= c;
-        x >>= 16;
-        at += 16;
-    }
-    c = pop64(x & 0xFFu);
-    if (r >= c) {
-        r -= c;
-        x >>= 8;
-        at += 8;
-    }
+    const uint64_t L8 = 0x0101010101010101ull, H8 = 0x8080808080808080ull;
+    uint64_t c = x - ((x >> 1) & 0x5555555555555555ull);
+    c = (c & 0x3333333333333333ull) + ((c >> 2) & 0x3333333333333333ull);
+    c = ((c + (c >> 4)) & 0x0F0F0F0F0F0F0F0Full) * L8;   /* byte i: set bits in bytes 0..i */
+    /* bytes whose running count is <= r (no borrow: r < 64 and counts <= 64 under bit 7) */
+    uint64_t le = (((uint64_t)r * L8) | H8) - c;
+    unsigned byte = (unsigned)((((le & H8) >> 7) * L8) >> 56);
+    if (byte)
+        r -= (unsigned)(c >> (8 * byte - 8)) & 0xFFu;
+    unsigned xb = (unsigned)(x >> (8 * byte)) & 0xFFu;
     while (r--)
-        x &= x - 1;
-    return at + (unsigned)__builtin_ctzll(x);
+        xb &= xb - 1;
+    return 8 * byte + (unsigned)__builtin_ctz(xb);
 }
 
 /* ---- bit reader (LSB first), bounded --------------------------------------------------- */
@@ -349,8 +365,12 @@ patch_ctx_scratch *patch_ctx_scratch_new(uint32_t chunk_elems)
         return NULL;
     }
     s->cap = chunk_elems;
-    s->plane = malloc(((size_t)chunk_elems + 63) / 64 * 5 * sizeof *s->plane);
-    if (!s->plane) {
+    size_t nw = ((size_t)chunk_elems + 63) / 64;
+    s->plane = malloc(nw * 5 * sizeof *s->plane);
+    s->wc = malloc(nw * 16);
+    if (!s->plane || !s->wc) {
+        free(s->plane);
+        free(s->wc);
         free(s);
         pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", chunk_elems);
         return NULL;
@@ -363,6 +383,7 @@ void patch_ctx_scratch_free(patch_ctx_scratch *s)
     if (!s)
         return;
     free(s->plane);
+    free(s->wc);
     free(s->chw);
     free(s->gap);
     free(s->vz);
@@ -628,7 +649,7 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     if (h.ebase != eb)
         return PFAIL("exponent base %u, the base's is %u", h.ebase, eb);
     uint32_t m[NB];
-    build_planes(old, n, eb, s->plane, m);
+    build_planes(old, n, eb, s->plane, s->wc, m);
     uint32_t nw = (n + 63) / 64;
     uint64_t bx[NB][4];
     for (unsigned b = 0; b < NB; b++)
@@ -653,8 +674,6 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
         if (want == MODE_CHANGED) {
             uint64_t id = 0, base = 0;
             uint32_t w = 0;
-            uint64_t mw = member_word(s->plane, x);
-            uint64_t pc = pop64(mw);
             for (uint32_t j = 0; j < c; j++) {
                 uint64_t g;
                 if (br_rice(&r, sp, &g))
@@ -662,13 +681,13 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
                 id = j ? id + g + 1 : g;
                 if (id >= mb)
                     return PFAIL("band %u: member %llu of %u", b, (unsigned long long)id, mb);
-                while (id >= base + pc) {   /* ends: id < mb, the band's members in all */
+                /* to the word holding member id (it exists: id < mb, the band's members in all) */
+                unsigned pc;
+                while (id >= base + (pc = wcount(s->wc, w, b))) {
                     base += pc;
                     w++;
-                    mw = member_word(s->plane + (size_t)w * 5, x);
-                    pc = mw ? pop64(mw) : 0;
                 }
-                idx[out++] = w * 64 + select64(mw, (unsigned)(id - base));
+                idx[out++] = w * 64 + select64(member_word(s->plane + (size_t)w * 5, x), (unsigned)(id - base));
             }
         } else {
             uint32_t G = mb - c, got = 0;
@@ -683,10 +702,10 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
                     return PFAIL("band %u: member %llu of %u", b, (unsigned long long)nx, mb);
             }
             for (uint32_t w = 0; w < nw; w++) {
-                uint64_t mw = member_word(s->plane + (size_t)w * 5, x), sel = 0;
-                if (!mw)
+                uint64_t pc = wcount(s->wc, w, b);
+                if (!pc)
                     continue;
-                uint64_t pc = pop64(mw);
+                uint64_t mw = member_word(s->plane + (size_t)w * 5, x), sel = 0;
                 while (nx < base + pc) {
                     sel |= 1ull << select64(mw, (unsigned)(nx - base));
                     if (got < G) {
@@ -797,7 +816,8 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     if (err)
         return err;
     unsigned ebase = chunk_ebase(old, n);
-    build_planes(old, n, ebase, s->plane, NULL);
+    uint32_t mm[NB];
+    build_planes(old, n, ebase, s->plane, s->wc, mm);
     uint32_t nw = (n + 63) / 64;
 
     /* changed bits, and the changes of each band */
@@ -833,6 +853,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
 
     /* per band, in position order: the changed members' gaps and their z, band after band */
     uint32_t off[NB + 1], wp[NB], m[NB] = {0};
+    (void)mm;
     uint64_t prev[NB], bx[NB][4];
     unsigned act[NB], na = 0;
     off[0] = 0;
@@ -847,21 +868,18 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     }
     for (uint32_t w = 0; w < nw; w++) {
         const uint64_t *pl = s->plane + (size_t)w * 5;
-        uint64_t ch = s->chw[w];
-        for (unsigned a = 0; a < na; a++) {
-            unsigned b = act[a];
-            uint64_t mw = member_word(pl, bx[b]), c = ch & mw;
-            while (c) {
-                unsigned j = (unsigned)__builtin_ctzll(c);
-                uint64_t i = m[b] + pop64(mw & ((1ull << j) - 1));
-                s->gap[wp[b]] = (uint32_t)(i - (prev[b] + 1));
-                prev[b] = i;
-                uint32_t e = w * 64 + j;
-                s->vz[wp[b]++] = zigzag(old[e], neu[e]);
-                c &= c - 1;
-            }
-            m[b] += pop64(mw);
+        /* the word's changes in position order, each appended to its band */
+        for (uint64_t ch = s->chw[w]; ch; ch &= ch - 1) {
+            unsigned j = (unsigned)__builtin_ctzll(ch);
+            uint32_t e = w * 64 + j;
+            unsigned b = band_of(old[e], ebase);
+            uint64_t i = m[b] + pop64(member_word(pl, bx[b]) & ((1ull << j) - 1));
+            s->gap[wp[b]] = (uint32_t)(i - (prev[b] + 1));
+            prev[b] = i;
+            s->vz[wp[b]++] = zigzag(old[e], neu[e]);
         }
+        for (unsigned a = 0; a < na; a++)
+            m[act[a]] += wcount(s->wc, w, act[a]);
     }
 
     /* the Rice streams, written after room for the longest header, moved down once it is known */
