@@ -137,6 +137,7 @@ static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64
     const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full, B16 = 0x00FF00FF00FF00FFull;
     uint32_t nw = (n + 63) / 64;
     uint64_t t16[4] = {0, 0, 0, 0};
+    const int16_t eb16 = (int16_t)ebase;
     for (unsigned b = 0; b < NB; b++)
         members[b] = 0;
     for (uint32_t w = 0; w < nw; w++) {
@@ -144,9 +145,11 @@ static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64
         const uint16_t *o = old + base;
         uint8_t bb[64];
         if (valid == 64) {
+            /* signed 16-bit max/min: what SSE2 and NEON vectorise */
             for (unsigned j = 0; j < 64; j++) {
-                unsigned e = (o[j] >> 7) & 0xFFu, b = e > ebase ? e - ebase : 0;
-                bb[j] = (uint8_t)(b > NB - 1 ? NB - 1 : b);
+                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                d = d < 0 ? 0 : d;
+                bb[j] = (uint8_t)(d > (int16_t)(NB - 1) ? (int16_t)(NB - 1) : d);
             }
         } else {
             memset(bb, 0, sizeof bb);
