@@ -261,6 +261,32 @@ static void test_roundtrips(void)
     roundtrip("random", old_, neu_, CAP, &pl, &vl);
 }
 
+/* Many small random chunks: sizes, exponent spreads, change rates and step sizes drawn at random. */
+static void test_random_small(void)
+{
+    uint32_t pl, vl;
+    for (int it = 0; it < 400; it++) {
+        uint32_t n = 1 + (uint32_t)(rnd() % 3000);
+        unsigned spread = 1 + (unsigned)(rnd() % 40), top = (unsigned)(rnd() % 256);
+        double p = unif();
+        unsigned zbits = 1 + (unsigned)(rnd() % 16);
+        size_t k = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            unsigned e = top > spread ? top - (unsigned)(rnd() % spread) : (unsigned)(rnd() % (top + 1));
+            old_[i] = (uint16_t)((rnd() & 0x807Fu) | (e & 0xFFu) << 7);
+            neu_[i] = old_[i];
+            if (unif() < p) {
+                uint16_t z = (uint16_t)(1 + rnd() % ((1u << zbits) - 1));
+                neu_[i] = (uint16_t)(old_[i] + unzig(z));
+            }
+            k += old_[i] != neu_[i];
+        }
+        if (!k)
+            neu_[n / 2] = (uint16_t)(old_[n / 2] + 1);
+        roundtrip("random small", old_, neu_, n, &pl, &vl);
+    }
+}
+
 static int err_has(const char *a, const char *b)
 {
     const char *e = pulse_last_error();
@@ -476,6 +502,7 @@ int main(void)
     }
     test_crafted();
     test_roundtrips();
+    test_random_small();
     test_damage();
     patch_ctx_scratch_free(S);
     free(enc);
