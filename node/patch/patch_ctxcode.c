@@ -819,7 +819,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     if (err)
         return err;
     unsigned ebase = chunk_ebase(old, n);
-    uint32_t mm[NB];
+    uint32_t mm[NB];   /* the members in all; the walk below counts them word by word */
     build_planes(old, n, ebase, s->plane, s->wc, mm);
     uint32_t nw = (n + 63) / 64;
 
@@ -856,7 +856,6 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
 
     /* per band, in position order: the changed members' gaps and their z, band after band */
     uint32_t off[NB + 1], wp[NB], m[NB] = {0};
-    (void)mm;
     uint64_t prev[NB], bx[NB][4];
     unsigned act[NB], na = 0;
     off[0] = 0;
