@@ -1,0 +1,999 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The context coder of format 5: a BF16 chunk's changed positions as Rice gaps among the members of each old value's exponent band, its ulp differences as static rANS symbols with one table per band (docs/patch-format.md). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fail.h"
+#include "base/leb128.h"
+#include "node/patch/patch_ctxcode.h"
+
+/* The 64-bit loads of bytes below (bit planes, bit readers) read them in memory order. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "patch_ctxcode.c assumes a little-endian target"
+#endif
+
+#define NB PATCH_CTX_BANDS
+#define NSYM 20u                /* z = 1..7 as 0..6, then 7 + bitlen(z) - 4 for bitlen 4..16 */
+#define NDIRECT 7u
+#define TAB_BITS 10u
+#define TAB_TOTAL (1u << TAB_BITS)
+#define RANS_L (1u << 23)       /* the state's lower bound; states live in [RANS_L, RANS_L << 8) */
+#define MAX_S 24u               /* largest Rice parameter */
+#define HEAD_MAX (2u + NB * (1u + 2u * 5u)) /* longest position stream header */
+
+enum { MODE_NONE = 0, MODE_CHANGED = 1, MODE_UNCHANGED = 2, MODE_REFUSED = 3 };
+
+struct patch_ctx_scratch {
+    uint32_t cap;               /* chunk_elems */
+    uint64_t *plane;            /* per 64 elements: the band's 4 bit planes, then the valid bits */
+    uint8_t *wc;                /* per 64 elements: each band's members there (wcount) */
+    /* The encoder's, allocated on its first use (a decoding thread never needs them). */
+    uint64_t *chw;              /* per 64 elements: the changed bits */
+    uint32_t *gap;              /* the changed members' gaps, band after band (cap) */
+    uint16_t *vz;               /* z in decode order (cap) */
+    uint32_t *ugap;             /* one band's unchanged members' gaps (cap / 2 + 1) */
+    uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
+};
+
+/* ---- small helpers ------------------------------------------------------------------- */
+
+static int ctx_fail(int err, const char *tensor, uint64_t chunk, const char *stream, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int ctx_fail(int err, const char *tensor, uint64_t chunk, const char *stream, const char *fmt, ...)
+{
+    char what[192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return pulse_fail(err, "tensor %s chunk %llu: %s stream: %s", tensor ? tensor : "?",
+                      (unsigned long long)chunk, stream, what);
+}
+
+/* A LEB128 value in its shortest form (so that one chunk has one coding): 0, or -1 when the
+ * bytes end first, -2 when it does not fit 32 bits or is not the shortest. */
+static int leb_read(const uint8_t *p, size_t len, size_t *at, uint32_t *v)
+{
+    size_t start = *at;
+    int r = pulse_leb_get(p, len, at, v);
+    if (r)
+        return r;
+    if (*at - start > 1 && p[*at - 1] == 0)
+        return -2;
+    return 0;
+}
+
+static inline unsigned exp_of(uint16_t v)
+{
+    return (v >> 7) & 0xFFu;
+}
+
+static inline unsigned band_of(uint16_t v, unsigned ebase)
+{
+    unsigned e = exp_of(v), b = e > ebase ? e - ebase : 0;
+    return b > NB - 1 ? NB - 1 : b;
+}
+
+static unsigned chunk_ebase(const uint16_t *old, uint32_t n)
+{
+    uint16_t mx = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint16_t v = old[i] & 0x7F80u;
+        mx = v > mx ? v : mx;
+    }
+    unsigned e = mx >> 7;
+    return e > NB - 1 ? e - (NB - 1) : 0;
+}
+
+static inline uint16_t zigzag(uint16_t old, uint16_t neu)
+{
+    uint16_t d = (uint16_t)(neu - old);
+    return (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)(0u - (d >> 15)));
+}
+
+static inline unsigned bitlen16(uint16_t z)
+{
+    return 32u - (unsigned)__builtin_clz((unsigned)z);
+}
+
+static inline unsigned zsym(uint16_t z)
+{
+    return z <= NDIRECT ? z - 1u : NDIRECT + bitlen16(z) - 4u;
+}
+
+/* Population count: the instruction where the target has it, else SWAR inline (a generic x86-64
+ * build would otherwise call libgcc for each of the millions of counts per chunk). */
+static inline unsigned pop64(uint64_t x)
+{
+#if defined(__POPCNT__) || defined(__ARM_NEON) || defined(__aarch64__)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
+}
+
+/* Bit 0 of each of 8 bytes gathered into one byte (byte i -> bit i): the products' partial
+ * terms land on distinct bits, so nothing carries into the top byte. */
+static inline uint64_t gather8(uint64_t x)
+{
+    return ((x & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56;
+}
+
+/* Per 64 elements of OLD: the band of each element as 4 bit planes, and the valid bits; the
+ * members of band b in a word are then 4 ANDs away (member_word), for all 16 bands. Also each
+ * band's member count in each word (wc, read by wcount: a band's walk skips words by adding
+ * bytes instead of counting bits) and in all (members). The counts are kept in registers: one
+ * nibble per band in 8 accumulators of 8 elements each, then bytes. */
+static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64_t *plane, uint8_t *wc,
+                         uint32_t *members)
+{
+    const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full, B16 = 0x00FF00FF00FF00FFull;
+    uint32_t nw = (n + 63) / 64;
+    uint64_t t16[4] = {0, 0, 0, 0};
+    const int16_t eb16 = (int16_t)ebase;
+    for (unsigned b = 0; b < NB; b++)
+        members[b] = 0;
+    for (uint32_t w = 0; w < nw; w++) {
+        uint32_t base = w * 64, valid = n - base < 64 ? n - base : 64;
+        const uint16_t *o = old + base;
+        uint8_t bb[64];
+        if (valid == 64) {
+            /* signed 16-bit max/min: what SSE2 and NEON vectorise */
+            for (unsigned j = 0; j < 64; j++) {
+                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                d = d < 0 ? 0 : d;
+                bb[j] = (uint8_t)(d > (int16_t)(NB - 1) ? (int16_t)(NB - 1) : d);
+            }
+        } else {
+            memset(bb, 0, sizeof bb);
+            for (unsigned j = 0; j < valid; j++)
+                bb[j] = (uint8_t)band_of(o[j], ebase);
+        }
+        uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (unsigned j = 0; j < 64; j += 8)
+            for (unsigned t = 0; t < 8; t++)
+                a[t] += 1ull << (4 * bb[j + t]);
+        uint64_t lo = 0, hi = 0;    /* byte i: the count of band 2i (lo), 2i + 1 (hi) */
+        for (unsigned t = 0; t < 8; t++) {
+            lo += a[t] & NIB;
+            hi += (a[t] >> 4) & NIB;
+        }
+        lo -= 64 - valid;           /* the padding of a last word, counted as band 0 */
+        memcpy(wc + (size_t)w * 16, &lo, 8);
+        memcpy(wc + (size_t)w * 16 + 8, &hi, 8);
+        t16[0] += lo & B16;         /* bands 0, 4, 8, 12 in 16-bit lanes */
+        t16[1] += (lo >> 8) & B16;  /* 2, 6, 10, 14 */
+        t16[2] += hi & B16;         /* 1, 5, 9, 13 */
+        t16[3] += (hi >> 8) & B16;  /* 3, 7, 11, 15 */
+        if ((w & 511) == 511 || w == nw - 1) {   /* before a lane can pass 65535 */
+            static const unsigned first[4] = {0, 2, 1, 3};
+            for (unsigned q = 0; q < 4; q++) {
+                for (unsigned i = 0; i < 4; i++)
+                    members[first[q] + 4 * i] += (uint32_t)(t16[q] >> (16 * i)) & 0xFFFFu;
+                t16[q] = 0;
+            }
+        }
+        uint64_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+        for (unsigned g = 0; g < 8; g++) {
+            uint64_t x;
+            memcpy(&x, bb + 8 * g, 8);
+            p0 |= gather8(x) << (8 * g);
+            p1 |= gather8(x >> 1) << (8 * g);
+            p2 |= gather8(x >> 2) << (8 * g);
+            p3 |= gather8(x >> 3) << (8 * g);
+        }
+        uint64_t *pl = plane + (size_t)w * 5;
+        pl[0] = p0;
+        pl[1] = p1;
+        pl[2] = p2;
+        pl[3] = p3;
+        pl[4] = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+    }
+}
+
+/* Members of band b in word w (build_planes' wc). */
+static inline unsigned wcount(const uint8_t *wc, uint32_t w, unsigned b)
+{
+    return wc[(size_t)w * 16 + ((b & 1u) << 3) + (b >> 1)];
+}
+
+/* x[k] = ~0 where bit k of b is 0: a plane XOR x[k] is 1 where the element agrees with b. */
+static inline void band_x(unsigned b, uint64_t *x)
+{
+    for (unsigned k = 0; k < 4; k++)
+        x[k] = (b >> k & 1u) ? 0 : ~0ull;
+}
+
+static inline uint64_t member_word(const uint64_t *pl, const uint64_t *x)
+{
+    return pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
+}
+
+/* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
+ * the bytes' running bit counts (SWAR), the byte where they pass r, then inside that byte. */
+static inline unsigned select64(uint64_t x, unsigned r)
+{
+    const uint64_t L8 = 0x0101010101010101ull, H8 = 0x8080808080808080ull;
+    uint64_t c = x - ((x >> 1) & 0x5555555555555555ull);
+    c = (c & 0x3333333333333333ull) + ((c >> 2) & 0x3333333333333333ull);
+    c = ((c + (c >> 4)) & 0x0F0F0F0F0F0F0F0Full) * L8;   /* byte i: set bits in bytes 0..i */
+    /* bytes whose running count is <= r (no borrow: r < 64 and counts <= 64 under bit 7) */
+    uint64_t le = (((uint64_t)r * L8) | H8) - c;
+    unsigned byte = (unsigned)((((le & H8) >> 7) * L8) >> 56);
+    if (byte)
+        r -= (unsigned)(c >> (8 * byte - 8)) & 0xFFu;
+    unsigned xb = (unsigned)(x >> (8 * byte)) & 0xFFu;
+    while (r--)
+        xb &= xb - 1;
+    return 8 * byte + (unsigned)__builtin_ctz(xb);
+}
+
+/* ---- bit reader (LSB first), bounded --------------------------------------------------- */
+
+typedef struct bitrd {
+    const uint8_t *p, *end;
+    uint64_t acc;               /* the next n bits; nothing above them */
+    unsigned n;
+} bitrd;
+
+static inline void br_fill(bitrd *r)
+{
+    if (r->end - r->p >= 8) {
+        uint64_t v;
+        memcpy(&v, r->p, 8);
+        unsigned take = (63 - r->n) >> 3;
+        r->acc |= (v & ((1ull << (8 * take)) - 1)) << r->n;
+        r->p += take;
+        r->n += 8 * take;
+    } else {
+        while (r->n <= 56 && r->p < r->end) {
+            r->acc |= (uint64_t)*r->p++ << r->n;
+            r->n += 8;
+        }
+    }
+}
+
+/* One Rice value: 0, or -1 when the stream ends inside it. */
+static inline int br_rice(bitrd *r, unsigned s, uint64_t *g)
+{
+    uint64_t q = 0;
+    for (;;) {
+        if (r->n < 57)
+            br_fill(r);
+        if (r->acc) {
+            unsigned t = (unsigned)__builtin_ctzll(r->acc);
+            q += t;
+            r->acc >>= t;
+            r->acc >>= 1;
+            r->n -= t + 1;
+            break;
+        }
+        if (r->n == 0)
+            return -1;
+        q += r->n;
+        r->n = 0;
+    }
+    uint64_t low = 0;
+    if (s) {
+        if (r->n < s)
+            br_fill(r);
+        if (r->n < s)
+            return -1;
+        low = r->acc & ((1ull << s) - 1);
+        r->acc >>= s;
+        r->n -= s;
+    }
+    *g = (q << s) | low;
+    return 0;
+}
+
+/* nb (<= 32) raw bits: 0, or -1 when the stream ends first. */
+static inline int br_bits(bitrd *r, unsigned nb, uint32_t *v)
+{
+    if (r->n < nb)
+        br_fill(r);
+    if (r->n < nb)
+        return -1;
+    *v = (uint32_t)(r->acc & ((1ull << nb) - 1));
+    r->acc >>= nb;
+    r->n -= nb;
+    return 0;
+}
+
+/* Everything read, the stream exactly ceil(bits / 8) bytes long and its padding zero. */
+static inline int br_done(const bitrd *r)
+{
+    return r->p == r->end && r->n < 8 && r->acc == 0;
+}
+
+/* ---- bit writer (LSB first), bounded ---------------------------------------------------- */
+
+typedef struct bitwr {
+    uint8_t *p, *end;
+    uint64_t acc;
+    unsigned n;
+    int over;                   /* a byte did not fit */
+} bitwr;
+
+static inline void bw_put(bitwr *w, uint64_t v, unsigned nb) /* nb <= 32 */
+{
+    w->acc |= v << w->n;
+    w->n += nb;
+    while (w->n >= 8) {
+        if (w->p < w->end)
+            *w->p++ = (uint8_t)w->acc;
+        else
+            w->over = 1;
+        w->acc >>= 8;
+        w->n -= 8;
+    }
+}
+
+static void bw_flush(bitwr *w)
+{
+    if (w->n)
+        bw_put(w, 0, 8 - w->n);
+}
+
+static inline void bw_rice(bitwr *w, uint32_t g, unsigned s)
+{
+    uint32_t q = g >> s;
+    while (q >= 32) {
+        bw_put(w, 0, 32);
+        q -= 32;
+    }
+    bw_put(w, 1ull << q, q + 1);
+    if (s)
+        bw_put(w, g & ((1u << s) - 1), s);
+}
+
+/* ---- scratch ---------------------------------------------------------------------------- */
+
+patch_ctx_scratch *patch_ctx_scratch_new(uint32_t chunk_elems)
+{
+    if (!chunk_elems) {
+        pulse_fail(PULSE_ERR_INVALID, "context coder: chunk of 0 elements");
+        return NULL;
+    }
+    patch_ctx_scratch *s = calloc(1, sizeof *s);
+    if (!s) {
+        pulse_fail(PULSE_ERR_NOMEM, "context coder scratch");
+        return NULL;
+    }
+    s->cap = chunk_elems;
+    size_t nw = ((size_t)chunk_elems + 63) / 64;
+    s->plane = malloc(nw * 5 * sizeof *s->plane);
+    s->wc = malloc(nw * 16);
+    if (!s->plane || !s->wc) {
+        free(s->plane);
+        free(s->wc);
+        free(s);
+        pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", chunk_elems);
+        return NULL;
+    }
+    return s;
+}
+
+void patch_ctx_scratch_free(patch_ctx_scratch *s)
+{
+    if (!s)
+        return;
+    free(s->plane);
+    free(s->wc);
+    free(s->chw);
+    free(s->gap);
+    free(s->vz);
+    free(s->ugap);
+    free(s->rbuf);
+    free(s);
+}
+
+static int scratch_encoder(patch_ctx_scratch *s)
+{
+    if (s->rbuf)
+        return 0;
+    size_t cap = s->cap;
+    s->chw = malloc((cap + 63) / 64 * sizeof *s->chw);
+    s->gap = malloc(cap * sizeof *s->gap);
+    s->vz = malloc(cap * sizeof *s->vz);
+    s->ugap = malloc((cap / 2 + 1) * sizeof *s->ugap);
+    s->rbuf = malloc(2 * cap + 16);
+    if (!s->chw || !s->gap || !s->vz || !s->ugap || !s->rbuf) {
+        free(s->chw);
+        free(s->gap);
+        free(s->vz);
+        free(s->ugap);
+        free(s->rbuf);
+        s->chw = NULL;
+        s->gap = s->ugap = NULL;
+        s->vz = NULL;
+        s->rbuf = NULL;
+        return pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", s->cap);
+    }
+    return 0;
+}
+
+/* ---- bound -------------------------------------------------------------------------------- */
+
+/* Rice: a band's G gaps summing to S (<= n) cost at most G (log2(S / G) + 3) + S / 2^24 bits at
+ * s* = min(24, floor(log2(S / G))), which the encoder always tries (and at most 2G when S < G);
+ * over <= 16 bands with G <= k gaps in all that is at most k (log2(16 n / k) + 3) + n / 2^24.
+ * rANS: a symbol of frequency f grows the state by at most (1024 / f)(1 + 2^-13) (the state
+ * divided by f is >= 2^13 when it is coded), so the bytes out are at most (10k + k / 4096) / 8,
+ * plus the 4-byte state. Escapes: at most 15 bits a change. */
+size_t patch_ctx_bound(uint32_t n, size_t k)
+{
+    if (k > n)
+        k = n;
+    if (k == 0)
+        k = 1;
+    double kd = (double)k;
+    double rice_bits = kd * (log2(16.0 * (double)n / kd) + 3.0);
+    size_t pos = HEAD_MAX + (size_t)(rice_bits / 8.0) + ((size_t)n >> 27) + NB + 16;
+    size_t val = NB * NSYM * 2 + 5 + 4 + (10 * k + k / 4096) / 8 + 2 + (15 * k + 7) / 8 + 16;
+    return pos + val;
+}
+
+/* ---- the parsed streams (shared by check and decode) --------------------------------------- */
+
+typedef struct ctx_head {
+    unsigned ebase;
+    uint8_t mode[NB], s[NB];
+    uint32_t c[NB], len[NB];
+    size_t rice_at;             /* where the Rice streams start in pos */
+    uint16_t freq[NB][NSYM];
+    size_t rans_at, rans_len;   /* in val */
+    size_t esc_at;              /* the escape bits: val[esc_at .. val_len) */
+} ctx_head;
+
+#define PFAIL(...) ctx_fail(PULSE_ERR_FORMAT, tensor, chunk, "position", __VA_ARGS__)
+#define VFAIL(...) ctx_fail(PULSE_ERR_FORMAT, tensor, chunk, "value", __VA_ARGS__)
+
+static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len, size_t k,
+                      uint32_t n, ctx_head *h, const char *tensor, uint64_t chunk)
+{
+    if (!pos || pos_len < 1)
+        return PFAIL("empty");
+    if (pos[0] != PATCH_POS_CONTEXT)
+        return ctx_fail(PULSE_ERR_UNSUPPORTED, tensor, chunk, "position",
+                        "coding byte %u is not the context coder's (%u)", pos[0], PATCH_POS_CONTEXT);
+    if (n == 0 || k == 0 || k > n)
+        return PFAIL("%zu changes in a chunk of %u elements", k, n);
+    if (pos_len < 2)
+        return PFAIL("ends before its exponent base");
+    h->ebase = pos[1];
+    if (h->ebase > 255 - (NB - 1))
+        return PFAIL("exponent base %u above %u", h->ebase, 255 - (NB - 1));
+    size_t at = 2;
+    uint64_t sum_c = 0, sum_len = 0;
+    for (unsigned b = 0; b < NB; b++) {
+        if (at >= pos_len)
+            return PFAIL("ends in the header of band %u", b);
+        uint8_t v = pos[at++];
+        h->mode[b] = v & 3u;
+        h->s[b] = (uint8_t)(v >> 2);
+        h->c[b] = h->len[b] = 0;
+        if (h->mode[b] == MODE_REFUSED)
+            return PFAIL("band %u: mode 3", b);
+        if (h->s[b] > MAX_S)
+            return PFAIL("band %u: Rice parameter %u above %u", b, h->s[b], MAX_S);
+        if (h->mode[b] == MODE_NONE) {
+            if (h->s[b])
+                return PFAIL("band %u: Rice parameter %u with no change", b, h->s[b]);
+            continue;
+        }
+        int r = leb_read(pos, pos_len, &at, &h->c[b]);
+        if (r)
+            return PFAIL("band %u: change count %s", b, r == -1 ? "truncated" : "malformed");
+        if (h->c[b] == 0 || h->c[b] > n)
+            return PFAIL("band %u: %u changes in a chunk of %u elements", b, h->c[b], n);
+        r = leb_read(pos, pos_len, &at, &h->len[b]);
+        if (r)
+            return PFAIL("band %u: stream length %s", b, r == -1 ? "truncated" : "malformed");
+        sum_c += h->c[b];
+        sum_len += h->len[b];
+    }
+    if (sum_len != pos_len - at)
+        return PFAIL("Rice streams of %llu bytes in the %zu bytes after the header",
+                     (unsigned long long)sum_len, pos_len - at);
+    if (sum_c != k)
+        return PFAIL("band counts add up to %llu changes, not %zu", (unsigned long long)sum_c, k);
+    h->rice_at = at;
+
+    if (!val)
+        val_len = 0;
+    at = 0;
+    for (unsigned b = 0; b < NB; b++) {
+        if (h->mode[b] == MODE_NONE)
+            continue;
+        uint32_t tot = 0;
+        for (unsigned y = 0; y < NSYM; y++) {
+            uint32_t f;
+            int r = leb_read(val, val_len, &at, &f);
+            if (r)
+                return VFAIL("band %u: table %s", b, r == -1 ? "truncated" : "malformed");
+            if (f > TAB_TOTAL)
+                return VFAIL("band %u: frequency %u above %u", b, f, TAB_TOTAL);
+            h->freq[b][y] = (uint16_t)f;
+            tot += f;
+        }
+        if (tot != TAB_TOTAL)
+            return VFAIL("band %u: frequencies add up to %u, not %u", b, tot, TAB_TOTAL);
+    }
+    uint32_t R;
+    int r = leb_read(val, val_len, &at, &R);
+    if (r)
+        return VFAIL("rANS length %s", r == -1 ? "truncated" : "malformed");
+    if (R < 4 || R > val_len - at)
+        return VFAIL("rANS stream of %u bytes in the %zu bytes left", R, val_len - at);
+    h->rans_at = at;
+    h->rans_len = R;
+    h->esc_at = at + R;
+    return 0;
+}
+
+/* The value stream past its tables: the k symbols of the bands in order (rANS), their escape
+ * bits, and that both end exactly. z[] receives the differences when not NULL. */
+static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, uint16_t *z,
+                         const char *tensor, uint64_t chunk)
+{
+    const uint8_t *rp = val + h->rans_at, *rend = rp + h->rans_len;
+    uint32_t x = (uint32_t)rp[0] | (uint32_t)rp[1] << 8 | (uint32_t)rp[2] << 16 | (uint32_t)rp[3] << 24;
+    rp += 4;
+    if (x < RANS_L || x >= RANS_L << 8)
+        return VFAIL("rANS state %u out of range", x);
+    bitrd esc = {val + h->esc_at, val + val_len, 0, 0};
+    size_t j = 0;
+    for (unsigned b = 0; b < NB; b++) {
+        if (h->mode[b] == MODE_NONE)
+            continue;
+        uint8_t slot[TAB_TOTAL];
+        uint16_t cum[NSYM];
+        const uint16_t *f = h->freq[b];
+        unsigned c = 0;
+        for (unsigned y = 0; y < NSYM; y++) {
+            cum[y] = (uint16_t)c;
+            memset(slot + c, (int)y, f[y]);
+            c += f[y];
+        }
+        for (uint32_t t = 0; t < h->c[b]; t++) {
+            uint32_t sl = x & (TAB_TOTAL - 1);
+            unsigned y = slot[sl];
+            x = f[y] * (x >> TAB_BITS) + sl - cum[y];
+            while (x < RANS_L) {
+                if (rp >= rend)
+                    return VFAIL("rANS stream ends at change %zu", j);
+                x = x << 8 | *rp++;
+            }
+            uint16_t zz;
+            if (y < NDIRECT) {
+                zz = (uint16_t)(y + 1);
+            } else {
+                unsigned L = y - NDIRECT + 4;
+                uint32_t low;
+                if (br_bits(&esc, L - 1, &low))
+                    return VFAIL("escape bits end at change %zu", j);
+                zz = (uint16_t)((1u << (L - 1)) | low);
+            }
+            if (z)
+                z[j] = zz;
+            j++;
+        }
+    }
+    if (x != RANS_L)
+        return VFAIL("rANS final state %u, not %u", x, RANS_L);
+    if (rp != rend)
+        return VFAIL("%zu rANS bytes left after the last change", (size_t)(rend - rp));
+    if (!br_done(&esc))
+        return VFAIL("escape bits do not end with the last change (%zu bytes left, padding %s)",
+                     (size_t)(esc.end - esc.p) + esc.n / 8, esc.acc ? "not zero" : "zero");
+    return 0;
+}
+
+/* Rice streams of the bands that code changed members, without the base: their gaps read,
+ * each index below n, the stream ending exactly. */
+static int check_rice(const ctx_head *h, const uint8_t *pos, uint32_t n, const char *tensor, uint64_t chunk)
+{
+    const uint8_t *p = pos + h->rice_at;
+    for (unsigned b = 0; b < NB; b++) {
+        const uint8_t *q = p;
+        p += h->len[b];
+        if (h->mode[b] != MODE_CHANGED)
+            continue;
+        bitrd r = {q, q + h->len[b], 0, 0};
+        uint64_t id = 0;
+        for (uint32_t j = 0; j < h->c[b]; j++) {
+            uint64_t g;
+            if (br_rice(&r, h->s[b], &g))
+                return PFAIL("band %u: Rice stream ends at gap %u of %u", b, j, h->c[b]);
+            id = j ? id + g + 1 : g;
+            if (id >= n)
+                return PFAIL("band %u: member %llu past the chunk's %u elements", b, (unsigned long long)id, n);
+        }
+        if (!br_done(&r))
+            return PFAIL("band %u: Rice stream does not end with its last gap", b);
+    }
+    return 0;
+}
+
+int patch_ctx_check(const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len, size_t k,
+                    uint32_t n, const char *tensor, uint64_t chunk)
+{
+    ctx_head h;
+    int err = parse_head(pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
+    if (!err)
+        err = check_rice(&h, pos, n, tensor, chunk);
+    if (!err)
+        err = decode_values(&h, val, val_len, NULL, tensor, chunk);
+    return err;
+}
+
+/* ---- decode ------------------------------------------------------------------------------- */
+
+int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
+                     const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
+                     const char *tensor, uint64_t chunk)
+{
+    if (!s || !old || !idx || !z || n > s->cap)
+        return ctx_fail(PULSE_ERR_INVALID, tensor, chunk, "position", "chunk of %u elements, scratch for %u",
+                        n, s ? s->cap : 0);
+    ctx_head h;
+    int err = parse_head(pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
+    if (err)
+        return err;
+    unsigned eb = chunk_ebase(old, n);
+    if (h.ebase != eb)
+        return PFAIL("exponent base %u, the base's is %u", h.ebase, eb);
+    uint32_t m[NB];
+    build_planes(old, n, eb, s->plane, s->wc, m);
+    uint32_t nw = (n + 63) / 64;
+    uint64_t bx[NB][4];
+    for (unsigned b = 0; b < NB; b++)
+        band_x(b, bx[b]);
+
+    size_t out = 0;
+    const uint8_t *p = pos + h.rice_at;
+    for (unsigned b = 0; b < NB; b++) {
+        const uint8_t *q = p;
+        p += h.len[b];
+        if (h.mode[b] == MODE_NONE)
+            continue;
+        uint32_t c = h.c[b], mb = m[b];
+        if (c > mb)
+            return PFAIL("band %u: %u changes among its %u members", b, c, mb);
+        int want = 2 * (uint64_t)c > mb ? MODE_UNCHANGED : MODE_CHANGED;
+        if (h.mode[b] != want)
+            return PFAIL("band %u: mode %u for %u changes among %u members", b, h.mode[b], c, mb);
+        bitrd r = {q, q + h.len[b], 0, 0};
+        unsigned sp = h.s[b];
+        const uint64_t *x = bx[b];
+        if (want == MODE_CHANGED) {
+            uint64_t id = 0, base = 0;
+            uint32_t w = 0;
+            for (uint32_t j = 0; j < c; j++) {
+                uint64_t g;
+                if (br_rice(&r, sp, &g))
+                    return PFAIL("band %u: Rice stream ends at gap %u of %u", b, j, c);
+                id = j ? id + g + 1 : g;
+                if (id >= mb)
+                    return PFAIL("band %u: member %llu of %u", b, (unsigned long long)id, mb);
+                /* to the word holding member id (it exists: id < mb, the band's members in all) */
+                unsigned pc;
+                while (id >= base + (pc = wcount(s->wc, w, b))) {
+                    base += pc;
+                    w++;
+                }
+                idx[out++] = w * 64 + select64(member_word(s->plane + (size_t)w * 5, x), (unsigned)(id - base));
+            }
+        } else {
+            uint32_t G = mb - c, got = 0;
+            uint64_t nx = UINT64_MAX, base = 0;
+            if (G) {
+                uint64_t g;
+                if (br_rice(&r, sp, &g))
+                    return PFAIL("band %u: Rice stream ends at gap 0 of %u", b, G);
+                nx = g;
+                got = 1;
+                if (nx >= mb)
+                    return PFAIL("band %u: member %llu of %u", b, (unsigned long long)nx, mb);
+            }
+            for (uint32_t w = 0; w < nw; w++) {
+                uint64_t pc = wcount(s->wc, w, b);
+                if (!pc)
+                    continue;
+                uint64_t mw = member_word(s->plane + (size_t)w * 5, x), sel = 0;
+                while (nx < base + pc) {
+                    sel |= 1ull << select64(mw, (unsigned)(nx - base));
+                    if (got < G) {
+                        uint64_t g;
+                        if (br_rice(&r, sp, &g))
+                            return PFAIL("band %u: Rice stream ends at gap %u of %u", b, got, G);
+                        nx += g + 1;
+                        got++;
+                        if (nx >= mb)
+                            return PFAIL("band %u: member %llu of %u", b, (unsigned long long)nx, mb);
+                    } else {
+                        nx = UINT64_MAX;
+                    }
+                }
+                uint64_t chb = mw & ~sel;
+                while (chb) {
+                    idx[out++] = w * 64 + (uint32_t)__builtin_ctzll(chb);
+                    chb &= chb - 1;
+                }
+                base += pc;
+            }
+        }
+        if (!br_done(&r))
+            return PFAIL("band %u: Rice stream does not end with its last gap", b);
+    }
+    /* out == k: each band gave exactly its count (mode 2: its members less the G listed), and
+     * the counts add up to k (parse_head) */
+    return decode_values(&h, val, val_len, z, tensor, chunk);
+}
+
+/* ---- encode ------------------------------------------------------------------------------- */
+
+/* Frequencies of a band's symbols scaled to sum TAB_TOTAL, each seen symbol at least 1. */
+static void norm_freq(const uint32_t *cnt, uint16_t *f)
+{
+    uint64_t tot = 0;
+    for (unsigned y = 0; y < NSYM; y++)
+        tot += cnt[y];
+    int sum = 0;
+    unsigned best = 0;
+    for (unsigned y = 0; y < NSYM; y++) {
+        uint32_t v = cnt[y] ? (uint32_t)(((uint64_t)cnt[y] << TAB_BITS) / tot) : 0;
+        if (cnt[y] && !v)
+            v = 1;
+        f[y] = (uint16_t)v;
+        sum += (int)v;
+        if (cnt[y] > cnt[best])
+            best = y;
+    }
+    /* rounding: the rest to the most frequent symbol; an excess (the minimum of 1 for rare
+     * symbols, at most NSYM) taken from the largest, which stays far above 1 */
+    if (sum < (int)TAB_TOTAL)
+        f[best] = (uint16_t)(f[best] + (TAB_TOTAL - (unsigned)sum));
+    while (sum > (int)TAB_TOTAL) {
+        unsigned big = 0;
+        for (unsigned y = 1; y < NSYM; y++)
+            if (f[y] > f[big])
+                big = y;
+        f[big]--;
+        sum--;
+    }
+}
+
+/* The Rice parameter of G gaps: the cheapest of s* - 1, s*, s* + 1 (s* as in the bound). */
+static unsigned rice_param(const uint32_t *g, uint32_t G, uint64_t *bits_out)
+{
+    uint64_t S = 0;
+    for (uint32_t i = 0; i < G; i++)
+        S += g[i];
+    unsigned st = 0;
+    if (G && S >= G) {
+        uint64_t r = S / G;
+        st = 63u - (unsigned)__builtin_clzll(r);
+        if (st > MAX_S)
+            st = MAX_S;
+    }
+    unsigned lo = st ? st - 1 : 0, hi = st < MAX_S ? st + 1 : MAX_S;
+    uint64_t q[3] = {0, 0, 0};
+    for (uint32_t i = 0; i < G; i++)
+        for (unsigned t = lo; t <= hi; t++)
+            q[t - lo] += g[i] >> t;
+    unsigned best = st;
+    uint64_t bb = UINT64_MAX;
+    for (unsigned t = lo; t <= hi; t++) {
+        uint64_t bits = (uint64_t)G * (t + 1) + q[t - lo];
+        if (bits < bb) {
+            bb = bits;
+            best = t;
+        }
+    }
+    *bits_out = G ? bb : 0;
+    return G ? best : 0;
+}
+
+int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t n, size_t k,
+                     uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len)
+{
+    if (!s || !old || !neu || !out || !pos_len || !val_len)
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: missing argument");
+    if (n == 0 || n > s->cap)
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: chunk of %u elements, scratch for %u", n, s->cap);
+    if (k == 0 || k > n)
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: %zu changes in a chunk of %u elements", k, n);
+    size_t bound = patch_ctx_bound(n, k);
+    if (cap < bound)
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: output of %zu bytes, %zu needed", cap, bound);
+    int err = scratch_encoder(s);
+    if (err)
+        return err;
+    unsigned ebase = chunk_ebase(old, n);
+    uint32_t mm[NB];   /* the members in all; the walk below counts them word by word */
+    build_planes(old, n, ebase, s->plane, s->wc, mm);
+    uint32_t nw = (n + 63) / 64;
+
+    /* changed bits, and the changes of each band */
+    size_t got = 0;
+    uint32_t kb[NB] = {0};
+    for (uint32_t w = 0; w < nw; w++) {
+        uint32_t base = w * 64, valid = n - base < 64 ? n - base : 64;
+        const uint16_t *o = old + base, *e = neu + base;
+        uint64_t ch = 0;
+        if (valid == 64) {
+            uint8_t c8[64];
+            for (unsigned j = 0; j < 64; j++)
+                c8[j] = o[j] != e[j];
+            for (unsigned g = 0; g < 8; g++) {
+                uint64_t x;
+                memcpy(&x, c8 + 8 * g, 8);
+                ch |= gather8(x) << (8 * g);
+            }
+        } else {
+            for (unsigned j = 0; j < valid; j++)
+                ch |= (uint64_t)(o[j] != e[j]) << j;
+        }
+        s->chw[w] = ch;
+        got += pop64(ch);
+        while (ch) {
+            unsigned j = (unsigned)__builtin_ctzll(ch);
+            kb[band_of(o[j], ebase)]++;
+            ch &= ch - 1;
+        }
+    }
+    if (got != k)
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: %zu changes given, %zu differ", k, got);
+
+    /* per band, in position order: the changed members' gaps and their z, band after band */
+    uint32_t off[NB + 1], wp[NB], m[NB] = {0};
+    uint64_t prev[NB], bx[NB][4];
+    unsigned act[NB], na = 0;
+    off[0] = 0;
+    for (unsigned b = 0; b < NB; b++) {
+        off[b + 1] = off[b] + kb[b];
+        wp[b] = off[b];
+        prev[b] = UINT64_MAX;   /* + 1 wraps to 0: the first gap is the first index */
+        if (kb[b]) {
+            band_x(b, bx[b]);
+            act[na++] = b;
+        }
+    }
+    for (uint32_t w = 0; w < nw; w++) {
+        const uint64_t *pl = s->plane + (size_t)w * 5;
+        /* the word's changes in position order, each appended to its band */
+        for (uint64_t ch = s->chw[w]; ch; ch &= ch - 1) {
+            unsigned j = (unsigned)__builtin_ctzll(ch);
+            uint32_t e = w * 64 + j;
+            unsigned b = band_of(old[e], ebase);
+            uint64_t i = m[b] + pop64(member_word(pl, bx[b]) & ((1ull << j) - 1));
+            s->gap[wp[b]] = (uint32_t)(i - (prev[b] + 1));
+            prev[b] = i;
+            s->vz[wp[b]++] = zigzag(old[e], neu[e]);
+        }
+        for (unsigned a = 0; a < na; a++)
+            m[act[a]] += wcount(s->wc, w, act[a]);
+    }
+
+    /* the Rice streams, written after room for the longest header, moved down once it is known */
+    uint8_t head[HEAD_MAX];
+    size_t hl = 0;
+    head[hl++] = (uint8_t)PATCH_POS_CONTEXT;
+    head[hl++] = (uint8_t)ebase;
+    bitwr bw = {out + HEAD_MAX, out + cap, 0, 0, 0};
+    for (unsigned b = 0; b < NB; b++) {
+        uint32_t c = kb[b];
+        if (!c) {
+            head[hl++] = MODE_NONE;
+            continue;
+        }
+        int mode = 2 * (uint64_t)c > m[b] ? MODE_UNCHANGED : MODE_CHANGED;
+        const uint32_t *g = s->gap + off[b];
+        uint32_t G = c;
+        if (mode == MODE_UNCHANGED) {
+            /* the complement of the changed members, from their gaps */
+            uint32_t r = 0, *u = s->ugap;
+            uint64_t nc = g[0], pv = UINT64_MAX;
+            G = 0;
+            for (uint64_t i = 0; i < m[b]; i++) {
+                if (i == nc) {
+                    r++;
+                    nc = r < c ? nc + g[r] + 1 : UINT64_MAX;
+                    continue;
+                }
+                u[G++] = (uint32_t)(i - (pv + 1));
+                pv = i;
+            }
+            g = u;
+        }
+        uint64_t bits;
+        unsigned sp = rice_param(g, G, &bits);
+        uint8_t *at = bw.p;
+        for (uint32_t i = 0; i < G; i++)
+            bw_rice(&bw, g[i], sp);
+        bw_flush(&bw);
+        size_t len = (size_t)(bw.p - at);
+        if (bw.over || len != (bits + 7) / 8)
+            return pulse_fail(PULSE_ERR_INVALID, "context coder: band %u's Rice stream overran its bound", b);
+        head[hl++] = (uint8_t)(mode | sp << 2);
+        hl += pulse_leb_put(head + hl, c);
+        hl += pulse_leb_put(head + hl, (uint32_t)len);
+    }
+    size_t rice_len = (size_t)(bw.p - (out + HEAD_MAX));
+    memcpy(out, head, hl);
+    memmove(out + hl, out + HEAD_MAX, rice_len);
+    size_t pl = hl + rice_len;
+
+    /* the value stream: the band tables, the rANS stream (coded backwards), the escape bits */
+    uint8_t *v = out + pl, *vend = out + cap;
+    size_t vl = 0;
+    if ((size_t)(vend - v) < NB * NSYM * 2)
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: position stream overran its bound");
+    uint16_t freq[NB][NSYM];
+    uint16_t cum[NB][NSYM];
+    for (unsigned b = 0; b < NB; b++) {
+        if (!kb[b])
+            continue;
+        uint32_t cnt[NSYM] = {0};
+        for (uint32_t i = off[b]; i < off[b + 1]; i++)
+            cnt[zsym(s->vz[i])]++;
+        norm_freq(cnt, freq[b]);
+        unsigned c = 0;
+        for (unsigned y = 0; y < NSYM; y++) {
+            cum[b][y] = (uint16_t)c;
+            c += freq[b][y];
+            vl += pulse_leb_put(v + vl, freq[b][y]);  /* <= 2 bytes each, inside the bound */
+        }
+    }
+    uint8_t *rend = s->rbuf + 2 * (size_t)s->cap + 16, *rp = rend;
+    uint32_t x = RANS_L;
+    for (unsigned bi = NB; bi-- > 0;) {
+        if (!kb[bi])
+            continue;
+        const uint16_t *f = freq[bi], *cu = cum[bi];
+        for (uint32_t i = off[bi + 1]; i-- > off[bi];) {
+            unsigned y = zsym(s->vz[i]);
+            uint32_t fy = f[y], xmax = ((RANS_L >> TAB_BITS) << 8) * fy;
+            while (x >= xmax) {
+                *--rp = (uint8_t)x;
+                x >>= 8;
+            }
+            x = ((x / fy) << TAB_BITS) + (x % fy) + cu[y];
+        }
+    }
+    rp -= 4;
+    rp[0] = (uint8_t)x;
+    rp[1] = (uint8_t)(x >> 8);
+    rp[2] = (uint8_t)(x >> 16);
+    rp[3] = (uint8_t)(x >> 24);
+    size_t R = (size_t)(rend - rp);
+    if ((size_t)(vend - v) < vl + 5 + R)
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: rANS stream overran its bound");
+    vl += pulse_leb_put(v + vl, (uint32_t)R);
+    memcpy(v + vl, rp, R);
+    vl += R;
+    bitwr ew = {v + vl, vend, 0, 0, 0};
+    for (size_t i = 0; i < k; i++) {
+        uint16_t zz = s->vz[i];
+        if (zz > NDIRECT) {
+            unsigned L = bitlen16(zz);
+            bw_put(&ew, zz & ((1u << (L - 1)) - 1), L - 1);
+        }
+    }
+    bw_flush(&ew);
+    if (ew.over)
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: escape bits overran their bound");
+    vl = (size_t)(ew.p - v);
+    *pos_len = (uint32_t)pl;
+    *val_len = (uint32_t)vl;
+    return 0;
+}

@@ -1,0 +1,516 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of the format 5 context coder: synthetic BF16 chunks round trip exactly, a hand-written chunk matches the byte format of docs/patch-format.md, and damaged or crafted streams are refused naming their stream (or decode to k distinct in-range positions), never read out of bounds. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pulseweights.h"
+#include "node/patch/patch_ctxcode.h"
+#include "check.h"
+
+#define CAP (1u << 20)
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static double unif(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+
+static double gauss(void)
+{
+    double u = unif(), v = unif();
+    return sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v);
+}
+
+static uint16_t bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static uint16_t unzig(uint16_t z)
+{
+    return (uint16_t)((z >> 1) ^ (uint16_t)(0u - (z & 1u)));
+}
+
+static unsigned band(uint16_t v, unsigned ebase)
+{
+    unsigned e = (v >> 7) & 0xFFu, b = e > ebase ? e - ebase : 0;
+    return b > 15 ? 15 : b;
+}
+
+static patch_ctx_scratch *S;
+static uint8_t *enc;
+static uint32_t *idx;
+static uint16_t *zz, *work;
+static uint8_t *mark;
+
+static size_t count_changes(const uint16_t *old, const uint16_t *neu, uint32_t n)
+{
+    size_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        k += old[i] != neu[i];
+    return k;
+}
+
+/* A decode's output is k distinct positions < n and z >= 1 (what a damaged but accepted stream
+ * must still give); 1 when so. */
+static int sane(uint32_t n, size_t k)
+{
+    int ok = 1;
+    for (size_t j = 0; j < k; j++) {
+        if (idx[j] >= n || zz[j] == 0 || mark[idx[j]])
+            ok = 0;
+        else
+            mark[idx[j]] = 1;
+    }
+    for (size_t j = 0; j < k; j++)
+        if (idx[j] < n)
+            mark[idx[j]] = 0;
+    return ok;
+}
+
+/* Encodes, checks, decodes and applies one chunk; returns the coded bytes (pos + val). */
+static size_t roundtrip(const char *what, const uint16_t *old, const uint16_t *neu, uint32_t n, uint32_t *pl,
+                        uint32_t *vl)
+{
+    size_t k = count_changes(old, neu, n);
+    size_t bound = patch_ctx_bound(n, k);
+    CHECK(bound <= 8u * CAP + 4096);
+    int r = patch_ctx_encode(S, old, neu, n, k, enc, bound, pl, vl);
+    CHECK_OK(r);
+    if (r)
+        return 0;
+    CHECK((size_t)*pl + *vl <= bound);
+    CHECK_EQ_INT(enc[0], PATCH_POS_CONTEXT);
+    CHECK_OK(patch_ctx_check(enc, *pl, enc + *pl, *vl, k, n, what, 7));
+    r = patch_ctx_decode(S, old, n, enc, *pl, enc + *pl, *vl, k, idx, zz, what, 7);
+    CHECK_OK(r);
+    if (r)
+        return 0;
+    CHECK(sane(n, k));
+    /* band order, ascending inside a band */
+    unsigned ebase = enc[1];
+    for (size_t j = 1; j < k; j++) {
+        unsigned a = band(old[idx[j - 1]], ebase), b = band(old[idx[j]], ebase);
+        CHECK(a < b || (a == b && idx[j - 1] < idx[j]));
+    }
+    memcpy(work, old, (size_t)n * 2);
+    for (size_t j = 0; j < k; j++)
+        work[idx[j]] = (uint16_t)(work[idx[j]] + unzig(zz[j]));
+    int same = memcmp(work, neu, (size_t)n * 2) == 0;
+    if (!same)
+        fprintf(stderr, "%s: decoded chunk differs from NEW\n", what);
+    CHECK(same);
+    return (size_t)*pl + *vl;
+}
+
+/* Order-0 entropy (bits) of the chunk's gaps and z, the floor the report compares with. */
+static double order0_bits(const uint16_t *old, const uint16_t *neu, uint32_t n)
+{
+    static uint32_t gc[CAP + 1], zc[65536];
+    memset(gc, 0, sizeof gc);
+    memset(zc, 0, sizeof zc);
+    uint32_t prev = UINT32_MAX;
+    size_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (old[i] != neu[i]) {
+            gc[i - prev - 1]++;
+            uint16_t d = (uint16_t)(neu[i] - old[i]);
+            zc[(uint16_t)((uint16_t)(d << 1) ^ (uint16_t)(0u - (d >> 15)))]++;
+            prev = i;
+            k++;
+        }
+    double h = 0;
+    for (uint32_t i = 0; i <= CAP; i++)
+        if (gc[i])
+            h -= gc[i] * log2((double)gc[i] / (double)k);
+    for (uint32_t i = 0; i < 65536; i++)
+        if (zc[i])
+            h -= zc[i] * log2((double)zc[i] / (double)k);
+    return h;
+}
+
+static uint16_t *old_, *neu_;
+
+/* Weights ~N(0, 0.02); an element changes with a probability that grows with its exponent,
+ * by +-1..3 ulp. */
+static void realistic(uint32_t n, double scale)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        old_[i] = bf16((float)(0.02 * gauss()));
+        unsigned e = (old_[i] >> 7) & 0xFF;
+        double p = scale * pow(2.0, ((double)e - 122.0) / 2.0);
+        neu_[i] = old_[i];
+        if (unif() < p) {
+            int d = 1 + (int)(rnd() % 3);
+            neu_[i] = (uint16_t)(old_[i] + (rnd() & 1 ? d : -d));
+        }
+    }
+}
+
+static void test_roundtrips(void)
+{
+    uint32_t pl, vl;
+    realistic(CAP, 0.05);
+    size_t k = count_changes(old_, neu_, CAP);
+    size_t bytes = roundtrip("realistic", old_, neu_, CAP, &pl, &vl);
+    double h = order0_bits(old_, neu_, CAP);
+    printf("realistic 2^20: %zu changes (%.2f%%), %zu bytes (pos %u, val %u): %.3f bits/change, "
+           "order-0 floor %.3f bits/change\n", k, 100.0 * (double)k / CAP, bytes, pl, vl,
+           8.0 * (double)bytes / (double)k, h / (double)k);
+    CHECK(k > 10000);
+
+    /* very sparse: one change, at the end */
+    realistic(CAP, 0);
+    neu_[CAP - 1] = (uint16_t)(old_[CAP - 1] + 1);
+    roundtrip("one change", old_, neu_, CAP, &pl, &vl);
+
+    /* dense: every element changed (every band codes no gap) */
+    for (uint32_t i = 0; i < 70000; i++)
+        neu_[i] = (uint16_t)(old_[i] + 1 + (rnd() % 5));
+    roundtrip("dense", old_, neu_, 70000, &pl, &vl);
+    {
+        /* every band byte says mode 0, or mode 2 with an empty Rice stream */
+        size_t at = 2;
+        int modes2 = 0;
+        for (int b = 0; b < 16; b++) {
+            unsigned v = enc[at++];
+            CHECK((v & 3) == 0 || (v & 3) == 2);
+            if (!(v & 3))
+                continue;
+            modes2++;
+            while (enc[at++] & 0x80) {
+            }
+            CHECK_EQ_INT(enc[at], 0);
+            at++;
+        }
+        CHECK(modes2 > 2);
+        CHECK_EQ_INT(at, pl);
+    }
+
+    /* half and more changed in some bands: mode 2 with gaps */
+    realistic(100000, 0.6);
+    roundtrip("half", old_, neu_, 100000, &pl, &vl);
+
+    /* a single band: every old value has the same exponent */
+    for (uint32_t i = 0; i < 50000; i++) {
+        old_[i] = (uint16_t)(0x3F80u | (rnd() & 0x7Fu) | (rnd() & 0x8000u));
+        neu_[i] = rnd() % 10 ? old_[i] : (uint16_t)(old_[i] ^ 1u);
+    }
+    roundtrip("single band", old_, neu_, 50000, &pl, &vl);
+
+    /* n not a multiple of 64 */
+    static const uint32_t ns[] = {1, 63, 64, 65, 127, 1000};
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        for (int rep = 0; rep < 4; rep++) {
+            realistic(ns[t], rep == 3 ? 5.0 : 0.3);
+            neu_[ns[t] - 1] = (uint16_t)(old_[ns[t] - 1] + 2);
+            char name[32];
+            snprintf(name, sizeof name, "n=%u", ns[t]);
+            roundtrip(name, old_, neu_, ns[t], &pl, &vl);
+        }
+    }
+
+    /* large z: escapes of every bit length, up to 65535 */
+    realistic(200000, 0);
+    for (uint32_t i = 0; i < 200000; i += 1 + (uint32_t)(rnd() % 7)) {
+        unsigned L = 1 + (unsigned)(rnd() % 16);
+        uint16_t z = (uint16_t)((1u << (L - 1)) | (rnd() & ((1u << (L - 1)) - 1)));
+        if (i % 997 == 0)
+            z = 65535;
+        neu_[i] = (uint16_t)(old_[i] + unzig(z));
+    }
+    roundtrip("large z", old_, neu_, 200000, &pl, &vl);
+
+    /* exponents 0 and 255: zeros, subnormals, inf and NaN; ebase 240, the rest in band 0 */
+    for (uint32_t i = 0; i < 5000; i++) {
+        static const uint16_t vals[] = {0x0000, 0x8000, 0x0001, 0x807F, 0x7F80, 0xFF80, 0x7FC0, 0x3F80, 0x7F00};
+        old_[i] = (uint16_t)(vals[rnd() % 9] ^ (rnd() & 0x3u));
+        neu_[i] = rnd() % 3 ? old_[i] : (uint16_t)(old_[i] + unzig((uint16_t)(1 + rnd() % 65535)));
+    }
+    roundtrip("exp 0 and 255", old_, neu_, 5000, &pl, &vl);
+    CHECK_EQ_INT(enc[1], 240);
+    /* small exponents only: ebase clamps at 0 */
+    for (uint32_t i = 0; i < 3000; i++) {
+        old_[i] = (uint16_t)((rnd() % 12) << 7 | (rnd() & 0x807Fu));
+        neu_[i] = rnd() % 4 ? old_[i] : (uint16_t)(old_[i] - 1);
+    }
+    roundtrip("ebase 0", old_, neu_, 3000, &pl, &vl);
+    CHECK_EQ_INT(enc[1], 0);
+
+    /* worst case of the bound: every element changed by a 16-bit z, n = 2^20 */
+    for (uint32_t i = 0; i < CAP; i++) {
+        old_[i] = (uint16_t)rnd();
+        neu_[i] = (uint16_t)(old_[i] + unzig((uint16_t)(0x8000u | rnd())));
+    }
+    roundtrip("worst z", old_, neu_, CAP, &pl, &vl);
+    /* uniform random positions over random exponents, random z */
+    for (uint32_t i = 0; i < CAP; i++) {
+        old_[i] = (uint16_t)rnd();
+        neu_[i] = rnd() % 3 ? old_[i] : (uint16_t)(old_[i] + unzig((uint16_t)(1 + rnd() % 65535)));
+    }
+    roundtrip("random", old_, neu_, CAP, &pl, &vl);
+}
+
+/* Many small random chunks: sizes, exponent spreads, change rates and step sizes drawn at random. */
+static void test_random_small(void)
+{
+    uint32_t pl, vl;
+    for (int it = 0; it < 400; it++) {
+        uint32_t n = 1 + (uint32_t)(rnd() % 3000);
+        unsigned spread = 1 + (unsigned)(rnd() % 40), top = (unsigned)(rnd() % 256);
+        double p = unif();
+        unsigned zbits = 1 + (unsigned)(rnd() % 16);
+        size_t k = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            unsigned e = top > spread ? top - (unsigned)(rnd() % spread) : (unsigned)(rnd() % (top + 1));
+            old_[i] = (uint16_t)((rnd() & 0x807Fu) | (e & 0xFFu) << 7);
+            neu_[i] = old_[i];
+            if (unif() < p) {
+                uint16_t z = (uint16_t)(1 + rnd() % ((1u << zbits) - 1));
+                neu_[i] = (uint16_t)(old_[i] + unzig(z));
+            }
+            k += old_[i] != neu_[i];
+        }
+        if (!k)
+            neu_[n / 2] = (uint16_t)(old_[n / 2] + 1);
+        roundtrip("random small", old_, neu_, n, &pl, &vl);
+    }
+}
+
+static int err_has(const char *a, const char *b)
+{
+    const char *e = pulse_last_error();
+    int ok = strstr(e, a) != NULL && (!b || strstr(e, b) != NULL);
+    if (!ok)
+        fprintf(stderr, "error \"%s\" lacks \"%s\"%s%s\n", e, a, b ? " or " : "", b ? b : "");
+    return ok;
+}
+
+/* Every single-byte change and every truncation of a small chunk's streams: refused with
+ * FORMAT/UNSUPPORTED, or k distinct in-range positions; check never accepts what decode refuses
+ * for a reason check can see, and never crashes. */
+static void test_damage(void)
+{
+    uint32_t n = 300, pl, vl;
+    realistic(n, 1.0);
+    for (uint32_t i = 0; i < n; i += 37)
+        neu_[i] = (uint16_t)(old_[i] + unzig((uint16_t)(100 + i * 50)));
+    size_t k = count_changes(old_, neu_, n);
+    size_t len = roundtrip("damage base", old_, neu_, n, &pl, &vl);
+    CHECK(len > 0 && k > 10);
+    uint8_t *copy = malloc(len);
+    memcpy(copy, enc, len);
+    size_t accepted = 0, refused = 0;
+    for (size_t at = 0; at < len; at++) {
+        for (unsigned x = 1; x < 256; x++) {
+            /* every value at the header bytes, single bits and 0xFF elsewhere */
+            if (at >= 40 && !(x == 0xFF || (x & (x - 1)) == 0))
+                continue;
+            uint8_t *b = malloc(len);  /* its own allocation: ASan sees any overread */
+            memcpy(b, copy, len);
+            b[at] ^= (uint8_t)x;
+            int rc = patch_ctx_check(b, pl, b + pl, vl, k, n, "t", 1);
+            CHECK(rc == 0 || rc == PULSE_ERR_FORMAT || rc == PULSE_ERR_UNSUPPORTED);
+            int rd = patch_ctx_decode(S, old_, n, b, pl, b + pl, vl, k, idx, zz, "t", 1);
+            CHECK(rd == 0 || rd == PULSE_ERR_FORMAT || rd == PULSE_ERR_UNSUPPORTED);
+            if (rd == 0) {
+                CHECK(sane(n, k));
+                CHECK_EQ_INT(rc, 0);
+                accepted++;
+            } else {
+                refused++;
+            }
+            free(b);
+        }
+    }
+    printf("damage: %zu single-byte changes refused, %zu accepted (decoded to %zu distinct positions)\n",
+           refused, accepted, k);
+    /* truncations of either stream, into an exact-size allocation */
+    for (int which = 0; which < 2; which++) {
+        size_t full = which ? vl : pl;
+        for (size_t cut = 0; cut < full; cut++) {
+            uint8_t *p = malloc(which ? pl : cut ? cut : 1), *v = malloc(which ? (cut ? cut : 1) : vl);
+            memcpy(p, copy, which ? pl : cut);
+            memcpy(v, copy + pl, which ? cut : vl);
+            size_t plen = which ? pl : cut, vlen = which ? cut : vl;
+            int rc = patch_ctx_check(p, plen, v, vlen, k, n, "t", 1);
+            int rd = patch_ctx_decode(S, old_, n, p, plen, v, vlen, k, idx, zz, "t", 1);
+            CHECK(rc == PULSE_ERR_FORMAT);
+            CHECK(rd == PULSE_ERR_FORMAT);
+            free(p);
+            free(v);
+        }
+    }
+    /* wrong k, wrong n, wrong base */
+    CHECK_ERR(patch_ctx_decode(S, old_, n, copy, pl, copy + pl, vl, k + 1, idx, zz, "t", 1), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "add up"));
+    CHECK_ERR(patch_ctx_check(copy, pl, copy + pl, vl, k - 1, n, "t", 1), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor t chunk 1: position stream", "add up"));
+    old_[5] = 0x7F00;   /* another exponent base */
+    CHECK_ERR(patch_ctx_decode(S, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "exponent base"));
+    free(copy);
+}
+
+/* A chunk written by hand from the format's text: 4 elements of 1.0 (exponent 127: ebase 112,
+ * band 15), elements 0 and 1 lowered by one ulp (z = 1, symbol 0). */
+static size_t hand(uint8_t *b, int mode, uint8_t rice, int extra_rice, int s, size_t *pl)
+{
+    size_t n = 0;
+    b[n++] = 64;
+    b[n++] = 112;
+    for (int i = 0; i < 15; i++)
+        b[n++] = 0;
+    b[n++] = (uint8_t)(mode | s << 2);
+    b[n++] = 2;                        /* c_15 */
+    b[n++] = (uint8_t)(1 + extra_rice); /* L_15 */
+    b[n++] = rice;
+    if (extra_rice)
+        b[n++] = 0;
+    *pl = n;
+    b[n++] = 0x80;                     /* freq[0] = 1024 */
+    b[n++] = 0x08;
+    for (int i = 1; i < 20; i++)
+        b[n++] = 0;
+    b[n++] = 4;                        /* R */
+    b[n++] = 0x00;                     /* final state 2^23, little-endian */
+    b[n++] = 0x00;
+    b[n++] = 0x80;
+    b[n++] = 0x00;
+    return n;
+}
+
+static void test_crafted(void)
+{
+    uint16_t old[4] = {0x3F80, 0x3F80, 0x3F80, 0x3F80}, neu[4] = {0x3F7F, 0x3F7F, 0x3F80, 0x3F80};
+    uint8_t b[128];
+    size_t pl, len = hand(b, 1, 0x03, 0, 0, &pl);   /* mode 1: gaps 0, 0 at s = 0: bits 1, 1 */
+    uint32_t epl, evl;
+    CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
+    CHECK_EQ_INT(epl, pl);
+    CHECK_EQ_INT(evl, len - pl);
+    CHECK(epl + evl == len && memcmp(enc, b, len) == 0);
+    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3));
+    CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
+    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3));
+
+    /* mode 2 for 2 changes among 4 members (unchanged 2, 3: gaps 2, 0 -> bits 0 0 1 1): mode 1 is the choice */
+    len = hand(b, 2, 0x0C, 0, 0, &pl);
+    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3));   /* needs the base to see */
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor h chunk 3: position stream", "mode 2"));
+    /* mode 3 */
+    len = hand(b, 3, 0x03, 0, 0, &pl);
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "mode 3"));
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "mode 3"));
+    /* s = 25 */
+    len = hand(b, 1, 0x03, 0, 25, &pl);
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "Rice parameter 25"));
+    /* s = 24 is legal: gaps 0, 0 as 1 + 24 zero bits each: 50 bits in 7 bytes; here 1 byte: truncated */
+    len = hand(b, 1, 0x03, 0, 24, &pl);
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "ends at gap"));
+    /* nonzero padding */
+    len = hand(b, 1, 0x83, 0, 0, &pl);
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "does not end"));
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    /* a byte past the last gap (L = 2) */
+    len = hand(b, 1, 0x03, 1, 0, &pl);
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "does not end"));
+    /* a byte after the last stream of the position stream (L_b do not fill it) */
+    len = hand(b, 1, 0x03, 0, 0, &pl);
+    memmove(b + pl + 1, b + pl, len - pl);
+    b[pl] = 0;
+    CHECK_ERR(patch_ctx_check(b, pl + 1, b + pl + 1, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "Rice streams of 1 bytes"));
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl + 1, b + pl + 1, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    /* a trailing byte after the value stream */
+    len = hand(b, 1, 0x03, 0, 0, &pl);
+    b[len] = 0;
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "escape bits"));
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len + 1 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", NULL));
+    /* counts that do not add up to k: c_15 = 3 */
+    len = hand(b, 1, 0x03, 0, 0, &pl);
+    b[18] = 3;
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "add up to 3"));
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 3, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "mode 1 for 3 changes"));
+    /* an overlong LEB (c_15 = 0x82 0x00) */
+    len = hand(b, 1, 0x03, 0, 0, &pl);
+    memmove(b + 19, b + 18, len - 18);
+    b[18] = 0x82;
+    b[19] = 0x00;
+    CHECK_ERR(patch_ctx_check(b, pl + 1, b + pl + 1, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "malformed"));
+    /* table not adding to 1024 */
+    len = hand(b, 1, 0x03, 0, 0, &pl);
+    b[pl + 2] = 1;
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "add up to 1025"));
+    /* rANS state not back at 2^23 */
+    len = hand(b, 1, 0x03, 0, 0, &pl);
+    b[len - 4] = 1;
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "final state"));
+    /* R past the stream */
+    len = hand(b, 1, 0x03, 0, 0, &pl);
+    b[len - 5] = 5;
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "rANS stream of 5 bytes"));
+    /* another coding byte */
+    len = hand(b, 1, 0x03, 0, 0, &pl);
+    b[0] = 3;
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_UNSUPPORTED);
+    /* k mismatch in the encoder; no change at all */
+    CHECK_ERR(patch_ctx_encode(S, old, neu, 4, 3, enc, patch_ctx_bound(4, 3), &epl, &evl), PULSE_ERR_INVALID);
+    CHECK_ERR(patch_ctx_encode(S, old, neu, 4, 1, enc, patch_ctx_bound(4, 3), &epl, &evl), PULSE_ERR_INVALID);
+    CHECK_ERR(patch_ctx_encode(S, old, old, 4, 0, enc, patch_ctx_bound(4, 1), &epl, &evl), PULSE_ERR_INVALID);
+    CHECK_ERR(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2) - 1, &epl, &evl), PULSE_ERR_INVALID);
+}
+
+int main(void)
+{
+    S = patch_ctx_scratch_new(CAP);
+    enc = malloc(patch_ctx_bound(CAP, CAP));
+    idx = malloc(sizeof *idx * CAP);
+    zz = malloc(sizeof *zz * CAP);
+    work = malloc(2u * CAP);
+    old_ = malloc(2u * CAP);
+    neu_ = malloc(2u * CAP);
+    mark = calloc(CAP, 1);
+    if (!S || !enc || !idx || !zz || !work || !old_ || !neu_ || !mark) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    test_crafted();
+    test_roundtrips();
+    test_random_small();
+    test_damage();
+    patch_ctx_scratch_free(S);
+    free(enc);
+    free(idx);
+    free(zz);
+    free(work);
+    free(old_);
+    free(neu_);
+    free(mark);
+    return check_done("test_ctxcode");
+}
