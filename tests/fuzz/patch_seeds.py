@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch (and one with both position
 # codings): patch_seeds.py PULSE_BIN OUTDIR;
+# and a format-5 patch with a context-coded chunk;
 # patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
 # new, new2 .safetensors), which tests/patch/format2.sh applies the committed format-2 seeds to.
 # One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
@@ -76,6 +77,22 @@ def main():
         write_safetensors(ra, [("a.runs", "BF16", [m], u16(r0))])
         write_safetensors(rb, [("a.runs", "BF16", [m], u16(r1))])
         run("diff", ra, rb, "-o", os.path.join(out, "codings-ulp.patch"), "--chunk", "1K")
+        # Format 5: a BF16 tensor of one training-like step at two scales (so the exponent bands
+        # differ), dense enough that the diff keeps the context coding of its 32K-element chunk;
+        # a second, small chunk and an F32 tensor coded as in format 4.
+        random.seed(13)
+        c0, c1 = [], []
+        for i in range(40000):
+            mag = random.randrange(0x3a00, 0x3c80) if i % 2 else random.randrange(0x3600, 0x3880)
+            v = mag | (0x8000 if random.random() < 0.5 else 0)
+            c0.append(v)
+            c1.append(v + random.choice([1, -1, 1, -1, 2, -2, 300]) if random.random() < (0.7 if i % 2 else 0.4) else v)
+        cf = [random.getrandbits(32) for _ in range(300)]
+        cfn = [x ^ 1 if i % 7 == 0 else x for i, x in enumerate(cf)]
+        ca, cb = os.path.join(t, "ca.safetensors"), os.path.join(t, "cb.safetensors")
+        write_safetensors(ca, [("a.ctx", "BF16", [40000], u16(c0)), ("b.f32", "F32", [300], u32(cf))])
+        write_safetensors(cb, [("a.ctx", "BF16", [40000], u16(c1)), ("b.f32", "F32", [300], u32(cfn))])
+        run("diff", ca, cb, "-o", os.path.join(out, "v5-context.patch"), "--context", "--chunk", "32K")
 
 
 if __name__ == "__main__":
