@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_ctx.h"
 #include "node/kernels/kernels_tail.h"
 
 /* Appends base + bit for each set bit of a 16-bit mask. vpcompressd into a register and a
@@ -717,6 +718,70 @@ out:
     return rc ? rc : rice_finish(src, rb, u, ulen, k, shift, &st);
 }
 
+/* ---- the context coder's bands (format 5) ---- */
+
+static unsigned ctx_ebase16_avx512(const uint16_t *a, size_t n)
+{
+    const __m512i em = _mm512_set1_epi16(0x7F80);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_loadu_si512(a + i), em));
+        m1 = _mm512_max_epu16(m1, _mm512_and_si512(_mm512_loadu_si512(a + i + 32), em));
+        m2 = _mm512_max_epu16(m2, _mm512_and_si512(_mm512_loadu_si512(a + i + 64), em));
+        m3 = _mm512_max_epu16(m3, _mm512_and_si512(_mm512_loadu_si512(a + i + 96), em));
+    }
+    for (; i < n; i += 32) {
+        __mmask32 k = n - i >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (n - i)) - 1);
+        m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_maskz_loadu_epi16(k, a + i), em));
+    }
+    m0 = _mm512_max_epu16(_mm512_max_epu16(m0, m1), _mm512_max_epu16(m2, m3));
+    __m256i h = _mm256_max_epu16(_mm512_castsi512_si256(m0), _mm512_extracti64x4_epi64(m0, 1));
+    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
+    unsigned e = (unsigned)_mm_extract_epi16(q, 0) >> 7;
+    return e > 15 ? e - 15 : 0;
+}
+
+/* 64 band bytes in one register (packus interleaves 128-bit lanes, the qword permute puts them
+ * back in order); plane k is the mask of the bytes with bit k set. */
+static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                                uint8_t *wc, uint32_t members[16], uint64_t *chw)
+{
+    const __m512i ff = _mm512_set1_epi16(0xFF), eb = _mm512_set1_epi16((short)ebase),
+                  top = _mm512_set1_epi16(15), perm = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+    size_t nw = (n + 63) / 64;
+    for (size_t w = 0; w < nw; w++) {
+        size_t base = w * 64, valid = n - base >= 64 ? 64 : n - base;
+        uint64_t vm = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+        __mmask32 k0 = (__mmask32)vm, k1 = (__mmask32)(vm >> 32);
+        __m512i x = _mm512_maskz_loadu_epi16(k0, a + base);
+        __m512i y = _mm512_maskz_loadu_epi16(k1, a + base + 32);
+        if (nb) {
+            __m512i nx = _mm512_maskz_loadu_epi16(k0, nb + base);
+            __m512i ny = _mm512_maskz_loadu_epi16(k1, nb + base + 32);
+            chw[w] = (uint64_t)_mm512_cmpneq_epi16_mask(x, nx) | ((uint64_t)_mm512_cmpneq_epi16_mask(y, ny) << 32);
+        }
+        x = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(x, 7), ff), eb), top);
+        y = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(y, 7), ff), eb), top);
+        __m512i bytes = _mm512_permutexvar_epi64(perm, _mm512_packus_epi16(x, y));
+        uint64_t p0 = _mm512_test_epi8_mask(bytes, _mm512_set1_epi8(1));
+        uint64_t p1 = _mm512_test_epi8_mask(bytes, _mm512_set1_epi8(2));
+        uint64_t p2 = _mm512_test_epi8_mask(bytes, _mm512_set1_epi8(4));
+        uint64_t p3 = _mm512_test_epi8_mask(bytes, _mm512_set1_epi8(8));
+        uint64_t *pl = plane + w * 5;
+        pl[0] = p0;
+        pl[1] = p1;
+        pl[2] = p2;
+        pl[3] = p3;
+        pl[4] = vm;
+        ctx_word_counts(p0, p1, p2, p3, vm, wc + 16 * w);
+    }
+    ctx_members_sum(wc, nw, members);
+}
+
 int pulse_kernels_init_avx512(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_AVX512))
@@ -744,5 +809,7 @@ int pulse_kernels_init_avx512(pulse_kernels *k)
     k->scatter_add_f32 = scatter_add_f32_avx512;
     k->leb1_run = leb1_run_avx512;
     k->rice_gaps = rice_gaps_avx512;
+    k->ctx_ebase16 = ctx_ebase16_avx512;
+    k->ctx_planes16 = ctx_planes16_avx512;
     return 0;
 }

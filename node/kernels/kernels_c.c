@@ -324,6 +324,105 @@ static size_t rice_put_c(const uint8_t *leb, size_t len, size_t k, unsigned shif
     return rice_put_ref(leb, len, k, shift, out);
 }
 
+/* ---- the context coder's bands (format 5) ---- */
+
+/* The 64-bit loads of band bytes below read them in memory order. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the context kernels assume a little-endian target"
+#endif
+
+static unsigned ctx_ebase16_c(const uint16_t *a, size_t n)
+{
+    uint16_t mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v = a[i] & 0x7F80u;
+        mx = v > mx ? v : mx;
+    }
+    unsigned e = mx >> 7;
+    return e > 15 ? e - 15 : 0;
+}
+
+/* Bit 0 of each of 8 bytes gathered into one byte (byte i -> bit i): the products' partial
+ * terms land on distinct bits, so nothing carries into the top byte. */
+static inline uint64_t ctx_gather8(uint64_t x)
+{
+    return ((x & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56;
+}
+
+/* The counts are kept in registers: one nibble per band in 8 accumulators of 8 elements each,
+ * then bytes; no popcount needed (a generic x86-64 build would call libgcc for each). */
+static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                           uint8_t *wc, uint32_t members[16], uint64_t *chw)
+{
+    const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full;
+    size_t nw = (n + 63) / 64;
+    const int16_t eb16 = (int16_t)ebase;
+    for (unsigned b = 0; b < 16; b++)
+        members[b] = 0;
+    for (size_t w = 0; w < nw; w++) {
+        size_t base = w * 64, valid = n - base < 64 ? n - base : 64;
+        const uint16_t *o = a + base;
+        uint8_t bb[64];
+        memset(bb, 0, sizeof bb);
+        /* signed 16-bit max/min: what SSE2 and NEON vectorise */
+        for (unsigned j = 0; j < valid; j++) {
+            int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+            d = d < 0 ? 0 : d;
+            bb[j] = (uint8_t)(d > 15 ? 15 : d);
+        }
+        uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (unsigned j = 0; j < 64; j += 8)
+            for (unsigned t = 0; t < 8; t++)
+                acc[t] += 1ull << (4 * bb[j + t]);
+        uint64_t lo = 0, hi = 0;    /* byte i: the count of band 2i (lo), 2i + 1 (hi) */
+        for (unsigned t = 0; t < 8; t++) {
+            lo += acc[t] & NIB;
+            hi += (acc[t] >> 4) & NIB;
+        }
+        lo -= 64 - valid;           /* the padding of a last word, counted as band 0 */
+        uint8_t *c = wc + w * 16;
+        for (unsigned i = 0; i < 8; i++) {
+            c[2 * i] = (uint8_t)(lo >> (8 * i));
+            c[2 * i + 1] = (uint8_t)(hi >> (8 * i));
+            members[2 * i] += c[2 * i];
+            members[2 * i + 1] += c[2 * i + 1];
+        }
+        uint64_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+        for (unsigned g = 0; g < 8; g++) {
+            uint64_t x;
+            memcpy(&x, bb + 8 * g, 8);
+            p0 |= ctx_gather8(x) << (8 * g);
+            p1 |= ctx_gather8(x >> 1) << (8 * g);
+            p2 |= ctx_gather8(x >> 2) << (8 * g);
+            p3 |= ctx_gather8(x >> 3) << (8 * g);
+        }
+        uint64_t *pl = plane + w * 5;
+        pl[0] = p0;
+        pl[1] = p1;
+        pl[2] = p2;
+        pl[3] = p3;
+        pl[4] = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+        if (nb) {
+            const uint16_t *e = nb + base;
+            uint64_t ch = 0;
+            if (valid == 64) {
+                uint8_t c8[64];
+                for (unsigned j = 0; j < 64; j++)
+                    c8[j] = o[j] != e[j];
+                for (unsigned g = 0; g < 8; g++) {
+                    uint64_t x;
+                    memcpy(&x, c8 + 8 * g, 8);
+                    ch |= ctx_gather8(x) << (8 * g);
+                }
+            } else {
+                for (unsigned j = 0; j < valid; j++)
+                    ch |= (uint64_t)(o[j] != e[j]) << j;
+            }
+            chw[w] = ch;
+        }
+    }
+}
+
 void pulse_kernels_init_c(pulse_kernels *k)
 {
     *k = (pulse_kernels){
@@ -346,5 +445,7 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .ulp2_add16 = ulp2_add16_c,
         .rice_gaps = rice_gaps_c,
         .rice_put = rice_put_c,
+        .ctx_ebase16 = ctx_ebase16_c,
+        .ctx_planes16 = ctx_planes16_c,
     };
 }

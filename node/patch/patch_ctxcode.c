@@ -8,6 +8,7 @@
 
 #include "base/fail.h"
 #include "base/leb128.h"
+#include "node/kernels/kernels.h"
 #include "node/patch/patch_ctxcode.h"
 
 /* The 64-bit loads of bytes below (bit planes, bit readers) read them in memory order. */
@@ -78,17 +79,6 @@ static inline unsigned band_of(uint16_t v, unsigned ebase)
     return b > NB - 1 ? NB - 1 : b;
 }
 
-static unsigned chunk_ebase(const uint16_t *old, uint32_t n)
-{
-    uint16_t mx = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint16_t v = old[i] & 0x7F80u;
-        mx = v > mx ? v : mx;
-    }
-    unsigned e = mx >> 7;
-    return e > NB - 1 ? e - (NB - 1) : 0;
-}
-
 static inline uint16_t zigzag(uint16_t old, uint16_t neu)
 {
     uint16_t d = (uint16_t)(neu - old);
@@ -119,89 +109,10 @@ static inline unsigned pop64(uint64_t x)
 #endif
 }
 
-/* Bit 0 of each of 8 bytes gathered into one byte (byte i -> bit i): the products' partial
- * terms land on distinct bits, so nothing carries into the top byte. */
-static inline uint64_t gather8(uint64_t x)
-{
-    return ((x & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56;
-}
-
-/* Per 64 elements of OLD: the band of each element as 4 bit planes, and the valid bits; the
- * members of band b in a word are then 4 ANDs away (member_word), for all 16 bands. Also each
- * band's member count in each word (wc, read by wcount: a band's walk skips words by adding
- * bytes instead of counting bits) and in all (members). The counts are kept in registers: one
- * nibble per band in 8 accumulators of 8 elements each, then bytes. */
-static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64_t *plane, uint8_t *wc,
-                         uint32_t *members)
-{
-    const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full, B16 = 0x00FF00FF00FF00FFull;
-    uint32_t nw = (n + 63) / 64;
-    uint64_t t16[4] = {0, 0, 0, 0};
-    const int16_t eb16 = (int16_t)ebase;
-    for (unsigned b = 0; b < NB; b++)
-        members[b] = 0;
-    for (uint32_t w = 0; w < nw; w++) {
-        uint32_t base = w * 64, valid = n - base < 64 ? n - base : 64;
-        const uint16_t *o = old + base;
-        uint8_t bb[64];
-        if (valid == 64) {
-            /* signed 16-bit max/min: what SSE2 and NEON vectorise */
-            for (unsigned j = 0; j < 64; j++) {
-                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
-                d = d < 0 ? 0 : d;
-                bb[j] = (uint8_t)(d > (int16_t)(NB - 1) ? (int16_t)(NB - 1) : d);
-            }
-        } else {
-            memset(bb, 0, sizeof bb);
-            for (unsigned j = 0; j < valid; j++)
-                bb[j] = (uint8_t)band_of(o[j], ebase);
-        }
-        uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (unsigned j = 0; j < 64; j += 8)
-            for (unsigned t = 0; t < 8; t++)
-                a[t] += 1ull << (4 * bb[j + t]);
-        uint64_t lo = 0, hi = 0;    /* byte i: the count of band 2i (lo), 2i + 1 (hi) */
-        for (unsigned t = 0; t < 8; t++) {
-            lo += a[t] & NIB;
-            hi += (a[t] >> 4) & NIB;
-        }
-        lo -= 64 - valid;           /* the padding of a last word, counted as band 0 */
-        memcpy(wc + (size_t)w * 16, &lo, 8);
-        memcpy(wc + (size_t)w * 16 + 8, &hi, 8);
-        t16[0] += lo & B16;         /* bands 0, 4, 8, 12 in 16-bit lanes */
-        t16[1] += (lo >> 8) & B16;  /* 2, 6, 10, 14 */
-        t16[2] += hi & B16;         /* 1, 5, 9, 13 */
-        t16[3] += (hi >> 8) & B16;  /* 3, 7, 11, 15 */
-        if ((w & 511) == 511 || w == nw - 1) {   /* before a lane can pass 65535 */
-            static const unsigned first[4] = {0, 2, 1, 3};
-            for (unsigned q = 0; q < 4; q++) {
-                for (unsigned i = 0; i < 4; i++)
-                    members[first[q] + 4 * i] += (uint32_t)(t16[q] >> (16 * i)) & 0xFFFFu;
-                t16[q] = 0;
-            }
-        }
-        uint64_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
-        for (unsigned g = 0; g < 8; g++) {
-            uint64_t x;
-            memcpy(&x, bb + 8 * g, 8);
-            p0 |= gather8(x) << (8 * g);
-            p1 |= gather8(x >> 1) << (8 * g);
-            p2 |= gather8(x >> 2) << (8 * g);
-            p3 |= gather8(x >> 3) << (8 * g);
-        }
-        uint64_t *pl = plane + (size_t)w * 5;
-        pl[0] = p0;
-        pl[1] = p1;
-        pl[2] = p2;
-        pl[3] = p3;
-        pl[4] = valid == 64 ? ~0ull : ((1ull << valid) - 1);
-    }
-}
-
-/* Members of band b in word w (build_planes' wc). */
+/* Members of band b in word w (the kernel ctx_planes16's wc). */
 static inline unsigned wcount(const uint8_t *wc, uint32_t w, unsigned b)
 {
-    return wc[(size_t)w * 16 + ((b & 1u) << 3) + (b >> 1)];
+    return wc[(size_t)w * 16 + b];
 }
 
 /* x[k] = ~0 where bit k of b is 0: a plane XOR x[k] is 1 where the element agrees with b. */
@@ -648,11 +559,12 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     int err = parse_head(pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
     if (err)
         return err;
-    unsigned eb = chunk_ebase(old, n);
+    const pulse_kernels *K = pulse_kernels_get();
+    unsigned eb = K->ctx_ebase16(old, n);
     if (h.ebase != eb)
         return PFAIL("exponent base %u, the base's is %u", h.ebase, eb);
     uint32_t m[NB];
-    build_planes(old, n, eb, s->plane, s->wc, m);
+    K->ctx_planes16(old, NULL, n, eb, s->plane, s->wc, m, NULL);
     uint32_t nw = (n + 63) / 64;
     uint64_t bx[NB][4];
     for (unsigned b = 0; b < NB; b++)
@@ -818,32 +730,18 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     int err = scratch_encoder(s);
     if (err)
         return err;
-    unsigned ebase = chunk_ebase(old, n);
+    const pulse_kernels *K = pulse_kernels_get();
+    unsigned ebase = K->ctx_ebase16(old, n);
     uint32_t mm[NB];   /* the members in all; the walk below counts them word by word */
-    build_planes(old, n, ebase, s->plane, s->wc, mm);
+    K->ctx_planes16(old, neu, n, ebase, s->plane, s->wc, mm, s->chw);
     uint32_t nw = (n + 63) / 64;
 
-    /* changed bits, and the changes of each band */
+    /* the changes of each band */
     size_t got = 0;
     uint32_t kb[NB] = {0};
     for (uint32_t w = 0; w < nw; w++) {
-        uint32_t base = w * 64, valid = n - base < 64 ? n - base : 64;
-        const uint16_t *o = old + base, *e = neu + base;
-        uint64_t ch = 0;
-        if (valid == 64) {
-            uint8_t c8[64];
-            for (unsigned j = 0; j < 64; j++)
-                c8[j] = o[j] != e[j];
-            for (unsigned g = 0; g < 8; g++) {
-                uint64_t x;
-                memcpy(&x, c8 + 8 * g, 8);
-                ch |= gather8(x) << (8 * g);
-            }
-        } else {
-            for (unsigned j = 0; j < valid; j++)
-                ch |= (uint64_t)(o[j] != e[j]) << j;
-        }
-        s->chw[w] = ch;
+        const uint16_t *o = old + (size_t)w * 64;
+        uint64_t ch = s->chw[w];
         got += pop64(ch);
         while (ch) {
             unsigned j = (unsigned)__builtin_ctzll(ch);

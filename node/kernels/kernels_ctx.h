@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The context coder's band counts from the 4 band planes, shared by the SIMD tables (each compiles it with its own popcount). */
+#ifndef PULSE_KERNELS_CTX_H
+#define PULSE_KERNELS_CTX_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* wc[b] = the elements of band b among the valid bits v of one word: the 16 band member words
+ * built from 4 + 4 pair products (bits 0-1 and bits 2-3 of b), one popcount each, packed into
+ * two 64-bit stores. The planes are 0 outside v. */
+static inline void ctx_word_counts(uint64_t p0, uint64_t p1, uint64_t p2, uint64_t p3, uint64_t v, uint8_t *wc)
+{
+    uint64_t n0 = ~p0 & v, n1 = ~p1, n2 = ~p2, n3 = ~p3;
+    uint64_t lo[4] = {n0 & n1, p0 & n1, n0 & p1, p0 & p1};
+    uint64_t hi[4] = {n2 & n3, p2 & n3, n2 & p3, p2 & p3};
+    uint64_t c[2] = {0, 0};
+    for (unsigned b = 0; b < 16; b++)
+        c[b >> 3] |= (uint64_t)__builtin_popcountll(lo[b & 3] & hi[b >> 2]) << (8 * (b & 7));
+    memcpy(wc, c, 16);
+}
+
+/* members[b] = the sum of wc[16w + b] over nw words, in 16-bit lanes of four registers,
+ * flushed before a lane can pass 65535 (a byte is at most 64). */
+static inline void ctx_members_sum(const uint8_t *wc, size_t nw, uint32_t members[16])
+{
+    const uint64_t B16 = 0x00FF00FF00FF00FFull;
+    uint64_t t[4] = {0, 0, 0, 0};
+    for (unsigned b = 0; b < 16; b++)
+        members[b] = 0;
+    for (size_t w = 0; w < nw; w++) {
+        uint64_t lo, hi;
+        memcpy(&lo, wc + 16 * w, 8);
+        memcpy(&hi, wc + 16 * w + 8, 8);
+        t[0] += lo & B16;         /* bands 0, 2, 4, 6 */
+        t[1] += (lo >> 8) & B16;  /* 1, 3, 5, 7 */
+        t[2] += hi & B16;         /* 8, 10, 12, 14 */
+        t[3] += (hi >> 8) & B16;  /* 9, 11, 13, 15 */
+        if ((w & 511) == 511 || w == nw - 1) {
+            for (unsigned q = 0; q < 4; q++) {
+                for (unsigned i = 0; i < 4; i++)
+                    members[(q >> 1) * 8 + (q & 1) + 2 * i] += (uint32_t)(t[q] >> (16 * i)) & 0xFFFFu;
+                t[q] = 0;
+            }
+        }
+    }
+}
+
+#endif
