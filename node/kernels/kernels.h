@@ -178,6 +178,14 @@ typedef struct pulse_kernels {
      * plane[5w + 4] & AND over k of (bit k of b ? plane[5w + k] : ~plane[5w + k]). */
     void (*ctx_planes16)(const uint16_t *a, const uint16_t *b, size_t n, unsigned ebase, uint64_t *plane,
                          uint8_t *wc, uint32_t members[16], uint64_t *chw);
+    /* The positions of band `band`'s members by rank (their index among the band's members in
+     * ascending position), from ctx_planes16's plane and wc over nw words. rank[0..c) strictly
+     * ascending, each below the band's members. invert == 0: pos[j] = the position of member
+     * rank[j] for j < c (pos may be rank: each is read before it is written); returns c.
+     * invert != 0: the positions of the members whose rank is not listed, ascending, to pos
+     * (room for members - c; not rank); returns members - c. */
+    size_t (*ctx_select)(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band, const uint32_t *rank,
+                         size_t c, int invert, uint32_t *pos);
 } pulse_kernels;
 
 /* Bytes of the remainder plane of k Rice fields of `shift` bits. */

@@ -423,6 +423,71 @@ static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsi
     }
 }
 
+/* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
+ * the bytes' running bit counts (SWAR), the byte where they pass r, then inside that byte. */
+static inline unsigned ctx_select64(uint64_t x, unsigned r)
+{
+    const uint64_t L8 = 0x0101010101010101ull, H8 = 0x8080808080808080ull;
+    uint64_t c = x - ((x >> 1) & 0x5555555555555555ull);
+    c = (c & 0x3333333333333333ull) + ((c >> 2) & 0x3333333333333333ull);
+    c = ((c + (c >> 4)) & 0x0F0F0F0F0F0F0F0Full) * L8;   /* byte i: set bits in bytes 0..i */
+    /* bytes whose running count is <= r (no borrow: r < 64 and counts <= 64 under bit 7) */
+    uint64_t le = (((uint64_t)r * L8) | H8) - c;
+    unsigned byte = (unsigned)((((le & H8) >> 7) * L8) >> 56);
+    if (byte)
+        r -= (unsigned)(c >> (8 * byte - 8)) & 0xFFu;
+    unsigned xb = (unsigned)(x >> (8 * byte)) & 0xFFu;
+    while (r--)
+        xb &= xb - 1;
+    return 8 * byte + (unsigned)__builtin_ctz(xb);
+}
+
+/* A band's walk: to the word holding each listed member by the words' counts, then the member
+ * inside the word. */
+static size_t ctx_select_c(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band, const uint32_t *rank,
+                           size_t c, int invert, uint32_t *pos)
+#define SELECT ctx_select64
+{
+    uint64_t x[4];
+    for (unsigned k = 0; k < 4; k++)
+        x[k] = (band >> k & 1u) ? 0 : ~0ull;
+    size_t out = 0;
+    if (!invert) {
+        uint64_t base = 0;
+        size_t w = 0;
+        for (size_t j = 0; j < c; j++) {
+            uint64_t id = rank[j];
+            unsigned pc;
+            while (id >= base + (pc = wc[16 * w + band])) {
+                base += pc;
+                w++;
+            }
+            const uint64_t *pl = plane + 5 * w;
+            uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
+            pos[j] = (uint32_t)(64 * w + SELECT(mw, (unsigned)(id - base)));
+        }
+        return c;
+    }
+    uint64_t base = 0, nx = c ? rank[0] : UINT64_MAX;
+    size_t got = c ? 1 : 0;
+    for (size_t w = 0; w < nw; w++) {
+        unsigned pc = wc[16 * w + band];
+        if (!pc)
+            continue;
+        const uint64_t *pl = plane + 5 * w;
+        uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]), sel = 0;
+        while (nx < base + pc) {
+            sel |= 1ull << SELECT(mw, (unsigned)(nx - base));
+            nx = got < c ? rank[got++] : UINT64_MAX;
+        }
+        for (uint64_t chb = mw & ~sel; chb; chb &= chb - 1)
+            pos[out++] = (uint32_t)(64 * w + (unsigned)__builtin_ctzll(chb));
+        base += pc;
+    }
+    return out;
+}
+#undef SELECT
+
 void pulse_kernels_init_c(pulse_kernels *k)
 {
     *k = (pulse_kernels){
@@ -447,5 +512,6 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .rice_put = rice_put_c,
         .ctx_ebase16 = ctx_ebase16_c,
         .ctx_planes16 = ctx_planes16_c,
+        .ctx_select = ctx_select_c,
     };
 }

@@ -46,4 +46,59 @@ static inline void ctx_members_sum(const uint8_t *wc, size_t nw, uint32_t member
     }
 }
 
+#if defined(__BMI2__)
+#include <immintrin.h>
+
+/* The bit number of the r-th (from 0) set bit of x: one pdep. */
+static inline unsigned ctx_select_pdep(uint64_t x, unsigned r)
+{
+    return (unsigned)__builtin_ctzll(_pdep_u64(1ull << r, x));
+}
+
+/* ctx_select with BMI2 (the walk of kernels_c.c's ctx_select_c, the member picked by pdep). */
+static inline size_t ctx_select_bmi2(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band,
+                                     const uint32_t *rank, size_t c, int invert, uint32_t *pos)
+#define SELECT ctx_select_pdep
+{
+    uint64_t x[4];
+    for (unsigned k = 0; k < 4; k++)
+        x[k] = (band >> k & 1u) ? 0 : ~0ull;
+    size_t out = 0;
+    if (!invert) {
+        uint64_t base = 0;
+        size_t w = 0;
+        for (size_t j = 0; j < c; j++) {
+            uint64_t id = rank[j];
+            unsigned pc;
+            while (id >= base + (pc = wc[16 * w + band])) {
+                base += pc;
+                w++;
+            }
+            const uint64_t *pl = plane + 5 * w;
+            uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
+            pos[j] = (uint32_t)(64 * w + SELECT(mw, (unsigned)(id - base)));
+        }
+        return c;
+    }
+    uint64_t base = 0, nx = c ? rank[0] : UINT64_MAX;
+    size_t got = c ? 1 : 0;
+    for (size_t w = 0; w < nw; w++) {
+        unsigned pc = wc[16 * w + band];
+        if (!pc)
+            continue;
+        const uint64_t *pl = plane + 5 * w;
+        uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]), sel = 0;
+        while (nx < base + pc) {
+            sel |= 1ull << SELECT(mw, (unsigned)(nx - base));
+            nx = got < c ? rank[got++] : UINT64_MAX;
+        }
+        for (uint64_t chb = mw & ~sel; chb; chb &= chb - 1)
+            pos[out++] = (uint32_t)(64 * w + (unsigned)__builtin_ctzll(chb));
+        base += pc;
+    }
+    return out;
+}
+#undef SELECT
+#endif
+
 #endif

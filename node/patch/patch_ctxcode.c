@@ -31,11 +31,12 @@ struct patch_ctx_scratch {
     uint32_t cap;               /* chunk_elems */
     uint64_t *plane;            /* per 64 elements: the band's 4 bit planes, then the valid bits */
     uint8_t *wc;                /* per 64 elements: each band's members there (wcount) */
+    uint32_t *rank;             /* one band's listed member indices (cap / 2 + 1): the decoder's
+                                 * unchanged ones, the encoder's unchanged gaps */
     /* The encoder's, allocated on its first use (a decoding thread never needs them). */
     uint64_t *chw;              /* per 64 elements: the changed bits */
     uint32_t *gap;              /* the changed members' gaps, band after band (cap) */
     uint16_t *vz;               /* z in decode order (cap) */
-    uint32_t *ugap;             /* one band's unchanged members' gaps (cap / 2 + 1) */
     uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
 };
 
@@ -125,25 +126,6 @@ static inline void band_x(unsigned b, uint64_t *x)
 static inline uint64_t member_word(const uint64_t *pl, const uint64_t *x)
 {
     return pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
-}
-
-/* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
- * the bytes' running bit counts (SWAR), the byte where they pass r, then inside that byte. */
-static inline unsigned select64(uint64_t x, unsigned r)
-{
-    const uint64_t L8 = 0x0101010101010101ull, H8 = 0x8080808080808080ull;
-    uint64_t c = x - ((x >> 1) & 0x5555555555555555ull);
-    c = (c & 0x3333333333333333ull) + ((c >> 2) & 0x3333333333333333ull);
-    c = ((c + (c >> 4)) & 0x0F0F0F0F0F0F0F0Full) * L8;   /* byte i: set bits in bytes 0..i */
-    /* bytes whose running count is <= r (no borrow: r < 64 and counts <= 64 under bit 7) */
-    uint64_t le = (((uint64_t)r * L8) | H8) - c;
-    unsigned byte = (unsigned)((((le & H8) >> 7) * L8) >> 56);
-    if (byte)
-        r -= (unsigned)(c >> (8 * byte - 8)) & 0xFFu;
-    unsigned xb = (unsigned)(x >> (8 * byte)) & 0xFFu;
-    while (r--)
-        xb &= xb - 1;
-    return 8 * byte + (unsigned)__builtin_ctz(xb);
 }
 
 /* ---- bit reader (LSB first), bounded --------------------------------------------------- */
@@ -282,9 +264,11 @@ patch_ctx_scratch *patch_ctx_scratch_new(uint32_t chunk_elems)
     size_t nw = ((size_t)chunk_elems + 63) / 64;
     s->plane = malloc(nw * 5 * sizeof *s->plane);
     s->wc = malloc(nw * 16);
-    if (!s->plane || !s->wc) {
+    s->rank = malloc(((size_t)chunk_elems / 2 + 1) * sizeof *s->rank);
+    if (!s->plane || !s->wc || !s->rank) {
         free(s->plane);
         free(s->wc);
+        free(s->rank);
         free(s);
         pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", chunk_elems);
         return NULL;
@@ -298,10 +282,10 @@ void patch_ctx_scratch_free(patch_ctx_scratch *s)
         return;
     free(s->plane);
     free(s->wc);
+    free(s->rank);
     free(s->chw);
     free(s->gap);
     free(s->vz);
-    free(s->ugap);
     free(s->rbuf);
     free(s);
 }
@@ -314,16 +298,14 @@ static int scratch_encoder(patch_ctx_scratch *s)
     s->chw = malloc((cap + 63) / 64 * sizeof *s->chw);
     s->gap = malloc(cap * sizeof *s->gap);
     s->vz = malloc(cap * sizeof *s->vz);
-    s->ugap = malloc((cap / 2 + 1) * sizeof *s->ugap);
     s->rbuf = malloc(2 * cap + 16);
-    if (!s->chw || !s->gap || !s->vz || !s->ugap || !s->rbuf) {
+    if (!s->chw || !s->gap || !s->vz || !s->rbuf) {
         free(s->chw);
         free(s->gap);
         free(s->vz);
-        free(s->ugap);
         free(s->rbuf);
         s->chw = NULL;
-        s->gap = s->ugap = NULL;
+        s->gap = NULL;
         s->vz = NULL;
         s->rbuf = NULL;
         return pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", s->cap);
@@ -566,10 +548,6 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     uint32_t m[NB];
     K->ctx_planes16(old, NULL, n, eb, s->plane, s->wc, m, NULL);
     uint32_t nw = (n + 63) / 64;
-    uint64_t bx[NB][4];
-    for (unsigned b = 0; b < NB; b++)
-        band_x(b, bx[b]);
-
     size_t out = 0;
     const uint8_t *p = pos + h.rice_at;
     for (unsigned b = 0; b < NB; b++) {
@@ -585,64 +563,20 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
             return PFAIL("band %u: mode %u for %u changes among %u members", b, h.mode[b], c, mb);
         bitrd r = {q, q + h.len[b], 0, 0};
         unsigned sp = h.s[b];
-        const uint64_t *x = bx[b];
-        if (want == MODE_CHANGED) {
-            uint64_t id = 0, base = 0;
-            uint32_t w = 0;
-            for (uint32_t j = 0; j < c; j++) {
-                uint64_t g;
-                if (br_rice(&r, sp, &g))
-                    return PFAIL("band %u: Rice stream ends at gap %u of %u", b, j, c);
-                id = j ? id + g + 1 : g;
-                if (id >= mb)
-                    return PFAIL("band %u: member %llu of %u", b, (unsigned long long)id, mb);
-                /* to the word holding member id (it exists: id < mb, the band's members in all) */
-                unsigned pc;
-                while (id >= base + (pc = wcount(s->wc, w, b))) {
-                    base += pc;
-                    w++;
-                }
-                idx[out++] = w * 64 + select64(member_word(s->plane + (size_t)w * 5, x), (unsigned)(id - base));
-            }
-        } else {
-            uint32_t G = mb - c, got = 0;
-            uint64_t nx = UINT64_MAX, base = 0;
-            if (G) {
-                uint64_t g;
-                if (br_rice(&r, sp, &g))
-                    return PFAIL("band %u: Rice stream ends at gap 0 of %u", b, G);
-                nx = g;
-                got = 1;
-                if (nx >= mb)
-                    return PFAIL("band %u: member %llu of %u", b, (unsigned long long)nx, mb);
-            }
-            for (uint32_t w = 0; w < nw; w++) {
-                uint64_t pc = wcount(s->wc, w, b);
-                if (!pc)
-                    continue;
-                uint64_t mw = member_word(s->plane + (size_t)w * 5, x), sel = 0;
-                while (nx < base + pc) {
-                    sel |= 1ull << select64(mw, (unsigned)(nx - base));
-                    if (got < G) {
-                        uint64_t g;
-                        if (br_rice(&r, sp, &g))
-                            return PFAIL("band %u: Rice stream ends at gap %u of %u", b, got, G);
-                        nx += g + 1;
-                        got++;
-                        if (nx >= mb)
-                            return PFAIL("band %u: member %llu of %u", b, (unsigned long long)nx, mb);
-                    } else {
-                        nx = UINT64_MAX;
-                    }
-                }
-                uint64_t chb = mw & ~sel;
-                while (chb) {
-                    idx[out++] = w * 64 + (uint32_t)__builtin_ctzll(chb);
-                    chb &= chb - 1;
-                }
-                base += pc;
-            }
+        /* the listed members' indices (mode 1: straight into idx, which the walk turns into
+         * positions in place), then the band's walk in the kernel */
+        uint32_t G = want == MODE_CHANGED ? c : mb - c, *rk = want == MODE_CHANGED ? idx + out : s->rank;
+        uint64_t id = 0;
+        for (uint32_t j = 0; j < G; j++) {
+            uint64_t g;
+            if (br_rice(&r, sp, &g))
+                return PFAIL("band %u: Rice stream ends at gap %u of %u", b, j, G);
+            id = j ? id + g + 1 : g;
+            if (id >= mb)
+                return PFAIL("band %u: member %llu of %u", b, (unsigned long long)id, mb);
+            rk[j] = (uint32_t)id;
         }
+        out += K->ctx_select(s->plane, s->wc, nw, b, rk, G, want == MODE_UNCHANGED, idx + out);
         if (!br_done(&r))
             return PFAIL("band %u: Rice stream does not end with its last gap", b);
     }
@@ -799,7 +733,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         uint32_t G = c;
         if (mode == MODE_UNCHANGED) {
             /* the complement of the changed members, from their gaps */
-            uint32_t r = 0, *u = s->ugap;
+            uint32_t r = 0, *u = s->rank;
             uint64_t nc = g[0], pv = UINT64_MAX;
             G = 0;
             for (uint64_t i = 0; i < m[b]; i++) {

@@ -63,6 +63,60 @@ static int ctx_definition(const uint16_t *a, const uint16_t *b, size_t n, unsign
     return !memcmp(mem, members, sizeof mem);
 }
 
+/* ctx_select on every band with members: a random ascending subset of the ranks (empty, one,
+ * some, all), listed and inverted, against the positions of the members by definition. */
+static void ctx_select_case(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a, size_t n,
+                            unsigned ebase, const uint64_t *plane, const uint8_t *wc, const uint32_t *members)
+{
+    size_t nw = (n + 63) / 64;
+    uint32_t *mpos = malloc((n + 1) * 4), *rank = malloc((n + 1) * 4), *want = malloc((n + 1) * 4);
+    if (!mpos || !rank || !want) { perror("malloc"); exit(2); }
+    for (unsigned band = 0; band < 16; band++) {
+        uint32_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+            unsigned e = (a[i] >> 7) & 0xFF, bd = e > ebase ? e - ebase : 0;
+            if ((bd > 15 ? 15 : bd) == band)
+                mpos[m++] = (uint32_t)i;
+        }
+        if (m != members[band] || !m)
+            continue;
+        unsigned den = 1 + (unsigned)(rnd() % 4);  /* listed: about 0, 1/2, 1/3, 1/4 of them, or all */
+        int mix = (int)(rnd() % 5);
+        size_t c = 0, nc = 0;
+        for (uint32_t i = 0; i < m; i++) {
+            int listed = mix == 0 ? 0 : mix == 1 ? 1 : mix == 2 ? i == m - 1 : rnd() % den == 0;
+            if (listed)
+                rank[c++] = i;
+            else
+                want[nc++] = mpos[i];
+        }
+        for (int inv = 0; inv < 2; inv++) {
+            size_t room = inv ? nc : c;
+            uint32_t *p_r = canary_alloc(room * 4 + 4), *p_t = canary_alloc(room * 4 + 4);
+            size_t k_r = r->ctx_select(plane, wc, nw, band, rank, c, inv, p_r);
+            size_t k_t = t->ctx_select(plane, wc, nw, band, rank, c, inv, p_t);
+            int def = k_r == room;
+            for (size_t j = 0; def && j < room; j++)
+                def = p_r[j] == (inv ? want[j] : mpos[rank[j]]);
+            CHECK_SAME(def, "ctx_select reference");
+            CHECK_SAME(k_t == k_r && !memcmp(p_t, p_r, room * 4), "ctx_select");
+            CHECK_SAME(canary_intact(p_t, room * 4 + 4), "ctx_select overrun");
+            canary_free(p_r); canary_free(p_t);
+        }
+        /* in place: the listed ranks turned into their positions */
+        uint32_t *io = malloc((c + 1) * 4);
+        if (!io) { perror("malloc"); exit(2); }
+        memcpy(io, rank, c * 4);
+        t->ctx_select(plane, wc, nw, band, io, c, 0, io);
+        int same = 1;
+        for (size_t j = 0; j < c; j++)
+            same = same && io[j] == mpos[rank[j]];
+        CHECK_SAME(same, "ctx_select in place");
+        free(io);
+    }
+    free(mpos); free(rank); free(want);
+}
+
 static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a, const uint16_t *b, size_t n)
 {
     unsigned eb_r = r->ctx_ebase16(a, n), eb_t = t->ctx_ebase16(a, n);
@@ -93,6 +147,8 @@ static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint1
         memset(pl_t, 0xA5, nw * 40);
         t->ctx_planes16(a, NULL, n, ebs[e], pl_t, wc_t, m_n, NULL);
         CHECK_SAME(!memcmp(pl_t, pl_r, nw * 40) && !memcmp(m_n, m_r, sizeof m_r), "ctx_planes16 without NEW");
+        if (e == 0)
+            ctx_select_case(t, r, a, n, ebs[e], pl_r, wc_r, m_r);
         canary_free(pl_r); canary_free(pl_t); canary_free(wc_r); canary_free(wc_t);
         canary_free(ch_r); canary_free(ch_t);
     }
