@@ -186,6 +186,16 @@ typedef struct pulse_kernels {
      * (room for members - c; not rank); returns members - c. */
     size_t (*ctx_select)(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band, const uint32_t *rank,
                          size_t c, int invert, uint32_t *pos);
+    /* The encoder's side: with ctx_planes16's plane, wc and chw of a (OLD) and b (NEW) over nw
+     * words, each change (bit j of chw[w], position i = 64w + j) in ascending position goes to
+     * the list of its band (of a[i]): at list slot t = cnt[band]++, gap[off[band] + t] = its rank
+     * among the band's members minus the previous listed rank minus 1 (the first: the rank),
+     * z[off[band] + t] = zigzag((int16_t)(b[i] - a[i])) (as ulp_encode16). cnt is set here;
+     * off[band] + the band's members must fit gap and z (off = the members' prefix sums do).
+     * Returns the changes. */
+    size_t (*ctx_gaps16)(const uint16_t *a, const uint16_t *b, const uint64_t *plane, const uint8_t *wc,
+                         const uint64_t *chw, size_t nw, const uint32_t off[16], uint32_t *gap, uint16_t *z,
+                         uint32_t cnt[16]);
 } pulse_kernels;
 
 /* Bytes of the remainder plane of k Rice fields of `shift` bits. */

@@ -798,5 +798,6 @@ int pulse_kernels_init_avx2(pulse_kernels *k)
     k->ctx_ebase16 = ctx_ebase16_avx2;
     k->ctx_planes16 = ctx_planes16_avx2;
     k->ctx_select = ctx_select_bmi2;
+    k->ctx_gaps16 = ctx_gaps16_sse;
     return 0;
 }

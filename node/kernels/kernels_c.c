@@ -488,6 +488,48 @@ static size_t ctx_select_c(const uint64_t *plane, const uint8_t *wc, size_t nw, 
 }
 #undef SELECT
 
+/* The encoder's walk: one pass over the changes in position order, each band's running member
+ * count advanced by the words' counts. */
+static size_t ctx_gaps16_c(const uint16_t *a, const uint16_t *b, const uint64_t *plane, const uint8_t *wc,
+                           const uint64_t *chw, size_t nw, const uint32_t off[16], uint32_t *gap, uint16_t *z,
+                           uint32_t cnt[16])
+#define POP __builtin_popcountll
+#define ADDW(m, c) do { for (unsigned q_ = 0; q_ < 16; q_++) (m)[q_] += (c)[q_]; } while (0)
+{
+    uint32_t m[16], prev[16];   /* members before the word; the band list's last rank + 1 */
+    size_t k = 0;
+    for (unsigned q = 0; q < 16; q++) {
+        m[q] = 0;
+        prev[q] = 0;
+        cnt[q] = 0;
+    }
+    for (size_t w = 0; w < nw; w++) {
+        const uint64_t *pl = plane + 5 * w;
+        uint64_t ch = chw[w];
+        if (ch) {
+            uint64_t p0 = pl[0], p1 = pl[1], p2 = pl[2], p3 = pl[3], v = pl[4];
+            for (; ch; ch &= ch - 1) {
+                unsigned j = (unsigned)__builtin_ctzll(ch);
+                unsigned bd = (unsigned)((p0 >> j & 1) | (p1 >> j & 1) << 1 | (p2 >> j & 1) << 2 | (p3 >> j & 1) << 3);
+                uint64_t mw = v & (p0 ^ (0 - (uint64_t)(~bd & 1))) & (p1 ^ (0 - (uint64_t)(~bd >> 1 & 1))) &
+                              (p2 ^ (0 - (uint64_t)(~bd >> 2 & 1))) & (p3 ^ (0 - (uint64_t)(~bd >> 3 & 1)));
+                uint32_t r = m[bd] + (uint32_t)POP(mw & ((1ull << j) - 1));
+                size_t at = off[bd] + cnt[bd]++;
+                gap[at] = r - prev[bd];
+                prev[bd] = r + 1;
+                size_t i = 64 * w + j;
+                uint16_t d = (uint16_t)(b[i] - a[i]);
+                z[at] = (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)(0u - (d >> 15)));
+                k++;
+            }
+        }
+        ADDW(m, wc + 16 * w);
+    }
+    return k;
+}
+#undef POP
+#undef ADDW
+
 void pulse_kernels_init_c(pulse_kernels *k)
 {
     *k = (pulse_kernels){
@@ -513,5 +555,6 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .ctx_ebase16 = ctx_ebase16_c,
         .ctx_planes16 = ctx_planes16_c,
         .ctx_select = ctx_select_c,
+        .ctx_gaps16 = ctx_gaps16_c,
     };
 }

@@ -49,6 +49,17 @@ static inline void ctx_members_sum(const uint8_t *wc, size_t nw, uint32_t member
 #if defined(__BMI2__)
 #include <immintrin.h>
 
+/* m[q] += c[q] for 16 bands. */
+static inline void ctx_add16(uint32_t *m, const uint8_t *c)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)c);
+    for (unsigned q = 0; q < 4; q++) {
+        __m128i s = _mm_add_epi32(_mm_loadu_si128((const __m128i *)(m + 4 * q)), _mm_cvtepu8_epi32(x));
+        _mm_storeu_si128((__m128i *)(m + 4 * q), s);
+        x = _mm_srli_si128(x, 4);
+    }
+}
+
 /* The bit number of the r-th (from 0) set bit of x: one pdep. */
 static inline unsigned ctx_select_pdep(uint64_t x, unsigned r)
 {
@@ -99,6 +110,47 @@ static inline size_t ctx_select_bmi2(const uint64_t *plane, const uint8_t *wc, s
     return out;
 }
 #undef SELECT
+
+/* ctx_gaps16 with hardware popcount, the running counts advanced 16 at a time by SSE4.1. */
+static inline size_t ctx_gaps16_sse(const uint16_t *a, const uint16_t *b, const uint64_t *plane, const uint8_t *wc,
+                                    const uint64_t *chw, size_t nw, const uint32_t off[16], uint32_t *gap,
+                                    uint16_t *z, uint32_t cnt[16])
+#define POP __builtin_popcountll
+#define ADDW(m, c) ctx_add16(m, c)
+{
+    uint32_t m[16], prev[16];   /* members before the word; the band list's last rank + 1 */
+    size_t k = 0;
+    for (unsigned q = 0; q < 16; q++) {
+        m[q] = 0;
+        prev[q] = 0;
+        cnt[q] = 0;
+    }
+    for (size_t w = 0; w < nw; w++) {
+        const uint64_t *pl = plane + 5 * w;
+        uint64_t ch = chw[w];
+        if (ch) {
+            uint64_t p0 = pl[0], p1 = pl[1], p2 = pl[2], p3 = pl[3], v = pl[4];
+            for (; ch; ch &= ch - 1) {
+                unsigned j = (unsigned)__builtin_ctzll(ch);
+                unsigned bd = (unsigned)((p0 >> j & 1) | (p1 >> j & 1) << 1 | (p2 >> j & 1) << 2 | (p3 >> j & 1) << 3);
+                uint64_t mw = v & (p0 ^ (0 - (uint64_t)(~bd & 1))) & (p1 ^ (0 - (uint64_t)(~bd >> 1 & 1))) &
+                              (p2 ^ (0 - (uint64_t)(~bd >> 2 & 1))) & (p3 ^ (0 - (uint64_t)(~bd >> 3 & 1)));
+                uint32_t r = m[bd] + (uint32_t)POP(mw & ((1ull << j) - 1));
+                size_t at = off[bd] + cnt[bd]++;
+                gap[at] = r - prev[bd];
+                prev[bd] = r + 1;
+                size_t i = 64 * w + j;
+                uint16_t d = (uint16_t)(b[i] - a[i]);
+                z[at] = (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)(0u - (d >> 15)));
+                k++;
+            }
+        }
+        ADDW(m, wc + 16 * w);
+    }
+    return k;
+}
+#undef POP
+#undef ADDW
 #endif
 
 #endif

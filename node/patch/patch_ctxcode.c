@@ -670,51 +670,17 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     K->ctx_planes16(old, neu, n, ebase, s->plane, s->wc, mm, s->chw);
     uint32_t nw = (n + 63) / 64;
 
-    /* the changes of each band */
-    size_t got = 0;
-    uint32_t kb[NB] = {0};
-    for (uint32_t w = 0; w < nw; w++) {
-        const uint16_t *o = old + (size_t)w * 64;
-        uint64_t ch = s->chw[w];
-        got += pop64(ch);
-        while (ch) {
-            unsigned j = (unsigned)__builtin_ctzll(ch);
-            kb[band_of(o[j], ebase)]++;
-            ch &= ch - 1;
-        }
+    /* per band, in position order: the changed members' gaps and their z, each band's list at
+     * the prefix sum of the members before it */
+    uint32_t off[NB], kb[NB], m[NB];
+    for (unsigned b = 0, o = 0; b < NB; b++) {
+        off[b] = o;
+        o += mm[b];
+        m[b] = mm[b];
     }
+    size_t got = K->ctx_gaps16(old, neu, s->plane, s->wc, s->chw, nw, off, s->gap, s->vz, kb);
     if (got != k)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: %zu changes given, %zu differ", k, got);
-
-    /* per band, in position order: the changed members' gaps and their z, band after band */
-    uint32_t off[NB + 1], wp[NB], m[NB] = {0};
-    uint64_t prev[NB], bx[NB][4];
-    unsigned act[NB], na = 0;
-    off[0] = 0;
-    for (unsigned b = 0; b < NB; b++) {
-        off[b + 1] = off[b] + kb[b];
-        wp[b] = off[b];
-        prev[b] = UINT64_MAX;   /* + 1 wraps to 0: the first gap is the first index */
-        if (kb[b]) {
-            band_x(b, bx[b]);
-            act[na++] = b;
-        }
-    }
-    for (uint32_t w = 0; w < nw; w++) {
-        const uint64_t *pl = s->plane + (size_t)w * 5;
-        /* the word's changes in position order, each appended to its band */
-        for (uint64_t ch = s->chw[w]; ch; ch &= ch - 1) {
-            unsigned j = (unsigned)__builtin_ctzll(ch);
-            uint32_t e = w * 64 + j;
-            unsigned b = band_of(old[e], ebase);
-            uint64_t i = m[b] + pop64(member_word(pl, bx[b]) & ((1ull << j) - 1));
-            s->gap[wp[b]] = (uint32_t)(i - (prev[b] + 1));
-            prev[b] = i;
-            s->vz[wp[b]++] = zigzag(old[e], neu[e]);
-        }
-        for (unsigned a = 0; a < na; a++)
-            m[act[a]] += wcount(s->wc, w, act[a]);
-    }
 
     /* the Rice streams, written after room for the longest header, moved down once it is known */
     uint8_t head[HEAD_MAX];
@@ -776,7 +742,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         if (!kb[b])
             continue;
         uint32_t cnt[NSYM] = {0};
-        for (uint32_t i = off[b]; i < off[b + 1]; i++)
+        for (uint32_t i = off[b]; i < off[b] + kb[b]; i++)
             cnt[zsym(s->vz[i])]++;
         norm_freq(cnt, freq[b]);
         unsigned c = 0;
@@ -792,7 +758,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         if (!kb[bi])
             continue;
         const uint16_t *f = freq[bi], *cu = cum[bi];
-        for (uint32_t i = off[bi + 1]; i-- > off[bi];) {
+        for (uint32_t i = off[bi] + kb[bi]; i-- > off[bi];) {
             unsigned y = zsym(s->vz[i]);
             uint32_t fy = f[y], xmax = ((RANS_L >> TAB_BITS) << 8) * fy;
             while (x >= xmax) {
@@ -814,13 +780,14 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     memcpy(v + vl, rp, R);
     vl += R;
     bitwr ew = {v + vl, vend, 0, 0, 0};
-    for (size_t i = 0; i < k; i++) {
-        uint16_t zz = s->vz[i];
-        if (zz > NDIRECT) {
-            unsigned L = bitlen16(zz);
-            bw_put(&ew, zz & ((1u << (L - 1)) - 1), L - 1);
+    for (unsigned b = 0; b < NB; b++)
+        for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
+            uint16_t zz = s->vz[i];
+            if (zz > NDIRECT) {
+                unsigned L = bitlen16(zz);
+                bw_put(&ew, zz & ((1u << (L - 1)) - 1), L - 1);
+            }
         }
-    }
     bw_flush(&ew);
     if (ew.over)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: escape bits overran their bound");

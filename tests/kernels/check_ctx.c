@@ -117,6 +117,46 @@ static void ctx_select_case(const pulse_kernels *t, const pulse_kernels *r, cons
     free(mpos); free(rank); free(want);
 }
 
+/* ctx_gaps16 against a definition that counts every band's members element by element. */
+static void ctx_gaps_case(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a, const uint16_t *b,
+                          size_t n, unsigned ebase, const uint64_t *plane, const uint8_t *wc,
+                          const uint32_t *members, const uint64_t *chw)
+{
+    size_t nw = (n + 63) / 64;
+    uint32_t off[16], seen[16] = {0}, cnt_d[16] = {0}, prev[16] = {0}, cnt_r[16], cnt_t[16];
+    for (unsigned q = 0, o = 0; q < 16; q++) {
+        off[q] = o;
+        o += members[q];
+    }
+    uint32_t *g_d = calloc(n + 1, 4), *g_r = canary_alloc(n * 4), *g_t = canary_alloc(n * 4);
+    uint16_t *z_d = calloc(n + 1, 2), *z_r = canary_alloc(n * 2), *z_t = canary_alloc(n * 2);
+    if (!g_d || !z_d) { perror("malloc"); exit(2); }
+    memset(g_r, 0, n * 4); memset(g_t, 0, n * 4); memset(z_r, 0, n * 2); memset(z_t, 0, n * 2);
+    size_t k_d = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned e = (a[i] >> 7) & 0xFF, bd = e > ebase ? e - ebase : 0;
+        bd = bd > 15 ? 15 : bd;
+        if (a[i] != b[i]) {
+            size_t at = off[bd] + cnt_d[bd]++;
+            g_d[at] = seen[bd] - prev[bd];
+            prev[bd] = seen[bd] + 1;
+            uint16_t d = (uint16_t)(b[i] - a[i]);
+            z_d[at] = (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)(0u - (d >> 15)));
+            k_d++;
+        }
+        seen[bd]++;
+    }
+    size_t k_r = r->ctx_gaps16(a, b, plane, wc, chw, nw, off, g_r, z_r, cnt_r);
+    size_t k_t = t->ctx_gaps16(a, b, plane, wc, chw, nw, off, g_t, z_t, cnt_t);
+    CHECK_SAME(k_r == k_d && !memcmp(cnt_r, cnt_d, sizeof cnt_d) && !memcmp(g_r, g_d, n * 4)
+               && !memcmp(z_r, z_d, n * 2), "ctx_gaps16 reference");
+    CHECK_SAME(k_t == k_r && !memcmp(cnt_t, cnt_r, sizeof cnt_r) && !memcmp(g_t, g_r, n * 4)
+               && !memcmp(z_t, z_r, n * 2), "ctx_gaps16");
+    CHECK_SAME(canary_intact(g_t, n * 4) && canary_intact(z_t, n * 2), "ctx_gaps16 overrun");
+    free(g_d); free(z_d);
+    canary_free(g_r); canary_free(g_t); canary_free(z_r); canary_free(z_t);
+}
+
 static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a, const uint16_t *b, size_t n)
 {
     unsigned eb_r = r->ctx_ebase16(a, n), eb_t = t->ctx_ebase16(a, n);
@@ -149,6 +189,7 @@ static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint1
         CHECK_SAME(!memcmp(pl_t, pl_r, nw * 40) && !memcmp(m_n, m_r, sizeof m_r), "ctx_planes16 without NEW");
         if (e == 0)
             ctx_select_case(t, r, a, n, ebs[e], pl_r, wc_r, m_r);
+        ctx_gaps_case(t, r, a, b, n, ebs[e], pl_r, wc_r, m_r, ch_r);
         canary_free(pl_r); canary_free(pl_t); canary_free(wc_r); canary_free(wc_t);
         canary_free(ch_r); canary_free(ch_t);
     }
