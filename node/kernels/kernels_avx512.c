@@ -745,6 +745,29 @@ static unsigned ctx_ebase16_avx512(const uint16_t *a, size_t n)
     return e > 15 ? e - 15 : 0;
 }
 
+/* The 16 band member words of one word, 8 per register (lane q of lo: band q, of hi: band 8 + q;
+ * x[k] = ~0 in the lanes whose band has bit k clear), counted by nibble lookup and vpsadbw,
+ * narrowed to 16 bytes: ctx_word_counts on vectors. */
+static inline void ctx_word_counts512(uint64_t p0, uint64_t p1, uint64_t p2, uint64_t p3, uint64_t v, uint8_t *wc)
+{
+    const __m512i x0 = _mm512_set_epi64(0, -1, 0, -1, 0, -1, 0, -1), x1 = _mm512_set_epi64(0, 0, -1, -1, 0, 0, -1, -1),
+                  x2 = _mm512_set_epi64(0, 0, 0, 0, -1, -1, -1, -1), nib = _mm512_set1_epi8(0x0F),
+                  lut = _mm512_set4_epi32(0x04030302, 0x03020201, 0x03020201, 0x02010100);
+    /* (a ^ b) & c */
+    __m512i m = _mm512_ternarylogic_epi64(_mm512_set1_epi64((long long)p0), x0, _mm512_set1_epi64((long long)v), 0x28);
+    m = _mm512_ternarylogic_epi64(_mm512_set1_epi64((long long)p1), x1, m, 0x28);
+    m = _mm512_ternarylogic_epi64(_mm512_set1_epi64((long long)p2), x2, m, 0x28);
+    __m512i P3 = _mm512_set1_epi64((long long)p3);
+    __m512i lo = _mm512_andnot_si512(P3, m), hi = _mm512_and_si512(P3, m);
+    __m512i cl = _mm512_add_epi8(_mm512_shuffle_epi8(lut, _mm512_and_si512(lo, nib)),
+                                 _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi64(lo, 4), nib)));
+    __m512i ch = _mm512_add_epi8(_mm512_shuffle_epi8(lut, _mm512_and_si512(hi, nib)),
+                                 _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi64(hi, 4), nib)));
+    __m512i z = _mm512_setzero_si512();
+    __m128i bl = _mm512_cvtepi64_epi8(_mm512_sad_epu8(cl, z)), bh = _mm512_cvtepi64_epi8(_mm512_sad_epu8(ch, z));
+    _mm_storeu_si128((__m128i *)wc, _mm_unpacklo_epi64(bl, bh));
+}
+
 /* 64 band bytes in one register (packus interleaves 128-bit lanes, the qword permute puts them
  * back in order); plane k is the mask of the bytes with bit k set. */
 static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
@@ -777,7 +800,7 @@ static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n,
         pl[2] = p2;
         pl[3] = p3;
         pl[4] = vm;
-        ctx_word_counts(p0, p1, p2, p3, vm, wc + 16 * w);
+        ctx_word_counts512(p0, p1, p2, p3, vm, wc + 16 * w);
     }
     ctx_members_sum(wc, nw, members);
 }
