@@ -758,6 +758,26 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         if (!kb[bi])
             continue;
         const uint16_t *f = freq[bi], *cu = cum[bi];
+        /* x / f by a multiply (the states stay below 2^31, where it is exact: ryg_rans's
+         * reciprocal), x = (x / f) 2^10 + x % f + cum as x + bias + q (2^10 - f); f = 1 takes
+         * q = x - 1 and a bias of cum + 2^10 - 1 */
+        uint32_t rcp[NSYM], bias[NSYM];
+        unsigned rsh[NSYM];
+        for (unsigned y = 0; y < NSYM; y++) {
+            uint32_t fy = f[y];
+            if (fy < 2) {
+                rcp[y] = UINT32_MAX;
+                rsh[y] = 0;
+                bias[y] = cu[y] + TAB_TOTAL - 1u;
+            } else {
+                unsigned sh = 0;
+                while (fy > (1u << sh))
+                    sh++;
+                rcp[y] = (uint32_t)(((1ull << (sh + 31)) + fy - 1) / fy);
+                rsh[y] = sh - 1;
+                bias[y] = cu[y];
+            }
+        }
         for (uint32_t i = off[bi] + kb[bi]; i-- > off[bi];) {
             unsigned y = zsym(s->vz[i]);
             uint32_t fy = f[y], xmax = ((RANS_L >> TAB_BITS) << 8) * fy;
@@ -765,7 +785,8 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
                 *--rp = (uint8_t)x;
                 x >>= 8;
             }
-            x = ((x / fy) << TAB_BITS) + (x % fy) + cu[y];
+            uint32_t q = (uint32_t)(((uint64_t)x * rcp[y]) >> 32) >> rsh[y];
+            x += bias[y] + q * (TAB_TOTAL - fy);
         }
     }
     rp -= 4;
