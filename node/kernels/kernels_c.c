@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_ctx.h"
 #include "node/kernels/kernels_tail.h"
 
 /* One template per element width keeps the three widths identical by construction.
@@ -357,18 +358,24 @@ static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsi
     const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full;
     size_t nw = (n + 63) / 64;
     const int16_t eb16 = (int16_t)ebase;
-    for (unsigned b = 0; b < 16; b++)
-        members[b] = 0;
     for (size_t w = 0; w < nw; w++) {
         size_t base = w * 64, valid = n - base < 64 ? n - base : 64;
         const uint16_t *o = a + base;
         uint8_t bb[64];
-        memset(bb, 0, sizeof bb);
-        /* signed 16-bit max/min: what SSE2 and NEON vectorise */
-        for (unsigned j = 0; j < valid; j++) {
-            int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
-            d = d < 0 ? 0 : d;
-            bb[j] = (uint8_t)(d > 15 ? 15 : d);
+        if (valid == 64) {
+            /* signed 16-bit max/min: what SSE2 and NEON vectorise */
+            for (unsigned j = 0; j < 64; j++) {
+                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                d = d < 0 ? 0 : d;
+                bb[j] = (uint8_t)(d > 15 ? 15 : d);
+            }
+        } else {
+            memset(bb, 0, sizeof bb);
+            for (unsigned j = 0; j < valid; j++) {
+                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                d = d < 0 ? 0 : d;
+                bb[j] = (uint8_t)(d > 15 ? 15 : d);
+            }
         }
         uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (unsigned j = 0; j < 64; j += 8)
@@ -380,13 +387,14 @@ static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsi
             hi += (acc[t] >> 4) & NIB;
         }
         lo -= 64 - valid;           /* the padding of a last word, counted as band 0 */
-        uint8_t *c = wc + w * 16;
-        for (unsigned i = 0; i < 8; i++) {
-            c[2 * i] = (uint8_t)(lo >> (8 * i));
-            c[2 * i + 1] = (uint8_t)(hi >> (8 * i));
-            members[2 * i] += c[2 * i];
-            members[2 * i + 1] += c[2 * i + 1];
+        /* bytes to band order: lo's byte i is band 2i, hi's band 2i + 1 */
+        uint64_t lw = 0, hw = 0;
+        for (unsigned i = 0; i < 4; i++) {
+            lw |= ((lo >> (8 * i)) & 0xFF) << (16 * i) | ((hi >> (8 * i)) & 0xFF) << (16 * i + 8);
+            hw |= ((lo >> (8 * i + 32)) & 0xFF) << (16 * i) | ((hi >> (8 * i + 32)) & 0xFF) << (16 * i + 8);
         }
+        memcpy(wc + w * 16, &lw, 8);
+        memcpy(wc + w * 16 + 8, &hw, 8);
         uint64_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
         for (unsigned g = 0; g < 8; g++) {
             uint64_t x;
@@ -421,6 +429,7 @@ static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsi
             chw[w] = ch;
         }
     }
+    ctx_members_sum(wc, nw, members);
 }
 
 /* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
@@ -488,12 +497,26 @@ static size_t ctx_select_c(const uint64_t *plane, const uint8_t *wc, size_t nw, 
 }
 #undef SELECT
 
+/* Population count: the instruction where the target has it, else SWAR inline (a generic x86-64
+ * build would otherwise call libgcc for each of the counts). */
+static inline unsigned ctx_pop64(uint64_t x)
+{
+#if defined(__POPCNT__) || defined(__ARM_NEON) || defined(__aarch64__)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
+}
+
 /* The encoder's walk: one pass over the changes in position order, each band's running member
  * count advanced by the words' counts. */
 static size_t ctx_gaps16_c(const uint16_t *a, const uint16_t *b, const uint64_t *plane, const uint8_t *wc,
                            const uint64_t *chw, size_t nw, const uint32_t off[16], uint32_t *gap, uint16_t *z,
                            uint32_t cnt[16])
-#define POP __builtin_popcountll
+#define POP ctx_pop64
 #define ADDW(m, c) do { for (unsigned q_ = 0; q_ < 16; q_++) (m)[q_] += (c)[q_]; } while (0)
 {
     uint32_t m[16], prev[16];   /* members before the word; the band list's last rank + 1 */
