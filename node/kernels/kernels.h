@@ -39,7 +39,7 @@ enum {
  * none reads or writes outside [0, n) of its arrays, all accept n == 0 and unaligned pointers.
  *
  * To add a kernel: add the pointer here, the _c reference in kernels_c.c, the ISA versions,
- * a case in tests/kernels/checkkernels.c, and a bench line there. */
+ * a case in a family of tests/kernels/ (check_*.c), and a bench line there. */
 typedef struct pulse_kernels {
     const char *name;   /* "c", "avx2", "avx512", "neon" (best one filled in) */
 
@@ -164,6 +164,38 @@ typedef struct pulse_kernels {
      * returns their bytes. out needs room for pulse_rice_rem_bytes(k, shift) + (sum of
      * (gap >> shift) + k + 7) / 8 bytes plus 64 of slack that may be scribbled. */
     size_t (*rice_put)(const uint8_t *leb, size_t len, size_t k, unsigned shift, uint8_t *out);
+
+    /* The context coder of format 5 (docs/patch-format.md, "Context-coded chunks"), on a BF16
+     * chunk a[0..n). exp(x) = (x >> 7) & 0xFF. ctx_ebase16: the chunk's exponent base, the
+     * largest exp(a[i]) minus 15, clamped at 0 (0 when n == 0). */
+    unsigned (*ctx_ebase16)(const uint16_t *a, size_t n);
+    /* The bands of a (band(x) = min(max(exp(x) - ebase, 0), 15), ebase <= 240) per word w of 64
+     * elements (elements 64w..64w+63, nw = ceil(n / 64) words): bit j of plane[5w + k] is bit k
+     * of the band of a[64w + j], plane[5w + 4] the valid bits (bits j with 64w + j < n; the
+     * other planes are 0 there); wc[16w + b] = the elements of band b in word w; members[b] =
+     * those of the whole chunk. When b != NULL also chw[w]: bit j set where a[64w + j] !=
+     * b[64w + j] (0 past n). n >= 1. The members of band b in word w are then
+     * plane[5w + 4] & AND over k of (bit k of b ? plane[5w + k] : ~plane[5w + k]). */
+    void (*ctx_planes16)(const uint16_t *a, const uint16_t *b, size_t n, unsigned ebase, uint64_t *plane,
+                         uint8_t *wc, uint32_t members[16], uint64_t *chw);
+    /* The positions of band `band`'s members by rank (their index among the band's members in
+     * ascending position), from ctx_planes16's plane and wc over nw words. rank[0..c) strictly
+     * ascending, each below the band's members. invert == 0: pos[j] = the position of member
+     * rank[j] for j < c (pos may be rank: each is read before it is written); returns c.
+     * invert != 0: the positions of the members whose rank is not listed, ascending, to pos
+     * (room for members - c; not rank); returns members - c. */
+    size_t (*ctx_select)(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band, const uint32_t *rank,
+                         size_t c, int invert, uint32_t *pos);
+    /* The encoder's side: with ctx_planes16's plane, wc and chw of a (OLD) and b (NEW) over nw
+     * words, each change (bit j of chw[w], position i = 64w + j) in ascending position goes to
+     * the list of its band (of a[i]): at list slot t = cnt[band]++, gap[off[band] + t] = its rank
+     * among the band's members minus the previous listed rank minus 1 (the first: the rank),
+     * z[off[band] + t] = zigzag((int16_t)(b[i] - a[i])) (as ulp_encode16). cnt is set here;
+     * off[band] + the band's members must fit gap and z (off = the members' prefix sums do).
+     * Returns the changes. */
+    size_t (*ctx_gaps16)(const uint16_t *a, const uint16_t *b, const uint64_t *plane, const uint8_t *wc,
+                         const uint64_t *chw, size_t nw, const uint32_t off[16], uint32_t *gap, uint16_t *z,
+                         uint32_t cnt[16]);
 } pulse_kernels;
 
 /* Bytes of the remainder plane of k Rice fields of `shift` bits. */

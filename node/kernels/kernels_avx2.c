@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_ctx.h"
 #include "node/kernels/kernels_tail.h"
 #include "node/kernels/kernels_ulp16.h"
 
@@ -684,6 +685,90 @@ static int rice_gaps_avx2(const uint8_t *src, size_t len, size_t k, unsigned shi
     return rice_gaps_portable(pulse_rice_byte_table(), src, len, k, shift, limit, leb, leb_len);
 }
 
+/* ---- the context coder's bands (format 5) ---- */
+
+static unsigned ctx_ebase16_avx2(const uint16_t *a, size_t n)
+{
+    const __m256i em = _mm256_set1_epi16(0x7F80);
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        m0 = _mm256_max_epu16(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(a + i)), em));
+        m1 = _mm256_max_epu16(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(a + i + 16)), em));
+        m2 = _mm256_max_epu16(m2, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(a + i + 32)), em));
+        m3 = _mm256_max_epu16(m3, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(a + i + 48)), em));
+    }
+    m0 = _mm256_max_epu16(_mm256_max_epu16(m0, m1), _mm256_max_epu16(m2, m3));
+    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(m0), _mm256_extracti128_si256(m0, 1));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
+    uint16_t mx = (uint16_t)_mm_extract_epi16(q, 0);
+    for (; i < n; i++) {
+        uint16_t v = a[i] & 0x7F80u;
+        mx = v > mx ? v : mx;
+    }
+    unsigned e = mx >> 7;
+    return e > 15 ? e - 15 : 0;
+}
+
+/* 32 band bytes per register (packus interleaves the 128-bit lanes, the qword permute puts
+ * them back in order); plane k: bit k of each byte moved to its top bit, then movemask. A
+ * last partial word goes through a zero-padded copy (band 0, unchanged). */
+static void ctx_planes16_avx2(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                              uint8_t *wc, uint32_t members[16], uint64_t *chw)
+{
+    const __m256i ff = _mm256_set1_epi16(0xFF), eb = _mm256_set1_epi16((short)ebase), top = _mm256_set1_epi16(15);
+    size_t nw = (n + 63) / 64;
+    for (size_t w = 0; w < nw; w++) {
+        size_t base = w * 64, valid = n - base >= 64 ? 64 : n - base;
+        uint64_t vm = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+        const uint16_t *o = a + base, *e = nb ? nb + base : NULL;
+        uint16_t to[64], te[64];
+        if (valid < 64) {
+            memset(to, 0, sizeof to);
+            memcpy(to, o, valid * 2);
+            o = to;
+            if (e) {
+                memset(te, 0, sizeof te);
+                memcpy(te, e, valid * 2);
+                e = te;
+            }
+        }
+        __m256i v[4];
+        for (unsigned i = 0; i < 4; i++)
+            v[i] = _mm256_loadu_si256((const __m256i *)(o + 16 * i));
+        if (e) {
+            __m256i q[4];
+            for (unsigned i = 0; i < 4; i++)
+                q[i] = _mm256_cmpeq_epi16(v[i], _mm256_loadu_si256((const __m256i *)(e + 16 * i)));
+            __m256i e0 = _mm256_permute4x64_epi64(_mm256_packs_epi16(q[0], q[1]), 0xD8);
+            __m256i e1 = _mm256_permute4x64_epi64(_mm256_packs_epi16(q[2], q[3]), 0xD8);
+            uint64_t eq = (uint64_t)(uint32_t)_mm256_movemask_epi8(e0) |
+                          ((uint64_t)(uint32_t)_mm256_movemask_epi8(e1) << 32);
+            chw[w] = ~eq;
+        }
+        for (unsigned i = 0; i < 4; i++)
+            v[i] = _mm256_min_epu16(_mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v[i], 7), ff), eb), top);
+        __m256i b0 = _mm256_permute4x64_epi64(_mm256_packus_epi16(v[0], v[1]), 0xD8);
+        __m256i b1 = _mm256_permute4x64_epi64(_mm256_packus_epi16(v[2], v[3]), 0xD8);
+        uint64_t p[4];
+        for (unsigned k = 0; k < 4; k++) {
+            uint32_t lo = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(b0, (int)(7 - k)));
+            uint32_t hi = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(b1, (int)(7 - k)));
+            p[k] = ((uint64_t)hi << 32) | lo;
+        }
+        uint64_t *pl = plane + w * 5;
+        pl[0] = p[0];
+        pl[1] = p[1];
+        pl[2] = p[2];
+        pl[3] = p[3];
+        pl[4] = vm;
+        ctx_word_counts(p[0], p[1], p[2], p[3], vm, wc + 16 * w);
+    }
+    ctx_members_sum(wc, nw, members);
+}
+
 int pulse_kernels_init_avx2(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_AVX2))
@@ -710,5 +795,9 @@ int pulse_kernels_init_avx2(pulse_kernels *k)
     k->gate[PULSE_VIEW_FP16] = gate_fp16_avx2;
     k->leb1_run = leb1_run_avx2;
     k->ulp2_add16 = ulp2_add16_avx2;
+    k->ctx_ebase16 = ctx_ebase16_avx2;
+    k->ctx_planes16 = ctx_planes16_avx2;
+    k->ctx_select = ctx_select_bmi2;
+    k->ctx_gaps16 = ctx_gaps16_sse;
     return 0;
 }

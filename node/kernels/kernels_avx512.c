@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_ctx.h"
 #include "node/kernels/kernels_tail.h"
 
 /* Appends base + bit for each set bit of a 16-bit mask. vpcompressd into a register and a
@@ -717,6 +718,93 @@ out:
     return rc ? rc : rice_finish(src, rb, u, ulen, k, shift, &st);
 }
 
+/* ---- the context coder's bands (format 5) ---- */
+
+static unsigned ctx_ebase16_avx512(const uint16_t *a, size_t n)
+{
+    const __m512i em = _mm512_set1_epi16(0x7F80);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_loadu_si512(a + i), em));
+        m1 = _mm512_max_epu16(m1, _mm512_and_si512(_mm512_loadu_si512(a + i + 32), em));
+        m2 = _mm512_max_epu16(m2, _mm512_and_si512(_mm512_loadu_si512(a + i + 64), em));
+        m3 = _mm512_max_epu16(m3, _mm512_and_si512(_mm512_loadu_si512(a + i + 96), em));
+    }
+    for (; i < n; i += 32) {
+        __mmask32 k = n - i >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (n - i)) - 1);
+        m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_maskz_loadu_epi16(k, a + i), em));
+    }
+    m0 = _mm512_max_epu16(_mm512_max_epu16(m0, m1), _mm512_max_epu16(m2, m3));
+    __m256i h = _mm256_max_epu16(_mm512_castsi512_si256(m0), _mm512_extracti64x4_epi64(m0, 1));
+    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
+    unsigned e = (unsigned)_mm_extract_epi16(q, 0) >> 7;
+    return e > 15 ? e - 15 : 0;
+}
+
+/* The 16 band member words of one word, 8 per register (lane q of lo: band q, of hi: band 8 + q;
+ * x[k] = ~0 in the lanes whose band has bit k clear), counted by nibble lookup and vpsadbw,
+ * narrowed to 16 bytes: ctx_word_counts on vectors. */
+static inline void ctx_word_counts512(uint64_t p0, uint64_t p1, uint64_t p2, uint64_t p3, uint64_t v, uint8_t *wc)
+{
+    const __m512i x0 = _mm512_set_epi64(0, -1, 0, -1, 0, -1, 0, -1), x1 = _mm512_set_epi64(0, 0, -1, -1, 0, 0, -1, -1),
+                  x2 = _mm512_set_epi64(0, 0, 0, 0, -1, -1, -1, -1), nib = _mm512_set1_epi8(0x0F),
+                  lut = _mm512_set4_epi32(0x04030302, 0x03020201, 0x03020201, 0x02010100);
+    /* (a ^ b) & c */
+    __m512i m = _mm512_ternarylogic_epi64(_mm512_set1_epi64((long long)p0), x0, _mm512_set1_epi64((long long)v), 0x28);
+    m = _mm512_ternarylogic_epi64(_mm512_set1_epi64((long long)p1), x1, m, 0x28);
+    m = _mm512_ternarylogic_epi64(_mm512_set1_epi64((long long)p2), x2, m, 0x28);
+    __m512i P3 = _mm512_set1_epi64((long long)p3);
+    __m512i lo = _mm512_andnot_si512(P3, m), hi = _mm512_and_si512(P3, m);
+    __m512i cl = _mm512_add_epi8(_mm512_shuffle_epi8(lut, _mm512_and_si512(lo, nib)),
+                                 _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi64(lo, 4), nib)));
+    __m512i ch = _mm512_add_epi8(_mm512_shuffle_epi8(lut, _mm512_and_si512(hi, nib)),
+                                 _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi64(hi, 4), nib)));
+    __m512i z = _mm512_setzero_si512();
+    __m128i bl = _mm512_cvtepi64_epi8(_mm512_sad_epu8(cl, z)), bh = _mm512_cvtepi64_epi8(_mm512_sad_epu8(ch, z));
+    _mm_storeu_si128((__m128i *)wc, _mm_unpacklo_epi64(bl, bh));
+}
+
+/* 64 band bytes in one register (packus interleaves 128-bit lanes, the qword permute puts them
+ * back in order); plane k is the mask of the bytes with bit k set. */
+static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                                uint8_t *wc, uint32_t members[16], uint64_t *chw)
+{
+    const __m512i ff = _mm512_set1_epi16(0xFF), eb = _mm512_set1_epi16((short)ebase),
+                  top = _mm512_set1_epi16(15), perm = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+    size_t nw = (n + 63) / 64;
+    for (size_t w = 0; w < nw; w++) {
+        size_t base = w * 64, valid = n - base >= 64 ? 64 : n - base;
+        uint64_t vm = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+        __mmask32 k0 = (__mmask32)vm, k1 = (__mmask32)(vm >> 32);
+        __m512i x = _mm512_maskz_loadu_epi16(k0, a + base);
+        __m512i y = _mm512_maskz_loadu_epi16(k1, a + base + 32);
+        if (nb) {
+            __m512i nx = _mm512_maskz_loadu_epi16(k0, nb + base);
+            __m512i ny = _mm512_maskz_loadu_epi16(k1, nb + base + 32);
+            chw[w] = (uint64_t)_mm512_cmpneq_epi16_mask(x, nx) | ((uint64_t)_mm512_cmpneq_epi16_mask(y, ny) << 32);
+        }
+        x = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(x, 7), ff), eb), top);
+        y = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(y, 7), ff), eb), top);
+        __m512i bytes = _mm512_permutexvar_epi64(perm, _mm512_packus_epi16(x, y));
+        uint64_t p0 = _mm512_test_epi8_mask(bytes, _mm512_set1_epi8(1));
+        uint64_t p1 = _mm512_test_epi8_mask(bytes, _mm512_set1_epi8(2));
+        uint64_t p2 = _mm512_test_epi8_mask(bytes, _mm512_set1_epi8(4));
+        uint64_t p3 = _mm512_test_epi8_mask(bytes, _mm512_set1_epi8(8));
+        uint64_t *pl = plane + w * 5;
+        pl[0] = p0;
+        pl[1] = p1;
+        pl[2] = p2;
+        pl[3] = p3;
+        pl[4] = vm;
+        ctx_word_counts512(p0, p1, p2, p3, vm, wc + 16 * w);
+    }
+    ctx_members_sum(wc, nw, members);
+}
+
 int pulse_kernels_init_avx512(pulse_kernels *k)
 {
     if (!(pulse_cpu_flags() & PULSE_CPU_AVX512))
@@ -744,5 +832,9 @@ int pulse_kernels_init_avx512(pulse_kernels *k)
     k->scatter_add_f32 = scatter_add_f32_avx512;
     k->leb1_run = leb1_run_avx512;
     k->rice_gaps = rice_gaps_avx512;
+    k->ctx_ebase16 = ctx_ebase16_avx512;
+    k->ctx_planes16 = ctx_planes16_avx512;
+    k->ctx_select = ctx_select_bmi2;
+    k->ctx_gaps16 = ctx_gaps16_sse;
     return 0;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_ctx.h"
 #include "node/kernels/kernels_tail.h"
 
 /* One template per element width keeps the three widths identical by construction.
@@ -324,6 +325,234 @@ static size_t rice_put_c(const uint8_t *leb, size_t len, size_t k, unsigned shif
     return rice_put_ref(leb, len, k, shift, out);
 }
 
+/* ---- the context coder's bands (format 5) ---- */
+
+/* The 64-bit loads of band bytes below read them in memory order. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the context kernels assume a little-endian target"
+#endif
+
+static unsigned ctx_ebase16_c(const uint16_t *a, size_t n)
+{
+    uint16_t mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v = a[i] & 0x7F80u;
+        mx = v > mx ? v : mx;
+    }
+    unsigned e = mx >> 7;
+    return e > 15 ? e - 15 : 0;
+}
+
+/* Bit 0 of each of 8 bytes gathered into one byte (byte i -> bit i): the products' partial
+ * terms land on distinct bits, so nothing carries into the top byte. */
+static inline uint64_t ctx_gather8(uint64_t x)
+{
+    return ((x & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56;
+}
+
+/* The counts are kept in registers: one nibble per band in 8 accumulators of 8 elements each,
+ * then bytes; no popcount needed (a generic x86-64 build would call libgcc for each). */
+static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                           uint8_t *wc, uint32_t members[16], uint64_t *chw)
+{
+    const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full;
+    size_t nw = (n + 63) / 64;
+    const int16_t eb16 = (int16_t)ebase;
+    for (size_t w = 0; w < nw; w++) {
+        size_t base = w * 64, valid = n - base < 64 ? n - base : 64;
+        const uint16_t *o = a + base;
+        uint8_t bb[64];
+        if (valid == 64) {
+            /* signed 16-bit max/min: what SSE2 and NEON vectorise */
+            for (unsigned j = 0; j < 64; j++) {
+                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                d = d < 0 ? 0 : d;
+                bb[j] = (uint8_t)(d > 15 ? 15 : d);
+            }
+        } else {
+            memset(bb, 0, sizeof bb);
+            for (unsigned j = 0; j < valid; j++) {
+                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                d = d < 0 ? 0 : d;
+                bb[j] = (uint8_t)(d > 15 ? 15 : d);
+            }
+        }
+        uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (unsigned j = 0; j < 64; j += 8)
+            for (unsigned t = 0; t < 8; t++)
+                acc[t] += 1ull << (4 * bb[j + t]);
+        uint64_t lo = 0, hi = 0;    /* byte i: the count of band 2i (lo), 2i + 1 (hi) */
+        for (unsigned t = 0; t < 8; t++) {
+            lo += acc[t] & NIB;
+            hi += (acc[t] >> 4) & NIB;
+        }
+        lo -= 64 - valid;           /* the padding of a last word, counted as band 0 */
+        /* bytes to band order: lo's byte i is band 2i, hi's band 2i + 1 */
+        uint64_t lw = 0, hw = 0;
+        for (unsigned i = 0; i < 4; i++) {
+            lw |= ((lo >> (8 * i)) & 0xFF) << (16 * i) | ((hi >> (8 * i)) & 0xFF) << (16 * i + 8);
+            hw |= ((lo >> (8 * i + 32)) & 0xFF) << (16 * i) | ((hi >> (8 * i + 32)) & 0xFF) << (16 * i + 8);
+        }
+        memcpy(wc + w * 16, &lw, 8);
+        memcpy(wc + w * 16 + 8, &hw, 8);
+        uint64_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+        for (unsigned g = 0; g < 8; g++) {
+            uint64_t x;
+            memcpy(&x, bb + 8 * g, 8);
+            p0 |= ctx_gather8(x) << (8 * g);
+            p1 |= ctx_gather8(x >> 1) << (8 * g);
+            p2 |= ctx_gather8(x >> 2) << (8 * g);
+            p3 |= ctx_gather8(x >> 3) << (8 * g);
+        }
+        uint64_t *pl = plane + w * 5;
+        pl[0] = p0;
+        pl[1] = p1;
+        pl[2] = p2;
+        pl[3] = p3;
+        pl[4] = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+        if (nb) {
+            const uint16_t *e = nb + base;
+            uint64_t ch = 0;
+            if (valid == 64) {
+                uint8_t c8[64];
+                for (unsigned j = 0; j < 64; j++)
+                    c8[j] = o[j] != e[j];
+                for (unsigned g = 0; g < 8; g++) {
+                    uint64_t x;
+                    memcpy(&x, c8 + 8 * g, 8);
+                    ch |= ctx_gather8(x) << (8 * g);
+                }
+            } else {
+                for (unsigned j = 0; j < valid; j++)
+                    ch |= (uint64_t)(o[j] != e[j]) << j;
+            }
+            chw[w] = ch;
+        }
+    }
+    ctx_members_sum(wc, nw, members);
+}
+
+/* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
+ * the bytes' running bit counts (SWAR), the byte where they pass r, then inside that byte. */
+static inline unsigned ctx_select64(uint64_t x, unsigned r)
+{
+    const uint64_t L8 = 0x0101010101010101ull, H8 = 0x8080808080808080ull;
+    uint64_t c = x - ((x >> 1) & 0x5555555555555555ull);
+    c = (c & 0x3333333333333333ull) + ((c >> 2) & 0x3333333333333333ull);
+    c = ((c + (c >> 4)) & 0x0F0F0F0F0F0F0F0Full) * L8;   /* byte i: set bits in bytes 0..i */
+    /* bytes whose running count is <= r (no borrow: r < 64 and counts <= 64 under bit 7) */
+    uint64_t le = (((uint64_t)r * L8) | H8) - c;
+    unsigned byte = (unsigned)((((le & H8) >> 7) * L8) >> 56);
+    if (byte)
+        r -= (unsigned)(c >> (8 * byte - 8)) & 0xFFu;
+    unsigned xb = (unsigned)(x >> (8 * byte)) & 0xFFu;
+    while (r--)
+        xb &= xb - 1;
+    return 8 * byte + (unsigned)__builtin_ctz(xb);
+}
+
+/* A band's walk: to the word holding each listed member by the words' counts, then the member
+ * inside the word. */
+static size_t ctx_select_c(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band, const uint32_t *rank,
+                           size_t c, int invert, uint32_t *pos)
+#define SELECT ctx_select64
+{
+    uint64_t x[4];
+    for (unsigned k = 0; k < 4; k++)
+        x[k] = (band >> k & 1u) ? 0 : ~0ull;
+    size_t out = 0;
+    if (!invert) {
+        uint64_t base = 0;
+        size_t w = 0;
+        for (size_t j = 0; j < c; j++) {
+            uint64_t id = rank[j];
+            unsigned pc;
+            while (id >= base + (pc = wc[16 * w + band])) {
+                base += pc;
+                w++;
+            }
+            const uint64_t *pl = plane + 5 * w;
+            uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
+            pos[j] = (uint32_t)(64 * w + SELECT(mw, (unsigned)(id - base)));
+        }
+        return c;
+    }
+    uint64_t base = 0, nx = c ? rank[0] : UINT64_MAX;
+    size_t got = c ? 1 : 0;
+    for (size_t w = 0; w < nw; w++) {
+        unsigned pc = wc[16 * w + band];
+        if (!pc)
+            continue;
+        const uint64_t *pl = plane + 5 * w;
+        uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]), sel = 0;
+        while (nx < base + pc) {
+            sel |= 1ull << SELECT(mw, (unsigned)(nx - base));
+            nx = got < c ? rank[got++] : UINT64_MAX;
+        }
+        for (uint64_t chb = mw & ~sel; chb; chb &= chb - 1)
+            pos[out++] = (uint32_t)(64 * w + (unsigned)__builtin_ctzll(chb));
+        base += pc;
+    }
+    return out;
+}
+#undef SELECT
+
+/* Population count: the instruction where the target has it, else SWAR inline (a generic x86-64
+ * build would otherwise call libgcc for each of the counts). */
+static inline unsigned ctx_pop64(uint64_t x)
+{
+#if defined(__POPCNT__) || defined(__ARM_NEON) || defined(__aarch64__)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
+}
+
+/* The encoder's walk: one pass over the changes in position order, each band's running member
+ * count advanced by the words' counts. */
+static size_t ctx_gaps16_c(const uint16_t *a, const uint16_t *b, const uint64_t *plane, const uint8_t *wc,
+                           const uint64_t *chw, size_t nw, const uint32_t off[16], uint32_t *gap, uint16_t *z,
+                           uint32_t cnt[16])
+#define POP ctx_pop64
+#define ADDW(m, c) do { for (unsigned q_ = 0; q_ < 16; q_++) (m)[q_] += (c)[q_]; } while (0)
+{
+    uint32_t m[16], prev[16];   /* members before the word; the band list's last rank + 1 */
+    size_t k = 0;
+    for (unsigned q = 0; q < 16; q++) {
+        m[q] = 0;
+        prev[q] = 0;
+        cnt[q] = 0;
+    }
+    for (size_t w = 0; w < nw; w++) {
+        const uint64_t *pl = plane + 5 * w;
+        uint64_t ch = chw[w];
+        if (ch) {
+            uint64_t p0 = pl[0], p1 = pl[1], p2 = pl[2], p3 = pl[3], v = pl[4];
+            for (; ch; ch &= ch - 1) {
+                unsigned j = (unsigned)__builtin_ctzll(ch);
+                unsigned bd = (unsigned)((p0 >> j & 1) | (p1 >> j & 1) << 1 | (p2 >> j & 1) << 2 | (p3 >> j & 1) << 3);
+                uint64_t mw = v & (p0 ^ (0 - (uint64_t)(~bd & 1))) & (p1 ^ (0 - (uint64_t)(~bd >> 1 & 1))) &
+                              (p2 ^ (0 - (uint64_t)(~bd >> 2 & 1))) & (p3 ^ (0 - (uint64_t)(~bd >> 3 & 1)));
+                uint32_t r = m[bd] + (uint32_t)POP(mw & ((1ull << j) - 1));
+                size_t at = off[bd] + cnt[bd]++;
+                gap[at] = r - prev[bd];
+                prev[bd] = r + 1;
+                size_t i = 64 * w + j;
+                uint16_t d = (uint16_t)(b[i] - a[i]);
+                z[at] = (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)(0u - (d >> 15)));
+                k++;
+            }
+        }
+        ADDW(m, wc + 16 * w);
+    }
+    return k;
+}
+#undef POP
+#undef ADDW
+
 void pulse_kernels_init_c(pulse_kernels *k)
 {
     *k = (pulse_kernels){
@@ -346,5 +575,9 @@ void pulse_kernels_init_c(pulse_kernels *k)
         .ulp2_add16 = ulp2_add16_c,
         .rice_gaps = rice_gaps_c,
         .rice_put = rice_put_c,
+        .ctx_ebase16 = ctx_ebase16_c,
+        .ctx_planes16 = ctx_planes16_c,
+        .ctx_select = ctx_select_c,
+        .ctx_gaps16 = ctx_gaps16_c,
     };
 }

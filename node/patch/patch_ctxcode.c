@@ -8,6 +8,7 @@
 
 #include "base/fail.h"
 #include "base/leb128.h"
+#include "node/kernels/kernels.h"
 #include "node/patch/patch_ctxcode.h"
 
 /* The 64-bit loads of bytes below (bit planes, bit readers) read them in memory order. */
@@ -30,11 +31,12 @@ struct patch_ctx_scratch {
     uint32_t cap;               /* chunk_elems */
     uint64_t *plane;            /* per 64 elements: the band's 4 bit planes, then the valid bits */
     uint8_t *wc;                /* per 64 elements: each band's members there (wcount) */
+    uint32_t *rank;             /* one band's listed member indices (cap / 2 + 1): the decoder's
+                                 * unchanged ones, the encoder's unchanged gaps */
     /* The encoder's, allocated on its first use (a decoding thread never needs them). */
     uint64_t *chw;              /* per 64 elements: the changed bits */
     uint32_t *gap;              /* the changed members' gaps, band after band (cap) */
     uint16_t *vz;               /* z in decode order (cap) */
-    uint32_t *ugap;             /* one band's unchanged members' gaps (cap / 2 + 1) */
     uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
 };
 
@@ -78,17 +80,6 @@ static inline unsigned band_of(uint16_t v, unsigned ebase)
     return b > NB - 1 ? NB - 1 : b;
 }
 
-static unsigned chunk_ebase(const uint16_t *old, uint32_t n)
-{
-    uint16_t mx = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint16_t v = old[i] & 0x7F80u;
-        mx = v > mx ? v : mx;
-    }
-    unsigned e = mx >> 7;
-    return e > NB - 1 ? e - (NB - 1) : 0;
-}
-
 static inline uint16_t zigzag(uint16_t old, uint16_t neu)
 {
     uint16_t d = (uint16_t)(neu - old);
@@ -119,89 +110,10 @@ static inline unsigned pop64(uint64_t x)
 #endif
 }
 
-/* Bit 0 of each of 8 bytes gathered into one byte (byte i -> bit i): the products' partial
- * terms land on distinct bits, so nothing carries into the top byte. */
-static inline uint64_t gather8(uint64_t x)
-{
-    return ((x & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56;
-}
-
-/* Per 64 elements of OLD: the band of each element as 4 bit planes, and the valid bits; the
- * members of band b in a word are then 4 ANDs away (member_word), for all 16 bands. Also each
- * band's member count in each word (wc, read by wcount: a band's walk skips words by adding
- * bytes instead of counting bits) and in all (members). The counts are kept in registers: one
- * nibble per band in 8 accumulators of 8 elements each, then bytes. */
-static void build_planes(const uint16_t *old, uint32_t n, unsigned ebase, uint64_t *plane, uint8_t *wc,
-                         uint32_t *members)
-{
-    const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full, B16 = 0x00FF00FF00FF00FFull;
-    uint32_t nw = (n + 63) / 64;
-    uint64_t t16[4] = {0, 0, 0, 0};
-    const int16_t eb16 = (int16_t)ebase;
-    for (unsigned b = 0; b < NB; b++)
-        members[b] = 0;
-    for (uint32_t w = 0; w < nw; w++) {
-        uint32_t base = w * 64, valid = n - base < 64 ? n - base : 64;
-        const uint16_t *o = old + base;
-        uint8_t bb[64];
-        if (valid == 64) {
-            /* signed 16-bit max/min: what SSE2 and NEON vectorise */
-            for (unsigned j = 0; j < 64; j++) {
-                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
-                d = d < 0 ? 0 : d;
-                bb[j] = (uint8_t)(d > (int16_t)(NB - 1) ? (int16_t)(NB - 1) : d);
-            }
-        } else {
-            memset(bb, 0, sizeof bb);
-            for (unsigned j = 0; j < valid; j++)
-                bb[j] = (uint8_t)band_of(o[j], ebase);
-        }
-        uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (unsigned j = 0; j < 64; j += 8)
-            for (unsigned t = 0; t < 8; t++)
-                a[t] += 1ull << (4 * bb[j + t]);
-        uint64_t lo = 0, hi = 0;    /* byte i: the count of band 2i (lo), 2i + 1 (hi) */
-        for (unsigned t = 0; t < 8; t++) {
-            lo += a[t] & NIB;
-            hi += (a[t] >> 4) & NIB;
-        }
-        lo -= 64 - valid;           /* the padding of a last word, counted as band 0 */
-        memcpy(wc + (size_t)w * 16, &lo, 8);
-        memcpy(wc + (size_t)w * 16 + 8, &hi, 8);
-        t16[0] += lo & B16;         /* bands 0, 4, 8, 12 in 16-bit lanes */
-        t16[1] += (lo >> 8) & B16;  /* 2, 6, 10, 14 */
-        t16[2] += hi & B16;         /* 1, 5, 9, 13 */
-        t16[3] += (hi >> 8) & B16;  /* 3, 7, 11, 15 */
-        if ((w & 511) == 511 || w == nw - 1) {   /* before a lane can pass 65535 */
-            static const unsigned first[4] = {0, 2, 1, 3};
-            for (unsigned q = 0; q < 4; q++) {
-                for (unsigned i = 0; i < 4; i++)
-                    members[first[q] + 4 * i] += (uint32_t)(t16[q] >> (16 * i)) & 0xFFFFu;
-                t16[q] = 0;
-            }
-        }
-        uint64_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
-        for (unsigned g = 0; g < 8; g++) {
-            uint64_t x;
-            memcpy(&x, bb + 8 * g, 8);
-            p0 |= gather8(x) << (8 * g);
-            p1 |= gather8(x >> 1) << (8 * g);
-            p2 |= gather8(x >> 2) << (8 * g);
-            p3 |= gather8(x >> 3) << (8 * g);
-        }
-        uint64_t *pl = plane + (size_t)w * 5;
-        pl[0] = p0;
-        pl[1] = p1;
-        pl[2] = p2;
-        pl[3] = p3;
-        pl[4] = valid == 64 ? ~0ull : ((1ull << valid) - 1);
-    }
-}
-
-/* Members of band b in word w (build_planes' wc). */
+/* Members of band b in word w (the kernel ctx_planes16's wc). */
 static inline unsigned wcount(const uint8_t *wc, uint32_t w, unsigned b)
 {
-    return wc[(size_t)w * 16 + ((b & 1u) << 3) + (b >> 1)];
+    return wc[(size_t)w * 16 + b];
 }
 
 /* x[k] = ~0 where bit k of b is 0: a plane XOR x[k] is 1 where the element agrees with b. */
@@ -214,25 +126,6 @@ static inline void band_x(unsigned b, uint64_t *x)
 static inline uint64_t member_word(const uint64_t *pl, const uint64_t *x)
 {
     return pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
-}
-
-/* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
- * the bytes' running bit counts (SWAR), the byte where they pass r, then inside that byte. */
-static inline unsigned select64(uint64_t x, unsigned r)
-{
-    const uint64_t L8 = 0x0101010101010101ull, H8 = 0x8080808080808080ull;
-    uint64_t c = x - ((x >> 1) & 0x5555555555555555ull);
-    c = (c & 0x3333333333333333ull) + ((c >> 2) & 0x3333333333333333ull);
-    c = ((c + (c >> 4)) & 0x0F0F0F0F0F0F0F0Full) * L8;   /* byte i: set bits in bytes 0..i */
-    /* bytes whose running count is <= r (no borrow: r < 64 and counts <= 64 under bit 7) */
-    uint64_t le = (((uint64_t)r * L8) | H8) - c;
-    unsigned byte = (unsigned)((((le & H8) >> 7) * L8) >> 56);
-    if (byte)
-        r -= (unsigned)(c >> (8 * byte - 8)) & 0xFFu;
-    unsigned xb = (unsigned)(x >> (8 * byte)) & 0xFFu;
-    while (r--)
-        xb &= xb - 1;
-    return 8 * byte + (unsigned)__builtin_ctz(xb);
 }
 
 /* ---- bit reader (LSB first), bounded --------------------------------------------------- */
@@ -371,9 +264,11 @@ patch_ctx_scratch *patch_ctx_scratch_new(uint32_t chunk_elems)
     size_t nw = ((size_t)chunk_elems + 63) / 64;
     s->plane = malloc(nw * 5 * sizeof *s->plane);
     s->wc = malloc(nw * 16);
-    if (!s->plane || !s->wc) {
+    s->rank = malloc(((size_t)chunk_elems / 2 + 1) * sizeof *s->rank);
+    if (!s->plane || !s->wc || !s->rank) {
         free(s->plane);
         free(s->wc);
+        free(s->rank);
         free(s);
         pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", chunk_elems);
         return NULL;
@@ -387,10 +282,10 @@ void patch_ctx_scratch_free(patch_ctx_scratch *s)
         return;
     free(s->plane);
     free(s->wc);
+    free(s->rank);
     free(s->chw);
     free(s->gap);
     free(s->vz);
-    free(s->ugap);
     free(s->rbuf);
     free(s);
 }
@@ -403,16 +298,14 @@ static int scratch_encoder(patch_ctx_scratch *s)
     s->chw = malloc((cap + 63) / 64 * sizeof *s->chw);
     s->gap = malloc(cap * sizeof *s->gap);
     s->vz = malloc(cap * sizeof *s->vz);
-    s->ugap = malloc((cap / 2 + 1) * sizeof *s->ugap);
     s->rbuf = malloc(2 * cap + 16);
-    if (!s->chw || !s->gap || !s->vz || !s->ugap || !s->rbuf) {
+    if (!s->chw || !s->gap || !s->vz || !s->rbuf) {
         free(s->chw);
         free(s->gap);
         free(s->vz);
-        free(s->ugap);
         free(s->rbuf);
         s->chw = NULL;
-        s->gap = s->ugap = NULL;
+        s->gap = NULL;
         s->vz = NULL;
         s->rbuf = NULL;
         return pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", s->cap);
@@ -648,16 +541,13 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     int err = parse_head(pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
     if (err)
         return err;
-    unsigned eb = chunk_ebase(old, n);
+    const pulse_kernels *K = pulse_kernels_get();
+    unsigned eb = K->ctx_ebase16(old, n);
     if (h.ebase != eb)
         return PFAIL("exponent base %u, the base's is %u", h.ebase, eb);
     uint32_t m[NB];
-    build_planes(old, n, eb, s->plane, s->wc, m);
+    K->ctx_planes16(old, NULL, n, eb, s->plane, s->wc, m, NULL);
     uint32_t nw = (n + 63) / 64;
-    uint64_t bx[NB][4];
-    for (unsigned b = 0; b < NB; b++)
-        band_x(b, bx[b]);
-
     size_t out = 0;
     const uint8_t *p = pos + h.rice_at;
     for (unsigned b = 0; b < NB; b++) {
@@ -673,64 +563,20 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
             return PFAIL("band %u: mode %u for %u changes among %u members", b, h.mode[b], c, mb);
         bitrd r = {q, q + h.len[b], 0, 0};
         unsigned sp = h.s[b];
-        const uint64_t *x = bx[b];
-        if (want == MODE_CHANGED) {
-            uint64_t id = 0, base = 0;
-            uint32_t w = 0;
-            for (uint32_t j = 0; j < c; j++) {
-                uint64_t g;
-                if (br_rice(&r, sp, &g))
-                    return PFAIL("band %u: Rice stream ends at gap %u of %u", b, j, c);
-                id = j ? id + g + 1 : g;
-                if (id >= mb)
-                    return PFAIL("band %u: member %llu of %u", b, (unsigned long long)id, mb);
-                /* to the word holding member id (it exists: id < mb, the band's members in all) */
-                unsigned pc;
-                while (id >= base + (pc = wcount(s->wc, w, b))) {
-                    base += pc;
-                    w++;
-                }
-                idx[out++] = w * 64 + select64(member_word(s->plane + (size_t)w * 5, x), (unsigned)(id - base));
-            }
-        } else {
-            uint32_t G = mb - c, got = 0;
-            uint64_t nx = UINT64_MAX, base = 0;
-            if (G) {
-                uint64_t g;
-                if (br_rice(&r, sp, &g))
-                    return PFAIL("band %u: Rice stream ends at gap 0 of %u", b, G);
-                nx = g;
-                got = 1;
-                if (nx >= mb)
-                    return PFAIL("band %u: member %llu of %u", b, (unsigned long long)nx, mb);
-            }
-            for (uint32_t w = 0; w < nw; w++) {
-                uint64_t pc = wcount(s->wc, w, b);
-                if (!pc)
-                    continue;
-                uint64_t mw = member_word(s->plane + (size_t)w * 5, x), sel = 0;
-                while (nx < base + pc) {
-                    sel |= 1ull << select64(mw, (unsigned)(nx - base));
-                    if (got < G) {
-                        uint64_t g;
-                        if (br_rice(&r, sp, &g))
-                            return PFAIL("band %u: Rice stream ends at gap %u of %u", b, got, G);
-                        nx += g + 1;
-                        got++;
-                        if (nx >= mb)
-                            return PFAIL("band %u: member %llu of %u", b, (unsigned long long)nx, mb);
-                    } else {
-                        nx = UINT64_MAX;
-                    }
-                }
-                uint64_t chb = mw & ~sel;
-                while (chb) {
-                    idx[out++] = w * 64 + (uint32_t)__builtin_ctzll(chb);
-                    chb &= chb - 1;
-                }
-                base += pc;
-            }
+        /* the listed members' indices (mode 1: straight into idx, which the walk turns into
+         * positions in place), then the band's walk in the kernel */
+        uint32_t G = want == MODE_CHANGED ? c : mb - c, *rk = want == MODE_CHANGED ? idx + out : s->rank;
+        uint64_t id = 0;
+        for (uint32_t j = 0; j < G; j++) {
+            uint64_t g;
+            if (br_rice(&r, sp, &g))
+                return PFAIL("band %u: Rice stream ends at gap %u of %u", b, j, G);
+            id = j ? id + g + 1 : g;
+            if (id >= mb)
+                return PFAIL("band %u: member %llu of %u", b, (unsigned long long)id, mb);
+            rk[j] = (uint32_t)id;
         }
+        out += K->ctx_select(s->plane, s->wc, nw, b, rk, G, want == MODE_UNCHANGED, idx + out);
         if (!br_done(&r))
             return PFAIL("band %u: Rice stream does not end with its last gap", b);
     }
@@ -818,71 +664,23 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     int err = scratch_encoder(s);
     if (err)
         return err;
-    unsigned ebase = chunk_ebase(old, n);
+    const pulse_kernels *K = pulse_kernels_get();
+    unsigned ebase = K->ctx_ebase16(old, n);
     uint32_t mm[NB];   /* the members in all; the walk below counts them word by word */
-    build_planes(old, n, ebase, s->plane, s->wc, mm);
+    K->ctx_planes16(old, neu, n, ebase, s->plane, s->wc, mm, s->chw);
     uint32_t nw = (n + 63) / 64;
 
-    /* changed bits, and the changes of each band */
-    size_t got = 0;
-    uint32_t kb[NB] = {0};
-    for (uint32_t w = 0; w < nw; w++) {
-        uint32_t base = w * 64, valid = n - base < 64 ? n - base : 64;
-        const uint16_t *o = old + base, *e = neu + base;
-        uint64_t ch = 0;
-        if (valid == 64) {
-            uint8_t c8[64];
-            for (unsigned j = 0; j < 64; j++)
-                c8[j] = o[j] != e[j];
-            for (unsigned g = 0; g < 8; g++) {
-                uint64_t x;
-                memcpy(&x, c8 + 8 * g, 8);
-                ch |= gather8(x) << (8 * g);
-            }
-        } else {
-            for (unsigned j = 0; j < valid; j++)
-                ch |= (uint64_t)(o[j] != e[j]) << j;
-        }
-        s->chw[w] = ch;
-        got += pop64(ch);
-        while (ch) {
-            unsigned j = (unsigned)__builtin_ctzll(ch);
-            kb[band_of(o[j], ebase)]++;
-            ch &= ch - 1;
-        }
+    /* per band, in position order: the changed members' gaps and their z, each band's list at
+     * the prefix sum of the members before it */
+    uint32_t off[NB], kb[NB], m[NB];
+    for (unsigned b = 0, o = 0; b < NB; b++) {
+        off[b] = o;
+        o += mm[b];
+        m[b] = mm[b];
     }
+    size_t got = K->ctx_gaps16(old, neu, s->plane, s->wc, s->chw, nw, off, s->gap, s->vz, kb);
     if (got != k)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: %zu changes given, %zu differ", k, got);
-
-    /* per band, in position order: the changed members' gaps and their z, band after band */
-    uint32_t off[NB + 1], wp[NB], m[NB] = {0};
-    uint64_t prev[NB], bx[NB][4];
-    unsigned act[NB], na = 0;
-    off[0] = 0;
-    for (unsigned b = 0; b < NB; b++) {
-        off[b + 1] = off[b] + kb[b];
-        wp[b] = off[b];
-        prev[b] = UINT64_MAX;   /* + 1 wraps to 0: the first gap is the first index */
-        if (kb[b]) {
-            band_x(b, bx[b]);
-            act[na++] = b;
-        }
-    }
-    for (uint32_t w = 0; w < nw; w++) {
-        const uint64_t *pl = s->plane + (size_t)w * 5;
-        /* the word's changes in position order, each appended to its band */
-        for (uint64_t ch = s->chw[w]; ch; ch &= ch - 1) {
-            unsigned j = (unsigned)__builtin_ctzll(ch);
-            uint32_t e = w * 64 + j;
-            unsigned b = band_of(old[e], ebase);
-            uint64_t i = m[b] + pop64(member_word(pl, bx[b]) & ((1ull << j) - 1));
-            s->gap[wp[b]] = (uint32_t)(i - (prev[b] + 1));
-            prev[b] = i;
-            s->vz[wp[b]++] = zigzag(old[e], neu[e]);
-        }
-        for (unsigned a = 0; a < na; a++)
-            m[act[a]] += wcount(s->wc, w, act[a]);
-    }
 
     /* the Rice streams, written after room for the longest header, moved down once it is known */
     uint8_t head[HEAD_MAX];
@@ -901,7 +699,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         uint32_t G = c;
         if (mode == MODE_UNCHANGED) {
             /* the complement of the changed members, from their gaps */
-            uint32_t r = 0, *u = s->ugap;
+            uint32_t r = 0, *u = s->rank;
             uint64_t nc = g[0], pv = UINT64_MAX;
             G = 0;
             for (uint64_t i = 0; i < m[b]; i++) {
@@ -944,7 +742,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         if (!kb[b])
             continue;
         uint32_t cnt[NSYM] = {0};
-        for (uint32_t i = off[b]; i < off[b + 1]; i++)
+        for (uint32_t i = off[b]; i < off[b] + kb[b]; i++)
             cnt[zsym(s->vz[i])]++;
         norm_freq(cnt, freq[b]);
         unsigned c = 0;
@@ -960,14 +758,35 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         if (!kb[bi])
             continue;
         const uint16_t *f = freq[bi], *cu = cum[bi];
-        for (uint32_t i = off[bi + 1]; i-- > off[bi];) {
+        /* x / f by a multiply (the states stay below 2^31, where it is exact: ryg_rans's
+         * reciprocal), x = (x / f) 2^10 + x % f + cum as x + bias + q (2^10 - f); f = 1 takes
+         * q = x - 1 and a bias of cum + 2^10 - 1 */
+        uint32_t rcp[NSYM], bias[NSYM];
+        unsigned rsh[NSYM];
+        for (unsigned y = 0; y < NSYM; y++) {
+            uint32_t fy = f[y];
+            if (fy < 2) {
+                rcp[y] = UINT32_MAX;
+                rsh[y] = 0;
+                bias[y] = cu[y] + TAB_TOTAL - 1u;
+            } else {
+                unsigned sh = 0;
+                while (fy > (1u << sh))
+                    sh++;
+                rcp[y] = (uint32_t)(((1ull << (sh + 31)) + fy - 1) / fy);
+                rsh[y] = sh - 1;
+                bias[y] = cu[y];
+            }
+        }
+        for (uint32_t i = off[bi] + kb[bi]; i-- > off[bi];) {
             unsigned y = zsym(s->vz[i]);
             uint32_t fy = f[y], xmax = ((RANS_L >> TAB_BITS) << 8) * fy;
             while (x >= xmax) {
                 *--rp = (uint8_t)x;
                 x >>= 8;
             }
-            x = ((x / fy) << TAB_BITS) + (x % fy) + cu[y];
+            uint32_t q = (uint32_t)(((uint64_t)x * rcp[y]) >> 32) >> rsh[y];
+            x += bias[y] + q * (TAB_TOTAL - fy);
         }
     }
     rp -= 4;
@@ -982,13 +801,14 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     memcpy(v + vl, rp, R);
     vl += R;
     bitwr ew = {v + vl, vend, 0, 0, 0};
-    for (size_t i = 0; i < k; i++) {
-        uint16_t zz = s->vz[i];
-        if (zz > NDIRECT) {
-            unsigned L = bitlen16(zz);
-            bw_put(&ew, zz & ((1u << (L - 1)) - 1), L - 1);
+    for (unsigned b = 0; b < NB; b++)
+        for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
+            uint16_t zz = s->vz[i];
+            if (zz > NDIRECT) {
+                unsigned L = bitlen16(zz);
+                bw_put(&ew, zz & ((1u << (L - 1)) - 1), L - 1);
+            }
         }
-    }
     bw_flush(&ew);
     if (ew.over)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: escape bits overran their bound");

@@ -76,6 +76,7 @@ static const struct {
     {"rice", checkasm_check_rice, NULL},
     {"pack", checkasm_check_pack, NULL},
     {"gate", checkasm_check_gate, checkasm_bench_gate},
+    {"ctx", checkasm_check_ctx, checkasm_bench_ctx},
 };
 enum { FAMILY_COUNT = sizeof families / sizeof families[0] };
 

@@ -78,6 +78,8 @@ void checkasm_check_pack(const pulse_kernels *t, const pulse_kernels *r);
 void checkasm_check_gate(const pulse_kernels *t, const pulse_kernels *r);
 void checkasm_bench_diff(const pulse_kernels *t);
 void checkasm_bench_gate(const pulse_kernels *t);
+void checkasm_check_ctx(const pulse_kernels *t, const pulse_kernels *r);
+void checkasm_bench_ctx(const pulse_kernels *t);
 
 /* check_apply.c's checks that need a diff's real positions: the diff family runs them on every
  * 16-bit case. */

@@ -70,7 +70,8 @@ static double floor_bits(const chunk *c)
 
 int main(int argc, char **argv)
 {
-    int reps = argc > 3 ? atoi(argv[3]) : 5;
+    /* ctxcode_bench [OLD NEW] [REPEAT] */
+    int reps = argc > 3 ? atoi(argv[3]) : argc == 2 ? atoi(argv[1]) : 5;
     if (reps < 1)
         reps = 1;
     chunk *ch = NULL;
