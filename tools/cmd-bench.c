@@ -151,6 +151,19 @@ static void keep_min(double *best, double t)
         *best = t;
 }
 
+/* One apply_ex of p to target, timed (wall and CPU) from memory when cold; the best kept. */
+static int timed_apply(const pulse_patch *p, pulse_ckpt *target, const pulse_patch_apply_opts *o, int cold,
+                       double *best_wall, double *best_cpu)
+{
+    if (cold)
+        measure_cold();
+    double c0 = measure_cpu_now(), t0 = measure_now();
+    int err = pulse_patch_apply_ex(p, target, o);
+    keep_min(best_wall, measure_now() - t0);
+    keep_min(best_cpu, measure_cpu_now() - c0);
+    return err;
+}
+
 /* Per round: diff OLD NEW (as the CLI: hashing both), the state ids of both, diff with the
  * ids given, apply fwd to target (in OLD's state), its state id, verify, rev back with the
  * shortcuts, fwd and rev again with the shortcuts (trusted base, no result check). Keeps the
@@ -224,15 +237,8 @@ static int codec_timed(const pulse_ckpt *old, const pulse_ckpt *new, const char 
         }
         if (!err)
             err = pulse_patch_apply_ex(rev, target, &fast_rev);
-        if (!err) {
-            if (cold)
-                measure_cold();
-            double c0 = measure_cpu_now();
-            t0 = measure_now();
-            err = pulse_patch_apply_ex(fwd, target, &fast_fwd);
-            keep_min(&best->apply_fast, measure_now() - t0);
-            keep_min(&best->apply_fast_cpu, measure_cpu_now() - c0);
-        }
+        if (!err)
+            err = timed_apply(fwd, target, &fast_fwd, cold, &best->apply_fast, &best->apply_fast_cpu);
         if (!err)
             err = pulse_patch_apply_ex(rev, target, &fast_rev);
         /* The in-place floor: +1 then -1 on a byte of every line leaves the target as it was. */
@@ -308,15 +314,8 @@ static int context_timed(const pulse_ckpt *old, const pulse_ckpt *new, const cha
         keep_min(&best->diff_known_cpu, measure_cpu_now() - c0);
         if (!err && !fwd && !(err = pulse_patch_open(&fwd, fwd_path)))
             err = pulse_patch_open(&rev, rev_path);
-        if (!err) {
-            if (cold)
-                measure_cold();
-            c0 = measure_cpu_now();
-            t0 = measure_now();
-            err = pulse_patch_apply_ex(fwd, target, &fast_fwd);
-            keep_min(&best->apply_fast, measure_now() - t0);
-            keep_min(&best->apply_fast_cpu, measure_cpu_now() - c0);
-        }
+        if (!err)
+            err = timed_apply(fwd, target, &fast_fwd, cold, &best->apply_fast, &best->apply_fast_cpu);
         if (!err)
             err = pulse_patch_apply_ex(rev, target, &fast_rev);
     }

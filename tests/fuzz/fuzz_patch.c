@@ -45,68 +45,62 @@ static int chunk16(const pulse_patch *p, const patch_chunk *c)
 }
 
 /* A context-coded chunk (format 5): decodable only against a base, so the write paths that
- * take none are not asked to (check_context takes it instead). */
+ * take none are not asked to (check_context_chunk takes it instead). */
 static int context_chunk(const pulse_patch *p, const patch_chunk *c)
 {
     return patch_chunk_is_context(p, c, p->data + c->offset);
 }
 
-/* Every context-coded chunk decoded against the start bytes as its base: whatever the bytes,
- * the decoder either refuses them or gives exactly count distinct positions inside the chunk,
- * and the positions apply (ulp_apply16) with the cached path writing the same thing. */
-static void check_context(const pulse_patch *p)
+/* Calls check(p, c, s) on every 16-bit chunk of p, with one scratch slot of a one-thread pool. */
+static void each_chunk16(const pulse_patch *p, void (*check)(const pulse_patch *, const patch_chunk *, patch_scratch *))
 {
     patch_pool pool;
     if (patch_pool_init(&pool, 1, p->chunk_elems, 0) != 0)
         return;
     int err = 0;
     patch_scratch *s = patch_pool_take(&pool, &err);
-    for (size_t i = 0; s && i < p->nchunks; i++) {
-        const patch_chunk *c = &p->chunks[i];
-        if (!chunk16(p, c) || !context_chunk(p, c))
-            continue;
-        uint16_t *b = start_bytes(c->len);
-        uint8_t *seen = calloc(c->len ? c->len : 1, 1);
-        if (b && seen && patch_decode_bytes_base(p, c, s, p->data + c->offset, (const uint8_t *)b) == 0) {
-            const uint16_t *z = (const uint16_t *)(const void *)s->vals;
-            for (uint32_t j = 0; j < c->count; j++) {
-                if (s->idx[j] >= c->len || seen[s->idx[j]] || z[j] == 0)
-                    abort();   /* out of the chunk, twice, or a change of nothing */
-                seen[s->idx[j]] = 1;
-            }
-        }
-        free(b);
-        free(seen);
-    }
+    for (size_t i = 0; s && i < p->nchunks; i++)
+        if (chunk16(p, &p->chunks[i]))
+            check(p, &p->chunks[i], s);
     if (s)
         patch_pool_give(&pool, s);
     patch_pool_free(&pool);
 }
 
+/* A context-coded chunk decoded against the start bytes as its base: whatever the bytes, the
+ * decoder either refuses them or gives exactly count distinct positions inside the chunk, none
+ * of them a change of nothing. */
+static void check_context_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
+{
+    if (!context_chunk(p, c))
+        return;
+    uint16_t *b = start_bytes(c->len);
+    uint8_t *seen = calloc(c->len ? c->len : 1, 1);
+    if (b && seen && patch_decode_bytes_base(p, c, s, p->data + c->offset, (const uint8_t *)b) == 0) {
+        const uint16_t *z = (const uint16_t *)(const void *)s->vals;
+        for (uint32_t j = 0; j < c->count; j++) {
+            if (s->idx[j] >= c->len || seen[s->idx[j]] || z[j] == 0)
+                abort();   /* out of the chunk, twice, or a change of nothing */
+            seen[s->idx[j]] = 1;
+        }
+    }
+    free(b);
+    free(seen);
+}
+
 /* Apply's pass 2 takes a fused path for 16-bit ulp chunks with 2-bit symbols: on a verified
  * patch it must write exactly what decode + ulp_apply16 writes. */
-static void check_fused(const pulse_patch *p)
+static void check_fused_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
 {
-    patch_pool pool;
-    if (patch_pool_init(&pool, 1, p->chunk_elems, 0) != 0)
+    uint16_t *b = !context_chunk(p, c) ? start_bytes(c->len) : NULL;
+    if (!b)
         return;
-    int err = 0;
-    patch_scratch *s = patch_pool_take(&pool, &err);
-    for (size_t i = 0; s && i < p->nchunks; i++) {
-        const patch_chunk *c = &p->chunks[i];
-        uint16_t *b = chunk16(p, c) && !context_chunk(p, c) ? start_bytes(c->len) : NULL;
-        if (!b)
-            continue;
-        int fused = patch_apply_checked_chunk(p, c, s, (uint8_t *)b);
-        if (fused == 0)
-            expect_decode_then_scatter(p, c, s, b);
-        else if (fused < 0)
-            abort();   /* verify passed: the fused path refused a valid chunk */
-        free(b);
-    }
-    if (s)
-        patch_pool_give(&pool, s);
-    patch_pool_free(&pool);
+    int fused = patch_apply_checked_chunk(p, c, s, (uint8_t *)b);
+    if (fused == 0)
+        expect_decode_then_scatter(p, c, s, b);
+    else if (fused < 0)
+        abort();   /* verify passed: the fused path refused a valid chunk */
+    free(b);
 }
 
 /* Apply's pass 1 keeps an element-wise chunk's decompressed streams in a cache and pass 2
@@ -240,9 +234,9 @@ static void run(const uint8_t *data, size_t size, int repair)
             pulse_patch_tensor_info ti;
             pulse_patch_tensor_info_get(p, i, 1, &ti);
         }
-        check_fused(p);
+        each_chunk16(p, check_fused_chunk);
         check_cached(p);
-        check_context(p);
+        each_chunk16(p, check_context_chunk);
         check_sliced(p);
     }
     pulse_patch_close(&p);
