@@ -175,16 +175,19 @@ typedef struct pulse_kernels {
      * other planes are 0 there); wc[16w + b] = the elements of band b in word w; members[b] =
      * those of the whole chunk. When b != NULL also chw[w]: bit j set where a[64w + j] !=
      * b[64w + j] (0 past n). n >= 1. The members of band b in word w are then
-     * plane[5w + 4] & AND over k of (bit k of b ? plane[5w + k] : ~plane[5w + k]). */
+     * plane[5w + 4] & AND over k of (bit k of b ? plane[5w + k] : ~plane[5w + k]). When bc !=
+     * NULL also the same counts band after band: bc[nw b + w] = wc[16w + b] (a band's counts
+     * contiguous, for ctx_select). */
     void (*ctx_planes16)(const uint16_t *a, const uint16_t *b, size_t n, unsigned ebase, uint64_t *plane,
-                         uint8_t *wc, uint32_t members[16], uint64_t *chw);
+                         uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw);
     /* The positions of band `band`'s members by rank (their index among the band's members in
-     * ascending position), from ctx_planes16's plane and wc over nw words. rank[0..c) strictly
+     * ascending position), from ctx_planes16's plane and the band's counts bc[0..nw) (its bc +
+     * nw band) over nw words. rank[0..c) strictly
      * ascending, each below the band's members. invert == 0: pos[j] = the position of member
      * rank[j] for j < c (pos may be rank: each is read before it is written); returns c.
      * invert != 0: the positions of the members whose rank is not listed, ascending, to pos
      * (room for members - c; not rank); returns members - c. */
-    size_t (*ctx_select)(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band, const uint32_t *rank,
+    size_t (*ctx_select)(const uint64_t *plane, const uint8_t *bc, size_t nw, unsigned band, const uint32_t *rank,
                          size_t c, int invert, uint32_t *pos);
     /* The encoder's side: with ctx_planes16's plane, wc and chw of a (OLD) and b (NEW) over nw
      * words, each change (bit j of chw[w], position i = 64w + j) in ascending position goes to

@@ -716,7 +716,7 @@ static unsigned ctx_ebase16_avx2(const uint16_t *a, size_t n)
  * them back in order); plane k: bit k of each byte moved to its top bit, then movemask. A
  * last partial word goes through a zero-padded copy (band 0, unchanged). */
 static void ctx_planes16_avx2(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
-                              uint8_t *wc, uint32_t members[16], uint64_t *chw)
+                              uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
     const __m256i ff = _mm256_set1_epi16(0xFF), eb = _mm256_set1_epi16((short)ebase), top = _mm256_set1_epi16(15);
     size_t nw = (n + 63) / 64;
@@ -767,6 +767,8 @@ static void ctx_planes16_avx2(const uint16_t *a, const uint16_t *nb, size_t n, u
         ctx_word_counts(p[0], p[1], p[2], p[3], vm, wc + 16 * w);
     }
     ctx_members_sum(wc, nw, members);
+    if (bc)
+        ctx_counts_by_band(wc, nw, bc);
 }
 
 int pulse_kernels_init_avx2(pulse_kernels *k)

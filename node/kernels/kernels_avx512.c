@@ -771,7 +771,7 @@ static inline void ctx_word_counts512(uint64_t p0, uint64_t p1, uint64_t p2, uin
 /* 64 band bytes in one register (packus interleaves 128-bit lanes, the qword permute puts them
  * back in order); plane k is the mask of the bytes with bit k set. */
 static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
-                                uint8_t *wc, uint32_t members[16], uint64_t *chw)
+                                uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
     const __m512i ff = _mm512_set1_epi16(0xFF), eb = _mm512_set1_epi16((short)ebase),
                   top = _mm512_set1_epi16(15), perm = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
@@ -803,6 +803,8 @@ static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n,
         ctx_word_counts512(p0, p1, p2, p3, vm, wc + 16 * w);
     }
     ctx_members_sum(wc, nw, members);
+    if (bc)
+        ctx_counts_by_band(wc, nw, bc);
 }
 
 int pulse_kernels_init_avx512(pulse_kernels *k)

@@ -353,7 +353,7 @@ static inline uint64_t ctx_gather8(uint64_t x)
 /* The counts are kept in registers: one nibble per band in 8 accumulators of 8 elements each,
  * then bytes; no popcount needed (a generic x86-64 build would call libgcc for each). */
 static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
-                           uint8_t *wc, uint32_t members[16], uint64_t *chw)
+                           uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
     const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full;
     size_t nw = (n + 63) / 64;
@@ -430,6 +430,8 @@ static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsi
         }
     }
     ctx_members_sum(wc, nw, members);
+    if (bc)
+        ctx_counts_by_band(wc, nw, bc);
 }
 
 /* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
@@ -453,7 +455,7 @@ static inline unsigned ctx_select64(uint64_t x, unsigned r)
 
 /* A band's walk: to the word holding each listed member by the words' counts, then the member
  * inside the word. */
-static size_t ctx_select_c(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band, const uint32_t *rank,
+static size_t ctx_select_c(const uint64_t *plane, const uint8_t *bc, size_t nw, unsigned band, const uint32_t *rank,
                            size_t c, int invert, uint32_t *pos)
 #define SELECT ctx_select64
 {
@@ -467,7 +469,7 @@ static size_t ctx_select_c(const uint64_t *plane, const uint8_t *wc, size_t nw, 
         for (size_t j = 0; j < c; j++) {
             uint64_t id = rank[j];
             unsigned pc;
-            while (id >= base + (pc = wc[16 * w + band])) {
+            while (id >= base + (pc = bc[w])) {
                 base += pc;
                 w++;
             }
@@ -480,7 +482,7 @@ static size_t ctx_select_c(const uint64_t *plane, const uint8_t *wc, size_t nw, 
     uint64_t base = 0, nx = c ? rank[0] : UINT64_MAX;
     size_t got = c ? 1 : 0;
     for (size_t w = 0; w < nw; w++) {
-        unsigned pc = wc[16 * w + band];
+        unsigned pc = bc[w];
         if (!pc)
             continue;
         const uint64_t *pl = plane + 5 * w;

@@ -5,6 +5,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* wc[b] = the elements of band b among the valid bits v of one word: the 16 band member words
  * built from 4 + 4 pair products (bits 0-1 and bits 2-3 of b), one popcount each, packed into
@@ -46,7 +49,54 @@ static inline void ctx_members_sum(const uint8_t *wc, size_t nw, uint32_t member
     }
 }
 
-#if defined(__BMI2__)
+/* bc[nw b + w] = wc[16w + b]: the counts band after band, 16 words a 16x16 byte transpose
+ * where SSE2 has one. */
+static inline void ctx_counts_by_band(const uint8_t *wc, size_t nw, uint8_t *bc)
+{
+    size_t w = 0;
+#if defined(__SSE2__)
+    for (; w + 16 <= nw; w += 16) {
+        __m128i r[16], t[16];
+        for (unsigned i = 0; i < 16; i++)
+            r[i] = _mm_loadu_si128((const __m128i *)(wc + 16 * (w + i)));
+        for (unsigned i = 0; i < 8; i++) {
+            t[i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+            t[i + 8] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+        }
+        /* t[i]: bands 0-7 of words 2i, 2i+1 interleaved; t[8+i]: bands 8-15 */
+        for (unsigned h = 0; h < 2; h++) {
+            __m128i *u = t + 8 * h, v[8], y[8];
+            for (unsigned i = 0; i < 4; i++) {
+                v[i] = _mm_unpacklo_epi16(u[2 * i], u[2 * i + 1]);
+                v[i + 4] = _mm_unpackhi_epi16(u[2 * i], u[2 * i + 1]);
+            }
+            /* v[i]: bands 0-3 (v[4+i]: 4-7) of words 4i..4i+3 */
+            for (unsigned g = 0; g < 2; g++) {
+                __m128i *z = v + 4 * g;
+                y[4 * g + 0] = _mm_unpacklo_epi32(z[0], z[1]);
+                y[4 * g + 1] = _mm_unpackhi_epi32(z[0], z[1]);
+                y[4 * g + 2] = _mm_unpacklo_epi32(z[2], z[3]);
+                y[4 * g + 3] = _mm_unpackhi_epi32(z[2], z[3]);
+            }
+            /* y[4g + 0]: bands 4g+0, 4g+1 of words 0-7; y[4g+1]: bands 4g+2, 4g+3 of words 0-7;
+             * y[4g+2], y[4g+3]: the same of words 8-15 */
+            for (unsigned g = 0; g < 2; g++) {
+                for (unsigned e = 0; e < 2; e++) {
+                    __m128i a = y[4 * g + e], b = y[4 * g + 2 + e];
+                    unsigned band = 8 * h + 4 * g + 2 * e;
+                    _mm_storeu_si128((__m128i *)(bc + nw * band + w), _mm_unpacklo_epi64(a, b));
+                    _mm_storeu_si128((__m128i *)(bc + nw * (band + 1) + w), _mm_unpackhi_epi64(a, b));
+                }
+            }
+        }
+    }
+#endif
+    for (; w < nw; w++)
+        for (unsigned b = 0; b < 16; b++)
+            bc[nw * b + w] = wc[16 * w + b];
+}
+
+#if defined(__BMI2__) && defined(__AVX2__)
 #include <immintrin.h>
 
 /* m[q] += c[q] for 16 bands. */
@@ -66,93 +116,114 @@ static inline unsigned ctx_select_pdep(uint64_t x, unsigned r)
     return (unsigned)__builtin_ctzll(_pdep_u64(1ull << r, x));
 }
 
-/* ctx_select with BMI2 (the walk of kernels_c.c's ctx_select_c, the member picked by pdep). */
-static inline size_t ctx_select_walk_bmi2(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band,
+/* The inclusive running sums of 32 words' counts q[0..32) as 16-bit lanes (q[0..15] in lo,
+ * the rest in hi); returns their total. */
+static inline unsigned ctx_prefix32(const uint8_t *q, __m256i *lo, __m256i *hi)
+{
+    __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q));
+    __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
+    a = _mm256_add_epi16(a, _mm256_slli_si256(a, 2));
+    b = _mm256_add_epi16(b, _mm256_slli_si256(b, 2));
+    a = _mm256_add_epi16(a, _mm256_slli_si256(a, 4));
+    b = _mm256_add_epi16(b, _mm256_slli_si256(b, 4));
+    a = _mm256_add_epi16(a, _mm256_slli_si256(a, 8));
+    b = _mm256_add_epi16(b, _mm256_slli_si256(b, 8));
+    /* each 128-bit lane's last sum carried into the upper lane */
+    __m256i ca = _mm256_permute2x128_si256(a, a, 0x08), cb = _mm256_permute2x128_si256(b, b, 0x08);
+    ca = _mm256_shufflehi_epi16(ca, 0xFF);
+    cb = _mm256_shufflehi_epi16(cb, 0xFF);
+    a = _mm256_add_epi16(a, _mm256_unpackhi_epi64(ca, ca));
+    b = _mm256_add_epi16(b, _mm256_unpackhi_epi64(cb, cb));
+    unsigned ta = (unsigned)_mm256_extract_epi16(a, 15);
+    b = _mm256_add_epi16(b, _mm256_set1_epi16((short)ta));
+    *lo = a;
+    *hi = b;
+    return (unsigned)_mm256_extract_epi16(b, 15);
+}
+
+/* The sum of 32 counts. */
+static inline unsigned ctx_sum32(const uint8_t *q)
+{
+    __m256i s = _mm256_sad_epu8(_mm256_loadu_si256((const __m256i *)q), _mm256_setzero_si256());
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    return (unsigned)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1));
+}
+
+/* ctx_select with BMI2 and AVX2 on the band's contiguous counts, 32 words a block. Listed
+ * members: a block's running sums once, then each rank's word by one compare of the rank
+ * against all 32 sums (no chain from rank to rank but the block's base); blocks without a
+ * listed member skipped by their sum. Inverted: the block's non-empty words by a mask. */
+static inline size_t ctx_select_bmi2(const uint64_t *plane, const uint8_t *bc, size_t nw, unsigned band,
                                      const uint32_t *rank, size_t c, int invert, uint32_t *pos)
-#define SELECT ctx_select_pdep
 {
     uint64_t x[4];
     for (unsigned k = 0; k < 4; k++)
         x[k] = (band >> k & 1u) ? 0 : ~0ull;
-    size_t out = 0;
+    uint8_t tail[32];
+    size_t full = nw & ~(size_t)31;   /* words in whole blocks; the rest read from tail */
+    if (full < nw) {
+        memset(tail, 0, sizeof tail);
+        memcpy(tail, bc + full, nw - full);
+    }
     if (!invert) {
-        uint64_t base = 0;
-        size_t w = 0;
+        uint64_t base = 0;              /* members before block w0 */
+        size_t w0 = 0;
+        uint16_t sums[33];              /* sums[i]: members in the block's words before word i */
+        __m256i lo = _mm256_setzero_si256(), hi = lo;
+        unsigned tot = 0;               /* the built block's members (0: none built) */
         for (size_t j = 0; j < c; j++) {
             uint64_t id = rank[j];
-            unsigned pc;
-            while (id >= base + (pc = wc[16 * w + band])) {
-                base += pc;
-                w++;
+            if (id - base >= tot) {
+                base += tot;
+                if (tot)
+                    w0 += 32;
+                for (;;) {
+                    const uint8_t *q = w0 < full ? bc + w0 : tail;
+                    unsigned t = ctx_sum32(q);
+                    if (id - base < t) {
+                        tot = ctx_prefix32(q, &lo, &hi);
+                        sums[0] = 0;
+                        _mm256_storeu_si256((__m256i *)(sums + 1), lo);
+                        _mm256_storeu_si256((__m256i *)(sums + 17), hi);
+                        break;
+                    }
+                    base += t;
+                    w0 += 32;
+                }
             }
+            unsigned r = (unsigned)(id - base);
+            __m256i rv = _mm256_set1_epi16((short)r);
+            unsigned gt = (unsigned)_mm256_movemask_epi8(
+                _mm256_packs_epi16(_mm256_cmpgt_epi16(lo, rv), _mm256_cmpgt_epi16(hi, rv)));
+            unsigned k = 32 - (unsigned)__builtin_popcount(gt);   /* the words before r's */
+            size_t w = w0 + k;
             const uint64_t *pl = plane + 5 * w;
             uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
-            pos[j] = (uint32_t)(64 * w + SELECT(mw, (unsigned)(id - base)));
+            pos[j] = (uint32_t)(64 * w + ctx_select_pdep(mw, r - sums[k]));
         }
         return c;
     }
     uint64_t base = 0, nx = c ? rank[0] : UINT64_MAX;
-    size_t got = c ? 1 : 0;
-    for (size_t w = 0; w < nw; w++) {
-        unsigned pc = wc[16 * w + band];
-        if (!pc)
-            continue;
-        const uint64_t *pl = plane + 5 * w;
-        uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]), sel = 0;
-        while (nx < base + pc) {
-            sel |= 1ull << SELECT(mw, (unsigned)(nx - base));
-            nx = got < c ? rank[got++] : UINT64_MAX;
+    size_t got = c ? 1 : 0, out = 0;
+    for (size_t w0 = 0; w0 < nw; w0 += 32) {
+        const uint8_t *q = w0 < full ? bc + w0 : tail;
+        uint32_t nz = ~(uint32_t)_mm256_movemask_epi8(
+            _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)q), _mm256_setzero_si256()));
+        for (; nz; nz &= nz - 1) {
+            unsigned i = (unsigned)__builtin_ctz(nz), pc = q[i];
+            size_t w = w0 + i;
+            const uint64_t *pl = plane + 5 * w;
+            uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]), sel = 0;
+            while (nx < base + pc) {
+                sel |= 1ull << ctx_select_pdep(mw, (unsigned)(nx - base));
+                nx = got < c ? rank[got++] : UINT64_MAX;
+            }
+            for (uint64_t chb = mw & ~sel; chb; chb &= chb - 1)
+                pos[out++] = (uint32_t)(64 * w + (unsigned)__builtin_ctzll(chb));
+            base += pc;
         }
-        for (uint64_t chb = mw & ~sel; chb; chb &= chb - 1)
-            pos[out++] = (uint32_t)(64 * w + (unsigned)__builtin_ctzll(chb));
-        base += pc;
     }
     return out;
-}
-#undef SELECT
-
-/* ctx_select with BMI2. Listed members: 8 words' counts a step, the words to skip counted by
- * comparisons instead of found by a branch per word, which mispredicts about once a change. */
-static inline size_t ctx_select_bmi2(const uint64_t *plane, const uint8_t *wc, size_t nw, unsigned band,
-                                     const uint32_t *rank, size_t c, int invert, uint32_t *pos)
-{
-    if (invert)
-        return ctx_select_walk_bmi2(plane, wc, nw, band, rank, c, invert, pos);
-    uint64_t x[4];
-    for (unsigned k = 0; k < 4; k++)
-        x[k] = (band >> k & 1u) ? 0 : ~0ull;
-    uint64_t base = 0;
-    size_t w = 0;
-    for (size_t j = 0; j < c; j++) {
-        uint64_t id = rank[j];
-        for (;;) {
-            if (w + 8 > nw) {
-                unsigned pc;
-                while (id >= base + (pc = wc[16 * w + band])) {
-                    base += pc;
-                    w++;
-                }
-                break;
-            }
-            const uint8_t *q = wc + 16 * w + band;
-            uint64_t r = id - base;
-            uint32_t s[9];
-            s[0] = 0;
-            for (unsigned i = 0; i < 8; i++)
-                s[i + 1] = s[i] + q[16 * i];
-            unsigned k = 0;
-            for (unsigned i = 1; i <= 8; i++)
-                k += s[i] <= r;
-            base += s[k];
-            w += k;
-            if (k < 8)
-                break;
-        }
-        const uint64_t *pl = plane + 5 * w;
-        uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
-        pos[j] = (uint32_t)(64 * w + ctx_select_pdep(mw, (unsigned)(id - base)));
-    }
-    return c;
 }
 
 /* ctx_gaps16 with hardware popcount, the running counts advanced 16 at a time by SSE4.1. */

@@ -31,6 +31,7 @@ struct patch_ctx_scratch {
     uint32_t cap;               /* chunk_elems */
     uint64_t *plane;            /* per 64 elements: the band's 4 bit planes, then the valid bits */
     uint8_t *wc;                /* per 64 elements: each band's members there (wcount) */
+    uint8_t *bc;                /* the same band after band (the decoder's ctx_select) */
     uint32_t *rank;             /* one band's listed member indices (cap / 2 + 1): the decoder's
                                  * unchanged ones, the encoder's unchanged gaps */
     /* The encoder's, allocated on its first use (a decoding thread never needs them). */
@@ -264,10 +265,12 @@ patch_ctx_scratch *patch_ctx_scratch_new(uint32_t chunk_elems)
     size_t nw = ((size_t)chunk_elems + 63) / 64;
     s->plane = malloc(nw * 5 * sizeof *s->plane);
     s->wc = malloc(nw * 16);
+    s->bc = malloc(nw * 16);
     s->rank = malloc(((size_t)chunk_elems / 2 + 1) * sizeof *s->rank);
-    if (!s->plane || !s->wc || !s->rank) {
+    if (!s->plane || !s->wc || !s->bc || !s->rank) {
         free(s->plane);
         free(s->wc);
+        free(s->bc);
         free(s->rank);
         free(s);
         pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", chunk_elems);
@@ -282,6 +285,7 @@ void patch_ctx_scratch_free(patch_ctx_scratch *s)
         return;
     free(s->plane);
     free(s->wc);
+    free(s->bc);
     free(s->rank);
     free(s->chw);
     free(s->gap);
@@ -546,7 +550,7 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     if (h.ebase != eb)
         return PFAIL("exponent base %u, the base's is %u", h.ebase, eb);
     uint32_t m[NB];
-    K->ctx_planes16(old, NULL, n, eb, s->plane, s->wc, m, NULL);
+    K->ctx_planes16(old, NULL, n, eb, s->plane, s->wc, s->bc, m, NULL);
     uint32_t nw = (n + 63) / 64;
     size_t out = 0;
     const uint8_t *p = pos + h.rice_at;
@@ -576,7 +580,7 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
                 return PFAIL("band %u: member %llu of %u", b, (unsigned long long)id, mb);
             rk[j] = (uint32_t)id;
         }
-        out += K->ctx_select(s->plane, s->wc, nw, b, rk, G, want == MODE_UNCHANGED, idx + out);
+        out += K->ctx_select(s->plane, s->bc + (size_t)nw * b, nw, b, rk, G, want == MODE_UNCHANGED, idx + out);
         if (!br_done(&r))
             return PFAIL("band %u: Rice stream does not end with its last gap", b);
     }
@@ -667,7 +671,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     const pulse_kernels *K = pulse_kernels_get();
     unsigned ebase = K->ctx_ebase16(old, n);
     uint32_t mm[NB];   /* the members in all; the walk below counts them word by word */
-    K->ctx_planes16(old, neu, n, ebase, s->plane, s->wc, mm, s->chw);
+    K->ctx_planes16(old, neu, n, ebase, s->plane, s->wc, NULL, mm, s->chw);
     uint32_t nw = (n + 63) / 64;
 
     /* per band, in position order: the changed members' gaps and their z, each band's list at

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Kernel family ctx: ctx_ebase16 and ctx_planes16, the context coder's exponent base and band planes, against their definition and the reference. */
+/* Kernel family ctx: ctx_ebase16, ctx_planes16, ctx_select and ctx_gaps16, the context coder's exponent base, band planes and counts, against their definition and the reference. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +66,7 @@ static int ctx_definition(const uint16_t *a, const uint16_t *b, size_t n, unsign
 /* ctx_select on every band with members: a random ascending subset of the ranks (empty, one,
  * some, all), listed and inverted, against the positions of the members by definition. */
 static void ctx_select_case(const pulse_kernels *t, const pulse_kernels *r, const uint16_t *a, size_t n,
-                            unsigned ebase, const uint64_t *plane, const uint8_t *wc, const uint32_t *members)
+                            unsigned ebase, const uint64_t *plane, const uint8_t *bc, const uint32_t *members)
 {
     size_t nw = (n + 63) / 64;
     uint32_t *mpos = malloc((n + 1) * 4), *rank = malloc((n + 1) * 4), *want = malloc((n + 1) * 4);
@@ -93,8 +93,8 @@ static void ctx_select_case(const pulse_kernels *t, const pulse_kernels *r, cons
         for (int inv = 0; inv < 2; inv++) {
             size_t room = inv ? nc : c;
             uint32_t *p_r = canary_alloc(room * 4 + 4), *p_t = canary_alloc(room * 4 + 4);
-            size_t k_r = r->ctx_select(plane, wc, nw, band, rank, c, inv, p_r);
-            size_t k_t = t->ctx_select(plane, wc, nw, band, rank, c, inv, p_t);
+            size_t k_r = r->ctx_select(plane, bc + nw * band, nw, band, rank, c, inv, p_r);
+            size_t k_t = t->ctx_select(plane, bc + nw * band, nw, band, rank, c, inv, p_t);
             int def = k_r == room;
             for (size_t j = 0; def && j < room; j++)
                 def = p_r[j] == (inv ? want[j] : mpos[rank[j]]);
@@ -107,7 +107,7 @@ static void ctx_select_case(const pulse_kernels *t, const pulse_kernels *r, cons
         uint32_t *io = malloc((c + 1) * 4);
         if (!io) { perror("malloc"); exit(2); }
         memcpy(io, rank, c * 4);
-        t->ctx_select(plane, wc, nw, band, io, c, 0, io);
+        t->ctx_select(plane, bc + nw * band, nw, band, io, c, 0, io);
         int same = 1;
         for (size_t j = 0; j < c; j++)
             same = same && io[j] == mpos[rank[j]];
@@ -174,24 +174,36 @@ static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint1
     for (int e = 0; e < 2; e++) {
         uint64_t *pl_r = canary_alloc(nw * 40), *pl_t = canary_alloc(nw * 40);
         uint8_t *wc_r = canary_alloc(nw * 16), *wc_t = canary_alloc(nw * 16);
+        uint8_t *bc_r = canary_alloc(nw * 16), *bc_t = canary_alloc(nw * 16);
         uint64_t *ch_r = canary_alloc(nw * 8), *ch_t = canary_alloc(nw * 8);
         uint32_t m_r[16], m_t[16], m_n[16];
-        r->ctx_planes16(a, b, n, ebs[e], pl_r, wc_r, m_r, ch_r);
-        t->ctx_planes16(a, b, n, ebs[e], pl_t, wc_t, m_t, ch_t);
+        r->ctx_planes16(a, b, n, ebs[e], pl_r, wc_r, bc_r, m_r, ch_r);
+        t->ctx_planes16(a, b, n, ebs[e], pl_t, wc_t, bc_t, m_t, ch_t);
         CHECK_SAME(ctx_definition(a, b, n, ebs[e], pl_r, wc_r, m_r, ch_r), "ctx_planes16 reference");
-        CHECK_SAME(!memcmp(pl_t, pl_r, nw * 40) && !memcmp(wc_t, wc_r, nw * 16) && !memcmp(m_t, m_r, sizeof m_r)
-                   && !memcmp(ch_t, ch_r, nw * 8), "ctx_planes16");
-        CHECK_SAME(canary_intact(pl_t, nw * 40) && canary_intact(wc_t, nw * 16) && canary_intact(ch_t, nw * 8),
-                   "ctx_planes16 overrun");
-        /* without NEW: the same planes, chw untouched */
+        int by_band = 1;   /* bc: wc band after band */
+        for (size_t w = 0; w < nw; w++)
+            for (unsigned q = 0; q < 16; q++)
+                by_band = by_band && bc_r[nw * q + w] == wc_r[16 * w + q];
+        CHECK_SAME(by_band, "ctx_planes16 reference band counts");
+        CHECK_SAME(!memcmp(pl_t, pl_r, nw * 40) && !memcmp(wc_t, wc_r, nw * 16) && !memcmp(bc_t, bc_r, nw * 16)
+                   && !memcmp(m_t, m_r, sizeof m_r) && !memcmp(ch_t, ch_r, nw * 8), "ctx_planes16");
+        CHECK_SAME(canary_intact(pl_t, nw * 40) && canary_intact(wc_t, nw * 16) && canary_intact(bc_t, nw * 16)
+                   && canary_intact(ch_t, nw * 8), "ctx_planes16 overrun");
+        /* without NEW and the band counts: the same planes and counts, chw and bc untouched */
         memset(pl_t, 0xA5, nw * 40);
-        t->ctx_planes16(a, NULL, n, ebs[e], pl_t, wc_t, m_n, NULL);
-        CHECK_SAME(!memcmp(pl_t, pl_r, nw * 40) && !memcmp(m_n, m_r, sizeof m_r), "ctx_planes16 without NEW");
+        memset(wc_t, 0xA5, nw * 16);
+        memset(bc_t, 0x5A, nw * 16);
+        t->ctx_planes16(a, NULL, n, ebs[e], pl_t, wc_t, NULL, m_n, NULL);
+        int untouched = 1;
+        for (size_t i = 0; i < nw * 16; i++)
+            untouched = untouched && bc_t[i] == 0x5A;
+        CHECK_SAME(!memcmp(pl_t, pl_r, nw * 40) && !memcmp(wc_t, wc_r, nw * 16) && !memcmp(m_n, m_r, sizeof m_r)
+                   && untouched, "ctx_planes16 without NEW");
         if (e == 0)
-            ctx_select_case(t, r, a, n, ebs[e], pl_r, wc_r, m_r);
+            ctx_select_case(t, r, a, n, ebs[e], pl_r, bc_r, m_r);
         ctx_gaps_case(t, r, a, b, n, ebs[e], pl_r, wc_r, m_r, ch_r);
         canary_free(pl_r); canary_free(pl_t); canary_free(wc_r); canary_free(wc_t);
-        canary_free(ch_r); canary_free(ch_t);
+        canary_free(bc_r); canary_free(bc_t); canary_free(ch_r); canary_free(ch_t);
     }
 }
 
@@ -233,8 +245,8 @@ void checkasm_bench_ctx(const pulse_kernels *t)
     int reps = 50;
     uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
     uint64_t *pl = malloc(nw * 40), *ch = malloc(nw * 8);
-    uint8_t *wc = malloc(nw * 16);
-    if (!a || !b || !pl || !ch || !wc) { perror("malloc"); exit(2); }
+    uint8_t *wc = malloc(nw * 16), *bc = malloc(nw * 16);
+    if (!a || !b || !pl || !ch || !wc || !bc) { perror("malloc"); exit(2); }
     ctx_fill(a, b, n, 1, 5);
     uint32_t m[16];
     double be = 1e9, bp = 1e9, bpn = 1e9;
@@ -243,16 +255,16 @@ void checkasm_bench_ctx(const pulse_kernels *t)
         double t0 = checkasm_now();
         eb = t->ctx_ebase16(a, n);
         double t1 = checkasm_now();
-        t->ctx_planes16(a, NULL, n, eb, pl, wc, m, NULL);
+        t->ctx_planes16(a, NULL, n, eb, pl, wc, bc, m, NULL);
         double t2 = checkasm_now();
-        t->ctx_planes16(a, b, n, eb, pl, wc, m, ch);
+        t->ctx_planes16(a, b, n, eb, pl, wc, NULL, m, ch);
         double t3 = checkasm_now();
         be = t1 - t0 < be ? t1 - t0 : be;
         bp = t2 - t1 < bp ? t2 - t1 : bp;
         bpn = t3 - t2 < bpn ? t3 - t2 : bpn;
     }
     printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_ebase16", 1e3 * be);
-    printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_planes16", 1e3 * bp);
+    printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_planes16 +bc", 1e3 * bp);
     printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_planes16 +chw", 1e3 * bpn);
     /* ctx_select over the 16 bands, about 4000 members listed in each (as a 4 % step lists
      * them), then the same ranks inverted */
@@ -272,10 +284,10 @@ void checkasm_bench_ctx(const pulse_kernels *t)
     for (int rep = 0; rep < reps; rep++) {
         double t0 = checkasm_now();
         for (unsigned band = 0; band < 16; band++)
-            t->ctx_select(pl, wc, nw, band, rank + roff[band], roff[band + 1] - roff[band], 0, pos);
+            t->ctx_select(pl, bc + nw * band, nw, band, rank + roff[band], roff[band + 1] - roff[band], 0, pos);
         double t1 = checkasm_now();
         for (unsigned band = 0; band < 16; band++)
-            t->ctx_select(pl, wc, nw, band, rank + roff[band], roff[band + 1] - roff[band], 1, pos);
+            t->ctx_select(pl, bc + nw * band, nw, band, rank + roff[band], roff[band + 1] - roff[band], 1, pos);
         double t2 = checkasm_now();
         bs = t1 - t0 < bs ? t1 - t0 : bs;
         bi = t2 - t1 < bi ? t2 - t1 : bi;
@@ -283,5 +295,5 @@ void checkasm_bench_ctx(const pulse_kernels *t)
     printf("%-8s %-22s %8.3f ms a 2^20 chunk (%zu listed)\n", t->name, "ctx_select", 1e3 * bs, roff[16]);
     printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_select inverted", 1e3 * bi);
     free(rank); free(pos);
-    free(a); free(b); free(pl); free(ch); free(wc);
+    free(a); free(b); free(pl); free(ch); free(wc); free(bc);
 }
