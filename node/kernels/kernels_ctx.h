@@ -96,6 +96,64 @@ static inline void ctx_counts_by_band(const uint8_t *wc, size_t nw, uint8_t *bc)
             bc[nw * b + w] = wc[16 * w + b];
 }
 
+/* Population count without the instruction (a generic x86-64 build would otherwise call libgcc
+ * for each of the millions of counts per chunk); the instruction where the target has it. */
+static inline unsigned ctx_pop64(uint64_t x)
+{
+#if defined(__POPCNT__) || defined(__ARM_NEON) || defined(__aarch64__)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
+}
+
+/* The encoder's walk (ctx_gaps16): one pass over the changes in position order, each band's
+ * running member count advanced by the words' counts. One body for the reference and the SIMD
+ * tables, which pass their own popcount and 16-band add (static inline, so each is inlined
+ * into its table's copy, as kernels_ulp16.h does). */
+typedef unsigned (*ctx_pop_fn)(uint64_t x);
+typedef void (*ctx_addw_fn)(uint32_t *m, const uint8_t *c);
+
+static inline __attribute__((always_inline)) size_t
+ctx_gaps16_walk(const uint16_t *a, const uint16_t *b, const uint64_t *plane, const uint8_t *wc, const uint64_t *chw,
+                size_t nw, const uint32_t off[16], uint32_t *gap, uint16_t *z, uint32_t cnt[16], ctx_pop_fn pop,
+                ctx_addw_fn addw)
+{
+    uint32_t m[16], prev[16];   /* members before the word; the band list's last rank + 1 */
+    size_t k = 0;
+    for (unsigned q = 0; q < 16; q++) {
+        m[q] = 0;
+        prev[q] = 0;
+        cnt[q] = 0;
+    }
+    for (size_t w = 0; w < nw; w++) {
+        const uint64_t *pl = plane + 5 * w;
+        uint64_t ch = chw[w];
+        if (ch) {
+            uint64_t p0 = pl[0], p1 = pl[1], p2 = pl[2], p3 = pl[3], v = pl[4];
+            for (; ch; ch &= ch - 1) {
+                unsigned j = (unsigned)__builtin_ctzll(ch);
+                unsigned bd = (unsigned)((p0 >> j & 1) | (p1 >> j & 1) << 1 | (p2 >> j & 1) << 2 | (p3 >> j & 1) << 3);
+                uint64_t mw = v & (p0 ^ (0 - (uint64_t)(~bd & 1))) & (p1 ^ (0 - (uint64_t)(~bd >> 1 & 1))) &
+                              (p2 ^ (0 - (uint64_t)(~bd >> 2 & 1))) & (p3 ^ (0 - (uint64_t)(~bd >> 3 & 1)));
+                uint32_t r = m[bd] + (uint32_t)pop(mw & ((1ull << j) - 1));
+                size_t at = off[bd] + cnt[bd]++;
+                gap[at] = r - prev[bd];
+                prev[bd] = r + 1;
+                size_t i = 64 * w + j;
+                uint16_t d = (uint16_t)(b[i] - a[i]);
+                z[at] = (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)(0u - (d >> 15)));
+                k++;
+            }
+        }
+        addw(m, wc + 16 * w);
+    }
+    return k;
+}
+
 #if defined(__BMI2__) && defined(__AVX2__)
 #include <immintrin.h>
 
@@ -226,46 +284,19 @@ static inline size_t ctx_select_bmi2(const uint64_t *plane, const uint8_t *bc, s
     return out;
 }
 
-/* ctx_gaps16 with hardware popcount, the running counts advanced 16 at a time by SSE4.1. */
+/* ctx_gaps16 with hardware popcount, the running counts advanced 16 at a time by SSE4.1: the
+ * shared walk with this ISA's two helpers inlined. */
+static inline unsigned ctx_pop_hw(uint64_t x)
+{
+    return (unsigned)__builtin_popcountll(x);
+}
+
 static inline size_t ctx_gaps16_sse(const uint16_t *a, const uint16_t *b, const uint64_t *plane, const uint8_t *wc,
                                     const uint64_t *chw, size_t nw, const uint32_t off[16], uint32_t *gap,
                                     uint16_t *z, uint32_t cnt[16])
-#define POP __builtin_popcountll
-#define ADDW(m, c) ctx_add16(m, c)
 {
-    uint32_t m[16], prev[16];   /* members before the word; the band list's last rank + 1 */
-    size_t k = 0;
-    for (unsigned q = 0; q < 16; q++) {
-        m[q] = 0;
-        prev[q] = 0;
-        cnt[q] = 0;
-    }
-    for (size_t w = 0; w < nw; w++) {
-        const uint64_t *pl = plane + 5 * w;
-        uint64_t ch = chw[w];
-        if (ch) {
-            uint64_t p0 = pl[0], p1 = pl[1], p2 = pl[2], p3 = pl[3], v = pl[4];
-            for (; ch; ch &= ch - 1) {
-                unsigned j = (unsigned)__builtin_ctzll(ch);
-                unsigned bd = (unsigned)((p0 >> j & 1) | (p1 >> j & 1) << 1 | (p2 >> j & 1) << 2 | (p3 >> j & 1) << 3);
-                uint64_t mw = v & (p0 ^ (0 - (uint64_t)(~bd & 1))) & (p1 ^ (0 - (uint64_t)(~bd >> 1 & 1))) &
-                              (p2 ^ (0 - (uint64_t)(~bd >> 2 & 1))) & (p3 ^ (0 - (uint64_t)(~bd >> 3 & 1)));
-                uint32_t r = m[bd] + (uint32_t)POP(mw & ((1ull << j) - 1));
-                size_t at = off[bd] + cnt[bd]++;
-                gap[at] = r - prev[bd];
-                prev[bd] = r + 1;
-                size_t i = 64 * w + j;
-                uint16_t d = (uint16_t)(b[i] - a[i]);
-                z[at] = (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)(0u - (d >> 15)));
-                k++;
-            }
-        }
-        ADDW(m, wc + 16 * w);
-    }
-    return k;
+    return ctx_gaps16_walk(a, b, plane, wc, chw, nw, off, gap, z, cnt, ctx_pop_hw, ctx_add16);
 }
-#undef POP
-#undef ADDW
 #endif
 
 #endif

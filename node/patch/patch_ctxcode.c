@@ -97,20 +97,6 @@ static inline unsigned zsym(uint16_t z)
     return z <= NDIRECT ? z - 1u : NDIRECT + bitlen16(z) - 4u;
 }
 
-/* Population count: the instruction where the target has it, else SWAR inline (a generic x86-64
- * build would otherwise call libgcc for each of the millions of counts per chunk). */
-static inline unsigned pop64(uint64_t x)
-{
-#if defined(__POPCNT__) || defined(__ARM_NEON) || defined(__aarch64__)
-    return (unsigned)__builtin_popcountll(x);
-#else
-    x = x - ((x >> 1) & 0x5555555555555555ull);
-    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
-    return (unsigned)((x * 0x0101010101010101ull) >> 56);
-#endif
-}
-
 /* Members of band b in word w (the kernel ctx_planes16's wc). */
 static inline unsigned wcount(const uint8_t *wc, uint32_t w, unsigned b)
 {
