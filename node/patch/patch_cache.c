@@ -202,9 +202,8 @@ static size_t gap_room(const patch_pos *pp)
     return align8(pp->coding == PATCH_POS_ZSTD ? pp->glen : pp->glen + 64);
 }
 
-/* Records that chunk i's checked streams lie in the cache at off. */
-static void keep_entry(patch_cache *cache, size_t i, size_t off, size_t groom, size_t glen, size_t plen, size_t elen,
-                       unsigned bits)
+void patch_cache_keep(patch_cache *cache, size_t i, size_t off, size_t groom, size_t glen, size_t plen, size_t elen,
+                      unsigned bits)
 {
     patch_cache_entry *e = &cache->ent[i];
     e->off = off;
@@ -254,7 +253,7 @@ static int check_abs_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     if (err)
         return err;
     if (off != SIZE_MAX)
-        keep_entry(cache, i, off, gsz, glen, unit * k, 0, 0);
+        patch_cache_keep(cache, i, off, gsz, glen, unit * k, 0, 0);
     return 0;
 }
 
@@ -315,7 +314,7 @@ static int check_ulp_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     if (err)
         return err;
     if (off != SIZE_MAX)
-        keep_entry(cache, i, off, gsz, glen, plen, elen, bits);
+        patch_cache_keep(cache, i, off, gsz, glen, plen, elen, bits);
     *out = (patch_ulp_streams){ .gaps = g, .glen = glen, .packed = pk, .esc = es, .elen = elen, .bits = bits };
     return 0;
 }

@@ -103,12 +103,7 @@ int patch_check_context(const pulse_patch *p, size_t i, const uint8_t *bytes, pa
     uint16_t *z = (uint16_t *)(void *)(cache->mem + off + iroom);
     if ((err = decode_into(p, c, s, bytes, base, idx, z)) != 0)
         return err;
-    patch_cache_entry *e = &cache->ent[i];
-    e->off = off;
-    e->groom = (uint32_t)iroom;
-    e->glen = e->plen = e->elen = 0;
-    e->bits = PATCH_CACHE_CONTEXT;
-    e->cached = 1;
+    patch_cache_keep(cache, i, off, iroom, 0, 0, 0, PATCH_CACHE_CONTEXT);
     return 0;
 }
 
@@ -118,10 +113,7 @@ int patch_verify_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch
     int err = patch_chunk_bytes(p, c, s, 1, &bytes);
     if (err || !patch_chunk_is_context(p, c, bytes))
         return err ? err : patch_decode_bytes(p, c, s, bytes);
-    if ((err = context_kind(p, c)) != 0)
-        return err;
-    return patch_ctx_check(bytes, c->pos_len, bytes + c->pos_len, c->val_len, c->count, c->len,
-                           p->tensors[c->tensor].name, c->index);
+    return patch_check_context(p, (size_t)(c - p->chunks), bytes, s, NULL, NULL);
 }
 
 /* Puts a context-coded chunk's decoded changes (in band order) in ascending position: each

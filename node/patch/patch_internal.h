@@ -355,6 +355,9 @@ typedef struct patch_cache {
 /* Reserves n bytes (a multiple of 8) of cache (may be NULL); their offset, or SIZE_MAX when
  * there is no arena or its cap is reached. */
 size_t patch_cache_reserve(patch_cache *cache, size_t n);
+/* Records that chunk i's checked streams lie in the cache at off (the entry's fields). */
+void patch_cache_keep(patch_cache *cache, size_t i, size_t off, size_t groom, size_t glen, size_t plen, size_t elen,
+                      unsigned bits);
 /* A cache for p (entries zeroed). On allocation failure it has no arena and caches nothing. */
 int patch_cache_open(patch_cache *cache, const pulse_patch *p);
 void patch_cache_close(patch_cache *cache);
