@@ -26,6 +26,15 @@
 #define HEAD_MAX (2u + NB * (1u + 2u * 5u)) /* longest position stream header */
 
 enum { MODE_NONE = 0, MODE_CHANGED = 1, MODE_UNCHANGED = 2, MODE_REFUSED = 3 };
+/* A band's value mode: what its symbols code. VM_DIFF z itself; VM_CENTRED |d| around the
+ * band's centre C with d's sign as a raw bit (an update of nearly one size moves every member
+ * of an exponent by nearly the same ulps); VM_ABS the new value's magnitude bits around C with
+ * its sign bit raw (a weight smaller than its update lands near the update's own size, far in
+ * ulps from where it started). */
+enum { VM_DIFF = 0, VM_CENTRED = 1, VM_ABS = 2 };
+#define HEAD_VMODE 0x80u        /* a band header's bit 7: the band's table starts with its value mode */
+#define VM_CENTRED_MAX 16384u   /* so that zigzag(|d| - C) + 1 stays below 2^16 */
+#define VM_ABS_MAX 32767u
 
 struct patch_ctx_scratch {
     uint32_t cap;               /* chunk_elems */
@@ -37,7 +46,7 @@ struct patch_ctx_scratch {
     /* The encoder's, allocated on its first use (a decoding thread never needs them). */
     uint64_t *chw;              /* per 64 elements: the changed bits */
     uint32_t *gap;              /* the changed members' gaps, band after band (cap) */
-    uint16_t *vz;               /* z in decode order (cap) */
+    uint16_t *vz;               /* z in decode order (cap), then the symbols' values */
     uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
 };
 
@@ -81,10 +90,25 @@ static inline unsigned band_of(uint16_t v, unsigned ebase)
     return b > NB - 1 ? NB - 1 : b;
 }
 
+static inline uint16_t zigzag_d(int16_t d)
+{
+    return (uint16_t)(((uint16_t)d << 1) ^ (uint16_t)(d >> 15));
+}
+
 static inline uint16_t zigzag(uint16_t old, uint16_t neu)
 {
-    uint16_t d = (uint16_t)(neu - old);
-    return (uint16_t)((uint16_t)(d << 1) ^ (uint16_t)(0u - (d >> 15)));
+    return zigzag_d((int16_t)(uint16_t)(neu - old));
+}
+
+/* x >= 0 to 2x, x < 0 to -2x - 1, and back */
+static inline uint32_t zigzag32(int32_t x)
+{
+    return x >= 0 ? 2u * (uint32_t)x : 2u * (uint32_t)(-x) - 1u;
+}
+
+static inline int32_t unzigzag32(uint32_t u)
+{
+    return (int32_t)(u >> 1) ^ -(int32_t)(u & 1u);
 }
 
 static inline unsigned bitlen16(uint16_t z)
@@ -310,7 +334,8 @@ static int scratch_encoder(patch_ctx_scratch *s)
  * over <= 16 bands with G <= k gaps in all that is at most k (log2(16 n / k) + 3) + n / 2^24.
  * rANS: a symbol of frequency f grows the state by at most (1024 / f)(1 + 2^-13) (the state
  * divided by f is >= 2^13 when it is coded), so the bytes out are at most (10k + k / 4096) / 8,
- * plus the 4-byte state. Escapes: at most 15 bits a change. */
+ * plus the 4-byte state. A sign and escape bits: at most 16 bits a change. Value modes: at most 4
+ * bytes a band. */
 size_t patch_ctx_bound(uint32_t n, size_t k)
 {
     if (k > n)
@@ -320,7 +345,7 @@ size_t patch_ctx_bound(uint32_t n, size_t k)
     double kd = (double)k;
     double rice_bits = kd * (log2(16.0 * (double)n / kd) + 3.0);
     size_t pos = HEAD_MAX + (size_t)(rice_bits / 8.0) + ((size_t)n >> 27) + NB + 16;
-    size_t val = NB * NSYM * 2 + 5 + 4 + (10 * k + k / 4096) / 8 + 2 + (15 * k + 7) / 8 + 16;
+    size_t val = NB * (NSYM * 2 + 4) + 5 + 4 + (10 * k + k / 4096) / 8 + 2 + (16 * k + 7) / 8 + 16;
     return pos + val;
 }
 
@@ -331,6 +356,8 @@ typedef struct ctx_head {
     uint8_t mode[NB], s[NB];
     uint32_t c[NB], len[NB];
     size_t rice_at;             /* where the Rice streams start in pos */
+    uint8_t vm[NB];             /* value mode (VM_*) */
+    uint32_t vc[NB];            /* its centre C (VM_CENTRED, VM_ABS) */
     uint16_t freq[NB][NSYM];
     size_t rans_at, rans_len;   /* in val */
     size_t esc_at;              /* the escape bits: val[esc_at .. val_len) */
@@ -361,15 +388,16 @@ static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, si
             return PFAIL("ends in the header of band %u", b);
         uint8_t v = pos[at++];
         h->mode[b] = v & 3u;
-        h->s[b] = (uint8_t)(v >> 2);
+        h->s[b] = (uint8_t)((v >> 2) & 31u);
+        h->vm[b] = (v & HEAD_VMODE) ? 0xFF : VM_DIFF;   /* read with the tables */
         h->c[b] = h->len[b] = 0;
         if (h->mode[b] == MODE_REFUSED)
             return PFAIL("band %u: mode 3", b);
         if (h->s[b] > MAX_S)
             return PFAIL("band %u: Rice parameter %u above %u", b, h->s[b], MAX_S);
         if (h->mode[b] == MODE_NONE) {
-            if (h->s[b])
-                return PFAIL("band %u: Rice parameter %u with no change", b, h->s[b]);
+            if (h->s[b] || h->vm[b])
+                return PFAIL("band %u: %s with no change", b, h->s[b] ? "a Rice parameter" : "a value mode");
             continue;
         }
         int r = leb_read(pos, pos_len, &at, &h->c[b]);
@@ -396,6 +424,20 @@ static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, si
     for (unsigned b = 0; b < NB; b++) {
         if (h->mode[b] == MODE_NONE)
             continue;
+        if (h->vm[b]) {
+            if (at >= val_len)
+                return VFAIL("band %u: ends before its value mode", b);
+            uint8_t vm = val[at++];
+            if (vm != VM_CENTRED && vm != VM_ABS)
+                return VFAIL("band %u: value mode %u", b, vm);
+            int r = leb_read(val, val_len, &at, &h->vc[b]);
+            if (r)
+                return VFAIL("band %u: centre %s", b, r == -1 ? "truncated" : "malformed");
+            if (vm == VM_CENTRED ? h->vc[b] < 1 || h->vc[b] > VM_CENTRED_MAX : h->vc[b] > VM_ABS_MAX)
+                return VFAIL("band %u: centre %u outside [%u, %u]", b, h->vc[b], vm == VM_CENTRED ? 1u : 0u,
+                             vm == VM_CENTRED ? VM_CENTRED_MAX : VM_ABS_MAX);
+            h->vm[b] = vm;
+        }
         uint32_t tot = 0;
         for (unsigned y = 0; y < NSYM; y++) {
             uint32_t f;
@@ -422,10 +464,11 @@ static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, si
     return 0;
 }
 
-/* The value stream past its tables: the k symbols of the bands in order (rANS), their escape
- * bits, and that both end exactly. z[] receives the differences when not NULL. */
-static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, uint16_t *z,
-                         const char *tensor, uint64_t chunk)
+/* The value stream past its tables: the k symbols of the bands in order (rANS), their sign and
+ * escape bits, and that all end exactly. With old and idx (the changes' positions in decode
+ * order) z[] receives the differences; without them (no base) the streams are only checked. */
+static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, const uint16_t *old,
+                         const uint32_t *idx, uint16_t *z, const char *tensor, uint64_t chunk)
 {
     const uint8_t *rp = val + h->rans_at, *rend = rp + h->rans_len;
     uint32_t x = (uint32_t)rp[0] | (uint32_t)rp[1] << 8 | (uint32_t)rp[2] << 16 | (uint32_t)rp[3] << 24;
@@ -440,6 +483,8 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
         uint8_t slot[TAB_TOTAL];
         uint16_t cum[NSYM];
         const uint16_t *f = h->freq[b];
+        const unsigned vm = h->vm[b];
+        const uint32_t C = h->vc[b];
         unsigned c = 0;
         for (unsigned y = 0; y < NSYM; y++) {
             cum[y] = (uint16_t)c;
@@ -455,15 +500,37 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                     return VFAIL("rANS stream ends at change %zu", j);
                 x = x << 8 | *rp++;
             }
-            uint16_t zz;
+            uint32_t sg = 0;
+            if (vm && br_bits(&esc, 1, &sg))
+                return VFAIL("sign bits end at change %zu", j);
+            uint32_t u;
             if (y < NDIRECT) {
-                zz = (uint16_t)(y + 1);
+                u = y + 1;
             } else {
                 unsigned L = y - NDIRECT + 4;
                 uint32_t low;
                 if (br_bits(&esc, L - 1, &low))
                     return VFAIL("escape bits end at change %zu", j);
-                zz = (uint16_t)((1u << (L - 1)) | low);
+                u = (1u << (L - 1)) | low;
+            }
+            uint16_t zz = (uint16_t)u;
+            if (vm) {
+                int32_t v = (int32_t)C + unzigzag32(u - 1);
+                if (vm == VM_CENTRED) {
+                    /* |d| in [1, 32768], and 32768 only as -32768 */
+                    if (v < 1 || v > 32768 || (v == 32768 && !sg))
+                        return VFAIL("band %u: change %zu is %c%d ulps", b, j, sg ? '-' : '+', v);
+                    zz = zigzag_d((int16_t)(sg ? -v : v));
+                } else {
+                    if (v < 0 || v > 32767)
+                        return VFAIL("band %u: change %zu has magnitude bits %d", b, j, v);
+                    if (old) {
+                        uint16_t ov = old[idx[j]], nv = (uint16_t)(sg << 15 | (uint32_t)v);
+                        if (nv == ov)
+                            return VFAIL("band %u: change %zu equals its old value", b, j);
+                        zz = zigzag(ov, nv);
+                    }
+                }
             }
             if (z)
                 z[j] = zz;
@@ -514,7 +581,7 @@ int patch_ctx_check(const uint8_t *pos, size_t pos_len, const uint8_t *val, size
     if (!err)
         err = check_rice(&h, pos, n, tensor, chunk);
     if (!err)
-        err = decode_values(&h, val, val_len, NULL, tensor, chunk);
+        err = decode_values(&h, val, val_len, NULL, NULL, NULL, tensor, chunk);
     return err;
 }
 
@@ -572,7 +639,7 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     }
     /* out == k: each band gave exactly its count (mode 2: its members less the G listed), and
      * the counts add up to k (parse_head) */
-    return decode_values(&h, val, val_len, z, tensor, chunk);
+    return decode_values(&h, val, val_len, old, idx, z, tensor, chunk);
 }
 
 /* ---- encode ------------------------------------------------------------------------------- */
@@ -639,6 +706,156 @@ static unsigned rice_param(const uint32_t *g, uint32_t G, uint64_t *bits_out)
     return G ? best : 0;
 }
 
+/* Bits of c symbols with these counts under their own order-0 code (what the band's table costs
+ * them, within rounding). */
+static double sym_bits(const uint32_t *cnt, uint32_t c)
+{
+    double bits = 0;
+    for (unsigned y = 0; y < NSYM; y++)
+        if (cnt[y])
+            bits += cnt[y] * log2((double)c / cnt[y]);
+    return bits;
+}
+
+/* The median of the fields (g[i] >> sh) & mask (mask <= 0xFFFF) over c values, to 1/256 of its
+ * binade: a histogram of the bit lengths, then one of 256 bins inside the median's. */
+static uint32_t approx_median(const uint32_t *g, uint32_t c, unsigned sh, uint32_t mask)
+{
+    uint32_t lh[17] = {0}, bins[256] = {0};
+    for (uint32_t i = 0; i < c; i++) {
+        uint32_t v = g[i] >> sh & mask;
+        lh[v ? 32 - __builtin_clz(v) : 0]++;
+    }
+    uint32_t want = (c + 1) / 2, below = 0;
+    unsigned L = 0;
+    while (below + lh[L] < want)
+        below += lh[L++];
+    if (L == 0)
+        return 0;
+    uint32_t lo = 1u << (L - 1);
+    unsigned t = L - 1 > 8 ? L - 1 - 8 : 0;
+    for (uint32_t i = 0; i < c; i++) {
+        uint32_t v = g[i] >> sh & mask;
+        if (v >= lo && v < 2 * lo)
+            bins[(v - lo) >> t]++;
+    }
+    unsigned j = 0;
+    while (below + bins[j] < want)
+        below += bins[j++];
+    return lo + (j << t) + ((1u << t) >> 1);
+}
+
+/* Bits of a band's values coded around C: the symbols, their escape bits, a sign bit each and
+ * the mode's header. The value is the field (g[i] >> sh) & mask. */
+static double centred_bits(const uint32_t *g, uint32_t c, unsigned sh, uint32_t mask, uint32_t C)
+{
+    uint32_t cnt[NSYM] = {0};
+    uint64_t raw = 0;
+    for (uint32_t i = 0; i < c; i++) {
+        uint32_t u = zigzag32((int32_t)(g[i] >> sh & mask) - (int32_t)C) + 1;
+        if (u > NDIRECT) {
+            unsigned L = 32 - (unsigned)__builtin_clz(u);
+            cnt[NDIRECT + L - 4]++;
+            raw += L - 1;
+        } else {
+            cnt[u - 1]++;
+        }
+    }
+    return sym_bits(cnt, c) + (double)raw + c + 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
+}
+
+/* Each band's value mode (VM_*) and centre, the cheapest by the bits above, and its symbol
+ * counts cnt. Bands whose z need under a raw bit a change on average stay VM_DIFF unweighed, so
+ * a Llama-like step pays only the counting pass that its tables need anyway. For the bands
+ * that change mode, vz[i] becomes the value its symbol codes and gap[i] (free once the Rice
+ * streams are written) its sign bit. */
+static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t nw,
+                               unsigned ebase, const uint32_t *off, const uint32_t *kb, uint8_t *vm, uint32_t *vc,
+                               uint32_t cnt[][NSYM])
+{
+    uint8_t cand[NB] = {0};   /* 1: weigh VM_CENTRED, 2: also VM_ABS */
+    double cost[NB];
+    int any = 0, any_abs = 0;
+    for (unsigned b = 0; b < NB; b++) {
+        vm[b] = VM_DIFF;
+        vc[b] = 0;
+        memset(cnt[b], 0, sizeof cnt[b]);
+        if (!kb[b])
+            continue;
+        uint64_t raw = 0;
+        for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
+            uint16_t zz = s->vz[i];
+            cnt[b][zsym(zz)]++;
+            if (zz > NDIRECT)
+                raw += bitlen16(zz) - 1;
+        }
+        cost[b] = sym_bits(cnt[b], kb[b]) + (double)raw;
+        /* VM_ABS pays for one pass over the chunk's changes: only where the steps are many
+         * ulps (a weight smaller than its update), 6 raw bits a change on average */
+        cand[b] = raw >= 6ull * kb[b] ? 2 : raw >= kb[b] ? 1 : 0;
+        any |= cand[b] != 0;
+        any_abs |= cand[b] == 2;
+    }
+    if (!any)
+        return;
+    /* gap[i]: |d| in bits 0-15; for VM_ABS candidates the new value's magnitude bits in 16-30
+     * and its sign in 31 */
+    for (unsigned b = 0; b < NB; b++)
+        for (uint32_t i = off[b]; cand[b] && i < off[b] + kb[b]; i++) {
+            int16_t d = (int16_t)(uint16_t)((s->vz[i] >> 1) ^ (0u - (s->vz[i] & 1u)));
+            s->gap[i] = d < 0 ? (uint32_t)(-(int32_t)d) : (uint32_t)d;
+        }
+    if (any_abs) {
+        uint32_t fill[NB] = {0};
+        for (uint32_t w = 0; w < nw; w++)
+            for (uint64_t bits = s->chw[w]; bits; bits &= bits - 1) {
+                uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                unsigned b = band_of(old[i], ebase);
+                if (cand[b] == 2)
+                    s->gap[off[b] + fill[b]++] |= (uint32_t)neu[i] << 16;
+            }
+    }
+    for (unsigned b = 0; b < NB; b++) {
+        if (!cand[b])
+            continue;
+        const uint32_t *g = s->gap + off[b];
+        uint32_t c = kb[b];
+        uint32_t C1 = approx_median(g, c, 0, 0xFFFFu);
+        C1 = C1 < 1 ? 1 : C1 > VM_CENTRED_MAX ? VM_CENTRED_MAX : C1;
+        double c1 = centred_bits(g, c, 0, 0xFFFFu, C1);
+        if (c1 < cost[b]) {
+            vm[b] = VM_CENTRED;
+            vc[b] = C1;
+            cost[b] = c1;
+        }
+        if (cand[b] == 2) {
+            uint32_t C2 = approx_median(g, c, 16, 0x7FFFu);
+            double c2 = centred_bits(g, c, 16, 0x7FFFu, C2);
+            if (c2 < cost[b]) {
+                vm[b] = VM_ABS;
+                vc[b] = C2;
+                cost[b] = c2;
+            }
+        }
+        if (vm[b] == VM_DIFF)
+            continue;
+        memset(cnt[b], 0, sizeof cnt[b]);
+        for (uint32_t i = off[b]; i < off[b] + c; i++) {
+            uint32_t f = s->gap[i], sg, v;
+            if (vm[b] == VM_CENTRED) {
+                sg = s->vz[i] & 1u;   /* z is odd exactly for d < 0 */
+                v = f & 0xFFFFu;
+            } else {
+                sg = f >> 31;
+                v = f >> 16 & 0x7FFFu;
+            }
+            s->vz[i] = (uint16_t)(zigzag32((int32_t)v - (int32_t)vc[b]) + 1);
+            s->gap[i] = sg;
+            cnt[b][zsym(s->vz[i])]++;
+        }
+    }
+}
+
 int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t n, size_t k,
                      uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len)
 {
@@ -674,7 +891,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
 
     /* the Rice streams, written after room for the longest header, moved down once it is known */
     uint8_t head[HEAD_MAX];
-    size_t hl = 0;
+    size_t hl = 0, hb[NB] = {0};  /* hb: where each band's header byte is */
     head[hl++] = (uint8_t)PATCH_POS_CONTEXT;
     head[hl++] = (uint8_t)ebase;
     bitwr bw = {out + HEAD_MAX, out + cap, 0, 0, 0};
@@ -712,11 +929,19 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         size_t len = (size_t)(bw.p - at);
         if (bw.over || len != (bits + 7) / 8)
             return pulse_fail(PULSE_ERR_INVALID, "context coder: band %u's Rice stream overran its bound", b);
+        hb[b] = hl;
         head[hl++] = (uint8_t)(mode | sp << 2);
         hl += pulse_leb_put(head + hl, c);
         hl += pulse_leb_put(head + hl, (uint32_t)len);
     }
     size_t rice_len = (size_t)(bw.p - (out + HEAD_MAX));
+    /* the gaps are written: s->gap is the value modes' working memory from here */
+    uint8_t vm[NB];
+    uint32_t vc[NB], cnt[NB][NSYM];
+    choose_value_modes(s, old, neu, nw, ebase, off, kb, vm, vc, cnt);
+    for (unsigned b = 0; b < NB; b++)
+        if (vm[b])
+            head[hb[b]] |= HEAD_VMODE;
     memcpy(out, head, hl);
     memmove(out + hl, out + HEAD_MAX, rice_len);
     size_t pl = hl + rice_len;
@@ -724,17 +949,18 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     /* the value stream: the band tables, the rANS stream (coded backwards), the escape bits */
     uint8_t *v = out + pl, *vend = out + cap;
     size_t vl = 0;
-    if ((size_t)(vend - v) < NB * NSYM * 2)
+    if ((size_t)(vend - v) < NB * (NSYM * 2 + 4))
         return pulse_fail(PULSE_ERR_INVALID, "context coder: position stream overran its bound");
     uint16_t freq[NB][NSYM];
     uint16_t cum[NB][NSYM];
     for (unsigned b = 0; b < NB; b++) {
         if (!kb[b])
             continue;
-        uint32_t cnt[NSYM] = {0};
-        for (uint32_t i = off[b]; i < off[b] + kb[b]; i++)
-            cnt[zsym(s->vz[i])]++;
-        norm_freq(cnt, freq[b]);
+        norm_freq(cnt[b], freq[b]);
+        if (vm[b]) {
+            v[vl++] = vm[b];
+            vl += pulse_leb_put(v + vl, vc[b]);
+        }
         unsigned c = 0;
         for (unsigned y = 0; y < NSYM; y++) {
             cum[b][y] = (uint16_t)c;
@@ -794,6 +1020,8 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     for (unsigned b = 0; b < NB; b++)
         for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
             uint16_t zz = s->vz[i];
+            if (vm[b])
+                bw_put(&ew, s->gap[i], 1);
             if (zz > NDIRECT) {
                 unsigned L = bitlen16(zz);
                 bw_put(&ew, zz & ((1u << (L - 1)) - 1), L - 1);

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch (and one with both position
 # codings): patch_seeds.py PULSE_BIN OUTDIR;
-# and a format-5 patch with a context-coded chunk;
+# and format-5 patches with context-coded chunks, one of them in the value modes (centred and
+# absolute) that wide weight magnitudes take;
 # patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
 # new, new2 .safetensors), which tests/patch/format2.sh applies the committed format-2 seeds to.
 # One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
@@ -17,6 +18,16 @@ from mkckpt import write_safetensors  # noqa: E402
 
 def u16(v):
     return b"".join(struct.pack("<H", x & 0xffff) for x in v)
+
+
+def bf16(x):
+    """The BF16 pattern nearest x (round to nearest even from its FP32 value)."""
+    f = struct.unpack("<I", struct.pack("<f", x))[0]
+    return ((f + 0x7fff + ((f >> 16) & 1)) >> 16) & 0xffff
+
+
+def from_bf16(h):
+    return struct.unpack("<f", struct.pack("<I", h << 16))[0]
 
 
 def u32(v):
@@ -93,6 +104,19 @@ def main():
         write_safetensors(ca, [("a.ctx", "BF16", [40000], u16(c0)), ("b.f32", "F32", [300], u32(cf))])
         write_safetensors(cb, [("a.ctx", "BF16", [40000], u16(c1)), ("b.f32", "F32", [300], u32(cfn))])
         run("diff", ca, cb, "-o", os.path.join(out, "v5-context.patch"), "--context", "--chunk", "32K")
+        # Format 5 value modes: weights over 20 binades, each moved by one step of 2^-14 (the
+        # bands of small steps code |d| around a centre, those of weights below the step the new
+        # magnitudes).
+        random.seed(17)
+        w0, w1 = [], []
+        for i in range(20000):
+            x = 2.0 ** (-20.0 * random.random()) * (1 if random.random() < 0.5 else -1)
+            w0.append(bf16(x))
+            w1.append(bf16(from_bf16(w0[-1]) - 2.0 ** -14))
+        wa, wb = os.path.join(t, "wa.safetensors"), os.path.join(t, "wb.safetensors")
+        write_safetensors(wa, [("a.wide", "BF16", [20000], u16(w0))])
+        write_safetensors(wb, [("a.wide", "BF16", [20000], u16(w1))])
+        run("diff", wa, wb, "-o", os.path.join(out, "v5-value-modes.patch"), "--context", "--chunk", "32K")
 
 
 if __name__ == "__main__":

@@ -299,12 +299,9 @@ static int err_has(const char *a, const char *b)
 /* Every single-byte change and every truncation of a small chunk's streams: refused with
  * FORMAT/UNSUPPORTED, or k distinct in-range positions; check never accepts what decode refuses
  * for a reason check can see, and never crashes. */
-static void test_damage(void)
+static void damage(uint32_t n)
 {
-    uint32_t n = 300, pl, vl;
-    realistic(n, 1.0);
-    for (uint32_t i = 0; i < n; i += 37)
-        neu_[i] = (uint16_t)(old_[i] + unzig((uint16_t)(100 + i * 50)));
+    uint32_t pl, vl;
     size_t k = count_changes(old_, neu_, n);
     size_t len = roundtrip("damage base", old_, neu_, n, &pl, &vl);
     CHECK(len > 0 && k > 10);
@@ -362,6 +359,45 @@ static void test_damage(void)
     free(copy);
 }
 
+/* A bit of a band header's byte that is 1 in the last encoded chunk. */
+static int some_header_has(uint8_t bit)
+{
+    size_t at = 2;
+    int any = 0;
+    for (int bd = 0; bd < 16; bd++) {
+        unsigned v = enc[at++];
+        if (!(v & 3))
+            continue;
+        any |= (v & bit) != 0;
+        while (enc[at++] & 0x80) {
+        }
+        while (enc[at++] & 0x80) {
+        }
+    }
+    return any;
+}
+
+static void test_damage(void)
+{
+    uint32_t n = 300;
+    realistic(n, 1.0);
+    for (uint32_t i = 0; i < n; i += 37)
+        neu_[i] = (uint16_t)(old_[i] + unzig((uint16_t)(100 + i * 50)));
+    damage(n);
+    /* a chunk whose bands take the value modes: 300 weights over 20 binades, one step each */
+    for (uint32_t i = 0; i < n; i++) {
+        old_[i] = bf16((float)pow(2.0, -20.0 * unif()));
+        float o;
+        uint32_t bits = (uint32_t)old_[i] << 16;
+        memcpy(&o, &bits, 4);
+        neu_[i] = bf16(o - 0x1p-14f);
+    }
+    uint32_t pl, vl;
+    roundtrip("damage base (value modes)", old_, neu_, n, &pl, &vl);
+    CHECK(some_header_has(0x80));
+    damage(n);
+}
+
 /* A chunk written by hand from the format's text: 4 elements of 1.0 (exponent 127: ebase 112,
  * band 15), elements 0 and 1 lowered by one ulp (z = 1, symbol 0). */
 static size_t hand(uint8_t *b, int mode, uint8_t rice, int extra_rice, int s, size_t *pl)
@@ -388,6 +424,155 @@ static size_t hand(uint8_t *b, int mode, uint8_t rice, int extra_rice, int s, si
     b[n++] = 0x80;
     b[n++] = 0x00;
     return n;
+}
+
+/* hand()'s chunk with band 15's values in value mode vm around centre C (bit 7 of its header
+ * byte, the mode byte and LEB128 C before its table), its table all on symbol sym (so the rANS
+ * state never moves), and the sign and escape bits of its two changes: nesc bytes. */
+static size_t hand_vm(uint8_t *b, unsigned vm, uint32_t C, unsigned sym, const uint8_t *esc, size_t nesc,
+                      size_t *pl)
+{
+    size_t n = hand(b, 1, 0x03, 0, 0, pl);
+    b[17] |= 0x80;
+    uint8_t v[8];
+    size_t m = 0;
+    v[m++] = (uint8_t)vm;
+    do {
+        v[m++] = (uint8_t)((C & 0x7F) | (C > 0x7F ? 0x80 : 0));
+        C >>= 7;
+    } while (C);
+    memmove(b + *pl + m, b + *pl, n - *pl);
+    memcpy(b + *pl, v, m);
+    n += m;
+    /* the table: freq[sym] = 1024 (LEB 0x80 0x08), the others 0 */
+    size_t t = *pl + m;
+    memset(b + t, 0, 21);
+    b[t + sym] = 0x80;
+    b[t + sym + 1] = 0x08;
+    memcpy(b + n, esc, nesc);
+    return n + nesc;
+}
+
+/* Value modes by hand: centred |d| and absolute new magnitudes decode to the same changes, and
+ * every field of theirs that can be wrong is refused by name. */
+static void test_crafted_value_modes(void)
+{
+    uint16_t old[4] = {0x3F80, 0x3F80, 0x3F80, 0x3F80};
+    uint8_t b[160];
+    size_t pl, len;
+    /* centred, C = 1: d = -1 is |d| = 1 (symbol 0) with sign bits 1, 1 */
+    len = hand_vm(b, 1, 1, 0, (const uint8_t[]){0x03}, 1, &pl);
+    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2));
+    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
+    CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
+    /* absolute, C = 0x3F7F: both new values 0x3F7F (sign bits 0, 0) */
+    len = hand_vm(b, 2, 0x3F7F, 0, (const uint8_t[]){0x00}, 1, &pl);
+    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
+    CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
+    /* absolute, a new value equal to the old one: only the base shows it */
+    len = hand_vm(b, 2, 0x3F80, 0, (const uint8_t[]){0x00}, 1, &pl);
+    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2));
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor v chunk 2: value stream", "equals its old value"));
+    /* centred, sign bits 0: d = +1 each */
+    len = hand_vm(b, 1, 1, 0, (const uint8_t[]){0x00}, 1, &pl);
+    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
+    CHECK(zz[0] == 2 && zz[1] == 2);
+    /* centred, C = 16384, u = 32769 (symbol 19, escape bits 1): |d| = 32768, legal only as
+     * -32768 (sign 1); +32768 is no int16 */
+    static const uint8_t neg[4] = {0x03, 0x00, 0x03, 0x00}, pos_[4] = {0x02, 0x00, 0x03, 0x00};
+    len = hand_vm(b, 1, 16384, 19, neg, 4, &pl);
+    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
+    CHECK(zz[0] == 0xFFFF && zz[1] == 0xFFFF);
+    len = hand_vm(b, 1, 16384, 19, pos_, 4, &pl);
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "change 0 is +32768 ulps"));
+    /* absolute, C = 32767 and u = 3 (symbol 2): magnitude bits 32768, past 15 bits */
+    len = hand_vm(b, 2, 32767, 2, (const uint8_t[]){0x00}, 1, &pl);
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "magnitude bits 32768"));
+    /* mode bytes 0 and 3, centres out of range */
+    static const struct { unsigned vm; uint32_t C; const char *err; } bad[] = {
+        {0, 1, "value mode 0"}, {3, 1, "value mode 3"}, {1, 0, "centre 0 outside [1, 16384]"},
+        {1, 16385, "centre 16385 outside"}, {2, 32768, "centre 32768 outside [0, 32767]"},
+    };
+    for (size_t t = 0; t < sizeof bad / sizeof bad[0]; t++) {
+        len = hand_vm(b, bad[t].vm, bad[t].C, 0, (const uint8_t[]){0x03}, 1, &pl);
+        CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+        CHECK(err_has("value stream", bad[t].err));
+        CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2), PULSE_ERR_FORMAT);
+    }
+    /* no sign bits */
+    len = hand_vm(b, 1, 1, 0, (const uint8_t[]){0x03}, 1, &pl);
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - 1 - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "sign bits end"));
+    /* a third sign bit set: padding not zero */
+    len = hand_vm(b, 1, 1, 0, (const uint8_t[]){0x07}, 1, &pl);
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "padding not zero"));
+    /* the value-mode bit on a band without changes */
+    len = hand(b, 1, 0x03, 0, 0, &pl);
+    b[16] = 0x80;
+    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "band 14: a value mode with no change"));
+}
+
+/* Weights log-uniform over 20 binades, each moved by one step of one size (a first Adam step, a
+ * sign optimizer): the small-step bands code |d| around their centre, the bands of weights
+ * smaller than the step code the new magnitudes, and the values cost well under the order-0
+ * floor. */
+static void test_wide_magnitudes(void)
+{
+    uint32_t n = 1u << 18, pl, vl;
+    const float step = 0x1p-14f;
+    for (uint32_t i = 0; i < n; i++) {
+        float w = (float)pow(2.0, -20.0 * unif()) * (rnd() & 1 ? -1.0f : 1.0f);
+        old_[i] = bf16(w);
+        float o;
+        uint32_t bits = (uint32_t)old_[i] << 16;
+        memcpy(&o, &bits, 4);
+        neu_[i] = bf16(o + (rnd() & 1 ? step : -step));
+    }
+    size_t k = count_changes(old_, neu_, n);
+    size_t bytes = roundtrip("wide magnitudes", old_, neu_, n, &pl, &vl);
+    double h = order0_bits(old_, neu_, n);
+    printf("wide magnitudes 2^18: %zu changes, %.3f bits/change, order-0 floor %.3f (%.3fx)\n", k,
+           8.0 * (double)bytes / (double)k, h / (double)k, 8.0 * (double)bytes / h);
+    CHECK(8.0 * (double)bytes < 0.6 * h);
+    /* which value modes the bands took: walk the headers, then the tables */
+    size_t at = 2;
+    uint8_t flag[16] = {0}, active[16] = {0};
+    for (int bd = 0; bd < 16; bd++) {
+        unsigned v = enc[at++];
+        if (!(v & 3))
+            continue;
+        active[bd] = 1;
+        flag[bd] = (v & 0x80) != 0;
+        while (enc[at++] & 0x80) {
+        }
+        while (enc[at++] & 0x80) {
+        }
+    }
+    int seen[3] = {0, 0, 0};
+    at = pl;
+    for (int bd = 0; bd < 16; bd++) {
+        if (!active[bd])
+            continue;
+        unsigned vm = 0;
+        if (flag[bd]) {
+            vm = enc[at++];
+            while (enc[at++] & 0x80) {
+            }
+        }
+        if (vm < 3)
+            seen[vm]++;
+        for (int y = 0; y < 20; y++)
+            while (enc[at++] & 0x80) {
+            }
+    }
+    printf("wide magnitudes: bands by value mode: %d diff, %d centred, %d absolute\n", seen[0], seen[1], seen[2]);
+    CHECK(seen[1] > 0);
+    CHECK(seen[2] > 0);
 }
 
 static void test_crafted(void)
@@ -501,7 +686,9 @@ int main(void)
         return 1;
     }
     test_crafted();
+    test_crafted_value_modes();
     test_roundtrips();
+    test_wide_magnitudes();
     test_random_small();
     test_damage();
     patch_ctx_scratch_free(S);
