@@ -15,14 +15,18 @@
 #include "tools/verbs.h"
 
 static const char usage[] =
-    "usage: pulse synth --out DIR --steps N [--params 100M] [--lr 3e-6] [--seed S] [--threads N]\n"
+    "usage: pulse synth --out DIR --steps N [--params 100M] [--lr 3e-6] [--seed S] [--spread B]\n"
+    "                  [--threads N]\n"
     "\n"
     "Trains a Llama-shaped model of about --params weights (K/M/B = 10^3/10^6/10^9) with Adam\n"
     "(beta 0.9/0.999, eps 1e-8) on step-to-step correlated synthetic gradients, FP32 master\n"
     "weights, and writes the BF16 view (round to nearest even) after every step:\n"
     "DIR/step-000000.safetensors (initial weights) ... DIR/step-<N>.safetensors.\n"
     "Prints per step the fraction of BF16 values that changed. The output depends only on\n"
-    "--params, --lr and --seed (default 1), never on --threads (default 0 = all cores).\n";
+    "--params, --lr, --seed (default 1) and --spread, never on --threads (default 0 = all cores).\n"
+    "--spread B draws each matrix's initial magnitudes log-uniform over B binades below its\n"
+    "1/sqrt(fan_in) scale, with random signs, as trained vision and conv models spread them\n"
+    "(default 0: normal, Llama-like); it is the wide-magnitude case of docs/performance.md.\n";
 
 int cmd_synth(int argc, char **argv)
 {
@@ -56,6 +60,9 @@ int cmd_synth(int argc, char **argv)
         } else if ((r = synth_arg(argc, argv, &i, "--seed", &v)) != 0) {
             if (r < 0 || cli_parse_u64(v, &o.seed) < 0)
                 return cli_usage_error("synth", "--seed needs a non-negative integer");
+        } else if ((r = synth_arg(argc, argv, &i, "--spread", &v)) != 0) {
+            if (r < 0 || (strcmp(v, "0") != 0 && synth_parse_positive(v, SYNTH_MAX_SPREAD, &o.spread) < 0))
+                return cli_usage_error("synth", "--spread needs a number of binades in [0, %g]", SYNTH_MAX_SPREAD);
         } else if ((r = synth_arg(argc, argv, &i, "--threads", &v)) != 0) {
             if (r < 0 || synth_parse_threads(v, &o.threads) < 0)
                 return cli_usage_error("synth", "--threads needs a count 0..256 (0 = all cores)");

@@ -26,6 +26,18 @@ done
 cmp -s "$tmp/a/step-000001.safetensors" "$tmp/c/step-000001.safetensors" && fail "seed 8 gave the bytes of seed 7"
 cmp -s "$tmp/a/step-000000.safetensors" "$tmp/a/step-000001.safetensors" && fail "step 1 equals step 0"
 
+# --spread: 0 is the default init byte for byte; B > 0 draws other initial weights, deterministically.
+"$PULSE_BIN" synth --out "$tmp/s0" --params 1M --steps 1 --seed 8 --spread 0 > /dev/null
+cmp -s "$tmp/c/step-000001.safetensors" "$tmp/s0/step-000001.safetensors" || fail "--spread 0 changed the weights"
+"$PULSE_BIN" synth --out "$tmp/s1" --params 1M --steps 1 --seed 8 --spread 16 > /dev/null
+"$PULSE_BIN" synth --out "$tmp/s2" --params 1M --steps 1 --seed 8 --spread 16 --threads 1 > /dev/null
+cmp -s "$tmp/c/step-000000.safetensors" "$tmp/s1/step-000000.safetensors" && fail "--spread 16 gave the default init"
+cmp -s "$tmp/s1/step-000001.safetensors" "$tmp/s2/step-000001.safetensors" || fail "--spread 16 is not deterministic"
+for bad in -1 65 nan x; do
+    if "$PULSE_BIN" synth --out "$tmp/x" --steps 1 --params 1M --spread "$bad" 2> "$tmp/err"; then fail "--spread $bad accepted"; fi
+    grep -q -- "--spread" "$tmp/err" || fail "--spread $bad: the error does not name --spread"
+done
+
 # Every step at lr 3e-6 changes some but not most BF16 values (a sanity bound, 0.1%..50%).
 n=0
 while read -r pct; do

@@ -48,6 +48,24 @@ check "python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[\"total\"]; a
 ok "$P" inspect --json "$T/plain" --base "$S0"
 check "python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[\"total\"]; assert t[\"vs_bound\"] > 0.95, t[\"vs_bound\"]' '$T/out'"
 
+# Weights spread over 16 binades (--spread): the bands take the value modes (|d| around a centre,
+# new magnitudes around one); applies, in place and squashed, stay bit-identical, and the patch
+# is well under the format-4 one.
+ok "$P" synth --out "$T/wide" --steps 2 --params 4M --spread 16 --threads 2
+W0=$T/wide/step-000000.safetensors W1=$T/wide/step-000001.safetensors W2=$T/wide/step-000002.safetensors
+ok "$P" diff "$W0" "$W1" -o "$T/wplain"
+ok "$P" diff "$W0" "$W1" -o "$T/wctx" --context
+ok "$P" diff "$W1" "$W2" -o "$T/wctx2" --context
+check "[ \$((\$(stat -c %s '$T/wctx') * 4)) -lt \$((\$(stat -c %s '$T/wplain') * 3)) ]"
+ok "$P" apply "$W0" "$T/wctx" -o "$T/wr1.safetensors"
+check "cmp -s '$T/wr1.safetensors' '$W1'"
+cp "$W1" "$T/winplace.safetensors"
+ok "$P" apply --in-place "$T/winplace.safetensors" "$T/wctx2"
+check "cmp -s '$T/winplace.safetensors' '$W2'"
+ok "$P" squash "$T/wctx" "$T/wctx2" -o "$T/wsq" --base "$W0"
+ok "$P" apply "$W0" "$T/wsq" -o "$T/wrsq.safetensors"
+check "cmp -s '$T/wrsq.safetensors' '$W2'"
+
 # Mixed dtypes (BF16 coded by context; F32, I64 and packed tensors as in format 4).
 for s in 0 1; do python3 "$SRC/tests/patch/mkckpt.py" "$T/m$s.safetensors" 7 $s packed; done
 ok "$P" diff "$T/m0.safetensors" "$T/m1.safetensors" -o "$T/mctx" --context --chunk 333

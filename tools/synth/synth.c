@@ -26,6 +26,7 @@ void synth_opts_default(synth_opts *o)
     o->seed = 1;
     o->lr = 3e-6;
     o->rho = 0.9;
+    o->spread = 0.0;
     o->threads = 0;
 }
 
@@ -252,11 +253,23 @@ static int run_block(void *ctx, size_t i)
 
     if (r->s0 == 0) {
         rng_seed(&rg, stream_key(r->o->seed, it->tensor, it->block, 0));
-        fill_normal(&rg, w, n);
-        for (size_t j = 0; j < n; j++) {
-            w[j] = t->init_mean + t->init_std * w[j];
-            mo[j] = ve[j] = g[j] = 0.0f;
+        if (r->o->spread > 0 && t->cols) {
+            /* trained conv and vision models spread a matrix's magnitudes over many binades:
+             * |w| = std 2^(-spread u), u uniform, with a random sign */
+            const double sp = r->o->spread;
+            for (size_t j = 0; j < n; j++) {
+                uint64_t x = rng_next(&rg);
+                double u = (double)(x >> 11) * 0x1p-53;
+                float mag = (float)((double)t->init_std * exp2(-sp * u));
+                w[j] = (x & 1) ? -mag : mag;
+            }
+        } else {
+            fill_normal(&rg, w, n);
+            for (size_t j = 0; j < n; j++)
+                w[j] = t->init_mean + t->init_std * w[j];
         }
+        for (size_t j = 0; j < n; j++)
+            mo[j] = ve[j] = g[j] = 0.0f;
     }
     for (size_t j = 0; j < n; j++)
         prev[j] = synth_bf16_rne(w[j]);

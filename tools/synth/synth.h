@@ -31,12 +31,14 @@ typedef struct synth_opts {
     uint64_t seed;             /* every bit of every checkpoint follows from it (default 1) */
     double lr;                 /* Adam learning rate (default 3e-6) */
     double rho;                /* step-to-step gradient correlation (default 0.9) */
+    double spread;             /* 0: matrices init normal; B > 0: magnitudes log-uniform over B binades below std */
     int threads;               /* 0 = all cores; the output does not depend on it */
 } synth_opts;
 
 #define SYNTH_MIN_PARAMS (64u * 1024u)
 #define SYNTH_MAX_PARAMS (64ull << 30)
 #define SYNTH_MAX_STEPS 1000000u
+#define SYNTH_MAX_SPREAD 64.0
 
 void synth_opts_default(synth_opts *o);
 
