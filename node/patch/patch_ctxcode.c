@@ -10,6 +10,7 @@
 #include "base/leb128.h"
 #include "node/kernels/kernels.h"
 #include "node/patch/patch_ctxcode.h"
+#include "node/patch/patch_ctxvalue.h"
 
 /* The 64-bit loads of bytes below (bit planes, bit readers) read them in memory order. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -28,13 +29,13 @@
 enum { MODE_NONE = 0, MODE_CHANGED = 1, MODE_UNCHANGED = 2, MODE_REFUSED = 3 };
 /* A band's value mode: what its symbols code. VM_DIFF z itself; VM_CENTRED |d| around the
  * band's centre C with d's sign as a raw bit (an update of nearly one size moves every member
- * of an exponent by nearly the same ulps); VM_ABS the new value's magnitude bits around C with
- * its sign bit raw (a weight smaller than its update lands near the update's own size, far in
- * ulps from where it started). */
-enum { VM_DIFF = 0, VM_CENTRED = 1, VM_ABS = 2 };
+ * of an exponent by nearly the same ulps); VM_PRED the new value's distance in BF16 steps from
+ * old -+ L (L the BF16 value C), the step's direction as a raw bit (the same update as a value,
+ * which also predicts weights smaller than it, far in ulps from where they started). */
+enum { VM_DIFF = 0, VM_CENTRED = 1, VM_PRED = 2 };
 #define HEAD_VMODE 0x80u        /* a band header's bit 7: the band's table starts with its value mode */
 #define VM_CENTRED_MAX 16384u   /* so that zigzag(|d| - C) + 1 stays below 2^16 */
-#define VM_ABS_MAX 32767u
+#define VM_PRED_MAX 0x7F7Fu     /* C: a positive finite BF16 value */
 
 struct patch_ctx_scratch {
     uint32_t cap;               /* chunk_elems */
@@ -104,6 +105,12 @@ static inline uint16_t zigzag(uint16_t old, uint16_t neu)
 static inline uint32_t zigzag32(int32_t x)
 {
     return x >= 0 ? 2u * (uint32_t)x : 2u * (uint32_t)(-x) - 1u;
+}
+
+/* d (mod 2^16) of a zigzag z */
+static inline uint16_t unzigzag_z(uint16_t z)
+{
+    return (uint16_t)((z >> 1) ^ (0u - (z & 1u)));
 }
 
 static inline int32_t unzigzag32(uint32_t u)
@@ -357,7 +364,7 @@ typedef struct ctx_head {
     uint32_t c[NB], len[NB];
     size_t rice_at;             /* where the Rice streams start in pos */
     uint8_t vm[NB];             /* value mode (VM_*) */
-    uint32_t vc[NB];            /* its centre C (VM_CENTRED, VM_ABS) */
+    uint32_t vc[NB];            /* its centre C (VM_CENTRED, VM_PRED) */
     uint16_t freq[NB][NSYM];
     size_t rans_at, rans_len;   /* in val */
     size_t esc_at;              /* the escape bits: val[esc_at .. val_len) */
@@ -428,14 +435,14 @@ static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, si
             if (at >= val_len)
                 return VFAIL("band %u: ends before its value mode", b);
             uint8_t vm = val[at++];
-            if (vm != VM_CENTRED && vm != VM_ABS)
+            if (vm != VM_CENTRED && vm != VM_PRED)
                 return VFAIL("band %u: value mode %u", b, vm);
             int r = leb_read(val, val_len, &at, &h->vc[b]);
             if (r)
                 return VFAIL("band %u: centre %s", b, r == -1 ? "truncated" : "malformed");
-            if (vm == VM_CENTRED ? h->vc[b] < 1 || h->vc[b] > VM_CENTRED_MAX : h->vc[b] > VM_ABS_MAX)
-                return VFAIL("band %u: centre %u outside [%u, %u]", b, h->vc[b], vm == VM_CENTRED ? 1u : 0u,
-                             vm == VM_CENTRED ? VM_CENTRED_MAX : VM_ABS_MAX);
+            uint32_t cmax = vm == VM_CENTRED ? VM_CENTRED_MAX : VM_PRED_MAX;
+            if (h->vc[b] < 1 || h->vc[b] > cmax)
+                return VFAIL("band %u: centre %u outside [1, %u]", b, h->vc[b], cmax);
             h->vm[b] = vm;
         }
         uint32_t tot = 0;
@@ -485,6 +492,7 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
         const uint16_t *f = h->freq[b];
         const unsigned vm = h->vm[b];
         const uint32_t C = h->vc[b];
+        const double L = vm == VM_PRED ? ctx_bf16_value((uint16_t)C) : 0;
         unsigned c = 0;
         for (unsigned y = 0; y < NSYM; y++) {
             cum[y] = (uint16_t)c;
@@ -514,23 +522,22 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                 u = (1u << (L - 1)) | low;
             }
             uint16_t zz = (uint16_t)u;
-            if (vm) {
+            if (vm == VM_CENTRED) {
+                /* |d| in [1, 32768], and 32768 only as -32768 */
                 int32_t v = (int32_t)C + unzigzag32(u - 1);
-                if (vm == VM_CENTRED) {
-                    /* |d| in [1, 32768], and 32768 only as -32768 */
-                    if (v < 1 || v > 32768 || (v == 32768 && !sg))
-                        return VFAIL("band %u: change %zu is %c%d ulps", b, j, sg ? '-' : '+', v);
-                    zz = zigzag_d((int16_t)(sg ? -v : v));
-                } else {
-                    if (v < 0 || v > 32767)
-                        return VFAIL("band %u: change %zu has magnitude bits %d", b, j, v);
-                    if (old) {
-                        uint16_t ov = old[idx[j]], nv = (uint16_t)(sg << 15 | (uint32_t)v);
-                        if (nv == ov)
-                            return VFAIL("band %u: change %zu equals its old value", b, j);
-                        zz = zigzag(ov, nv);
-                    }
-                }
+                if (v < 1 || v > 32768 || (v == 32768 && !sg))
+                    return VFAIL("band %u: change %zu is %c%d ulps", b, j, sg ? '-' : '+', v);
+                zz = zigzag_d((int16_t)(sg ? -v : v));
+            } else if (vm == VM_PRED && old) {
+                /* u <= 65535: the distance is within +-32767 steps of the prediction */
+                uint16_t ov = old[idx[j]], p = ctx_predict(ov, sg, L);
+                uint16_t nv = ctx_key16((uint16_t)(ctx_key16(p) + (uint16_t)unzigzag32(u - 1)));
+                if (nv == ov)
+                    return VFAIL("band %u: change %zu equals its old value", b, j);
+                if (ctx_step_down(ov, nv) != sg)
+                    return VFAIL("band %u: change %zu steps %s, its direction bit says %s", b, j,
+                                 sg ? "up" : "down", sg ? "down" : "up");
+                zz = zigzag(ov, nv);
             }
             if (z)
                 z[j] = zz;
@@ -717,32 +724,26 @@ static double sym_bits(const uint32_t *cnt, uint32_t c)
     return bits;
 }
 
-/* The median of the fields (g[i] >> sh) & mask (mask <= 0xFFFF) over c values, to 1/256 of its
- * binade: a histogram of the bit lengths, then one of 256 bins inside the median's. */
-static uint32_t approx_median(const uint32_t *g, uint32_t c, unsigned sh, uint32_t mask)
+/* The median (the lower one of an even count) of the fields (g[i] >> sh) & mask, mask <= 0xFFFF:
+ * a histogram of their high bytes, then one of the low bytes inside the median's. */
+static uint32_t median16(const uint32_t *g, uint32_t c, unsigned sh, uint32_t mask)
 {
-    uint32_t lh[17] = {0}, bins[256] = {0};
-    for (uint32_t i = 0; i < c; i++) {
-        uint32_t v = g[i] >> sh & mask;
-        lh[v ? 32 - __builtin_clz(v) : 0]++;
-    }
+    uint32_t hi[256] = {0}, lo[256] = {0};
+    for (uint32_t i = 0; i < c; i++)
+        hi[(g[i] >> sh & mask) >> 8]++;
     uint32_t want = (c + 1) / 2, below = 0;
-    unsigned L = 0;
-    while (below + lh[L] < want)
-        below += lh[L++];
-    if (L == 0)
-        return 0;
-    uint32_t lo = 1u << (L - 1);
-    unsigned t = L - 1 > 8 ? L - 1 - 8 : 0;
+    unsigned H = 0;
+    while (below + hi[H] < want)
+        below += hi[H++];
     for (uint32_t i = 0; i < c; i++) {
         uint32_t v = g[i] >> sh & mask;
-        if (v >= lo && v < 2 * lo)
-            bins[(v - lo) >> t]++;
+        if (v >> 8 == H)
+            lo[v & 0xFFu]++;
     }
-    unsigned j = 0;
-    while (below + bins[j] < want)
-        below += bins[j++];
-    return lo + (j << t) + ((1u << t) >> 1);
+    unsigned L = 0;
+    while (below + lo[L] < want)
+        below += lo[L++];
+    return H << 8 | L;
 }
 
 /* Bits of a band's values coded around C: the symbols, their escape bits, a sign bit each and
@@ -764,18 +765,44 @@ static double centred_bits(const uint32_t *g, uint32_t c, unsigned sh, uint32_t 
     return sym_bits(cnt, c) + (double)raw + c + 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
 }
 
+/* Bits of a band's values in VM_PRED around L: each new value's distance in BF16 steps from its
+ * prediction (olds from news and z), a direction bit each and the mode's header; -1 when a
+ * distance is 32768 steps (no symbol for it). g[i] bits 16-31: the new value. */
+static double pred_bits(const uint32_t *g, const uint16_t *vz, uint32_t c, uint16_t C)
+{
+    uint32_t cnt[NSYM] = {0};
+    uint64_t raw = 0;
+    double L = ctx_bf16_value(C);
+    for (uint32_t i = 0; i < c; i++) {
+        uint16_t nv = (uint16_t)(g[i] >> 16), ov = (uint16_t)(nv - unzigzag_z(vz[i]));
+        uint16_t p = ctx_predict(ov, ctx_step_down(ov, nv), L);
+        int16_t r = (int16_t)(uint16_t)(ctx_key16(nv) - ctx_key16(p));
+        if (r == INT16_MIN)
+            return -1;
+        uint32_t u = zigzag32(r) + 1;
+        if (u > NDIRECT) {
+            unsigned Lb = 32 - (unsigned)__builtin_clz(u);
+            cnt[NDIRECT + Lb - 4]++;
+            raw += Lb - 1;
+        } else {
+            cnt[u - 1]++;
+        }
+    }
+    return sym_bits(cnt, c) + (double)raw + c + 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
+}
+
 /* Each band's value mode (VM_*) and centre, the cheapest by the bits above, and its symbol
  * counts cnt. Bands whose z need under a raw bit a change on average stay VM_DIFF unweighed, so
  * a Llama-like step pays only the counting pass that its tables need anyway. For the bands
  * that change mode, vz[i] becomes the value its symbol codes and gap[i] (free once the Rice
- * streams are written) its sign bit. */
+ * streams are written) its sign or direction bit. */
 static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t nw,
                                unsigned ebase, const uint32_t *off, const uint32_t *kb, uint8_t *vm, uint32_t *vc,
                                uint32_t cnt[][NSYM])
 {
-    uint8_t cand[NB] = {0};   /* 1: weigh VM_CENTRED, 2: also VM_ABS */
+    uint8_t cand[NB] = {0};   /* 1: weigh VM_CENTRED, 2: also VM_PRED */
     double cost[NB];
-    int any = 0, any_abs = 0;
+    int any = 0, any_pred = 0;
     for (unsigned b = 0; b < NB; b++) {
         vm[b] = VM_DIFF;
         vc[b] = 0;
@@ -790,22 +817,21 @@ static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const 
                 raw += bitlen16(zz) - 1;
         }
         cost[b] = sym_bits(cnt[b], kb[b]) + (double)raw;
-        /* VM_ABS pays for one pass over the chunk's changes: only where the steps are many
-         * ulps (a weight smaller than its update), 6 raw bits a change on average */
-        cand[b] = raw >= 6ull * kb[b] ? 2 : raw >= kb[b] ? 1 : 0;
+        /* VM_PRED pays for one pass over the chunk's changes and a prediction each: only where
+         * the steps are many ulps, 4 raw bits a change on average */
+        cand[b] = raw >= 4ull * kb[b] ? 2 : raw >= kb[b] ? 1 : 0;
         any |= cand[b] != 0;
-        any_abs |= cand[b] == 2;
+        any_pred |= cand[b] == 2;
     }
     if (!any)
         return;
-    /* gap[i]: |d| in bits 0-15; for VM_ABS candidates the new value's magnitude bits in 16-30
-     * and its sign in 31 */
+    /* gap[i]: |d| in bits 0-15; for VM_PRED candidates the new value in 16-31 */
     for (unsigned b = 0; b < NB; b++)
         for (uint32_t i = off[b]; cand[b] && i < off[b] + kb[b]; i++) {
-            int16_t d = (int16_t)(uint16_t)((s->vz[i] >> 1) ^ (0u - (s->vz[i] & 1u)));
+            int16_t d = (int16_t)unzigzag_z(s->vz[i]);
             s->gap[i] = d < 0 ? (uint32_t)(-(int32_t)d) : (uint32_t)d;
         }
-    if (any_abs) {
+    if (any_pred) {
         uint32_t fill[NB] = {0};
         for (uint32_t w = 0; w < nw; w++)
             for (uint64_t bits = s->chw[w]; bits; bits &= bits - 1) {
@@ -818,9 +844,10 @@ static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const 
     for (unsigned b = 0; b < NB; b++) {
         if (!cand[b])
             continue;
-        const uint32_t *g = s->gap + off[b];
+        uint32_t *g = s->gap + off[b];
+        const uint16_t *z = s->vz + off[b];
         uint32_t c = kb[b];
-        uint32_t C1 = approx_median(g, c, 0, 0xFFFFu);
+        uint32_t C1 = median16(g, c, 0, 0xFFFFu);
         C1 = C1 < 1 ? 1 : C1 > VM_CENTRED_MAX ? VM_CENTRED_MAX : C1;
         double c1 = centred_bits(g, c, 0, 0xFFFFu, C1);
         if (c1 < cost[b]) {
@@ -829,10 +856,17 @@ static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const 
             cost[b] = c1;
         }
         if (cand[b] == 2) {
-            uint32_t C2 = approx_median(g, c, 16, 0x7FFFu);
-            double c2 = centred_bits(g, c, 16, 0x7FFFu, C2);
-            if (c2 < cost[b]) {
-                vm[b] = VM_ABS;
+            /* L: the median step as a value, its BF16 pattern in bits 0-15 (|d| is spent) */
+            for (uint32_t i = 0; i < c; i++) {
+                uint16_t nv = (uint16_t)(g[i] >> 16), ov = (uint16_t)(nv - unzigzag_z(z[i]));
+                double step = ctx_bf16_value(nv) - ctx_bf16_value(ov);
+                g[i] = (g[i] & 0xFFFF0000u) | (ctx_bf16_round(step < 0 ? -step : step) & 0x7FFFu);
+            }
+            uint32_t C2 = median16(g, c, 0, 0x7FFFu);
+            C2 = C2 < 1 ? 1 : C2 > VM_PRED_MAX ? VM_PRED_MAX : C2;
+            double c2 = pred_bits(g, z, c, (uint16_t)C2);
+            if (c2 >= 0 && c2 < cost[b]) {
+                vm[b] = VM_PRED;
                 vc[b] = C2;
                 cost[b] = c2;
             }
@@ -840,18 +874,23 @@ static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const 
         if (vm[b] == VM_DIFF)
             continue;
         memset(cnt[b], 0, sizeof cnt[b]);
-        for (uint32_t i = off[b]; i < off[b] + c; i++) {
-            uint32_t f = s->gap[i], sg, v;
+        const double L = vm[b] == VM_PRED ? ctx_bf16_value((uint16_t)vc[b]) : 0;
+        for (uint32_t i = 0; i < c; i++) {
+            uint32_t u, sg;
             if (vm[b] == VM_CENTRED) {
-                sg = s->vz[i] & 1u;   /* z is odd exactly for d < 0 */
-                v = f & 0xFFFFu;
+                /* from z: a VM_PRED candidate's bits 0-15 hold its step by now */
+                sg = z[i] & 1u;   /* z is odd exactly for d < 0 */
+                int32_t d = (int16_t)unzigzag_z(z[i]);
+                u = zigzag32((d < 0 ? -d : d) - (int32_t)vc[b]) + 1;
             } else {
-                sg = f >> 31;
-                v = f >> 16 & 0x7FFFu;
+                uint16_t nv = (uint16_t)(g[i] >> 16), ov = (uint16_t)(nv - unzigzag_z(z[i]));
+                sg = ctx_step_down(ov, nv);
+                uint16_t p = ctx_predict(ov, sg, L);
+                u = zigzag32((int16_t)(uint16_t)(ctx_key16(nv) - ctx_key16(p))) + 1;
             }
-            s->vz[i] = (uint16_t)(zigzag32((int32_t)v - (int32_t)vc[b]) + 1);
-            s->gap[i] = sg;
-            cnt[b][zsym(s->vz[i])]++;
+            s->vz[off[b] + i] = (uint16_t)u;
+            g[i] = sg;
+            cnt[b][zsym((uint16_t)u)]++;
         }
     }
 }

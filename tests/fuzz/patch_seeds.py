@@ -3,7 +3,7 @@
 # Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch (and one with both position
 # codings): patch_seeds.py PULSE_BIN OUTDIR;
 # and format-5 patches with context-coded chunks, one of them in the value modes (centred and
-# absolute) that wide weight magnitudes take;
+# predicted) that wide weight magnitudes take;
 # patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
 # new, new2 .safetensors), which tests/patch/format2.sh applies the committed format-2 seeds to.
 # One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
@@ -105,8 +105,8 @@ def main():
         write_safetensors(cb, [("a.ctx", "BF16", [40000], u16(c1)), ("b.f32", "F32", [300], u32(cfn))])
         run("diff", ca, cb, "-o", os.path.join(out, "v5-context.patch"), "--context", "--chunk", "32K")
         # Format 5 value modes: weights over 20 binades, each moved by one step of 2^-14 (the
-        # bands of small steps code |d| around a centre, those of weights below the step the new
-        # magnitudes).
+        # bands of small steps code |d| around a centre, those of weights near or below the step
+        # the new value's distance from its prediction, old - 2^-14).
         random.seed(17)
         w0, w1 = [], []
         for i in range(20000):
