@@ -36,6 +36,7 @@ enum { VM_DIFF = 0, VM_CENTRED = 1, VM_PRED = 2 };
 #define HEAD_VMODE 0x80u        /* a band header's bit 7: the band's table starts with its value mode */
 #define VM_CENTRED_MAX 16384u   /* so that zigzag(|d| - C) + 1 stays below 2^16 */
 #define VM_PRED_MAX 0x7F7Fu     /* C: a positive finite BF16 value */
+#define SAMPLE_MAX 8192u        /* changes of a band the encoder weighs its value modes on */
 
 struct patch_ctx_scratch {
     uint32_t cap;               /* chunk_elems */
@@ -49,6 +50,7 @@ struct patch_ctx_scratch {
     uint32_t *gap;              /* the changed members' gaps, band after band (cap) */
     uint16_t *vz;               /* z in decode order (cap), then the symbols' values */
     uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
+    uint32_t *samp;             /* the value modes' sample of a band (3 SAMPLE_MAX) */
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -308,6 +310,7 @@ void patch_ctx_scratch_free(patch_ctx_scratch *s)
     free(s->gap);
     free(s->vz);
     free(s->rbuf);
+    free(s->samp);
     free(s);
 }
 
@@ -320,11 +323,14 @@ static int scratch_encoder(patch_ctx_scratch *s)
     s->gap = malloc(cap * sizeof *s->gap);
     s->vz = malloc(cap * sizeof *s->vz);
     s->rbuf = malloc(2 * cap + 16);
-    if (!s->chw || !s->gap || !s->vz || !s->rbuf) {
+    s->samp = malloc(3 * SAMPLE_MAX * sizeof *s->samp);
+    if (!s->chw || !s->gap || !s->vz || !s->rbuf || !s->samp) {
         free(s->chw);
         free(s->gap);
         free(s->vz);
         free(s->rbuf);
+        free(s->samp);
+        s->samp = NULL;
         s->chw = NULL;
         s->gap = NULL;
         s->vz = NULL;
@@ -746,56 +752,43 @@ static uint32_t median16(const uint32_t *g, uint32_t c, unsigned sh, uint32_t ma
     return H << 8 | L;
 }
 
-/* Bits of a band's values coded around C: the symbols, their escape bits, a sign bit each and
- * the mode's header. The value is the field (g[i] >> sh) & mask. */
-static double centred_bits(const uint32_t *g, uint32_t c, unsigned sh, uint32_t mask, uint32_t C)
+/* The order-0 bits of the values u[0..c): their symbols' entropy and escape bits. */
+static double u_bits(const uint32_t *u, uint32_t c)
 {
     uint32_t cnt[NSYM] = {0};
     uint64_t raw = 0;
     for (uint32_t i = 0; i < c; i++) {
-        uint32_t u = zigzag32((int32_t)(g[i] >> sh & mask) - (int32_t)C) + 1;
-        if (u > NDIRECT) {
-            unsigned L = 32 - (unsigned)__builtin_clz(u);
+        if (u[i] > NDIRECT) {
+            unsigned L = 32 - (unsigned)__builtin_clz(u[i]);
             cnt[NDIRECT + L - 4]++;
             raw += L - 1;
         } else {
-            cnt[u - 1]++;
+            cnt[u[i] - 1]++;
         }
     }
-    return sym_bits(cnt, c) + (double)raw + c + 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
+    return sym_bits(cnt, c) + (double)raw;
 }
 
-/* Bits of a band's values in VM_PRED around L: each new value's distance in BF16 steps from its
- * prediction (olds from news and z), a direction bit each and the mode's header; -1 when a
- * distance is 32768 steps (no symbol for it). g[i] bits 16-31: the new value. */
-static double pred_bits(const uint32_t *g, const uint16_t *vz, uint32_t c, uint16_t C)
+static double mode_header_bits(uint32_t C)
 {
-    uint32_t cnt[NSYM] = {0};
-    uint64_t raw = 0;
-    double L = ctx_bf16_value(C);
-    for (uint32_t i = 0; i < c; i++) {
-        uint16_t nv = (uint16_t)(g[i] >> 16), ov = (uint16_t)(nv - unzigzag_z(vz[i]));
-        uint16_t p = ctx_predict(ov, ctx_step_down(ov, nv), L);
-        int16_t r = (int16_t)(uint16_t)(ctx_key16(nv) - ctx_key16(p));
-        if (r == INT16_MIN)
-            return -1;
-        uint32_t u = zigzag32(r) + 1;
-        if (u > NDIRECT) {
-            unsigned Lb = 32 - (unsigned)__builtin_clz(u);
-            cnt[NDIRECT + Lb - 4]++;
-            raw += Lb - 1;
-        } else {
-            cnt[u - 1]++;
-        }
-    }
-    return sym_bits(cnt, c) + (double)raw + c + 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
+    return 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
 }
 
-/* Each band's value mode (VM_*) and centre, the cheapest by the bits above, and its symbol
- * counts cnt. Bands whose z need under a raw bit a change on average stay VM_DIFF unweighed, so
- * a Llama-like step pays only the counting pass that its tables need anyway. For the bands
- * that change mode, vz[i] becomes the value its symbol codes and gap[i] (free once the Rice
- * streams are written) its sign or direction bit. */
+/* A VM_PRED value: u of the new value nv from old value ov, its direction in *t; 0 when the
+ * distance is 32768 steps (no symbol codes it). */
+static inline uint32_t pred_u(uint16_t ov, uint16_t nv, double L, uint32_t *t)
+{
+    *t = ctx_step_down(ov, nv);
+    uint16_t p = ctx_predict(ov, *t, L);
+    int16_t r = (int16_t)(uint16_t)(ctx_key16(nv) - ctx_key16(p));
+    return r == INT16_MIN ? 0 : zigzag32(r) + 1;
+}
+
+/* Each band's value mode (VM_*) and centre, the cheapest by an estimate on up to SAMPLE_MAX of
+ * its changes (evenly spaced), and its symbol counts cnt. Bands whose z need under a raw bit a
+ * change on average stay VM_DIFF unweighed, so a Llama-like step pays only the counting pass
+ * that its tables need anyway. For the bands that change mode, vz[i] becomes the value its
+ * symbol codes and gap[i] (free once the Rice streams are written) its sign or direction bit. */
 static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t nw,
                                unsigned ebase, const uint32_t *off, const uint32_t *kb, uint8_t *vm, uint32_t *vc,
                                uint32_t cnt[][NSYM])
@@ -825,12 +818,7 @@ static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const 
     }
     if (!any)
         return;
-    /* gap[i]: |d| in bits 0-15; for VM_PRED candidates the new value in 16-31 */
-    for (unsigned b = 0; b < NB; b++)
-        for (uint32_t i = off[b]; cand[b] && i < off[b] + kb[b]; i++) {
-            int16_t d = (int16_t)unzigzag_z(s->vz[i]);
-            s->gap[i] = d < 0 ? (uint32_t)(-(int32_t)d) : (uint32_t)d;
-        }
+    /* gap[i] of a VM_PRED candidate: the new value (the changes in ascending position, as vz) */
     if (any_pred) {
         uint32_t fill[NB] = {0};
         for (uint32_t w = 0; w < nw; w++)
@@ -838,34 +826,53 @@ static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const 
                 uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
                 unsigned b = band_of(old[i], ebase);
                 if (cand[b] == 2)
-                    s->gap[off[b] + fill[b]++] |= (uint32_t)neu[i] << 16;
+                    s->gap[off[b] + fill[b]++] = neu[i];
             }
     }
+    uint32_t *f = s->samp, *u = s->samp + SAMPLE_MAX, *nvs = s->samp + 2 * SAMPLE_MAX;
     for (unsigned b = 0; b < NB; b++) {
         if (!cand[b])
             continue;
         uint32_t *g = s->gap + off[b];
-        const uint16_t *z = s->vz + off[b];
-        uint32_t c = kb[b];
-        uint32_t C1 = median16(g, c, 0, 0xFFFFu);
+        uint16_t *z = s->vz + off[b];
+        uint32_t c = kb[b], S = c < SAMPLE_MAX ? c : SAMPLE_MAX;
+        double scale = (double)c / S;
+        /* centred: |d| around its median */
+        for (uint32_t t = 0; t < S; t++) {
+            int32_t d = (int16_t)unzigzag_z(z[(uint64_t)t * c / S]);
+            f[t] = (uint32_t)(d < 0 ? -d : d);
+        }
+        uint32_t C1 = median16(f, S, 0, 0xFFFFu);
         C1 = C1 < 1 ? 1 : C1 > VM_CENTRED_MAX ? VM_CENTRED_MAX : C1;
-        double c1 = centred_bits(g, c, 0, 0xFFFFu, C1);
+        for (uint32_t t = 0; t < S; t++)
+            u[t] = zigzag32((int32_t)f[t] - (int32_t)C1) + 1;
+        double c1 = (u_bits(u, S) + S) * scale + mode_header_bits(C1);
         if (c1 < cost[b]) {
             vm[b] = VM_CENTRED;
             vc[b] = C1;
             cost[b] = c1;
         }
         if (cand[b] == 2) {
-            /* L: the median step as a value, its BF16 pattern in bits 0-15 (|d| is spent) */
-            for (uint32_t i = 0; i < c; i++) {
-                uint16_t nv = (uint16_t)(g[i] >> 16), ov = (uint16_t)(nv - unzigzag_z(z[i]));
+            /* predicted: L the median step as a value (BF16 patterns of positive values sort as
+             * integers) */
+            for (uint32_t t = 0; t < S; t++) {
+                uint32_t i = (uint32_t)((uint64_t)t * c / S);
+                uint16_t nv = (uint16_t)g[i], ov = (uint16_t)(nv - unzigzag_z(z[i]));
                 double step = ctx_bf16_value(nv) - ctx_bf16_value(ov);
-                g[i] = (g[i] & 0xFFFF0000u) | (ctx_bf16_round(step < 0 ? -step : step) & 0x7FFFu);
+                f[t] = ctx_bf16_round(step < 0 ? -step : step) & 0x7FFFu;
+                nvs[t] = (uint32_t)nv << 16 | ov;
             }
-            uint32_t C2 = median16(g, c, 0, 0x7FFFu);
+            uint32_t C2 = median16(f, S, 0, 0x7FFFu);
             C2 = C2 < 1 ? 1 : C2 > VM_PRED_MAX ? VM_PRED_MAX : C2;
-            double c2 = pred_bits(g, z, c, (uint16_t)C2);
-            if (c2 >= 0 && c2 < cost[b]) {
+            double L = ctx_bf16_value((uint16_t)C2);
+            int ok = 1;
+            for (uint32_t t = 0; t < S && ok; t++) {
+                uint32_t dir;
+                u[t] = pred_u((uint16_t)nvs[t], (uint16_t)(nvs[t] >> 16), L, &dir);
+                ok = u[t] != 0;
+            }
+            double c2 = ok ? (u_bits(u, S) + S) * scale + mode_header_bits(C2) : cost[b];
+            if (c2 < cost[b]) {
                 vm[b] = VM_PRED;
                 vc[b] = C2;
                 cost[b] = c2;
@@ -873,25 +880,43 @@ static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const 
         }
         if (vm[b] == VM_DIFF)
             continue;
-        memset(cnt[b], 0, sizeof cnt[b]);
-        const double L = vm[b] == VM_PRED ? ctx_bf16_value((uint16_t)vc[b]) : 0;
-        for (uint32_t i = 0; i < c; i++) {
-            uint32_t u, sg;
-            if (vm[b] == VM_CENTRED) {
-                /* from z: a VM_PRED candidate's bits 0-15 hold its step by now */
-                sg = z[i] & 1u;   /* z is odd exactly for d < 0 */
+        uint32_t nc[NSYM] = {0};
+        if (vm[b] == VM_CENTRED) {
+            for (uint32_t i = 0; i < c; i++) {
                 int32_t d = (int16_t)unzigzag_z(z[i]);
-                u = zigzag32((d < 0 ? -d : d) - (int32_t)vc[b]) + 1;
-            } else {
-                uint16_t nv = (uint16_t)(g[i] >> 16), ov = (uint16_t)(nv - unzigzag_z(z[i]));
-                sg = ctx_step_down(ov, nv);
-                uint16_t p = ctx_predict(ov, sg, L);
-                u = zigzag32((int16_t)(uint16_t)(ctx_key16(nv) - ctx_key16(p))) + 1;
+                g[i] = z[i] & 1u;   /* z is odd exactly for d < 0 */
+                z[i] = (uint16_t)(zigzag32((d < 0 ? -d : d) - (int32_t)vc[b]) + 1);
+                nc[zsym(z[i])]++;
             }
-            s->vz[off[b] + i] = (uint16_t)u;
-            g[i] = sg;
-            cnt[b][zsym((uint16_t)u)]++;
+        } else {
+            /* the sample did not see every change: one at 32768 steps takes the band back to
+             * VM_DIFF, its z recomputed from the chunk (rare: new 32768 steps from its
+             * prediction is the other end of the value line) */
+            double L = ctx_bf16_value((uint16_t)vc[b]);
+            uint32_t i = 0;
+            for (; i < c; i++) {
+                uint16_t nv = (uint16_t)g[i], ov = (uint16_t)(nv - unzigzag_z(z[i]));
+                uint32_t dir, uu = pred_u(ov, nv, L, &dir);
+                if (!uu)
+                    break;
+                g[i] = dir;
+                z[i] = (uint16_t)uu;
+                nc[zsym(z[i])]++;
+            }
+            if (i < c) {
+                uint32_t t = 0;
+                for (uint32_t w = 0; w < nw; w++)
+                    for (uint64_t bits = s->chw[w]; bits; bits &= bits - 1) {
+                        uint32_t p = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                        if (band_of(old[p], ebase) == b)
+                            z[t++] = zigzag(old[p], neu[p]);
+                    }
+                vm[b] = VM_DIFF;
+                vc[b] = 0;
+                continue;
+            }
         }
+        memcpy(cnt[b], nc, sizeof nc);
     }
 }
 
@@ -1060,7 +1085,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
             uint16_t zz = s->vz[i];
             if (vm[b])
-                bw_put(&ew, s->gap[i], 1);
+                bw_put(&ew, s->gap[i] & 1u, 1);
             if (zz > NDIRECT) {
                 unsigned L = bitlen16(zz);
                 bw_put(&ew, zz & ((1u << (L - 1)) - 1), L - 1);

@@ -642,6 +642,35 @@ static void test_value_arith(void)
     CHECK_EQ_INT(ctx_predict(0x7F7F, 0, ctx_bf16_value(0x7F7F)), 0x7F80);   /* max + max: infinity */
 }
 
+/* A band the encoder would predict, one of whose changes lands 32768 steps from its prediction
+ * (no symbol codes it): found in the sample or only when the band is written, the band is coded
+ * another way and the chunk still round trips. */
+static void test_pred_unreachable(void)
+{
+    const uint32_t n = 3 * 8192;   /* one band of 3 x the sample: the sample takes every third change */
+    for (uint32_t i = 0; i < n; i++) {
+        old_[i] = (uint16_t)(0x3980u | (rnd() & 0x7Fu));   /* 2^-12..2^-11: one band, 32 ulps a step */
+        float o;
+        uint32_t bits = (uint32_t)old_[i] << 16;
+        memcpy(&o, &bits, 4);
+        neu_[i] = bf16(o - 0x1p-14f);
+    }
+    uint32_t pl, vl;
+    roundtrip("one step", old_, neu_, n, &pl, &vl);
+    CHECK(some_header_has(0x80));
+    for (uint32_t at = 0; at < 2; at++) {   /* position 0 is in the sample, 1 is not */
+        uint16_t p = ctx_predict(old_[at], 1, 0x1p-14);
+        uint16_t keep = neu_[at];
+        neu_[at] = ctx_key16((uint16_t)(ctx_key16(p) + 0x8000u));
+        CHECK(ctx_step_down(old_[at], neu_[at]));
+        roundtrip(at ? "unreachable, unsampled" : "unreachable, sampled", old_, neu_, n, &pl, &vl);
+        /* band 15's header byte: no value mode that needs the prediction */
+        size_t hb = 2 + 15;
+        CHECK(!(enc[hb] & 0x80) || enc[pl + 0] == 1);
+        neu_[at] = keep;
+    }
+}
+
 static void test_crafted(void)
 {
     uint16_t old[4] = {0x3F80, 0x3F80, 0x3F80, 0x3F80}, neu[4] = {0x3F7F, 0x3F7F, 0x3F80, 0x3F80};
@@ -757,6 +786,7 @@ int main(void)
     test_crafted_value_modes();
     test_roundtrips();
     test_wide_magnitudes();
+    test_pred_unreachable();
     test_random_small();
     test_damage();
     patch_ctx_scratch_free(S);
