@@ -21,14 +21,13 @@ static inline double ctx_bf16_value(uint16_t h)
     unsigned e = (h >> 7) & 0xFFu, m = h & 0x7Fu;
     double v;
     if (e == 0) {
-        v = (double)m * 0x1p-133;
-    } else {
-        uint64_t pw = (uint64_t)(e - 134 + 1023) << 52;   /* 2^(e - 134), a normal double */
-        double p;
-        memcpy(&p, &pw, 8);
-        v = (double)(128u | m) * p;
+        v = (double)m * 0x1p-133;   /* a BF16 subnormal: a normal double, exactly */
+        return (h & 0x8000u) ? -v : v;
     }
-    return (h & 0x8000u) ? -v : v;
+    /* the same sign, exponent and mantissa bits in the double's fields */
+    uint64_t bits = (uint64_t)(h & 0x8000u) << 48 | (uint64_t)(e - 127 + 1023) << 52 | (uint64_t)m << 45;
+    memcpy(&v, &bits, 8);
+    return v;
 }
 
 /* The BF16 pattern nearest x (ties to even, subnormals kept, overflow to infinity), from the
@@ -38,30 +37,28 @@ static inline uint16_t ctx_bf16_round(double x)
     uint64_t bits;
     memcpy(&bits, &x, 8);
     uint16_t sign = (uint16_t)(bits >> 48 & 0x8000u);
-    int E = (int)(bits >> 52 & 0x7FFu) - 1023;
-    if (E == -1023)
-        return sign;   /* zero (a double subnormal is below 2^-133: none reaches here) */
-    uint64_t mant = (bits & ((1ull << 52) - 1)) | (1ull << 52);
-    if (E > 127)
-        return (uint16_t)(sign | 0x7F80u);
-    /* units of the result's last place: 2^(E - 7) for a normal result, 2^-133 below 2^-126 */
-    unsigned sh = E >= -126 ? 45u : (unsigned)(-E - 81);
+    uint64_t mag = bits & ~(1ull << 63);
+    int E = (int)(mag >> 52) - 1023;
+    if (E >= -126) {
+        /* a normal result: round the 52 mantissa bits to 7 in place, the carry running into the
+         * exponent field as it should */
+        uint64_t r = mag + ((1ull << 44) - 1) + (mag >> 45 & 1);
+        int e = (int)(r >> 52) - 1023 + 127;
+        if (e >= 255)
+            return (uint16_t)(sign | 0x7F80u);
+        return (uint16_t)(sign | (unsigned)e << 7 | (unsigned)(r >> 45 & 0x7Fu));
+    }
+    if (mag == 0)
+        return sign;
+    /* below 2^-126: units of 2^-133, the value mant 2^(E - 52) */
+    uint64_t mant = (mag & ((1ull << 52) - 1)) | (1ull << 52);
+    unsigned sh = (unsigned)(-E - 81);
     if (sh > 63)
         return sign;
     uint64_t q = mant >> sh, rem = mant & ((1ull << sh) - 1), half = 1ull << (sh - 1);
     if (rem > half || (rem == half && (q & 1)))
         q++;
-    if (E < -126)
-        return (uint16_t)(sign | q);          /* q = 128 is the smallest normal, correctly */
-    /* q in [128, 256]: 256 carries into the exponent */
-    unsigned e = (unsigned)(E + 127);
-    if (q == 256) {
-        q = 128;
-        e++;
-    }
-    if (e >= 255)
-        return (uint16_t)(sign | 0x7F80u);
-    return (uint16_t)(sign | e << 7 | (q & 0x7Fu));
+    return (uint16_t)(sign | q);   /* q = 128 is the smallest normal, correctly */
 }
 
 /* The predicted new value of old after a step of size L (a positive finite BF16 pattern) down
