@@ -15,8 +15,8 @@
 #include "tools/verbs.h"
 
 static const char usage[] =
-    "usage: pulse synth --out DIR --steps N [--params 100M] [--lr 3e-6] [--seed S] [--spread B]\n"
-    "                  [--threads N]\n"
+    "usage: pulse synth --out DIR --steps N [--params 100M | --from CKPT] [--lr 3e-6] [--seed S]\n"
+    "                  [--spread B] [--threads N]\n"
     "\n"
     "Trains a Llama-shaped model of about --params weights (K/M/B = 10^3/10^6/10^9) with Adam\n"
     "(beta 0.9/0.999, eps 1e-8) on step-to-step correlated synthetic gradients, FP32 master\n"
@@ -26,7 +26,10 @@ static const char usage[] =
     "--params, --lr, --seed (default 1) and --spread, never on --threads (default 0 = all cores).\n"
     "--spread B draws each matrix's initial magnitudes log-uniform over B binades below its\n"
     "1/sqrt(fan_in) scale, with random signs, as trained vision and conv models spread them\n"
-    "(default 0: normal, Llama-like); it is the wide-magnitude case of docs/performance.md.\n";
+    "(default 0: normal, Llama-like); it is the wide-magnitude case of docs/performance.md.\n"
+    "--from CKPT starts from a real checkpoint instead (a .safetensors file, an index or a\n"
+    "directory): its F32, BF16 and F16 tensors with their shapes and values are the weights the\n"
+    "trainer moves (other dtypes are left out), so a step shows how real weights change.\n";
 
 int cmd_synth(int argc, char **argv)
 {
@@ -36,7 +39,8 @@ int cmd_synth(int argc, char **argv)
     }
     synth_opts o;
     synth_opts_default(&o);
-    const char *out = NULL, *v;
+    const char *out = NULL, *from = NULL, *v;
+    int have_params = 0;
     uint64_t steps = 0;
     int have_steps = 0;
     for (int i = 1; i < argc; i++) {
@@ -54,6 +58,11 @@ int cmd_synth(int argc, char **argv)
         } else if ((r = synth_arg(argc, argv, &i, "--params", &v)) != 0) {
             if (r < 0 || synth_parse_count(v, &o.params) < 0)
                 return cli_usage_error("synth", "--params needs a size such as 1M, 100M or 1B");
+            have_params = 1;
+        } else if ((r = synth_arg(argc, argv, &i, "--from", &v)) != 0) {
+            if (r < 0 || !*v)
+                return cli_usage_error("synth", "--from needs a checkpoint");
+            from = v;
         } else if ((r = synth_arg(argc, argv, &i, "--lr", &v)) != 0) {
             if (r < 0 || synth_parse_positive(v, 1.0, &o.lr) < 0)
                 return cli_usage_error("synth", "--lr needs a number in (0, 1]");
@@ -74,9 +83,11 @@ int cmd_synth(int argc, char **argv)
         return cli_usage_error("synth", "--out DIR is required");
     if (!have_steps)
         return cli_usage_error("synth", "--steps N is required");
+    if (from && (have_params || o.spread > 0))
+        return cli_usage_error("synth", "--from takes the model's size and weights from CKPT: no --params or --spread");
 
     synth_model m;
-    int err = synth_model_init(&m, &o);
+    int err = from ? synth_model_from(&m, &o, from) : synth_model_init(&m, &o);
     if (err < 0)
         return cli_fail("synth", err, "model");
     if (mkdir(out, 0777) != 0 && errno != EEXIST) {
@@ -96,9 +107,13 @@ int cmd_synth(int argc, char **argv)
     }
     int rc = 0;
     if (!err) {
-        printf("model: %llu params (hidden %u, mlp %u, layers %u, vocab %u), %zu tensors, BF16 %.1f MB/step\n",
-               (unsigned long long)m.params, m.hidden, m.intermediate, m.layers, m.vocab, m.ntensors,
-               (double)m.params * 2 / 1e6);
+        if (from)
+            printf("model: %llu params in %zu float tensors of %s, BF16 %.1f MB/step\n",
+                   (unsigned long long)m.params, m.ntensors, from, (double)m.params * 2 / 1e6);
+        else
+            printf("model: %llu params (hidden %u, mlp %u, layers %u, vocab %u), %zu tensors, BF16 %.1f MB/step\n",
+                   (unsigned long long)m.params, m.hidden, m.intermediate, m.layers, m.vocab, m.ntensors,
+                   (double)m.params * 2 / 1e6);
         printf("trainer: Adam lr %g, gradient correlation %.2f, seed %llu\n", o.lr, o.rho,
                (unsigned long long)o.seed);
         double t0 = pulse_monotonic_s();

@@ -33,6 +33,54 @@ cmp -s "$tmp/c/step-000001.safetensors" "$tmp/s0/step-000001.safetensors" || fai
 "$PULSE_BIN" synth --out "$tmp/s2" --params 1M --steps 1 --seed 8 --spread 16 --threads 1 > /dev/null
 cmp -s "$tmp/c/step-000000.safetensors" "$tmp/s1/step-000000.safetensors" && fail "--spread 16 gave the default init"
 cmp -s "$tmp/s1/step-000001.safetensors" "$tmp/s2/step-000001.safetensors" || fail "--spread 16 is not deterministic"
+
+# --from: the float tensors of a real checkpoint are the starting weights. A BF16 checkpoint
+# comes back as step 0 unchanged (same state id); an F32 one (tfjs_to_safetensors.py's output
+# from a TF.js model: float32 kept, a quantized uint8 and an int32 weight left out) is trained
+# with its shapes; a checkpoint with no float tensor, or --from with --params, is refused.
+"$PULSE_BIN" synth --out "$tmp/f1" --steps 2 --from "$tmp/c/step-000001.safetensors" > "$tmp/f1.log" \
+    || fail "synth --from a BF16 checkpoint failed: $(cat "$tmp/f1.log")"
+[ "$("$PULSE_BIN" hash "$tmp/f1/step-000000.safetensors")" = "$("$PULSE_BIN" hash "$tmp/c/step-000001.safetensors")" ] \
+    || fail "synth --from: step 0 is not the checkpoint it started from"
+cmp -s "$tmp/f1/step-000000.safetensors" "$tmp/f1/step-000001.safetensors" && fail "synth --from: step 1 equals step 0"
+mkdir -p "$tmp/tfjs"
+python3 - "$tmp/tfjs" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+w = [("conv/kernel", [3, 3, 2, 4], "float32", None), ("q", [5], "float32", {"dtype": "uint8", "scale": 0.1, "min": 0}),
+     ("ids", [2], "int32", None), ("dense/bias", [4], "float32", None)]
+data = b"".join(struct.pack("<%df" % 72, *[(i - 36) * 1e-3 for i in range(72)]) if n == "conv/kernel"
+                else bytes(5) if n == "q" else struct.pack("<2i", 1, 2) if n == "ids" else struct.pack("<4f", 1, -2, 3e-8, 4)
+                for n, _, _, _ in w)
+man = [{"paths": ["m.bin"], "weights": [dict({"name": n, "shape": s, "dtype": t}, **({"quantization": q} if q else {}))
+                                        for n, s, t, q in w]}]
+json.dump({"format": "graph-model", "weightsManifest": man}, open(d + "/m.json", "w"))
+open(d + "/m.bin", "wb").write(data)
+PY
+python3 "$PULSE_SRC/tools/bench/tfjs_to_safetensors.py" "$tmp/tfjs/m.safetensors" "$tmp/tfjs/m.json" > "$tmp/tfjs.log" \
+    || fail "tfjs_to_safetensors.py failed: $(cat "$tmp/tfjs.log")"
+grep -q ": 2 tensors, 76 float32 weights" "$tmp/tfjs.log" || fail "tfjs_to_safetensors.py: $(cat "$tmp/tfjs.log")"
+"$PULSE_BIN" synth --out "$tmp/f2" --steps 1 --from "$tmp/tfjs/m.safetensors" --lr 1e-2 > "$tmp/f2.log" \
+    || fail "synth --from an F32 checkpoint failed: $(cat "$tmp/f2.log")"
+python3 - "$tmp/f2/step-000000.safetensors" "$tmp/f2/step-000001.safetensors" <<'PY' || fail "synth --from F32: wrong tensors"
+import json, struct, sys
+def hdr(p):
+    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); h.pop("__metadata__", None); return h, f.read()
+h0, d0 = hdr(sys.argv[1]); h1, d1 = hdr(sys.argv[2])
+assert sorted(h0) == ["m/conv/kernel", "m/dense/bias"], sorted(h0)
+assert h0["m/conv/kernel"]["shape"] == [3, 3, 2, 4] and h0["m/conv/kernel"]["dtype"] == "BF16", h0
+a, b = h0["m/dense/bias"]["data_offsets"]
+assert struct.unpack("<4H", d0[a:b]) == (0x3F80, 0xC000, 0x3301, 0x4080), struct.unpack("<4H", d0[a:b])
+assert d0 != d1, "step 1 equals step 0"
+PY
+python3 -c 'import struct,sys,json; h=json.dumps({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}}).encode(); h+=b" "*(-len(h)%8); open(sys.argv[1],"wb").write(struct.pack("<Q",len(h))+h+bytes(16))' "$tmp/ints.safetensors"
+if "$PULSE_BIN" synth --out "$tmp/x" --steps 1 --from "$tmp/ints.safetensors" 2> "$tmp/err"; then fail "--from without float tensors accepted"; fi
+grep -q "no F32, BF16 or F16 tensor" "$tmp/err" || fail "--from without float tensors: $(cat "$tmp/err")"
+if "$PULSE_BIN" synth --out "$tmp/x" --steps 1 --from "$tmp/tfjs/m.safetensors" --params 1M 2> "$tmp/err"; then fail "--from with --params accepted"; fi
+if "$PULSE_BIN" synth --out "$tmp/x" --steps 1 --from "$tmp/nosuch.safetensors" 2> "$tmp/err"; then fail "--from a missing file accepted"; fi
+[ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "--from a missing file: expected one line of error, got: $(cat "$tmp/err")"
+[ ! -e "$tmp/x" ] || fail "a refused synth --from left its --out behind"
+
 for bad in -1 65 nan x; do
     if "$PULSE_BIN" synth --out "$tmp/x" --steps 1 --params 1M --spread "$bad" 2> "$tmp/err"; then fail "--spread $bad accepted"; fi
     grep -q -- "--spread" "$tmp/err" || fail "--spread $bad: the error does not name --spread"

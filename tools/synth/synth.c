@@ -132,19 +132,49 @@ int synth_model_init(synth_model *m, const synth_opts *o)
     add_tensor(m, "model.norm.weight", h, 0, 1.0f, 0.02f);
     add_tensor(m, "lm_head.weight", v, h, 0.0f, sh);
 
-    /* Per-tensor gradient magnitudes, log-uniform over 1e-4..1e-2: far above Adam's eps,
-     * so only their ratio to the running moments matters, as in real training. */
+    synth_grad_scales(m, o->seed);
+    return 0;
+}
+
+/* Log-uniform over 1e-4..1e-2: far above Adam's eps, so only their ratio to the running
+ * moments matters, as in real training. */
+void synth_grad_scales(synth_model *m, uint64_t seed)
+{
     for (size_t i = 0; i < m->ntensors; i++) {
-        double u = (double)(mix64(o->seed ^ mix64(i + 0x5157)) >> 11) * 0x1p-53;
+        double u = (double)(mix64(seed ^ mix64(i + 0x5157)) >> 11) * 0x1p-53;
         m->tensors[i].grad_scale = (float)pow(10.0, -4.0 + 2.0 * u);
     }
-    return 0;
 }
 
 void synth_model_free(synth_model *m)
 {
     free(m->tensors);
+    pulse_ckpt_close(&m->from);
     memset(m, 0, sizeof *m);
+}
+
+/* One element of a source tensor as FP32 (the master weight it starts from). */
+static float src_value(const synth_tensor *t, size_t i)
+{
+    if (t->src_dtype == PULSE_DT_F32) {
+        float f;
+        memcpy(&f, (const uint8_t *)t->src + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)t->src + 2 * i, 2);
+    if (t->src_dtype == PULSE_DT_BF16) {
+        uint32_t b = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    /* F16: sign, 5-bit exponent, 10-bit mantissa */
+    unsigned e = (h >> 10) & 0x1F, mt = h & 0x3FF;
+    float v = e == 0 ? ldexpf((float)mt, -24)
+              : e == 31 ? (mt ? NAN : INFINITY)
+                        : ldexpf((float)(1024 | mt), (int)e - 25);
+    return (h & 0x8000) ? -v : v;
 }
 
 int synth_step_path(char *buf, size_t size, const char *dir, uint64_t k)
@@ -253,7 +283,10 @@ static int run_block(void *ctx, size_t i)
 
     if (r->s0 == 0) {
         rng_seed(&rg, stream_key(r->o->seed, it->tensor, it->block, 0));
-        if (r->o->spread > 0 && t->cols) {
+        if (t->src) {
+            for (size_t j = 0; j < n; j++)
+                w[j] = src_value(t, it->lo + j);
+        } else if (r->o->spread > 0 && t->cols) {
             /* trained conv and vision models spread a matrix's magnitudes over many binades:
              * |w| = std 2^(-spread u), u uniform, with a random sign */
             const double sp = r->o->spread;
@@ -350,9 +383,14 @@ static int create_checkpoint(const synth_model *m, const synth_opts *o, const ch
         const synth_tensor *st = &m->tensors[t];
         specs[t].name = st->name;
         specs[t].dtype_name = "BF16";
-        specs[t].ndim = st->cols ? 2 : 1;
-        specs[t].shape[0] = st->rows;
-        specs[t].shape[1] = st->cols;
+        if (st->shaped) {
+            specs[t].ndim = st->ndim;
+            memcpy(specs[t].shape, st->shape, sizeof st->shape);
+        } else {
+            specs[t].ndim = st->cols ? 2 : 1;
+            specs[t].shape[0] = st->rows;
+            specs[t].shape[1] = st->cols;
+        }
     }
     /* The metadata is the same at every step, so a patched checkpoint is byte-identical
      * to the real next one, header included. */

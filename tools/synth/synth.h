@@ -7,14 +7,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct pulse_ckpt;
+
 /* One weight tensor of the model: a matrix [rows, cols] (HF Linear layout, [out, in]) or a
- * vector [rows] (cols == 0). Initialised as mean + std * N(0,1). */
+ * vector [rows] (cols == 0). Initialised as mean + std * N(0,1), or from src. */
 typedef struct synth_tensor {
-    char name[80];
+    char name[256];
     uint64_t rows, cols;
     uint64_t nelems;
     float init_mean, init_std;
     float grad_scale;          /* per-tensor gradient magnitude (Adam mostly divides it out) */
+    int shaped;                /* the shape written is shape[0..ndim), not [rows, cols] */
+    int ndim;
+    uint64_t shape[8];
+    const void *src;           /* the initial values (nelems of src_dtype), or NULL */
+    int src_dtype;             /* PULSE_DT_F32, _BF16 or _F16 */
 } synth_tensor;
 
 /* The model: its shape and tensors, in writing order (embed, layers, final norm, lm_head). */
@@ -23,6 +30,7 @@ typedef struct synth_model {
     uint64_t params;           /* total elements over all tensors */
     size_t ntensors;
     synth_tensor *tensors;     /* owned; synth_model_free releases it */
+    struct pulse_ckpt *from;   /* the checkpoint the initial values are mapped from, or NULL */
 } synth_model;
 
 /* How the trainer runs. synth_opts_default fills the documented defaults. */
@@ -46,7 +54,14 @@ void synth_opts_default(synth_opts *o);
  * intermediate from a ladder of sizes, the layer count fitted). Returns 0 or a negative
  * PULSE_ERR_* (INVALID for a size outside [SYNTH_MIN_PARAMS, SYNTH_MAX_PARAMS]). */
 int synth_model_init(synth_model *m, const synth_opts *o);
+/* The model of a real checkpoint (a .safetensors file, an index or a directory): its F32, BF16
+ * and F16 tensors, their shapes and initial values (FP32 master weights from them); other
+ * dtypes are left out. o->params and o->spread are not used. INVALID when it has no such
+ * tensor or a name longer than 255 bytes; the checkpoint's open errors otherwise. */
+int synth_model_from(synth_model *m, const synth_opts *o, const char *path);
 void synth_model_free(synth_model *m);
+/* The per-tensor gradient magnitudes, log-uniform over 1e-4..1e-2 by seed and index. */
+void synth_grad_scales(synth_model *m, uint64_t seed);
 
 /* Runs the trainer from its initial weights (step 0) through `steps` Adam steps. For every
  * k <= steps with paths[k] != NULL the BF16 checkpoint of the weights after k steps is
