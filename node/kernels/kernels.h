@@ -49,6 +49,8 @@ typedef struct pulse_kernels {
     size_t (*diff8)(const uint8_t *a, const uint8_t *b, size_t n, uint32_t *idx);
     size_t (*diff16)(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx);
     size_t (*diff32)(const uint32_t *a, const uint32_t *b, size_t n, uint32_t *idx);
+    /* diff16's count alone: the i < n where a[i] != b[i] (bitwise), nothing written. */
+    size_t (*count16)(const uint16_t *a, const uint16_t *b, size_t n);
     /* diff16 that also extracts the changed elements in the same pass: va[j] = a[idx[j]],
      * vb[j] = b[idx[j]] for j < the returned count (the encoder then never touches the
      * chunk again). idx, va and vb each need room for n entries plus 64 of slack. */

@@ -104,6 +104,16 @@ static size_t diff16_avx2(const uint16_t *a, const uint16_t *b, size_t n, uint32
     return k;
 }
 
+static size_t count16_avx2(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64)
+        k += (size_t)__builtin_popcountll(ne_mask16(a + i, b + i) | (uint64_t)ne_mask16(a + i + 32, b + i + 32) << 32);
+    for (; i < n; i++)
+        k += a[i] != b[i];
+    return k;
+}
+
 /* diff16 + the changed values: the positions of each 64-element block are emitted as in
  * diff16, then its values are picked up while the block is still in L1 (AVX2 has no
  * compress instruction; these loads hit cache, unlike a later gather over the chunk). */
@@ -781,6 +791,7 @@ int pulse_kernels_init_avx2(pulse_kernels *k)
     k->rice_put = rice_put_avx2;
     k->diff8 = diff8_avx2;
     k->diff16 = diff16_avx2;
+    k->count16 = count16_avx2;
     k->diff_extract16 = diff_extract16_avx2;
     k->diff_ulp16 = diff_ulp16_avx2;
     k->ulp_pack2_16 = ulp_pack2_16_avx2;

@@ -95,6 +95,24 @@ static size_t diff16_avx512(const uint16_t *a, const uint16_t *b, size_t n, uint
     return k;
 }
 
+static size_t count16_avx512(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t i = 0, k = 0;
+    for (; i + 128 <= n; i += 128) {
+        __mmask32 m0 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i));
+        __mmask32 m1 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 32), _mm512_loadu_si512(b + i + 32));
+        __mmask32 m2 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 64), _mm512_loadu_si512(b + i + 64));
+        __mmask32 m3 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 96), _mm512_loadu_si512(b + i + 96));
+        k += (size_t)__builtin_popcountll(m0 | (uint64_t)m1 << 32) + (size_t)__builtin_popcountll(m2 | (uint64_t)m3 << 32);
+    }
+    for (; i < n; i += 32) {
+        __mmask32 lm = (__mmask32)tail_mask(n - i < 32 ? n - i : 32);
+        k += (size_t)__builtin_popcount(_mm512_mask_cmpneq_epi16_mask(lm, _mm512_maskz_loadu_epi16(lm, a + i),
+                                                                       _mm512_maskz_loadu_epi16(lm, b + i)));
+    }
+    return k;
+}
+
 /* One 32-element block of diff_extract16: positions by two vpcompressd, both values by
  * vpcompressw into registers and full 32-lane stores (the slack takes the extra lanes). */
 static inline size_t extract32(__mmask32 m, __m512i va_v, __m512i vb_v, uint32_t base, uint32_t *idx,
@@ -814,6 +832,7 @@ int pulse_kernels_init_avx512(pulse_kernels *k)
     k->name = "avx512";
     k->diff8 = diff8_avx512;
     k->diff16 = diff16_avx512;
+    k->count16 = count16_avx512;
     k->diff_extract16 = diff_extract16_avx512;
     k->diff_ulp16 = diff_ulp16_avx512;
     k->ulp_pack2_16 = ulp_pack2_16_avx512;

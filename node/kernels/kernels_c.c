@@ -55,6 +55,14 @@ DEFINE_WIDTH(8, uint8_t, int8_t)
 DEFINE_WIDTH(16, uint16_t, int16_t)
 DEFINE_WIDTH(32, uint32_t, int32_t)
 
+static size_t count16_c(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += a[i] != b[i];
+    return k;
+}
+
 static void gaps_encode_c(const uint32_t *idx, size_t k, uint32_t *gaps)
 {
     uint32_t next = 0; /* the position right after the previous one */
@@ -519,6 +527,7 @@ void pulse_kernels_init_c(pulse_kernels *k)
     *k = (pulse_kernels){
         .name = "c",
         .diff8 = diff8_c, .diff16 = diff16_c, .diff32 = diff32_c,
+        .count16 = count16_c,
         .diff_extract16 = diff_extract16_c,
         .diff_ulp16 = diff_ulp16_c,
         .ulp_pack2_16 = ulp_pack2_16_c,
