@@ -788,11 +788,13 @@ static inline void ctx_word_counts512(uint64_t p0, uint64_t p1, uint64_t p2, uin
 
 /* 64 band bytes in one register (packus interleaves 128-bit lanes, the qword permute puts them
  * back in order); plane k is the mask of the bytes with bit k set. */
-static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
-                                uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
+static unsigned ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                                    uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
     const __m512i ff = _mm512_set1_epi16(0xFF), eb = _mm512_set1_epi16((short)ebase),
-                  top = _mm512_set1_epi16(15), perm = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+                  top = _mm512_set1_epi16(15), perm = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0),
+                  em = _mm512_set1_epi16(0x7F80);
+    __m512i mx = _mm512_setzero_si512();   /* the exponents' max (masked loads give 0 past n) */
     size_t nw = (n + 63) / 64;
     for (size_t w = 0; w < nw; w++) {
         size_t base = w * 64, valid = n - base >= 64 ? 64 : n - base;
@@ -805,6 +807,7 @@ static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n,
             __m512i ny = _mm512_maskz_loadu_epi16(k1, nb + base + 32);
             chw[w] = (uint64_t)_mm512_cmpneq_epi16_mask(x, nx) | ((uint64_t)_mm512_cmpneq_epi16_mask(y, ny) << 32);
         }
+        mx = _mm512_max_epu16(mx, _mm512_max_epu16(_mm512_and_si512(x, em), _mm512_and_si512(y, em)));
         x = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(x, 7), ff), eb), top);
         y = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(y, 7), ff), eb), top);
         __m512i bytes = _mm512_permutexvar_epi64(perm, _mm512_packus_epi16(x, y));
@@ -823,6 +826,13 @@ static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n,
     ctx_members_sum(wc, nw, members);
     if (bc)
         ctx_counts_by_band(wc, nw, bc);
+    __m256i h = _mm256_max_epu16(_mm512_castsi512_si256(mx), _mm512_extracti64x4_epi64(mx, 1));
+    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
+    unsigned e = (unsigned)_mm_extract_epi16(q, 0) >> 7;
+    return e > 15 ? e - 15 : 0;
 }
 
 int pulse_kernels_init_avx512(pulse_kernels *k)

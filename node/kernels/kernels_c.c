@@ -360,9 +360,10 @@ static inline uint64_t ctx_gather8(uint64_t x)
 
 /* The counts are kept in registers: one nibble per band in 8 accumulators of 8 elements each,
  * then bytes; no popcount needed (a generic x86-64 build would call libgcc for each). */
-static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
-                           uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
+static unsigned ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                               uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
+    uint16_t mx = 0;
     const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full;
     size_t nw = (n + 63) / 64;
     const int16_t eb16 = (int16_t)ebase;
@@ -370,6 +371,8 @@ static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsi
         size_t base = w * 64, valid = n - base < 64 ? n - base : 64;
         const uint16_t *o = a + base;
         uint8_t bb[64];
+        for (unsigned j = 0; j < valid; j++)
+            mx = (uint16_t)(o[j] & 0x7F80u) > mx ? (uint16_t)(o[j] & 0x7F80u) : mx;
         if (valid == 64) {
             /* signed 16-bit max/min: what SSE2 and NEON vectorise */
             for (unsigned j = 0; j < 64; j++) {
@@ -440,6 +443,7 @@ static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsi
     ctx_members_sum(wc, nw, members);
     if (bc)
         ctx_counts_by_band(wc, nw, bc);
+    return (mx >> 7) > 15 ? (mx >> 7) - 15u : 0;
 }
 
 /* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:

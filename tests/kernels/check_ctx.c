@@ -177,8 +177,10 @@ static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint1
         uint8_t *bc_r = canary_alloc(nw * 16), *bc_t = canary_alloc(nw * 16);
         uint64_t *ch_r = canary_alloc(nw * 8), *ch_t = canary_alloc(nw * 8);
         uint32_t m_r[16], m_t[16], m_n[16];
-        r->ctx_planes16(a, b, n, ebs[e], pl_r, wc_r, bc_r, m_r, ch_r);
-        t->ctx_planes16(a, b, n, ebs[e], pl_t, wc_t, bc_t, m_t, ch_t);
+        unsigned pe_r = r->ctx_planes16(a, b, n, ebs[e], pl_r, wc_r, bc_r, m_r, ch_r);
+        unsigned pe_t = t->ctx_planes16(a, b, n, ebs[e], pl_t, wc_t, bc_t, m_t, ch_t);
+        CHECK_SAME(pe_r == eb_d, "ctx_planes16 reference exponent base");
+        CHECK_SAME(pe_t == eb_d, "ctx_planes16 exponent base");
         CHECK_SAME(ctx_definition(a, b, n, ebs[e], pl_r, wc_r, m_r, ch_r), "ctx_planes16 reference");
         int by_band = 1;   /* bc: wc band after band */
         for (size_t w = 0; w < nw; w++)
@@ -193,7 +195,8 @@ static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint1
         memset(pl_t, 0xA5, nw * 40);
         memset(wc_t, 0xA5, nw * 16);
         memset(bc_t, 0x5A, nw * 16);
-        t->ctx_planes16(a, NULL, n, ebs[e], pl_t, wc_t, NULL, m_n, NULL);
+        unsigned pe_n = t->ctx_planes16(a, NULL, n, ebs[e], pl_t, wc_t, NULL, m_n, NULL);
+        CHECK_SAME(pe_n == eb_d, "ctx_planes16 exponent base without NEW");
         int untouched = 1;
         for (size_t i = 0; i < nw * 16; i++)
             untouched = untouched && bc_t[i] == 0x5A;
