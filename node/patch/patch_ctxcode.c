@@ -532,11 +532,11 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     if (err)
         return err;
     const pulse_kernels *K = pulse_kernels_get();
-    unsigned eb = K->ctx_ebase16(old, n);
+    /* the planes at the stream's base, the base's own found in the same pass and compared */
+    uint32_t m[NB];
+    unsigned eb = K->ctx_planes16(old, NULL, n, h.ebase, s->plane, s->wc, s->bc, m, NULL);
     if (h.ebase != eb)
         return PFAIL("exponent base %u, the base's is %u", h.ebase, eb);
-    uint32_t m[NB];
-    K->ctx_planes16(old, NULL, n, eb, s->plane, s->wc, s->bc, m, NULL);
     uint32_t nw = (n + 63) / 64;
     size_t out = 0;
     const uint8_t *p = pos + h.rice_at;
