@@ -269,6 +269,29 @@ void checkasm_bench_ctx(const pulse_kernels *t)
     printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_ebase16", 1e3 * be);
     printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_planes16 +bc", 1e3 * bp);
     printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_planes16 +chw", 1e3 * bpn);
+    /* ctx_gaps16 right after the planes of OLD and NEW, as the encoder runs it */
+    {
+        uint32_t off[16], cnt[16];
+        for (unsigned q = 0, o = 0; q < 16; q++) {
+            off[q] = o;
+            o += m[q];
+        }
+        uint32_t *gap = malloc(n * 4);
+        uint16_t *z = malloc(n * 2);
+        if (!gap || !z) { perror("malloc"); exit(2); }
+        double bg = 1e9;
+        size_t k = 0;
+        for (int rep = 0; rep < reps; rep++) {
+            t->ctx_planes16(a, b, n, eb, pl, wc, NULL, m, ch);
+            double t0 = checkasm_now();
+            k = t->ctx_gaps16(a, b, pl, wc, ch, nw, off, gap, z, cnt);
+            double t1 = checkasm_now();
+            bg = t1 - t0 < bg ? t1 - t0 : bg;
+        }
+        printf("%-8s %-22s %8.3f ms a 2^20 chunk (%zu changes)\n", t->name, "ctx_gaps16", 1e3 * bg, k);
+        free(gap);
+        free(z);
+    }
     /* ctx_select over the 16 bands, about 4000 members listed in each (as a 4 % step lists
      * them), then the same ranks inverted */
     uint32_t *rank = malloc(n * 4), *pos = malloc(n * 4);
