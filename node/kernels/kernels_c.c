@@ -363,7 +363,7 @@ static inline uint64_t ctx_gather8(uint64_t x)
 static unsigned ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
                                uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
-    uint16_t mx = 0;
+    int16_t mx = 0;   /* the largest exponent */
     const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full;
     size_t nw = (n + 63) / 64;
     const int16_t eb16 = (int16_t)ebase;
@@ -371,19 +371,19 @@ static unsigned ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, 
         size_t base = w * 64, valid = n - base < 64 ? n - base : 64;
         const uint16_t *o = a + base;
         uint8_t bb[64];
-        for (unsigned j = 0; j < valid; j++)
-            mx = (uint16_t)(o[j] & 0x7F80u) > mx ? (uint16_t)(o[j] & 0x7F80u) : mx;
         if (valid == 64) {
             /* signed 16-bit max/min: what SSE2 and NEON vectorise */
             for (unsigned j = 0; j < 64; j++) {
-                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                int16_t e = (int16_t)((o[j] >> 7) & 0xFF), d = (int16_t)(e - eb16);
+                mx = e > mx ? e : mx;
                 d = d < 0 ? 0 : d;
                 bb[j] = (uint8_t)(d > 15 ? 15 : d);
             }
         } else {
             memset(bb, 0, sizeof bb);
             for (unsigned j = 0; j < valid; j++) {
-                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                int16_t e = (int16_t)((o[j] >> 7) & 0xFF), d = (int16_t)(e - eb16);
+                mx = e > mx ? e : mx;
                 d = d < 0 ? 0 : d;
                 bb[j] = (uint8_t)(d > 15 ? 15 : d);
             }
@@ -443,7 +443,7 @@ static unsigned ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, 
     ctx_members_sum(wc, nw, members);
     if (bc)
         ctx_counts_by_band(wc, nw, bc);
-    return (mx >> 7) > 15 ? (mx >> 7) - 15u : 0;
+    return mx > 15 ? (unsigned)mx - 15u : 0;
 }
 
 /* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
