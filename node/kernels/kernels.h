@@ -49,6 +49,8 @@ typedef struct pulse_kernels {
     size_t (*diff8)(const uint8_t *a, const uint8_t *b, size_t n, uint32_t *idx);
     size_t (*diff16)(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx);
     size_t (*diff32)(const uint32_t *a, const uint32_t *b, size_t n, uint32_t *idx);
+    /* diff16's count alone: the i < n where a[i] != b[i] (bitwise), nothing written. */
+    size_t (*count16)(const uint16_t *a, const uint16_t *b, size_t n);
     /* diff16 that also extracts the changed elements in the same pass: va[j] = a[idx[j]],
      * vb[j] = b[idx[j]] for j < the returned count (the encoder then never touches the
      * chunk again). idx, va and vb each need room for n entries plus 64 of slack. */
@@ -177,9 +179,10 @@ typedef struct pulse_kernels {
      * b[64w + j] (0 past n). n >= 1. The members of band b in word w are then
      * plane[5w + 4] & AND over k of (bit k of b ? plane[5w + k] : ~plane[5w + k]). When bc !=
      * NULL also the same counts band after band: bc[nw b + w] = wc[16w + b] (a band's counts
-     * contiguous, for ctx_select). */
-    void (*ctx_planes16)(const uint16_t *a, const uint16_t *b, size_t n, unsigned ebase, uint64_t *plane,
-                         uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw);
+     * contiguous, for ctx_select). Returns a's own exponent base (ctx_ebase16(a, n)), so that a
+     * decoder given the base in the stream makes the planes and checks it in one pass. */
+    unsigned (*ctx_planes16)(const uint16_t *a, const uint16_t *b, size_t n, unsigned ebase, uint64_t *plane,
+                             uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw);
     /* The positions of band `band`'s members by rank (their index among the band's members in
      * ascending position), from ctx_planes16's plane and the band's counts bc[0..nw) (its bc +
      * nw band) over nw words. rank[0..c) strictly

@@ -104,6 +104,16 @@ static size_t diff16_avx2(const uint16_t *a, const uint16_t *b, size_t n, uint32
     return k;
 }
 
+static size_t count16_avx2(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64)
+        k += (size_t)__builtin_popcountll(ne_mask16(a + i, b + i) | (uint64_t)ne_mask16(a + i + 32, b + i + 32) << 32);
+    for (; i < n; i++)
+        k += a[i] != b[i];
+    return k;
+}
+
 /* diff16 + the changed values: the positions of each 64-element block are emitted as in
  * diff16, then its values are picked up while the block is still in L1 (AVX2 has no
  * compress instruction; these loads hit cache, unlike a later gather over the chunk). */
@@ -715,10 +725,12 @@ static unsigned ctx_ebase16_avx2(const uint16_t *a, size_t n)
 /* 32 band bytes per register (packus interleaves the 128-bit lanes, the qword permute puts
  * them back in order); plane k: bit k of each byte moved to its top bit, then movemask. A
  * last partial word goes through a zero-padded copy (band 0, unchanged). */
-static void ctx_planes16_avx2(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
-                              uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
+static unsigned ctx_planes16_avx2(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                                  uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
-    const __m256i ff = _mm256_set1_epi16(0xFF), eb = _mm256_set1_epi16((short)ebase), top = _mm256_set1_epi16(15);
+    const __m256i ff = _mm256_set1_epi16(0xFF), eb = _mm256_set1_epi16((short)ebase), top = _mm256_set1_epi16(15),
+                  em = _mm256_set1_epi16(0x7F80);
+    __m256i mx = _mm256_setzero_si256();   /* the exponents' max (a partial word's padding is 0) */
     size_t nw = (n + 63) / 64;
     for (size_t w = 0; w < nw; w++) {
         size_t base = w * 64, valid = n - base >= 64 ? 64 : n - base;
@@ -748,6 +760,8 @@ static void ctx_planes16_avx2(const uint16_t *a, const uint16_t *nb, size_t n, u
                           ((uint64_t)(uint32_t)_mm256_movemask_epi8(e1) << 32);
             chw[w] = ~eq;
         }
+        mx = _mm256_max_epu16(mx, _mm256_max_epu16(_mm256_max_epu16(_mm256_and_si256(v[0], em), _mm256_and_si256(v[1], em)),
+                                                    _mm256_max_epu16(_mm256_and_si256(v[2], em), _mm256_and_si256(v[3], em))));
         for (unsigned i = 0; i < 4; i++)
             v[i] = _mm256_min_epu16(_mm256_subs_epu16(_mm256_and_si256(_mm256_srli_epi16(v[i], 7), ff), eb), top);
         __m256i b0 = _mm256_permute4x64_epi64(_mm256_packus_epi16(v[0], v[1]), 0xD8);
@@ -769,6 +783,12 @@ static void ctx_planes16_avx2(const uint16_t *a, const uint16_t *nb, size_t n, u
     ctx_members_sum(wc, nw, members);
     if (bc)
         ctx_counts_by_band(wc, nw, bc);
+    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
+    unsigned e = (unsigned)_mm_extract_epi16(q, 0) >> 7;
+    return e > 15 ? e - 15 : 0;
 }
 
 int pulse_kernels_init_avx2(pulse_kernels *k)
@@ -781,6 +801,7 @@ int pulse_kernels_init_avx2(pulse_kernels *k)
     k->rice_put = rice_put_avx2;
     k->diff8 = diff8_avx2;
     k->diff16 = diff16_avx2;
+    k->count16 = count16_avx2;
     k->diff_extract16 = diff_extract16_avx2;
     k->diff_ulp16 = diff_ulp16_avx2;
     k->ulp_pack2_16 = ulp_pack2_16_avx2;

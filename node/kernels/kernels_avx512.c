@@ -95,6 +95,24 @@ static size_t diff16_avx512(const uint16_t *a, const uint16_t *b, size_t n, uint
     return k;
 }
 
+static size_t count16_avx512(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t i = 0, k = 0;
+    for (; i + 128 <= n; i += 128) {
+        __mmask32 m0 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i));
+        __mmask32 m1 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 32), _mm512_loadu_si512(b + i + 32));
+        __mmask32 m2 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 64), _mm512_loadu_si512(b + i + 64));
+        __mmask32 m3 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 96), _mm512_loadu_si512(b + i + 96));
+        k += (size_t)__builtin_popcountll(m0 | (uint64_t)m1 << 32) + (size_t)__builtin_popcountll(m2 | (uint64_t)m3 << 32);
+    }
+    for (; i < n; i += 32) {
+        __mmask32 lm = (__mmask32)tail_mask(n - i < 32 ? n - i : 32);
+        k += (size_t)__builtin_popcount(_mm512_mask_cmpneq_epi16_mask(lm, _mm512_maskz_loadu_epi16(lm, a + i),
+                                                                       _mm512_maskz_loadu_epi16(lm, b + i)));
+    }
+    return k;
+}
+
 /* One 32-element block of diff_extract16: positions by two vpcompressd, both values by
  * vpcompressw into registers and full 32-lane stores (the slack takes the extra lanes). */
 static inline size_t extract32(__mmask32 m, __m512i va_v, __m512i vb_v, uint32_t base, uint32_t *idx,
@@ -770,11 +788,13 @@ static inline void ctx_word_counts512(uint64_t p0, uint64_t p1, uint64_t p2, uin
 
 /* 64 band bytes in one register (packus interleaves 128-bit lanes, the qword permute puts them
  * back in order); plane k is the mask of the bytes with bit k set. */
-static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
-                                uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
+static unsigned ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                                    uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
     const __m512i ff = _mm512_set1_epi16(0xFF), eb = _mm512_set1_epi16((short)ebase),
-                  top = _mm512_set1_epi16(15), perm = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+                  top = _mm512_set1_epi16(15), perm = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0),
+                  em = _mm512_set1_epi16(0x7F80);
+    __m512i mx = _mm512_setzero_si512();   /* the exponents' max (masked loads give 0 past n) */
     size_t nw = (n + 63) / 64;
     for (size_t w = 0; w < nw; w++) {
         size_t base = w * 64, valid = n - base >= 64 ? 64 : n - base;
@@ -787,6 +807,7 @@ static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n,
             __m512i ny = _mm512_maskz_loadu_epi16(k1, nb + base + 32);
             chw[w] = (uint64_t)_mm512_cmpneq_epi16_mask(x, nx) | ((uint64_t)_mm512_cmpneq_epi16_mask(y, ny) << 32);
         }
+        mx = _mm512_max_epu16(mx, _mm512_max_epu16(_mm512_and_si512(x, em), _mm512_and_si512(y, em)));
         x = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(x, 7), ff), eb), top);
         y = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(_mm512_srli_epi16(y, 7), ff), eb), top);
         __m512i bytes = _mm512_permutexvar_epi64(perm, _mm512_packus_epi16(x, y));
@@ -805,6 +826,13 @@ static void ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_t n,
     ctx_members_sum(wc, nw, members);
     if (bc)
         ctx_counts_by_band(wc, nw, bc);
+    __m256i h = _mm256_max_epu16(_mm512_castsi512_si256(mx), _mm512_extracti64x4_epi64(mx, 1));
+    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
+    unsigned e = (unsigned)_mm_extract_epi16(q, 0) >> 7;
+    return e > 15 ? e - 15 : 0;
 }
 
 int pulse_kernels_init_avx512(pulse_kernels *k)
@@ -814,6 +842,7 @@ int pulse_kernels_init_avx512(pulse_kernels *k)
     k->name = "avx512";
     k->diff8 = diff8_avx512;
     k->diff16 = diff16_avx512;
+    k->count16 = count16_avx512;
     k->diff_extract16 = diff_extract16_avx512;
     k->diff_ulp16 = diff_ulp16_avx512;
     k->ulp_pack2_16 = ulp_pack2_16_avx512;

@@ -55,6 +55,14 @@ DEFINE_WIDTH(8, uint8_t, int8_t)
 DEFINE_WIDTH(16, uint16_t, int16_t)
 DEFINE_WIDTH(32, uint32_t, int32_t)
 
+static size_t count16_c(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += a[i] != b[i];
+    return k;
+}
+
 static void gaps_encode_c(const uint32_t *idx, size_t k, uint32_t *gaps)
 {
     uint32_t next = 0; /* the position right after the previous one */
@@ -352,9 +360,10 @@ static inline uint64_t ctx_gather8(uint64_t x)
 
 /* The counts are kept in registers: one nibble per band in 8 accumulators of 8 elements each,
  * then bytes; no popcount needed (a generic x86-64 build would call libgcc for each). */
-static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
-                           uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
+static unsigned ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                               uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
+    int16_t mx = 0;   /* the largest exponent */
     const uint64_t NIB = 0x0F0F0F0F0F0F0F0Full;
     size_t nw = (n + 63) / 64;
     const int16_t eb16 = (int16_t)ebase;
@@ -365,14 +374,16 @@ static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsi
         if (valid == 64) {
             /* signed 16-bit max/min: what SSE2 and NEON vectorise */
             for (unsigned j = 0; j < 64; j++) {
-                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                int16_t e = (int16_t)((o[j] >> 7) & 0xFF), d = (int16_t)(e - eb16);
+                mx = e > mx ? e : mx;
                 d = d < 0 ? 0 : d;
                 bb[j] = (uint8_t)(d > 15 ? 15 : d);
             }
         } else {
             memset(bb, 0, sizeof bb);
             for (unsigned j = 0; j < valid; j++) {
-                int16_t d = (int16_t)((int16_t)((o[j] >> 7) & 0xFF) - eb16);
+                int16_t e = (int16_t)((o[j] >> 7) & 0xFF), d = (int16_t)(e - eb16);
+                mx = e > mx ? e : mx;
                 d = d < 0 ? 0 : d;
                 bb[j] = (uint8_t)(d > 15 ? 15 : d);
             }
@@ -432,6 +443,7 @@ static void ctx_planes16_c(const uint16_t *a, const uint16_t *nb, size_t n, unsi
     ctx_members_sum(wc, nw, members);
     if (bc)
         ctx_counts_by_band(wc, nw, bc);
+    return mx > 15 ? (unsigned)mx - 15u : 0;
 }
 
 /* The bit number of the r-th (from 0) set bit of x; r < popcount(x). A portable pdep of one bit:
@@ -519,6 +531,7 @@ void pulse_kernels_init_c(pulse_kernels *k)
     *k = (pulse_kernels){
         .name = "c",
         .diff8 = diff8_c, .diff16 = diff16_c, .diff32 = diff32_c,
+        .count16 = count16_c,
         .diff_extract16 = diff_extract16_c,
         .diff_ulp16 = diff_ulp16_c,
         .ulp_pack2_16 = ulp_pack2_16_c,

@@ -612,11 +612,11 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
     if (err)
         return err;
     const pulse_kernels *K = pulse_kernels_get();
-    unsigned eb = K->ctx_ebase16(old, n);
+    /* the planes at the stream's base, the base's own found in the same pass and compared */
+    uint32_t m[NB];
+    unsigned eb = K->ctx_planes16(old, NULL, n, h.ebase, s->plane, s->wc, s->bc, m, NULL);
     if (h.ebase != eb)
         return PFAIL("exponent base %u, the base's is %u", h.ebase, eb);
-    uint32_t m[NB];
-    K->ctx_planes16(old, NULL, n, eb, s->plane, s->wc, s->bc, m, NULL);
     uint32_t nw = (n + 63) / 64;
     size_t out = 0;
     const uint8_t *p = pos + h.rice_at;
@@ -636,15 +636,27 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
         /* the listed members' indices (mode 1: straight into idx, which the walk turns into
          * positions in place), then the band's walk in the kernel */
         uint32_t G = want == MODE_CHANGED ? c : mb - c, *rk = want == MODE_CHANGED ? idx + out : s->rank;
-        uint64_t id = 0;
+        /* id + 1 of the previous listed member: the first gap is the index itself */
+        uint64_t next = 0;
+        const uint64_t smask = (1ull << sp) - 1;
         for (uint32_t j = 0; j < G; j++) {
             uint64_t g;
-            if (br_rice(&r, sp, &g))
+            if (r.n < 57)
+                br_fill(&r);
+            /* the whole code in the bits held (nearly always): its unary run and low bits at once */
+            unsigned t = r.acc ? (unsigned)__builtin_ctzll(r.acc) : 64;
+            if (t + 1 + sp <= r.n) {
+                g = ((uint64_t)t << sp) | ((r.acc >> t >> 1) & smask);
+                r.acc = r.acc >> t >> 1 >> sp;
+                r.n -= t + 1 + sp;
+            } else if (br_rice(&r, sp, &g)) {
                 return PFAIL("band %u: Rice stream ends at gap %u of %u", b, j, G);
-            id = j ? id + g + 1 : g;
+            }
+            uint64_t id = next + g;
             if (id >= mb)
                 return PFAIL("band %u: member %llu of %u", b, (unsigned long long)id, mb);
             rk[j] = (uint32_t)id;
+            next = id + 1;
         }
         out += K->ctx_select(s->plane, s->bc + (size_t)nw * b, nw, b, rk, G, want == MODE_UNCHANGED, idx + out);
         if (!br_done(&r))

@@ -177,8 +177,10 @@ static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint1
         uint8_t *bc_r = canary_alloc(nw * 16), *bc_t = canary_alloc(nw * 16);
         uint64_t *ch_r = canary_alloc(nw * 8), *ch_t = canary_alloc(nw * 8);
         uint32_t m_r[16], m_t[16], m_n[16];
-        r->ctx_planes16(a, b, n, ebs[e], pl_r, wc_r, bc_r, m_r, ch_r);
-        t->ctx_planes16(a, b, n, ebs[e], pl_t, wc_t, bc_t, m_t, ch_t);
+        unsigned pe_r = r->ctx_planes16(a, b, n, ebs[e], pl_r, wc_r, bc_r, m_r, ch_r);
+        unsigned pe_t = t->ctx_planes16(a, b, n, ebs[e], pl_t, wc_t, bc_t, m_t, ch_t);
+        CHECK_SAME(pe_r == eb_d, "ctx_planes16 reference exponent base");
+        CHECK_SAME(pe_t == eb_d, "ctx_planes16 exponent base");
         CHECK_SAME(ctx_definition(a, b, n, ebs[e], pl_r, wc_r, m_r, ch_r), "ctx_planes16 reference");
         int by_band = 1;   /* bc: wc band after band */
         for (size_t w = 0; w < nw; w++)
@@ -193,7 +195,8 @@ static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint1
         memset(pl_t, 0xA5, nw * 40);
         memset(wc_t, 0xA5, nw * 16);
         memset(bc_t, 0x5A, nw * 16);
-        t->ctx_planes16(a, NULL, n, ebs[e], pl_t, wc_t, NULL, m_n, NULL);
+        unsigned pe_n = t->ctx_planes16(a, NULL, n, ebs[e], pl_t, wc_t, NULL, m_n, NULL);
+        CHECK_SAME(pe_n == eb_d, "ctx_planes16 exponent base without NEW");
         int untouched = 1;
         for (size_t i = 0; i < nw * 16; i++)
             untouched = untouched && bc_t[i] == 0x5A;
@@ -266,6 +269,29 @@ void checkasm_bench_ctx(const pulse_kernels *t)
     printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_ebase16", 1e3 * be);
     printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_planes16 +bc", 1e3 * bp);
     printf("%-8s %-22s %8.3f ms a 2^20 chunk\n", t->name, "ctx_planes16 +chw", 1e3 * bpn);
+    /* ctx_gaps16 right after the planes of OLD and NEW, as the encoder runs it */
+    {
+        uint32_t off[16], cnt[16];
+        for (unsigned q = 0, o = 0; q < 16; q++) {
+            off[q] = o;
+            o += m[q];
+        }
+        uint32_t *gap = malloc(n * 4);
+        uint16_t *z = malloc(n * 2);
+        if (!gap || !z) { perror("malloc"); exit(2); }
+        double bg = 1e9;
+        size_t k = 0;
+        for (int rep = 0; rep < reps; rep++) {
+            t->ctx_planes16(a, b, n, eb, pl, wc, NULL, m, ch);
+            double t0 = checkasm_now();
+            k = t->ctx_gaps16(a, b, pl, wc, ch, nw, off, gap, z, cnt);
+            double t1 = checkasm_now();
+            bg = t1 - t0 < bg ? t1 - t0 : bg;
+        }
+        printf("%-8s %-22s %8.3f ms a 2^20 chunk (%zu changes)\n", t->name, "ctx_gaps16", 1e3 * bg, k);
+        free(gap);
+        free(z);
+    }
     /* ctx_select over the 16 bands, about 4000 members listed in each (as a 4 % step lists
      * them), then the same ranks inverted */
     uint32_t *rank = malloc(n * 4), *pos = malloc(n * 4);

@@ -170,6 +170,9 @@ static void extra16(const pulse_kernels *t, const pulse_kernels *r, const uint16
                && canary_intact(xb_t, (n + SLACK) * 2), "diff_extract16 overrun");
     canary_free(xi_r); canary_free(xi_t); canary_free(xa_r); canary_free(xa_t);
     canary_free(xb_r); canary_free(xb_t);
+    /* count16: diff16's count, nothing written */
+    CHECK_SAME(r->count16(a, b, n) == k, "count16 reference");
+    CHECK_SAME(t->count16(a, b, n) == k, "count16");
     check_diff_ulp16(t, r, a, b, n, idx, k);
     check_ulp2_add16(t, r, a, b, n, idx, k);
     check_gaps(t, r, idx, k, (uint32_t)n);
