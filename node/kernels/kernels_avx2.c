@@ -709,11 +709,7 @@ static unsigned ctx_ebase16_avx2(const uint16_t *a, size_t n)
         m3 = _mm256_max_epu16(m3, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(a + i + 48)), em));
     }
     m0 = _mm256_max_epu16(_mm256_max_epu16(m0, m1), _mm256_max_epu16(m2, m3));
-    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(m0), _mm256_extracti128_si256(m0, 1));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
-    uint16_t mx = (uint16_t)_mm_extract_epi16(q, 0);
+    uint16_t mx = ctx_hmax16(_mm_max_epu16(_mm256_castsi256_si128(m0), _mm256_extracti128_si256(m0, 1)));
     for (; i < n; i++) {
         uint16_t v = a[i] & 0x7F80u;
         mx = v > mx ? v : mx;
@@ -783,11 +779,7 @@ static unsigned ctx_planes16_avx2(const uint16_t *a, const uint16_t *nb, size_t 
     ctx_members_sum(wc, nw, members);
     if (bc)
         ctx_counts_by_band(wc, nw, bc);
-    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
-    unsigned e = (unsigned)_mm_extract_epi16(q, 0) >> 7;
+    unsigned e = (unsigned)ctx_hmax16(_mm_max_epu16(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1))) >> 7;
     return e > 15 ? e - 15 : 0;
 }
 

@@ -738,6 +738,13 @@ out:
 
 /* ---- the context coder's bands (format 5) ---- */
 
+/* The largest 16-bit lane of v. */
+static inline uint16_t hmax16_512(__m512i v)
+{
+    __m256i h = _mm256_max_epu16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    return ctx_hmax16(_mm_max_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+
 static unsigned ctx_ebase16_avx512(const uint16_t *a, size_t n)
 {
     const __m512i em = _mm512_set1_epi16(0x7F80);
@@ -754,12 +761,7 @@ static unsigned ctx_ebase16_avx512(const uint16_t *a, size_t n)
         m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_maskz_loadu_epi16(k, a + i), em));
     }
     m0 = _mm512_max_epu16(_mm512_max_epu16(m0, m1), _mm512_max_epu16(m2, m3));
-    __m256i h = _mm256_max_epu16(_mm512_castsi512_si256(m0), _mm512_extracti64x4_epi64(m0, 1));
-    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
-    unsigned e = (unsigned)_mm_extract_epi16(q, 0) >> 7;
+    unsigned e = (unsigned)hmax16_512(m0) >> 7;
     return e > 15 ? e - 15 : 0;
 }
 
@@ -826,12 +828,7 @@ static unsigned ctx_planes16_avx512(const uint16_t *a, const uint16_t *nb, size_
     ctx_members_sum(wc, nw, members);
     if (bc)
         ctx_counts_by_band(wc, nw, bc);
-    __m256i h = _mm256_max_epu16(_mm512_castsi512_si256(mx), _mm512_extracti64x4_epi64(mx, 1));
-    __m128i q = _mm_max_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
-    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
-    unsigned e = (unsigned)_mm_extract_epi16(q, 0) >> 7;
+    unsigned e = (unsigned)hmax16_512(mx) >> 7;
     return e > 15 ? e - 15 : 0;
 }
 

@@ -8,6 +8,18 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+
+/* The largest of the eight 16-bit lanes of q (the x86 tables' last step of a max reduction). */
+static inline uint16_t ctx_hmax16(__m128i q)
+{
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
+    q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
+    return (uint16_t)_mm_extract_epi16(q, 0);
+}
+#endif
 
 /* wc[b] = the elements of band b among the valid bits v of one word: the 16 band member words
  * built from 4 + 4 pair products (bits 0-1 and bits 2-3 of b), one popcount each, packed into

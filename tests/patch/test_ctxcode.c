@@ -37,6 +37,16 @@ static uint16_t bf16(float f)
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* The BF16 pattern nearest old's value plus step (an optimizer's update, rounded as a trainer
+ * rounds its FP32 master weights). */
+static uint16_t stepped(uint16_t old, float step)
+{
+    uint32_t bits = (uint32_t)old << 16;
+    float o;
+    memcpy(&o, &bits, 4);
+    return bf16(o + step);
+}
+
 static uint16_t unzig(uint16_t z)
 {
     return (uint16_t)((z >> 1) ^ (uint16_t)(0u - (z & 1u)));
@@ -388,10 +398,7 @@ static void test_damage(void)
     /* a chunk whose bands take the value modes: 300 weights over 20 binades, one step each */
     for (uint32_t i = 0; i < n; i++) {
         old_[i] = bf16((float)pow(2.0, -20.0 * unif()));
-        float o;
-        uint32_t bits = (uint32_t)old_[i] << 16;
-        memcpy(&o, &bits, 4);
-        neu_[i] = bf16(o - 0x1p-14f);
+        neu_[i] = stepped(old_[i], -0x1p-14f);
     }
     uint32_t pl, vl;
     roundtrip("damage base (value modes)", old_, neu_, n, &pl, &vl);
@@ -536,10 +543,7 @@ static void test_wide_magnitudes(void)
     for (uint32_t i = 0; i < n; i++) {
         float w = (float)pow(2.0, -20.0 * unif()) * (rnd() & 1 ? -1.0f : 1.0f);
         old_[i] = bf16(w);
-        float o;
-        uint32_t bits = (uint32_t)old_[i] << 16;
-        memcpy(&o, &bits, 4);
-        neu_[i] = bf16(o + (rnd() & 1 ? step : -step));
+        neu_[i] = stepped(old_[i], rnd() & 1 ? step : -step);
     }
     size_t k = count_changes(old_, neu_, n);
     size_t bytes = roundtrip("wide magnitudes", old_, neu_, n, &pl, &vl);
@@ -650,10 +654,7 @@ static void test_pred_unreachable(void)
     const uint32_t n = 3 * 8192;   /* one band of 3 x the sample: the sample takes every third change */
     for (uint32_t i = 0; i < n; i++) {
         old_[i] = (uint16_t)(0x3980u | (rnd() & 0x7Fu));   /* 2^-12..2^-11: one band, 32 ulps a step */
-        float o;
-        uint32_t bits = (uint32_t)old_[i] << 16;
-        memcpy(&o, &bits, 4);
-        neu_[i] = bf16(o - 0x1p-14f);
+        neu_[i] = stepped(old_[i], -0x1p-14f);
     }
     uint32_t pl, vl;
     roundtrip("one step", old_, neu_, n, &pl, &vl);
