@@ -72,26 +72,37 @@ static size_t diff8_avx512(const uint8_t *a, const uint8_t *b, size_t n, uint32_
     return k;
 }
 
+/* The differing elements of a[i..i+128) and b: bits 0-63 in *lo, 64-127 in *hi. */
+static inline void neq16x128(const uint16_t *a, const uint16_t *b, uint64_t *lo, uint64_t *hi)
+{
+    __mmask32 m0 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a), _mm512_loadu_si512(b));
+    __mmask32 m1 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + 32), _mm512_loadu_si512(b + 32));
+    __mmask32 m2 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + 64), _mm512_loadu_si512(b + 64));
+    __mmask32 m3 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + 96), _mm512_loadu_si512(b + 96));
+    *lo = m0 | (uint64_t)m1 << 32;
+    *hi = m2 | (uint64_t)m3 << 32;
+}
+
+/* The differing elements of the first min(left, 32) of a and b. */
+static inline __mmask32 neq16_tail(const uint16_t *a, const uint16_t *b, size_t left)
+{
+    __mmask32 lm = (__mmask32)tail_mask(left < 32 ? left : 32);
+    return _mm512_mask_cmpneq_epi16_mask(lm, _mm512_maskz_loadu_epi16(lm, a), _mm512_maskz_loadu_epi16(lm, b));
+}
+
 static size_t diff16_avx512(const uint16_t *a, const uint16_t *b, size_t n, uint32_t *idx)
 {
     size_t i = 0, k = 0;
     for (; i + 128 <= n; i += 128) {
-        __mmask32 m0 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i));
-        __mmask32 m1 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 32), _mm512_loadu_si512(b + i + 32));
-        __mmask32 m2 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 64), _mm512_loadu_si512(b + i + 64));
-        __mmask32 m3 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 96), _mm512_loadu_si512(b + i + 96));
-        uint64_t lo = m0 | (uint64_t)m1 << 32, hi = m2 | (uint64_t)m3 << 32;
+        uint64_t lo, hi;
+        neq16x128(a + i, b + i, &lo, &hi);
         if (!(lo | hi))
             continue;
         k = emit64(lo, (uint32_t)i, idx, k);
         k = emit64(hi, (uint32_t)i + 64, idx, k);
     }
-    for (; i < n; i += 32) {
-        __mmask32 lm = (__mmask32)tail_mask(n - i < 32 ? n - i : 32);
-        __mmask32 m = _mm512_mask_cmpneq_epi16_mask(lm, _mm512_maskz_loadu_epi16(lm, a + i),
-                                                    _mm512_maskz_loadu_epi16(lm, b + i));
-        k = emit64(m, (uint32_t)i, idx, k);
-    }
+    for (; i < n; i += 32)
+        k = emit64(neq16_tail(a + i, b + i, n - i), (uint32_t)i, idx, k);
     return k;
 }
 
@@ -99,17 +110,12 @@ static size_t count16_avx512(const uint16_t *a, const uint16_t *b, size_t n)
 {
     size_t i = 0, k = 0;
     for (; i + 128 <= n; i += 128) {
-        __mmask32 m0 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i));
-        __mmask32 m1 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 32), _mm512_loadu_si512(b + i + 32));
-        __mmask32 m2 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 64), _mm512_loadu_si512(b + i + 64));
-        __mmask32 m3 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + i + 96), _mm512_loadu_si512(b + i + 96));
-        k += (size_t)__builtin_popcountll(m0 | (uint64_t)m1 << 32) + (size_t)__builtin_popcountll(m2 | (uint64_t)m3 << 32);
+        uint64_t lo, hi;
+        neq16x128(a + i, b + i, &lo, &hi);
+        k += (size_t)__builtin_popcountll(lo) + (size_t)__builtin_popcountll(hi);
     }
-    for (; i < n; i += 32) {
-        __mmask32 lm = (__mmask32)tail_mask(n - i < 32 ? n - i : 32);
-        k += (size_t)__builtin_popcount(_mm512_mask_cmpneq_epi16_mask(lm, _mm512_maskz_loadu_epi16(lm, a + i),
-                                                                       _mm512_maskz_loadu_epi16(lm, b + i)));
-    }
+    for (; i < n; i += 32)
+        k += (size_t)__builtin_popcount(neq16_tail(a + i, b + i, n - i));
     return k;
 }
 

@@ -472,8 +472,7 @@ static size_t ctx_select_c(const uint64_t *plane, const uint8_t *bc, size_t nw, 
 #define SELECT ctx_select64
 {
     uint64_t x[4];
-    for (unsigned k = 0; k < 4; k++)
-        x[k] = (band >> k & 1u) ? 0 : ~0ull;
+    ctx_band_x(band, x);
     size_t out = 0;
     if (!invert) {
         uint64_t base = 0;
@@ -485,9 +484,7 @@ static size_t ctx_select_c(const uint64_t *plane, const uint8_t *bc, size_t nw, 
                 base += pc;
                 w++;
             }
-            const uint64_t *pl = plane + 5 * w;
-            uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
-            pos[j] = (uint32_t)(64 * w + SELECT(mw, (unsigned)(id - base)));
+            pos[j] = (uint32_t)(64 * w + SELECT(ctx_member_word(plane, w, x), (unsigned)(id - base)));
         }
         return c;
     }
@@ -497,14 +494,7 @@ static size_t ctx_select_c(const uint64_t *plane, const uint8_t *bc, size_t nw, 
         unsigned pc = bc[w];
         if (!pc)
             continue;
-        const uint64_t *pl = plane + 5 * w;
-        uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]), sel = 0;
-        while (nx < base + pc) {
-            sel |= 1ull << SELECT(mw, (unsigned)(nx - base));
-            nx = got < c ? rank[got++] : UINT64_MAX;
-        }
-        for (uint64_t chb = mw & ~sel; chb; chb &= chb - 1)
-            pos[out++] = (uint32_t)(64 * w + (unsigned)__builtin_ctzll(chb));
+        out = ctx_emit_unlisted(ctx_member_word(plane, w, x), w, base, pc, &nx, &got, rank, c, pos, out, SELECT);
         base += pc;
     }
     return out;

@@ -122,6 +122,41 @@ static inline unsigned ctx_pop64(uint64_t x)
 #endif
 }
 
+/* x[k] = ~0 where bit k of band is 0: a plane XOR x[k] is 1 where the element agrees with band. */
+static inline void ctx_band_x(unsigned band, uint64_t x[4])
+{
+    for (unsigned k = 0; k < 4; k++)
+        x[k] = (band >> k & 1u) ? 0 : ~0ull;
+}
+
+/* The members of word w of the band whose ctx_band_x is x: its valid bits where every plane
+ * agrees with the band. */
+static inline uint64_t ctx_member_word(const uint64_t *plane, size_t w, const uint64_t x[4])
+{
+    const uint64_t *pl = plane + 5 * w;
+    return pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
+}
+
+/* ctx_select inverted, one word: the members mw of word w (pc of them, base before it) whose
+ * rank is not listed go to pos[out..], the listed ones (*nx the next, rank[*got..] after it)
+ * passed by; returns the new out. One body for the reference and the BMI2 table, each passing
+ * its select-in-word. */
+typedef unsigned (*ctx_select_fn)(uint64_t x, unsigned r);
+
+static inline __attribute__((always_inline)) size_t
+ctx_emit_unlisted(uint64_t mw, size_t w, uint64_t base, unsigned pc, uint64_t *nx, size_t *got, const uint32_t *rank,
+                  size_t c, uint32_t *pos, size_t out, ctx_select_fn select)
+{
+    uint64_t sel = 0;
+    while (*nx < base + pc) {
+        sel |= 1ull << select(mw, (unsigned)(*nx - base));
+        *nx = *got < c ? rank[(*got)++] : UINT64_MAX;
+    }
+    for (uint64_t chb = mw & ~sel; chb; chb &= chb - 1)
+        pos[out++] = (uint32_t)(64 * w + (unsigned)__builtin_ctzll(chb));
+    return out;
+}
+
 /* The encoder's walk (ctx_gaps16): one pass over the changes in position order, each band's
  * running member count advanced by the words' counts. One body for the reference and the SIMD
  * tables, which pass their own popcount and 16-band add (static inline, so each is inlined
@@ -227,8 +262,7 @@ static inline size_t ctx_select_bmi2(const uint64_t *plane, const uint8_t *bc, s
                                      const uint32_t *rank, size_t c, int invert, uint32_t *pos)
 {
     uint64_t x[4];
-    for (unsigned k = 0; k < 4; k++)
-        x[k] = (band >> k & 1u) ? 0 : ~0ull;
+    ctx_band_x(band, x);
     uint8_t tail[32];
     size_t full = nw & ~(size_t)31;   /* words in whole blocks; the rest read from tail */
     if (full < nw) {
@@ -267,9 +301,7 @@ static inline size_t ctx_select_bmi2(const uint64_t *plane, const uint8_t *bc, s
                 _mm256_packs_epi16(_mm256_cmpgt_epi16(lo, rv), _mm256_cmpgt_epi16(hi, rv)));
             unsigned k = 32 - (unsigned)__builtin_popcount(gt);   /* the words before r's */
             size_t w = w0 + k;
-            const uint64_t *pl = plane + 5 * w;
-            uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
-            pos[j] = (uint32_t)(64 * w + ctx_select_pdep(mw, r - sums[k]));
+            pos[j] = (uint32_t)(64 * w + ctx_select_pdep(ctx_member_word(plane, w, x), r - sums[k]));
         }
         return c;
     }
@@ -282,14 +314,8 @@ static inline size_t ctx_select_bmi2(const uint64_t *plane, const uint8_t *bc, s
         for (; nz; nz &= nz - 1) {
             unsigned i = (unsigned)__builtin_ctz(nz), pc = q[i];
             size_t w = w0 + i;
-            const uint64_t *pl = plane + 5 * w;
-            uint64_t mw = pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]), sel = 0;
-            while (nx < base + pc) {
-                sel |= 1ull << ctx_select_pdep(mw, (unsigned)(nx - base));
-                nx = got < c ? rank[got++] : UINT64_MAX;
-            }
-            for (uint64_t chb = mw & ~sel; chb; chb &= chb - 1)
-                pos[out++] = (uint32_t)(64 * w + (unsigned)__builtin_ctzll(chb));
+            out = ctx_emit_unlisted(ctx_member_word(plane, w, x), w, base, pc, &nx, &got, rank, c, pos, out,
+                                    ctx_select_pdep);
             base += pc;
         }
     }

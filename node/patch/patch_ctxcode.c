@@ -130,24 +130,6 @@ static inline unsigned zsym(uint16_t z)
     return z <= NDIRECT ? z - 1u : NDIRECT + bitlen16(z) - 4u;
 }
 
-/* Members of band b in word w (the kernel ctx_planes16's wc). */
-static inline unsigned wcount(const uint8_t *wc, uint32_t w, unsigned b)
-{
-    return wc[(size_t)w * 16 + b];
-}
-
-/* x[k] = ~0 where bit k of b is 0: a plane XOR x[k] is 1 where the element agrees with b. */
-static inline void band_x(unsigned b, uint64_t *x)
-{
-    for (unsigned k = 0; k < 4; k++)
-        x[k] = (b >> k & 1u) ? 0 : ~0ull;
-}
-
-static inline uint64_t member_word(const uint64_t *pl, const uint64_t *x)
-{
-    return pl[4] & (pl[0] ^ x[0]) & (pl[1] ^ x[1]) & (pl[2] ^ x[2]) & (pl[3] ^ x[3]);
-}
-
 /* ---- bit reader (LSB first), bounded --------------------------------------------------- */
 
 typedef struct bitrd {
