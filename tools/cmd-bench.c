@@ -335,85 +335,100 @@ static int context_timed(const pulse_ckpt *old, const pulse_ckpt *new, const cha
 
 /* --- The memory probe (a child process per model size) ---------------------------- */
 
+/* Peak RssAnon of one diff (format 4, or 5 with context) of a -> b to `patch`, sampled. */
+static int probe_diff(const pulse_ckpt *a, const pulse_ckpt *b, int context, const char *patch, uint64_t *kb)
+{
+    measure_sampler *s = NULL;
+    if (measure_sampler_start(&s, 500) < 0)
+        return pulse_fail(PULSE_ERR_NOMEM, "sampler thread");
+    pulse_diff_opts o;
+    pulse_diff_opts_default(&o);
+    o.context = context;
+    int err = pulse_patch_diff(a, b, &o, patch);
+    *kb = measure_sampler_stop(&s);
+    /* Hand the heap freed by the diff (its encoded chunks) back to the kernel, so that the
+     * apply's peak is the apply's own and not what the allocator kept from the diff. */
+    malloc_trim(0);
+    return err;
+}
+
+/* Peak RssAnon of applying `patch` to a fresh copy of a at `target`, with the pass-1 cache
+ * (as the CLI runs it) or without (what streaming by chunk needs). */
+static int probe_apply(const pulse_ckpt *a, const char *patch, const char *target, int cached, uint64_t *kb)
+{
+    if (cached)
+        unsetenv("PULSE_APPLY_CACHE");
+    else
+        setenv("PULSE_APPLY_CACHE", "0", 1);
+    pulse_ckpt *t = NULL;
+    pulse_patch *p = NULL;
+    measure_sampler *s = NULL;
+    int err = pulse_ckpt_create_like(&t, target, a);
+    if (!err)
+        err = pulse_ckpt_commit(t);
+    if (!err && measure_sampler_start(&s, 500) < 0)
+        err = pulse_fail(PULSE_ERR_NOMEM, "sampler thread");
+    if (!err)
+        err = pulse_patch_open(&p, patch);
+    if (!err)
+        err = pulse_patch_apply(p, t, 0);
+    uint64_t peak = measure_sampler_stop(&s);
+    if (!err)
+        *kb = peak;
+    pulse_patch_close(&p);
+    pulse_ckpt_close(&t);
+    unsetenv("PULSE_APPLY_CACHE");
+    return err;
+}
+
+/* Prints the peak RssAnon (KiB) at start, of the diff, of the apply with and without its
+ * cache, and of the context-coded (format 5) diff and apply with its cache, each after the
+ * one before it in this process. */
 static int memprobe(const char *old_path, const char *new_path, const char *dir)
 {
     char patch[4096], target[4096];
     snprintf(patch, sizeof patch, "%s/memprobe.patch", dir);
     snprintf(target, sizeof target, "%s/memprobe-target.safetensors", dir);
-    pulse_ckpt *a = NULL, *b = NULL, *t = NULL;
-    pulse_patch *p = NULL;
-    measure_sampler *s = NULL;
-    uint64_t base_kb = measure_rss_anon_kb(), diff_kb = 0, apply_kb = 0, apply_nocache_kb = 0;
+    pulse_ckpt *a = NULL, *b = NULL;
+    uint64_t kb[6] = { measure_rss_anon_kb(), 0, 0, 0, 0, 0 };
     int err = pulse_ckpt_open(&a, old_path, PULSE_CKPT_READ);
     if (!err)
         err = pulse_ckpt_open(&b, new_path, PULSE_CKPT_READ);
-    if (!err && measure_sampler_start(&s, 500) < 0)
-        err = pulse_fail(PULSE_ERR_NOMEM, "sampler thread");
-    if (!err) {
-        err = pulse_patch_diff(a, b, NULL, patch);
-        diff_kb = measure_sampler_stop(&s);
-    }
-    pulse_ckpt_close(&b);
-    /* Hand the heap freed by the diff (its encoded chunks) back to the kernel, so that the
-     * apply's peak is the apply's own and not what the allocator kept from the diff. */
-    malloc_trim(0);
     if (!err)
-        err = pulse_ckpt_create_like(&t, target, a);
+        err = probe_diff(a, b, 0, patch, &kb[1]);
     if (!err)
-        err = pulse_ckpt_commit(t);
-    /* The apply twice, each on a fresh copy of OLD: first without the pass-1 cache (what
-     * streaming by chunk needs), then as the CLI runs it, with the cache, whose arena has a
-     * fixed cap (PATCH_CACHE_CAP) and so grows with the patch only up to that cap. */
-    for (int cached = 0; cached < 2 && !err; cached++) {
-        if (cached) {
-            unsetenv("PULSE_APPLY_CACHE");
-            pulse_ckpt_close(&t);
-            if ((err = pulse_ckpt_create_like(&t, target, a)) != 0 || (err = pulse_ckpt_commit(t)) != 0)
-                break;
-        } else {
-            setenv("PULSE_APPLY_CACHE", "0", 1);
-        }
-        if (measure_sampler_start(&s, 500) < 0) {
-            err = pulse_fail(PULSE_ERR_NOMEM, "sampler thread");
-            break;
-        }
-        err = pulse_patch_open(&p, patch);
-        if (!err)
-            err = pulse_patch_apply(p, t, 0);
-        if (cached)
-            apply_kb = measure_sampler_stop(&s);
-        else
-            apply_nocache_kb = measure_sampler_stop(&s);
-        pulse_patch_close(&p);
-    }
-    measure_sampler_stop(&s);
+        err = probe_apply(a, patch, target, 0, &kb[3]);
+    if (!err)
+        err = probe_apply(a, patch, target, 1, &kb[2]);
+    if (!err)
+        err = probe_diff(a, b, 1, patch, &kb[4]);
+    if (!err)
+        err = probe_apply(a, patch, target, 1, &kb[5]);
     pulse_ckpt_close(&a);
-    pulse_patch_close(&p);
-    pulse_ckpt_close(&t);
+    pulse_ckpt_close(&b);
     unlink(patch);
     unlink(target);
     if (err < 0)
         return cli_fail(VERB, err, "memprobe");
-    printf("%llu %llu %llu %llu\n", (unsigned long long)base_kb, (unsigned long long)diff_kb,
-           (unsigned long long)apply_kb, (unsigned long long)apply_nocache_kb);
+    printf("%llu %llu %llu %llu %llu %llu\n", (unsigned long long)kb[0], (unsigned long long)kb[1],
+           (unsigned long long)kb[2], (unsigned long long)kb[3], (unsigned long long)kb[4],
+           (unsigned long long)kb[5]);
     return cli_finish_stdout(VERB);
 }
 
 /* Runs the probe in a fresh process so that nothing of this one's heap counts. */
-static int run_memprobe(const struct pair *pp, const char *dir, uint64_t kb[4])
+static int run_memprobe(const struct pair *pp, const char *dir, uint64_t kb[6])
 {
     char *argv[] = { "/proc/self/exe", "bench", "memprobe", (char *)pp->old_path, (char *)pp->new_path,
                      (char *)dir, NULL };
     char out[256];
     double dt;
     int rc = measure_spawn(argv, out, sizeof out, &dt);
-    unsigned long long x, y, z, w;
-    if (rc != 0 || sscanf(out, "%llu %llu %llu %llu", &x, &y, &z, &w) != 4)
+    unsigned long long v[6];
+    if (rc != 0 || sscanf(out, "%llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6)
         return pulse_fail(PULSE_ERR_IO, "memory probe of %s exited with %d", pp->new_path, rc);
-    kb[0] = x;
-    kb[1] = y;
-    kb[2] = z;
-    kb[3] = w;
+    for (int i = 0; i < 6; i++)
+        kb[i] = v[i];
     return 0;
 }
 
@@ -618,7 +633,7 @@ static int bench_codec(struct bench *b)
     if (err < 0)
         return cli_fail(VERB, err, "pulse codec");
 
-    uint64_t mem_small[4] = { 0 }, mem_big[4] = { 0 };
+    uint64_t mem_small[6] = { 0 }, mem_big[6] = { 0 };
     fprintf(stderr, "bench: peak anonymous memory at two model sizes\n");
     if ((err = run_memprobe(&small, b->dir, mem_small)) < 0 || (err = run_memprobe(&big, b->dir, mem_big)) < 0)
         return cli_fail(VERB, err, "memory probe");
@@ -711,16 +726,20 @@ static int bench_codec(struct bench *b)
            t_read * 1e3, "", 2.0 * (double)data_bytes * gbs / t_read);
     printf("  %-58s %12.1f %12s   (%.2f GB/s)\n", "  same, CPU time", c_read * 1e3, "",
            2.0 * (double)data_bytes * gbs / c_read);
-    printf("\n  %-58s %12s %12s %12s %12s\n", "peak anonymous memory (RssAnon, MiB)", "at start", "diff",
-           "apply", "no cache");
-    snprintf(label, sizeof label, "%llu params", (unsigned long long)small.params);
-    printf("  %-58s %12.1f %12.1f %12.1f %12.1f\n", label, mem_small[0] / 1024.0, mem_small[1] / 1024.0,
-           mem_small[2] / 1024.0, mem_small[3] / 1024.0);
-    snprintf(label, sizeof label, "%llu params", (unsigned long long)big.params);
-    printf("  %-58s %12.1f %12.1f %12.1f %12.1f\n", label, mem_big[0] / 1024.0, mem_big[1] / 1024.0,
-           mem_big[2] / 1024.0, mem_big[3] / 1024.0);
-    printf("  (apply's pass-1 cache holds decompressed chunk streams up to a fixed cap of %u MiB;\n"
-           "   \"no cache\" is the same apply with PULSE_APPLY_CACHE=0)\n", CACHE_CAP_MIB);
+    printf("\n  %-46s %10s %10s %10s %10s %10s %10s\n", "peak anonymous memory (RssAnon, MiB)", "at start",
+           "diff", "apply", "no cache", "ctx diff", "ctx apply");
+    const struct pair *probed[2] = { &small, &big };
+    const uint64_t *mem_of[2] = { mem_small, mem_big };
+    for (int i = 0; i < 2; i++) {
+        snprintf(label, sizeof label, "%llu params", (unsigned long long)probed[i]->params);
+        printf("  %-46s", label);
+        for (int j = 0; j < 6; j++)
+            printf(" %10.1f", mem_of[i][j] / 1024.0);
+        printf("\n");
+    }
+    printf("  (apply's pass-1 cache holds decompressed chunk streams, or a context-coded chunk's\n"
+           "   decoded changes, up to a fixed cap of %u MiB; \"no cache\" is the same apply with\n"
+           "   PULSE_APPLY_CACHE=0; \"ctx\": the context-coded patch, --context, format 5)\n", CACHE_CAP_MIB);
 
     double read_bw = 2.0 * (double)data_bytes / t_read;
     double r_bound = (double)st_ulp.file_bytes / bound;
@@ -738,6 +757,10 @@ static int bench_codec(struct bench *b)
      * its cache; the cache adds at most its fixed cap, whatever the model. */
     int mem_ok = mem_big[1] <= mem_small[1] * 5 / 4 + 2048 && mem_big[3] <= mem_small[3] * 5 / 4 + 2048
                  && mem_big[2] <= mem_big[3] + CACHE_CAP_MIB * 1024u + 2048;
+    /* The context-coded patch's likewise: its diff flat, its apply at most the cache's cap
+     * (the decoded changes it holds) above the smaller model's. */
+    int ctx_mem_ok = mem_big[4] <= mem_small[4] * 5 / 4 + 2048
+                     && mem_big[5] <= mem_small[5] * 5 / 4 + CACHE_CAP_MIB * 1024u + 2048;
     printf("\n  %-58s %12s %12s %6s\n", "targets (docs/performance.md)", "measured", "target", "");
     printf("  %-58s %12.3f %12s %6s\n", "ulp patch bytes / entropy bound", r_bound, "<= 1.10", verdict(r_bound <= 1.10));
     /* What a next format could reach: the coded streams against the order-0 floor, and the
@@ -799,6 +822,10 @@ static int bench_codec(struct bench *b)
     snprintf(mem, sizeof mem, "%.0f/%.0f/%.0f", mem_big[1] / 1024.0, mem_big[2] / 1024.0, mem_big[3] / 1024.0);
     snprintf(cap, sizeof cap, "flat+%uM", CACHE_CAP_MIB);
     printf("  %-58s %12s %12s %6s\n", label, mem, cap, verdict(mem_ok));
+    snprintf(label, sizeof label, "  same, context-coded diff/apply, %.1fM (%.1fM: %.0f/%.0f)",
+             (double)big.params / 1e6, (double)small.params / 1e6, mem_small[4] / 1024.0, mem_small[5] / 1024.0);
+    snprintf(mem, sizeof mem, "%.0f/%.0f", mem_big[4] / 1024.0, mem_big[5] / 1024.0);
+    printf("  %-58s %12s %12s %6s\n", label, mem, cap, verdict(ctx_mem_ok));
     printf("\nThe diff and apply targets are read with the state ids known, as a node runs them; the CLI\n"
            "forms also compute state ids (SHA-256 over whole checkpoints) and are shown for information.\n"
            "Rows marked derived are differences of measured times. Timings on a shared machine are noisy:\n"

@@ -30,7 +30,7 @@ static double wall(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: diff_bench OLD NEW OUT_PATCH [REPEAT [ZSTD_LEVEL [THREADS]]]\n");
+        fprintf(stderr, "usage: diff_bench OLD NEW OUT_PATCH [REPEAT [ZSTD_LEVEL [THREADS [context]]]]\n");
         return 2;
     }
     int repeat = argc > 4 ? atoi(argv[4]) : 5;
@@ -50,6 +50,8 @@ int main(int argc, char **argv)
         o.zstd_level = atoi(argv[5]);
     if (argc > 6)
         o.threads = atoi(argv[6]);
+    if (argc > 7 && !strcmp(argv[7], "context"))
+        o.context = 1;   /* format 5 */
     double t_read = 1e30, t_diff = 1e30, w_diff = 1e30;
     uint64_t bytes = 0, sink = 0;
     int warm = getenv("PULSE_BENCH_WARM") != NULL;   /* else every run starts from memory */
@@ -79,9 +81,10 @@ int main(int argc, char **argv)
         t_diff = t < t_diff ? t : t_diff;
         w_diff = w < w_diff ? w : w_diff;
     }
-    printf("read %.1f ms (%.2f GB/s)  diff (ids given, level %d, %d thread%s) %.1f ms CPU (%.2f GB/s), %.1f ms wall"
+    printf("read %.1f ms (%.2f GB/s)  diff (ids given, level %d, %d thread%s%s) %.1f ms CPU (%.2f GB/s), %.1f ms wall"
            "  ratio %.3f  [%llu]\n",
            t_read * 1e3, (double)bytes / t_read * 1e-9, o.zstd_level, o.threads, o.threads == 1 ? "" : "s",
+           o.context ? ", context" : "",
            t_diff * 1e3, (double)bytes / t_diff * 1e-9, w_diff * 1e3, t_read / t_diff,
            (unsigned long long)(sink & 1));
     pulse_ckpt_close(&a);
