@@ -40,7 +40,7 @@ static const char usage[] =
     "instead (what the cache keeps of the previous run then counts, and on a machine whose\n"
     "cache holds most of a checkpoint pair the baselines gain more than the codec).\n"
     "\n"
-    "pulse bench memprobe OLD NEW DIR   (internal: peak RssAnon of diff and apply, one process)\n";
+    "pulse bench memprobe OLD NEW DIR [context]   (internal: peak RssAnon of diff and apply, one process)\n";
 
 #define VERB "bench"
 
@@ -381,54 +381,59 @@ static int probe_apply(const pulse_ckpt *a, const char *patch, const char *targe
     return err;
 }
 
-/* Prints the peak RssAnon (KiB) at start, of the diff, of the apply with and without its
- * cache, and of the context-coded (format 5) diff and apply with its cache, each after the
- * one before it in this process. */
-static int memprobe(const char *old_path, const char *new_path, const char *dir)
+/* Prints the peak RssAnon (KiB) at start, of the diff, and of the apply with and without its
+ * cache, each after the one before it in this process; of the context-coded patch (format 5)
+ * when context is set (a process of its own: the apply keeps its arena for the next apply,
+ * which would count in the next diff's peak). */
+static int memprobe(const char *old_path, const char *new_path, const char *dir, int context)
 {
     char patch[4096], target[4096];
     snprintf(patch, sizeof patch, "%s/memprobe.patch", dir);
     snprintf(target, sizeof target, "%s/memprobe-target.safetensors", dir);
     pulse_ckpt *a = NULL, *b = NULL;
-    uint64_t kb[6] = { measure_rss_anon_kb(), 0, 0, 0, 0, 0 };
+    uint64_t kb[4] = { measure_rss_anon_kb(), 0, 0, 0 };
     int err = pulse_ckpt_open(&a, old_path, PULSE_CKPT_READ);
     if (!err)
         err = pulse_ckpt_open(&b, new_path, PULSE_CKPT_READ);
     if (!err)
-        err = probe_diff(a, b, 0, patch, &kb[1]);
+        err = probe_diff(a, b, context, patch, &kb[1]);
     if (!err)
         err = probe_apply(a, patch, target, 0, &kb[3]);
     if (!err)
         err = probe_apply(a, patch, target, 1, &kb[2]);
-    if (!err)
-        err = probe_diff(a, b, 1, patch, &kb[4]);
-    if (!err)
-        err = probe_apply(a, patch, target, 1, &kb[5]);
     pulse_ckpt_close(&a);
     pulse_ckpt_close(&b);
     unlink(patch);
     unlink(target);
     if (err < 0)
         return cli_fail(VERB, err, "memprobe");
-    printf("%llu %llu %llu %llu %llu %llu\n", (unsigned long long)kb[0], (unsigned long long)kb[1],
-           (unsigned long long)kb[2], (unsigned long long)kb[3], (unsigned long long)kb[4],
-           (unsigned long long)kb[5]);
+    printf("%llu %llu %llu %llu\n", (unsigned long long)kb[0], (unsigned long long)kb[1],
+           (unsigned long long)kb[2], (unsigned long long)kb[3]);
     return cli_finish_stdout(VERB);
 }
 
-/* Runs the probe in a fresh process so that nothing of this one's heap counts. */
+/* Runs the probe in a fresh process so that nothing of this one's heap counts: kb[0..4) of
+ * the patch (format 4), kb[4..6) the context-coded patch's diff and apply (format 5). */
 static int run_memprobe(const struct pair *pp, const char *dir, uint64_t kb[6])
 {
-    char *argv[] = { "/proc/self/exe", "bench", "memprobe", (char *)pp->old_path, (char *)pp->new_path,
-                     (char *)dir, NULL };
-    char out[256];
-    double dt;
-    int rc = measure_spawn(argv, out, sizeof out, &dt);
-    unsigned long long v[6];
-    if (rc != 0 || sscanf(out, "%llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6)
-        return pulse_fail(PULSE_ERR_IO, "memory probe of %s exited with %d", pp->new_path, rc);
-    for (int i = 0; i < 6; i++)
-        kb[i] = v[i];
+    for (int context = 0; context < 2; context++) {
+        char *argv[] = { "/proc/self/exe", "bench", "memprobe", (char *)pp->old_path, (char *)pp->new_path,
+                         (char *)dir, context ? "context" : NULL, NULL };
+        char out[256];
+        double dt;
+        int rc = measure_spawn(argv, out, sizeof out, &dt);
+        unsigned long long v[4];
+        if (rc != 0 || sscanf(out, "%llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3]) != 4)
+            return pulse_fail(PULSE_ERR_IO, "memory probe of %s%s exited with %d", pp->new_path,
+                              context ? " (context-coded)" : "", rc);
+        if (context) {
+            kb[4] = v[1];
+            kb[5] = v[2];
+        } else {
+            for (int i = 0; i < 4; i++)
+                kb[i] = v[i];
+        }
+    }
     return 0;
 }
 
@@ -871,9 +876,9 @@ int cmd_bench(int argc, char **argv)
     if (argc < 2)
         return cli_usage_error(VERB, "which benchmark? (codec)");
     if (!strcmp(argv[1], "memprobe")) {
-        if (argc != 5)
-            return cli_usage_error(VERB, "memprobe needs OLD NEW DIR");
-        return memprobe(argv[2], argv[3], argv[4]);
+        if (argc != 5 && !(argc == 6 && !strcmp(argv[5], "context")))
+            return cli_usage_error(VERB, "memprobe needs OLD NEW DIR [context]");
+        return memprobe(argv[2], argv[3], argv[4], argc == 6);
     }
     if (strcmp(argv[1], "codec"))
         return cli_usage_error(VERB, "unknown benchmark '%s' (codec)", argv[1]);
