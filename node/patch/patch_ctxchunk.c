@@ -43,9 +43,10 @@ static int need_base(const pulse_patch *p, const patch_chunk *c)
                       p->tensors[c->tensor].name, (unsigned long long)c->index);
 }
 
-/* Decodes context chunk c (bytes checked) against base into idx and z. */
+/* Decodes context chunk c (bytes checked) against base into idx and z; with light set only
+ * checks it against base (patch_ctx_check_base: idx and z are then scratch). */
 static int decode_into(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes,
-                       const uint8_t *base, uint32_t *idx, uint16_t *z)
+                       const uint8_t *base, uint32_t *idx, uint16_t *z, int light)
 {
     int err = context_kind(p, c);
     if (err)
@@ -66,8 +67,9 @@ static int decode_into(const pulse_patch *p, const patch_chunk *c, patch_scratch
         memcpy(copy, base, (size_t)c->len * 2);
         old = (const uint16_t *)(const void *)copy;
     }
-    return patch_ctx_decode(cs, old, c->len, bytes, c->pos_len, bytes + c->pos_len, c->val_len, c->count, idx, z,
-                            p->tensors[c->tensor].name, c->index);
+    return (light ? patch_ctx_check_base : patch_ctx_decode)(cs, old, c->len, bytes, c->pos_len, bytes + c->pos_len,
+                                                            c->val_len, c->count, idx, z,
+                                                            p->tensors[c->tensor].name, c->index);
 }
 
 int patch_decode_bytes_base(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes,
@@ -75,7 +77,7 @@ int patch_decode_bytes_base(const pulse_patch *p, const patch_chunk *c, patch_sc
 {
     if (!patch_chunk_is_context(p, c, bytes))
         return patch_decode_bytes(p, c, s, bytes);
-    return decode_into(p, c, s, bytes, base, s->idx, (uint16_t *)(void *)s->vals);
+    return decode_into(p, c, s, bytes, base, s->idx, (uint16_t *)(void *)s->vals, 0);
 }
 
 int patch_decode_chunk_base(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base)
@@ -97,11 +99,11 @@ int patch_check_context(const pulse_patch *p, size_t i, const uint8_t *bytes, pa
                                p->tensors[c->tensor].name, c->index);
     const size_t k = c->count, iroom = (k * 4 + 7) & ~(size_t)7, zroom = (k * 2 + 7) & ~(size_t)7;
     size_t off = patch_cache_reserve(cache, iroom + zroom);
-    if (off == SIZE_MAX)
-        return decode_into(p, c, s, bytes, base, s->idx, (uint16_t *)(void *)s->vals);
+    if (off == SIZE_MAX)   /* not kept: the write pass decodes it again, so only check it here */
+        return decode_into(p, c, s, bytes, base, s->idx, (uint16_t *)(void *)s->vals, 1);
     uint32_t *idx = (uint32_t *)(void *)(cache->mem + off);
     uint16_t *z = (uint16_t *)(void *)(cache->mem + off + iroom);
-    if ((err = decode_into(p, c, s, bytes, base, idx, z)) != 0)
+    if ((err = decode_into(p, c, s, bytes, base, idx, z, 0)) != 0)
         return err;
     patch_cache_keep(cache, i, off, iroom, 0, 0, 0, PATCH_CACHE_CONTEXT);
     return 0;

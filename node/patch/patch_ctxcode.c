@@ -582,9 +582,12 @@ int patch_ctx_check(const uint8_t *pos, size_t pos_len, const uint8_t *val, size
 
 /* ---- decode ------------------------------------------------------------------------------- */
 
-int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
-                     const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
-                     const char *tensor, uint64_t chunk)
+/* patch_ctx_decode, and with light set patch_ctx_check_base: a band's listed ranks, checked
+ * strictly ascending and below its members, leave no select that can fail, so positions are
+ * found only where a value needs its old one (a predicted band's, into idx at their place). */
+static int ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
+                      const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z, int light,
+                      const char *tensor, uint64_t chunk)
 {
     if (!s || !old || !idx || !z || n > s->cap)
         return ctx_fail(PULSE_ERR_INVALID, tensor, chunk, "position", "chunk of %u elements, scratch for %u",
@@ -617,7 +620,8 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
         unsigned sp = h.s[b];
         /* the listed members' indices (mode 1: straight into idx, which the walk turns into
          * positions in place), then the band's walk in the kernel */
-        uint32_t G = want == MODE_CHANGED ? c : mb - c, *rk = want == MODE_CHANGED ? idx + out : s->rank;
+        const int place = !light || h.vm[b] == VM_PRED;
+        uint32_t G = want == MODE_CHANGED ? c : mb - c, *rk = want == MODE_CHANGED && place ? idx + out : s->rank;
         /* id + 1 of the previous listed member: the first gap is the index itself */
         uint64_t next = 0;
         const uint64_t smask = (1ull << sp) - 1;
@@ -640,13 +644,30 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
             rk[j] = (uint32_t)id;
             next = id + 1;
         }
-        out += K->ctx_select(s->plane, s->bc + (size_t)nw * b, nw, b, rk, G, want == MODE_UNCHANGED, idx + out);
+        if (place)
+            out += K->ctx_select(s->plane, s->bc + (size_t)nw * b, nw, b, rk, G, want == MODE_UNCHANGED, idx + out);
+        else
+            out += c;
         if (!br_done(&r))
             return PFAIL("band %u: Rice stream does not end with its last gap", b);
     }
     /* out == k: each band gave exactly its count (mode 2: its members less the G listed), and
      * the counts add up to k (parse_head) */
-    return decode_values(&h, val, val_len, old, idx, z, tensor, chunk);
+    return decode_values(&h, val, val_len, old, idx, light ? NULL : z, tensor, chunk);
+}
+
+int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
+                     const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
+                     const char *tensor, uint64_t chunk)
+{
+    return ctx_decode(s, old, n, pos, pos_len, val, val_len, k, idx, z, 0, tensor, chunk);
+}
+
+int patch_ctx_check_base(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
+                         const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
+                         const char *tensor, uint64_t chunk)
+{
+    return ctx_decode(s, old, n, pos, pos_len, val, val_len, k, idx, z, 1, tensor, chunk);
 }
 
 /* ---- encode ------------------------------------------------------------------------------- */

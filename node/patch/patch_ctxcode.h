@@ -40,6 +40,14 @@ int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, cons
                      const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
                      const char *tensor, uint64_t chunk);
 
+/* Every check of patch_ctx_decode against the base, at less cost: a band's positions are
+ * found only where its values need their old ones (its predicted mode), into idx (scratch:
+ * nothing is returned there, z is not written). What the apply's first pass makes of a chunk
+ * it cannot keep, which its second pass decodes again. */
+int patch_ctx_check_base(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
+                         const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
+                         const char *tensor, uint64_t chunk);
+
 /* The checks that need no base: the band headers and tables parse, their lengths fill both
  * streams exactly, and the band counts add up to k. What pulse_patch_verify can say of a
  * context-coded chunk without the weights it was coded against. Same errors as decode. */

@@ -331,6 +331,8 @@ static void damage(uint32_t n)
             CHECK(rc == 0 || rc == PULSE_ERR_FORMAT || rc == PULSE_ERR_UNSUPPORTED);
             int rd = patch_ctx_decode(S, old_, n, b, pl, b + pl, vl, k, idx, zz, "t", 1);
             CHECK(rd == 0 || rd == PULSE_ERR_FORMAT || rd == PULSE_ERR_UNSUPPORTED);
+            /* the check against the base refuses exactly what the decode refuses */
+            CHECK_EQ_INT(patch_ctx_check_base(S, old_, n, b, pl, b + pl, vl, k, idx, zz, "t", 1), rd);
             if (rd == 0) {
                 CHECK(sane(n, k));
                 CHECK_EQ_INT(rc, 0);
@@ -355,6 +357,7 @@ static void damage(uint32_t n)
             int rd = patch_ctx_decode(S, old_, n, p, plen, v, vlen, k, idx, zz, "t", 1);
             CHECK(rc == PULSE_ERR_FORMAT);
             CHECK(rd == PULSE_ERR_FORMAT);
+            CHECK_EQ_INT(patch_ctx_check_base(S, old_, n, p, plen, v, vlen, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
             free(p);
             free(v);
         }
@@ -364,8 +367,11 @@ static void damage(uint32_t n)
     CHECK(err_has("position stream", "add up"));
     CHECK_ERR(patch_ctx_check(copy, pl, copy + pl, vl, k - 1, n, "t", 1), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor t chunk 1: position stream", "add up"));
+    CHECK_EQ_INT(patch_ctx_check_base(S, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), 0);
     old_[5] = 0x7F00;   /* another exponent base */
     CHECK_ERR(patch_ctx_decode(S, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "exponent base"));
+    CHECK_ERR(patch_ctx_check_base(S, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "exponent base"));
     free(copy);
 }
