@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AArch64 Advanced SIMD (NEON) kernels: change finding, the fused ulp diff and 2-bit packing, gaps and the BF16 LoCo gate; the rest stays on the reference. */
+/* AArch64 Advanced SIMD (NEON) kernels: change finding and counting, the fused ulp diff and 2-bit packing, gaps, the BF16 LoCo gate and the context coder's bands; the rest stays on the reference. */
 #include <arm_neon.h>
 #include <string.h>
 
@@ -84,6 +84,30 @@ static inline void zigzag64_neon(const uint16_t *a, const uint16_t *b, uint16_t 
         int16x8_t d = vreinterpretq_s16_u16(vsubq_u16(vld1q_u16(b + v), vld1q_u16(a + v)));
         vst1q_u16(z + v, vreinterpretq_u16_s16(veorq_s16(vshlq_n_s16(d, 1), vshrq_n_s16(d, 15))));
     }
+}
+
+/* count16: per lane, the equal pairs counted by subtracting the compare masks (-1 each), in
+ * 16-bit lanes flushed every 4096 blocks of 64 (a lane gains at most 4 a block); the changes
+ * are the elements minus the equal ones. */
+static size_t count16_neon(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t i = 0, same = 0;
+    while (n - i >= 64) {
+        size_t blocks = (n - i) / 64;
+        size_t end = i + 64 * (blocks < 4096 ? blocks : 4096);
+        uint16x8_t c0 = vdupq_n_u16(0), c1 = c0;
+        for (; i < end; i += 64) {
+            for (unsigned v = 0; v < 64; v += 16) {
+                c0 = vsubq_u16(c0, vceqq_u16(vld1q_u16(a + i + v), vld1q_u16(b + i + v)));
+                c1 = vsubq_u16(c1, vceqq_u16(vld1q_u16(a + i + v + 8), vld1q_u16(b + i + v + 8)));
+            }
+        }
+        same += vaddlvq_u16(c0) + vaddlvq_u16(c1);
+    }
+    size_t k = i - same;
+    for (; i < n; i++)
+        k += a[i] != b[i];
+    return k;
 }
 
 /* diff_ulp16: the shared group loop (kernels_ulp16.h) over 8-lane compares. */
@@ -265,6 +289,148 @@ static size_t gate_bf16_neon(const float *theta, const float *delta, float *e, s
     return k;
 }
 
+/* ---- the context coder's bands (format 5) ---- */
+
+static unsigned ctx_ebase16_neon(const uint16_t *a, size_t n)
+{
+    const uint16x8_t em = vdupq_n_u16(0x7F80);
+    uint16x8_t m0 = vdupq_n_u16(0), m1 = m0, m2 = m0, m3 = m0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        m0 = vmaxq_u16(m0, vandq_u16(vld1q_u16(a + i), em));
+        m1 = vmaxq_u16(m1, vandq_u16(vld1q_u16(a + i + 8), em));
+        m2 = vmaxq_u16(m2, vandq_u16(vld1q_u16(a + i + 16), em));
+        m3 = vmaxq_u16(m3, vandq_u16(vld1q_u16(a + i + 24), em));
+    }
+    uint16_t mx = vmaxvq_u16(vmaxq_u16(vmaxq_u16(m0, m1), vmaxq_u16(m2, m3)));
+    for (; i < n; i++) {
+        uint16_t v = a[i] & 0x7F80u;
+        mx = v > mx ? v : mx;
+    }
+    unsigned e = mx >> 7;
+    return e > 15 ? e - 15 : 0;
+}
+
+/* bc[nw b + w] = wc[16w + b]: 16 words a 16x16 byte transpose, four rounds of zipping row i
+ * with row i + 8 (each round rotates the 8 bits of row:column left by one). */
+static void ctx_counts_by_band_neon(const uint8_t *wc, size_t nw, uint8_t *bc)
+{
+    size_t w = 0;
+    for (; w + 16 <= nw; w += 16) {
+        uint8x16_t r[16], t[16];
+        for (unsigned i = 0; i < 16; i++)
+            r[i] = vld1q_u8(wc + 16 * (w + i));
+        for (unsigned round = 0; round < 4; round++) {
+            for (unsigned i = 0; i < 8; i++) {
+                t[2 * i] = vzip1q_u8(r[i], r[i + 8]);
+                t[2 * i + 1] = vzip2q_u8(r[i], r[i + 8]);
+            }
+            for (unsigned i = 0; i < 16; i++)
+                r[i] = t[i];
+        }
+        for (unsigned b = 0; b < 16; b++)
+            vst1q_u8(bc + nw * b + w, r[b]);
+    }
+    for (; w < nw; w++)
+        for (unsigned b = 0; b < 16; b++)
+            bc[nw * b + w] = wc[16 * w + b];
+}
+
+/* members[0..16) += the 16-bit sums lo (bands 0-7) and hi (8-15). */
+static inline void ctx_members_flush(uint32_t members[16], uint16x8_t lo, uint16x8_t hi)
+{
+    vst1q_u32(members, vaddw_u16(vld1q_u32(members), vget_low_u16(lo)));
+    vst1q_u32(members + 4, vaddw_high_u16(vld1q_u32(members + 4), lo));
+    vst1q_u32(members + 8, vaddw_u16(vld1q_u32(members + 8), vget_low_u16(hi)));
+    vst1q_u32(members + 12, vaddw_high_u16(vld1q_u32(members + 12), hi));
+}
+
+/* Per word of 64: the exponents narrowed to bytes by one shift (vshrn #7), the bands by a
+ * saturating subtract and a min; plane k: bit k of each byte shifted to its place in its eight
+ * (lane j & 7), then three rounds of pairwise adds sum each eight into one byte. The counts:
+ * the 16 band member words built in 2-lane vectors from the planes (pair products, as
+ * ctx_word_counts), vcnt, and pairwise adds straight into wc's byte order; members summed from
+ * wc in 16-bit lanes; chw as diff_ulp16's mask. A last partial word goes through a zero-padded
+ * copy (band 0, unchanged, outside the valid bits). */
+static unsigned ctx_planes16_neon(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
+                                  uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
+{
+    static const int8_t lane8[16] = { 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7 };
+    const int8x16_t at = vld1q_s8(lane8);
+    const int8x16_t sh[4] = { at, vsubq_s8(at, vdupq_n_s8(1)), vsubq_s8(at, vdupq_n_s8(2)),
+                              vsubq_s8(at, vdupq_n_s8(3)) };
+    /* exponents are bytes: an ebase past 255 leaves every band 0, as 255 does */
+    const uint8x16_t eb = vdupq_n_u8((uint8_t)(ebase > 255 ? 255 : ebase)), top = vdupq_n_u8(15);
+    /* lane 0 of each count vector holds an even band (bit 0 clear: ~p0), lane 1 an odd one */
+    const uint64x2_t even = vcombine_u64(vcreate_u64(~0ull), vcreate_u64(0)), ones = vdupq_n_u64(~0ull);
+    uint8x16_t mx = vdupq_n_u8(0);   /* the largest exponent */
+    uint16x8_t ml = vdupq_n_u16(0), mh = ml;
+    size_t nw = (n + 63) / 64;
+    memset(members, 0, 16 * sizeof members[0]);
+    for (size_t w = 0; w < nw; w++) {
+        size_t base = w * 64, valid = n - base >= 64 ? 64 : n - base;
+        uint64_t vm = valid == 64 ? ~0ull : ((1ull << valid) - 1);
+        const uint16_t *o = a + base, *e = nb ? nb + base : NULL;
+        uint16_t to[64], te[64];
+        if (valid < 64) {
+            memset(to, 0, sizeof to);
+            memcpy(to, o, valid * 2);
+            o = to;
+            if (e) {
+                memset(te, 0, sizeof te);
+                memcpy(te, e, valid * 2);
+                e = te;
+            }
+        }
+        if (e)
+            chw[w] = ne_mask64_neon(o, e);
+        uint8x16_t bd[4];
+        for (unsigned q = 0; q < 4; q++) {
+            uint8x16_t x = vshrn_high_n_u16(vshrn_n_u16(vld1q_u16(o + 16 * q), 7), vld1q_u16(o + 16 * q + 8), 7);
+            mx = vmaxq_u8(mx, x);
+            bd[q] = vminq_u8(vqsubq_u8(x, eb), top);
+        }
+        uint8x16_t h[4];
+        for (unsigned k = 0; k < 4; k++) {
+            const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << k));
+            uint8x16_t t[4];
+            for (unsigned q = 0; q < 4; q++)
+                t[q] = vshlq_u8(vandq_u8(bd[q], bit), sh[k]);
+            h[k] = vpaddq_u8(vpaddq_u8(t[0], t[1]), vpaddq_u8(t[2], t[3]));
+        }
+        uint64x2_t p01 = vreinterpretq_u64_u8(vpaddq_u8(h[0], h[1]));
+        uint64x2_t p23 = vreinterpretq_u64_u8(vpaddq_u8(h[2], h[3]));
+        uint64_t *pl = plane + w * 5;
+        vst1q_u64(pl, p01);
+        vst1q_u64(pl + 2, p23);
+        pl[4] = vm;
+        /* vector i: bands 2i, 2i + 1; bit 1 of the band is bit 0 of i, bits 2-3 bits 1-2 of i */
+        uint64x2_t q1 = vdupq_laneq_u64(p01, 1), q2 = vdupq_laneq_u64(p23, 0), q3 = vdupq_laneq_u64(p23, 1);
+        uint64x2_t a0 = vandq_u64(veorq_u64(vdupq_laneq_u64(p01, 0), even), vdupq_n_u64(vm));
+        uint64x2_t lo[2] = { vbicq_u64(a0, q1), vandq_u64(a0, q1) };
+        uint64x2_t hi[4] = { veorq_u64(vorrq_u64(q2, q3), ones), vbicq_u64(q2, q3), vbicq_u64(q3, q2),
+                             vandq_u64(q2, q3) };
+        uint8x16_t c[8];
+        for (unsigned i = 0; i < 8; i++)
+            c[i] = vcntq_u8(vreinterpretq_u8_u64(vandq_u64(lo[i & 1], hi[i >> 1])));
+        uint8x16_t u0 = vpaddq_u8(c[0], c[1]), u1 = vpaddq_u8(c[2], c[3]);
+        uint8x16_t u2 = vpaddq_u8(c[4], c[5]), u3 = vpaddq_u8(c[6], c[7]);
+        uint8x16_t cnt = vpaddq_u8(vpaddq_u8(u0, u1), vpaddq_u8(u2, u3));
+        vst1q_u8(wc + 16 * w, cnt);
+        ml = vaddw_u8(ml, vget_low_u8(cnt));
+        mh = vaddw_high_u8(mh, cnt);
+        if ((w & 511) == 511) {   /* a lane has at most 64 a word: flushed well before 65535 */
+            ctx_members_flush(members, ml, mh);
+            ml = mh = vdupq_n_u16(0);
+        }
+    }
+    ctx_members_flush(members, ml, mh);
+    if (bc)
+        ctx_counts_by_band_neon(wc, nw, bc);
+    unsigned e = vmaxvq_u8(mx);
+    return e > 15 ? e - 15 : 0;
+}
+
 /* No byte compress here: the portable blocks (kernels_tail.h). */
 static int rice_gaps_neon(const uint8_t *src, size_t len, size_t k, unsigned shift, uint32_t limit, uint8_t *leb,
                         size_t *leb_len)
@@ -280,11 +446,14 @@ int pulse_kernels_init_neon(pulse_kernels *k)
     k->rice_gaps = rice_gaps_neon;
     k->diff8 = diff8_neon;
     k->diff16 = diff16_neon;
+    k->count16 = count16_neon;
     k->diff32 = diff32_neon;
     k->diff_ulp16 = diff_ulp16_neon;
     k->ulp_pack2_16 = ulp_pack2_16_neon;
     k->gaps_encode = gaps_encode_neon;
     k->gaps_decode = gaps_decode_neon;
     k->gate[PULSE_VIEW_BF16] = gate_bf16_neon;
+    k->ctx_ebase16 = ctx_ebase16_neon;
+    k->ctx_planes16 = ctx_planes16_neon;
     return 0;
 }

@@ -202,6 +202,21 @@ static void ctx_case(const pulse_kernels *t, const pulse_kernels *r, const uint1
             untouched = untouched && bc_t[i] == 0x5A;
         CHECK_SAME(!memcmp(pl_t, pl_r, nw * 40) && !memcmp(wc_t, wc_r, nw * 16) && !memcmp(m_n, m_r, sizeof m_r)
                    && untouched, "ctx_planes16 without NEW");
+        /* NEW without the band counts, then the band counts without NEW */
+        memset(ch_t, 0xA5, nw * 8);
+        t->ctx_planes16(a, b, n, ebs[e], pl_t, wc_t, NULL, m_n, ch_t);
+        untouched = 1;
+        for (size_t i = 0; i < nw * 16; i++)
+            untouched = untouched && bc_t[i] == 0x5A;
+        CHECK_SAME(!memcmp(pl_t, pl_r, nw * 40) && !memcmp(wc_t, wc_r, nw * 16) && !memcmp(m_n, m_r, sizeof m_r)
+                   && !memcmp(ch_t, ch_r, nw * 8) && untouched, "ctx_planes16 without bc");
+        memset(ch_t, 0xA5, nw * 8);
+        t->ctx_planes16(a, NULL, n, ebs[e], pl_t, wc_t, bc_t, m_n, NULL);
+        untouched = 1;
+        for (size_t i = 0; i < nw * 8; i++)
+            untouched = untouched && ((uint8_t *)ch_t)[i] == 0xA5;
+        CHECK_SAME(!memcmp(pl_t, pl_r, nw * 40) && !memcmp(wc_t, wc_r, nw * 16) && !memcmp(bc_t, bc_r, nw * 16)
+                   && !memcmp(m_n, m_r, sizeof m_r) && untouched, "ctx_planes16 bc without NEW");
         if (e == 0)
             ctx_select_case(t, r, a, n, ebs[e], pl_r, bc_r, m_r);
         ctx_gaps_case(t, r, a, b, n, ebs[e], pl_r, wc_r, m_r, ch_r);
