@@ -345,22 +345,40 @@ static inline void ctx_members_flush(uint32_t members[16], uint16x8_t lo, uint16
     vst1q_u32(members + 12, vaddw_high_u16(vld1q_u32(members + 12), hi));
 }
 
-/* Per word of 64: the exponents narrowed to bytes by one shift (vshrn #7), the bands by a
- * saturating subtract and a min; plane k: bit k of each byte shifted to its place in its eight
- * (lane j & 7), then three rounds of pairwise adds sum each eight into one byte. The counts:
- * the 16 band member words built in 2-lane vectors from the planes (pair products, as
- * ctx_word_counts), vcnt, and pairwise adds straight into wc's byte order; members summed from
- * wc in 16-bit lanes; chw as diff_ulp16's mask. A last partial word goes through a zero-padded
- * copy (band 0, unchanged, outside the valid bits). */
+/* The bands of a[0..16) as bytes (exponents narrowed by one vshrn, then a saturating subtract
+ * and a min); the exponents' max kept in *mx. */
+static inline uint8x16_t ctx_bands16_neon(const uint16_t *o, uint8x16_t eb, uint8x16_t *mx)
+{
+    uint8x16_t x = vshrn_high_n_u16(vshrn_n_u16(vld1q_u16(o), 7), vld1q_u16(o + 8), 7);
+    *mx = vmaxq_u8(*mx, x);
+    return vminq_u8(vqsubq_u8(x, eb), vdupq_n_u8(15));
+}
+
+/* Plane k of 64 band bytes, still two bytes per eight: bit k of each byte shifted to its lane's
+ * place in its eight (sh: lane & 7, minus k), then two rounds of pairwise adds. */
+static inline uint8x16_t ctx_plane_neon(uint8x16_t b0, uint8x16_t b1, uint8x16_t b2, uint8x16_t b3, unsigned k,
+                                        int8x16_t sh)
+{
+    const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << k));
+    return vpaddq_u8(vpaddq_u8(vshlq_u8(vandq_u8(b0, bit), sh), vshlq_u8(vandq_u8(b1, bit), sh)),
+                     vpaddq_u8(vshlq_u8(vandq_u8(b2, bit), sh), vshlq_u8(vandq_u8(b3, bit), sh)));
+}
+
+/* Per word of 64: the bands as bytes (ctx_bands16_neon), plane k by ctx_plane_neon and a last
+ * pairwise add that pairs it with plane k + 1 (one 8-byte word each). The counts: the 16 band
+ * member words built in 2-lane vectors from the planes (pair products, as ctx_word_counts),
+ * vcnt, and three rounds of pairwise adds straight into wc's byte order; members summed from
+ * wc in 16-bit lanes; chw as diff_ulp16's mask. A last partial word goes through a
+ * zero-padded copy (band 0, unchanged, outside the valid bits). Written out rather than in
+ * loops over arrays so that -O2 keeps everything in registers. */
 static unsigned ctx_planes16_neon(const uint16_t *a, const uint16_t *nb, size_t n, unsigned ebase, uint64_t *plane,
                                   uint8_t *wc, uint8_t *bc, uint32_t members[16], uint64_t *chw)
 {
     static const int8_t lane8[16] = { 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7 };
-    const int8x16_t at = vld1q_s8(lane8);
-    const int8x16_t sh[4] = { at, vsubq_s8(at, vdupq_n_s8(1)), vsubq_s8(at, vdupq_n_s8(2)),
-                              vsubq_s8(at, vdupq_n_s8(3)) };
+    const int8x16_t sh0 = vld1q_s8(lane8), sh1 = vsubq_s8(sh0, vdupq_n_s8(1)), sh2 = vsubq_s8(sh0, vdupq_n_s8(2)),
+                    sh3 = vsubq_s8(sh0, vdupq_n_s8(3));
     /* exponents are bytes: an ebase past 255 leaves every band 0, as 255 does */
-    const uint8x16_t eb = vdupq_n_u8((uint8_t)(ebase > 255 ? 255 : ebase)), top = vdupq_n_u8(15);
+    const uint8x16_t eb = vdupq_n_u8((uint8_t)(ebase > 255 ? 255 : ebase));
     /* lane 0 of each count vector holds an even band (bit 0 clear: ~p0), lane 1 an odd one */
     const uint64x2_t even = vcombine_u64(vcreate_u64(~0ull), vcreate_u64(0)), ones = vdupq_n_u64(~0ull);
     uint8x16_t mx = vdupq_n_u8(0);   /* the largest exponent */
@@ -384,22 +402,12 @@ static unsigned ctx_planes16_neon(const uint16_t *a, const uint16_t *nb, size_t 
         }
         if (e)
             chw[w] = ne_mask64_neon(o, e);
-        uint8x16_t bd[4];
-        for (unsigned q = 0; q < 4; q++) {
-            uint8x16_t x = vshrn_high_n_u16(vshrn_n_u16(vld1q_u16(o + 16 * q), 7), vld1q_u16(o + 16 * q + 8), 7);
-            mx = vmaxq_u8(mx, x);
-            bd[q] = vminq_u8(vqsubq_u8(x, eb), top);
-        }
-        uint8x16_t h[4];
-        for (unsigned k = 0; k < 4; k++) {
-            const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << k));
-            uint8x16_t t[4];
-            for (unsigned q = 0; q < 4; q++)
-                t[q] = vshlq_u8(vandq_u8(bd[q], bit), sh[k]);
-            h[k] = vpaddq_u8(vpaddq_u8(t[0], t[1]), vpaddq_u8(t[2], t[3]));
-        }
-        uint64x2_t p01 = vreinterpretq_u64_u8(vpaddq_u8(h[0], h[1]));
-        uint64x2_t p23 = vreinterpretq_u64_u8(vpaddq_u8(h[2], h[3]));
+        uint8x16_t b0 = ctx_bands16_neon(o, eb, &mx), b1 = ctx_bands16_neon(o + 16, eb, &mx),
+                   b2 = ctx_bands16_neon(o + 32, eb, &mx), b3 = ctx_bands16_neon(o + 48, eb, &mx);
+        uint64x2_t p01 = vreinterpretq_u64_u8(vpaddq_u8(ctx_plane_neon(b0, b1, b2, b3, 0, sh0),
+                                                        ctx_plane_neon(b0, b1, b2, b3, 1, sh1)));
+        uint64x2_t p23 = vreinterpretq_u64_u8(vpaddq_u8(ctx_plane_neon(b0, b1, b2, b3, 2, sh2),
+                                                        ctx_plane_neon(b0, b1, b2, b3, 3, sh3)));
         uint64_t *pl = plane + w * 5;
         vst1q_u64(pl, p01);
         vst1q_u64(pl + 2, p23);
@@ -407,14 +415,15 @@ static unsigned ctx_planes16_neon(const uint16_t *a, const uint16_t *nb, size_t 
         /* vector i: bands 2i, 2i + 1; bit 1 of the band is bit 0 of i, bits 2-3 bits 1-2 of i */
         uint64x2_t q1 = vdupq_laneq_u64(p01, 1), q2 = vdupq_laneq_u64(p23, 0), q3 = vdupq_laneq_u64(p23, 1);
         uint64x2_t a0 = vandq_u64(veorq_u64(vdupq_laneq_u64(p01, 0), even), vdupq_n_u64(vm));
-        uint64x2_t lo[2] = { vbicq_u64(a0, q1), vandq_u64(a0, q1) };
-        uint64x2_t hi[4] = { veorq_u64(vorrq_u64(q2, q3), ones), vbicq_u64(q2, q3), vbicq_u64(q3, q2),
-                             vandq_u64(q2, q3) };
-        uint8x16_t c[8];
-        for (unsigned i = 0; i < 8; i++)
-            c[i] = vcntq_u8(vreinterpretq_u8_u64(vandq_u64(lo[i & 1], hi[i >> 1])));
-        uint8x16_t u0 = vpaddq_u8(c[0], c[1]), u1 = vpaddq_u8(c[2], c[3]);
-        uint8x16_t u2 = vpaddq_u8(c[4], c[5]), u3 = vpaddq_u8(c[6], c[7]);
+        uint64x2_t l0 = vbicq_u64(a0, q1), l1 = vandq_u64(a0, q1);
+        uint64x2_t h0 = veorq_u64(vorrq_u64(q2, q3), ones), h1 = vbicq_u64(q2, q3), h2 = vbicq_u64(q3, q2),
+                   h3 = vandq_u64(q2, q3);
+#define CTX_CNT(l, h) vcntq_u8(vreinterpretq_u8_u64(vandq_u64(l, h)))
+        uint8x16_t u0 = vpaddq_u8(CTX_CNT(l0, h0), CTX_CNT(l1, h0));   /* bands 0-3, 4 bytes each */
+        uint8x16_t u1 = vpaddq_u8(CTX_CNT(l0, h1), CTX_CNT(l1, h1));   /* 4-7 */
+        uint8x16_t u2 = vpaddq_u8(CTX_CNT(l0, h2), CTX_CNT(l1, h2));   /* 8-11 */
+        uint8x16_t u3 = vpaddq_u8(CTX_CNT(l0, h3), CTX_CNT(l1, h3));   /* 12-15 */
+#undef CTX_CNT
         uint8x16_t cnt = vpaddq_u8(vpaddq_u8(u0, u1), vpaddq_u8(u2, u3));
         vst1q_u8(wc + 16 * w, cnt);
         ml = vaddw_u8(ml, vget_low_u8(cnt));
