@@ -291,23 +291,28 @@ static size_t gate_bf16_neon(const float *theta, const float *delta, float *e, s
 
 /* ---- the context coder's bands (format 5) ---- */
 
+/* The exponents narrowed to bytes by one vshrn #7 (the sign falls off the top), their max
+ * taken on 16 bytes at a time. */
+static inline uint8x16_t ctx_exp16_neon(const uint16_t *a)
+{
+    return vshrn_high_n_u16(vshrn_n_u16(vld1q_u16(a), 7), vld1q_u16(a + 8), 7);
+}
+
 static unsigned ctx_ebase16_neon(const uint16_t *a, size_t n)
 {
-    const uint16x8_t em = vdupq_n_u16(0x7F80);
-    uint16x8_t m0 = vdupq_n_u16(0), m1 = m0, m2 = m0, m3 = m0;
+    uint8x16_t m0 = vdupq_n_u8(0), m1 = m0;
     size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        m0 = vmaxq_u16(m0, vandq_u16(vld1q_u16(a + i), em));
-        m1 = vmaxq_u16(m1, vandq_u16(vld1q_u16(a + i + 8), em));
-        m2 = vmaxq_u16(m2, vandq_u16(vld1q_u16(a + i + 16), em));
-        m3 = vmaxq_u16(m3, vandq_u16(vld1q_u16(a + i + 24), em));
+    for (; i + 64 <= n; i += 64) {
+        m0 = vmaxq_u8(m0, vmaxq_u8(ctx_exp16_neon(a + i), ctx_exp16_neon(a + i + 16)));
+        m1 = vmaxq_u8(m1, vmaxq_u8(ctx_exp16_neon(a + i + 32), ctx_exp16_neon(a + i + 48)));
     }
-    uint16_t mx = vmaxvq_u16(vmaxq_u16(vmaxq_u16(m0, m1), vmaxq_u16(m2, m3)));
+    for (; i + 16 <= n; i += 16)
+        m0 = vmaxq_u8(m0, ctx_exp16_neon(a + i));
+    unsigned e = vmaxvq_u8(vmaxq_u8(m0, m1));
     for (; i < n; i++) {
-        uint16_t v = a[i] & 0x7F80u;
-        mx = v > mx ? v : mx;
+        unsigned v = (a[i] >> 7) & 0xFFu;
+        e = v > e ? v : e;
     }
-    unsigned e = mx >> 7;
     return e > 15 ? e - 15 : 0;
 }
 
@@ -345,11 +350,11 @@ static inline void ctx_members_flush(uint32_t members[16], uint16x8_t lo, uint16
     vst1q_u32(members + 12, vaddw_high_u16(vld1q_u32(members + 12), hi));
 }
 
-/* The bands of a[0..16) as bytes (exponents narrowed by one vshrn, then a saturating subtract
- * and a min); the exponents' max kept in *mx. */
+/* The bands of a[0..16) as bytes (the exponents, then a saturating subtract and a min); the
+ * exponents' max kept in *mx. */
 static inline uint8x16_t ctx_bands16_neon(const uint16_t *o, uint8x16_t eb, uint8x16_t *mx)
 {
-    uint8x16_t x = vshrn_high_n_u16(vshrn_n_u16(vld1q_u16(o), 7), vld1q_u16(o + 8), 7);
+    uint8x16_t x = ctx_exp16_neon(o);
     *mx = vmaxq_u8(*mx, x);
     return vminq_u8(vqsubq_u8(x, eb), vdupq_n_u8(15));
 }
