@@ -7,6 +7,7 @@
 
 #include "crypto/sha256.h"
 #include "pulseweights/patch.h"
+#include "node/patch/patch_ctxcode.h"
 #include "node/patch/patch_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -69,14 +70,24 @@ static void each_chunk16(const pulse_patch *p, void (*check)(const pulse_patch *
 
 /* A context-coded chunk decoded against the start bytes as its base: whatever the bytes, the
  * decoder either refuses them or gives exactly count distinct positions inside the chunk, none
- * of them a change of nothing. */
+ * of them a change of nothing; the apply's check of a chunk past its cache (no positions where
+ * no value needs them) refuses exactly what the decode refuses. */
 static void check_context_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
 {
     if (!context_chunk(p, c))
         return;
     uint16_t *b = start_bytes(c->len);
     uint8_t *seen = calloc(c->len ? c->len : 1, 1);
-    if (b && seen && patch_decode_bytes_base(p, c, s, p->data + c->offset, (const uint8_t *)b) == 0) {
+    struct patch_ctx_scratch *cs = patch_scratch_ctx(s, p->chunk_elems);
+    const uint8_t *bytes = p->data + c->offset;
+    const int bf16_ulp = p->tensors[c->tensor].dtype == PULSE_DT_BF16 && p->values == PULSE_VALUES_ULP;
+    int light = !b || !cs || !bf16_ulp ? -1
+                          : patch_ctx_check_base(cs, b, c->len, bytes, c->pos_len, bytes + c->pos_len, c->val_len,
+                                                 c->count, s->idx, (uint16_t *)(void *)s->vals, "t", c->index);
+    int full = b ? patch_decode_bytes_base(p, c, s, bytes, (const uint8_t *)b) : -1;
+    if (light != -1 && full != -1 && (light == 0) != (full == 0))
+        abort();   /* the light check and the decode disagree */
+    if (b && seen && full == 0) {
         const uint16_t *z = (const uint16_t *)(const void *)s->vals;
         for (uint32_t j = 0; j < c->count; j++) {
             if (s->idx[j] >= c->len || seen[s->idx[j]] || z[j] == 0)
