@@ -31,6 +31,12 @@ total=0 refused=0 changed=0 applied=0
 for kind in ulp abs ctx; do
   base=old.safetensors want=new.safetensors
   [ "$kind" = ctx ] && base=s/step-000000.safetensors want=s/step-000001.safetensors
+  for cache in 64M 0; do   # the patch as written applies exactly, from the cache and without
+    cp "$base" t.safetensors
+    PULSE_APPLY_CACHE=$cache P apply --in-place t.safetensors "$kind.patch" --threads 2 >/dev/null \
+      || fail "$kind.patch (cache $cache) was refused"
+    cmp -s t.safetensors "$want" || fail "$kind.patch (cache $cache) did not make the new checkpoint"
+  done
   python3 "$here/mutate_patch.py" "$kind.patch" "v-$kind" "$count" 7
   for cache in 64M 0; do   # pass 2 from pass 1's cache, and every chunk decoded again
     for v in "v-$kind"/*.patch; do
