@@ -111,12 +111,19 @@ if "$PULSE_BIN" demo --followers 0 2> "$tmp/err"; then fail "demo --followers 0 
     || fail "bench codec exited non-zero: $(tail -3 "$tmp/bench.log")"
 for row in "order-0 entropy bound" "pulse apply, trusted base id, no result check" \
            "in-place floor: a byte of every target line read+written" "memcpy of the checkpoint file bytes" \
-           "peak anonymous memory" "targets (docs/performance.md)" "apply / (in-place floor + check pass)"; do
+           "peak anonymous memory" "targets (docs/performance.md)" "apply / (in-place floor + check pass)" \
+           "same, context-coded diff/apply"; do
     grep -qF -- "$row" "$tmp/bench.log" || fail "bench codec printed no row '$row'"
 done
 floor=$(sed -n 's/.*in-place floor: a byte of every target line read+written *\([0-9.]*\) .*/\1/p' "$tmp/bench.log")
 awk -v f="$floor" 'BEGIN { exit !(f > 0) }' || fail "bench codec: in-place floor '$floor' ms"
 [ "$(grep -cE ' (PASS|MISS|noise|n/a|info)$' "$tmp/bench.log")" -ge 12 ] || fail "bench codec: targets without a verdict"
+# The memory probe's six columns (the context-coded patch's from a process of its own), each a
+# figure above zero for both model sizes.
+[ "$(grep -cE '^  [0-9]+ params( +[0-9]+\.[0-9]){6}$' "$tmp/bench.log")" -eq 2 ] \
+    || fail "bench codec: the memory table lacks a size or a column"
+grep -E '^  [0-9]+ params( +[0-9]+\.[0-9]){6}$' "$tmp/bench.log" | awk '{ for (i = 3; i <= 8; i++) if ($i <= 0) exit 1 }' \
+    || fail "bench codec: a peak of zero in the memory table"
 
 # Usage errors: one line naming the problem (plus the hint), non-zero exit, nothing written.
 if "$PULSE_BIN" synth --steps 2 2> "$tmp/err"; then fail "synth without --out succeeded"; fi
