@@ -8,7 +8,7 @@
 
 int patch_chunk_is_context(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes)
 {
-    return p->version >= 5 && c->pos_len > 0 && bytes[0] == PATCH_POS_CONTEXT;
+    return p->version >= 5 && c->pos_len > 0 && patch_pos_is_context(bytes[0]);
 }
 
 struct patch_ctx_scratch *patch_scratch_ctx(patch_scratch *s, uint32_t chunk_elems)

@@ -51,6 +51,7 @@ struct patch_ctx_scratch {
     uint16_t *vz;               /* z in decode order (cap), then the symbols' values */
     uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
     uint32_t *samp;             /* the value modes' sample of a band (3 SAMPLE_MAX) */
+    int one_state;              /* write PATCH_POS_CONTEXT (one rANS state), for tests */
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -296,6 +297,11 @@ void patch_ctx_scratch_free(patch_ctx_scratch *s)
     free(s);
 }
 
+void patch_ctx_one_state(patch_ctx_scratch *s, int one_state)
+{
+    s->one_state = one_state != 0;
+}
+
 static int scratch_encoder(patch_ctx_scratch *s)
 {
     if (s->rbuf)
@@ -340,7 +346,7 @@ size_t patch_ctx_bound(uint32_t n, size_t k)
     double kd = (double)k;
     double rice_bits = kd * (log2(16.0 * (double)n / kd) + 3.0);
     size_t pos = HEAD_MAX + (size_t)(rice_bits / 8.0) + ((size_t)n >> 27) + NB + 16;
-    size_t val = NB * (NSYM * 2 + 4) + 5 + 4 + (10 * k + k / 4096) / 8 + 2 + (16 * k + 7) / 8 + 16;
+    size_t val = NB * (NSYM * 2 + 4) + 5 + 8 + (10 * k + k / 4096) / 8 + 2 + (16 * k + 7) / 8 + 16;
     return pos + val;
 }
 
@@ -354,6 +360,7 @@ typedef struct ctx_head {
     uint8_t vm[NB];             /* value mode (VM_*) */
     uint32_t vc[NB];            /* its centre C (VM_CENTRED, VM_PRED) */
     uint16_t freq[NB][NSYM];
+    unsigned states;            /* rANS states: 1 (PATCH_POS_CONTEXT) or 2 (PATCH_POS_CONTEXT2) */
     size_t rans_at, rans_len;   /* in val */
     size_t esc_at;              /* the escape bits: val[esc_at .. val_len) */
 } ctx_head;
@@ -366,9 +373,11 @@ static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, si
 {
     if (!pos || pos_len < 1)
         return PFAIL("empty");
-    if (pos[0] != PATCH_POS_CONTEXT)
+    if (!patch_pos_is_context(pos[0]))
         return ctx_fail(PULSE_ERR_UNSUPPORTED, tensor, chunk, "position",
-                        "coding byte %u is not the context coder's (%u)", pos[0], PATCH_POS_CONTEXT);
+                        "coding byte %u is not the context coder's (%u or %u)", pos[0], PATCH_POS_CONTEXT,
+                        PATCH_POS_CONTEXT2);
+    h->states = pos[0] == PATCH_POS_CONTEXT2 ? 2 : 1;
     if (n == 0 || k == 0 || k > n)
         return PFAIL("%zu changes in a chunk of %u elements", k, n);
     if (pos_len < 2)
@@ -451,7 +460,7 @@ static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, si
     int r = leb_read(val, val_len, &at, &R);
     if (r)
         return VFAIL("rANS length %s", r == -1 ? "truncated" : "malformed");
-    if (R < 4 || R > val_len - at)
+    if (R < 4 * h->states || R > val_len - at)
         return VFAIL("rANS stream of %u bytes in the %zu bytes left", R, val_len - at);
     h->rans_at = at;
     h->rans_len = R;
@@ -466,10 +475,20 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                          const uint32_t *idx, uint16_t *z, const char *tensor, uint64_t chunk)
 {
     const uint8_t *rp = val + h->rans_at, *rend = rp + h->rans_len;
-    uint32_t x = (uint32_t)rp[0] | (uint32_t)rp[1] << 8 | (uint32_t)rp[2] << 16 | (uint32_t)rp[3] << 24;
-    rp += 4;
-    if (x < RANS_L || x >= RANS_L << 8)
-        return VFAIL("rANS state %u out of range", x);
+    /* x decodes this change, x2 the next (two states: they alternate, each change's step
+     * waiting only for the one two changes back; one state: x2 stays at RANS_L, unused) */
+    uint32_t x = 0, x2 = RANS_L;
+    for (unsigned q = 0; q < h->states; q++) {
+        uint32_t v = (uint32_t)rp[0] | (uint32_t)rp[1] << 8 | (uint32_t)rp[2] << 16 | (uint32_t)rp[3] << 24;
+        rp += 4;
+        if (v < RANS_L || v >= RANS_L << 8)
+            return VFAIL("rANS state %u out of range", v);
+        if (q)
+            x2 = v;
+        else
+            x = v;
+    }
+    const int swap = h->states == 2;
     bitrd esc = {val + h->esc_at, val + val_len, 0, 0};
     size_t j = 0;
     for (unsigned b = 0; b < NB; b++) {
@@ -495,6 +514,11 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                 if (rp >= rend)
                     return VFAIL("rANS stream ends at change %zu", j);
                 x = x << 8 | *rp++;
+            }
+            if (swap) {
+                const uint32_t t2 = x;
+                x = x2;
+                x2 = t2;
             }
             uint32_t sg = 0;
             if (vm && br_bits(&esc, 1, &sg))
@@ -532,8 +556,8 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
             j++;
         }
     }
-    if (x != RANS_L)
-        return VFAIL("rANS final state %u, not %u", x, RANS_L);
+    if (x != RANS_L || x2 != RANS_L)
+        return VFAIL("rANS final state %u, not %u", x != RANS_L ? x : x2, RANS_L);
     if (rp != rend)
         return VFAIL("%zu rANS bytes left after the last change", (size_t)(rend - rp));
     if (!br_done(&esc))
@@ -971,7 +995,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     /* the Rice streams, written after room for the longest header, moved down once it is known */
     uint8_t head[HEAD_MAX];
     size_t hl = 0, hb[NB] = {0};  /* hb: where each band's header byte is */
-    head[hl++] = (uint8_t)PATCH_POS_CONTEXT;
+    head[hl++] = (uint8_t)(s->one_state ? PATCH_POS_CONTEXT : PATCH_POS_CONTEXT2);
     head[hl++] = (uint8_t)ebase;
     bitwr bw = {out + HEAD_MAX, out + cap, 0, 0, 0};
     for (unsigned b = 0; b < NB; b++) {
@@ -1048,7 +1072,10 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         }
     }
     uint8_t *rend = s->rbuf + 2 * (size_t)s->cap + 16, *rp = rend;
-    uint32_t x = RANS_L;
+    /* backwards from the last change: x codes this change, x2 the one before it (two states;
+     * one state: x2 unused); change j (decode order) goes on state j & 1 */
+    const int two = !s->one_state;
+    uint32_t x = RANS_L, x2 = RANS_L;
     for (unsigned bi = NB; bi-- > 0;) {
         if (!kb[bi])
             continue;
@@ -1082,13 +1109,23 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
             }
             uint32_t q = (uint32_t)(((uint64_t)x * rcp[y]) >> 32) >> rsh[y];
             x += bias[y] + q * (TAB_TOTAL - fy);
+            if (two) {
+                const uint32_t t2 = x;
+                x = x2;
+                x2 = t2;
+            }
         }
     }
-    rp -= 4;
-    rp[0] = (uint8_t)x;
-    rp[1] = (uint8_t)(x >> 8);
-    rp[2] = (uint8_t)(x >> 16);
-    rp[3] = (uint8_t)(x >> 24);
+    /* the states first, state 0 (change 0's) before state 1: after change 0, x2 holds state 0
+     * when two states alternate */
+    uint32_t first[2] = { two ? x2 : x, x };
+    for (unsigned q = two ? 2 : 1; q-- > 0;) {
+        rp -= 4;
+        rp[0] = (uint8_t)first[q];
+        rp[1] = (uint8_t)(first[q] >> 8);
+        rp[2] = (uint8_t)(first[q] >> 16);
+        rp[3] = (uint8_t)(first[q] >> 24);
+    }
     size_t R = (size_t)(rend - rp);
     if ((size_t)(vend - v) < vl + 5 + R)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: rANS stream overran its bound");

@@ -166,7 +166,7 @@ int patch_pos_probe(const pulse_patch *p, const patch_chunk *c, const uint8_t *b
         pp->coding = bytes[0];
         pp->body = bytes + 1;
         pp->body_len = c->pos_len - 1;
-        if (pp->coding == PATCH_POS_CONTEXT && p->version >= 5)
+        if (patch_pos_is_context(pp->coding) && p->version >= 5)
             return pulse_fail(PULSE_ERR_UNSUPPORTED,
                               "tensor %s chunk %llu: context-coded (format 5), decoding it needs the base weights",
                               t->name, (unsigned long long)c->index);

@@ -89,6 +89,15 @@ static int sane(uint32_t n, size_t k)
     return ok;
 }
 
+/* The encoder writes one rANS state (what the first format-5 writers wrote) or two. */
+static int one_state;
+
+static void set_one_state(int v)
+{
+    one_state = v;
+    patch_ctx_one_state(S, v);
+}
+
 /* Encodes, checks, decodes and applies one chunk; returns the coded bytes (pos + val). */
 static size_t roundtrip(const char *what, const uint16_t *old, const uint16_t *neu, uint32_t n, uint32_t *pl,
                         uint32_t *vl)
@@ -101,7 +110,7 @@ static size_t roundtrip(const char *what, const uint16_t *old, const uint16_t *n
     if (r)
         return 0;
     CHECK((size_t)*pl + *vl <= bound);
-    CHECK_EQ_INT(enc[0], PATCH_POS_CONTEXT);
+    CHECK_EQ_INT(enc[0], one_state ? PATCH_POS_CONTEXT : PATCH_POS_CONTEXT2);
     CHECK_OK(patch_ctx_check(enc, *pl, enc + *pl, *vl, k, n, what, 7));
     r = patch_ctx_decode(S, old, n, enc, *pl, enc + *pl, *vl, k, idx, zz, what, 7);
     CHECK_OK(r);
@@ -440,6 +449,21 @@ static size_t hand(uint8_t *b, int mode, uint8_t rice, int extra_rice, int s, si
     return n;
 }
 
+/* hand()'s chunk a (len bytes, position stream pl) with two rANS states: coding byte 65, R = 8,
+ * state 0 then state 1, each 2^23 (the table puts every symbol at one slot range: no state
+ * moves). Returns its length. */
+static size_t hand2(uint8_t *b, const uint8_t *a, size_t len, size_t pl)
+{
+    memcpy(b, a, len);
+    b[0] = PATCH_POS_CONTEXT2;
+    size_t r = pl + 21;                /* R, after the table of 21 bytes */
+    b[r] = 8;
+    const uint8_t st[4] = {0x00, 0x00, 0x80, 0x00};
+    memcpy(b + r + 1, st, 4);
+    memcpy(b + r + 5, st, 4);
+    return r + 9;
+}
+
 /* hand()'s chunk with band 15's values in value mode vm around centre C (bit 7 of its header
  * byte, the mode byte and LEB128 C before its table), its table all on symbol sym (so the rANS
  * state never moves), and the sign and escape bits of its two changes: nesc bytes. */
@@ -684,13 +708,40 @@ static void test_crafted(void)
     uint8_t b[128];
     size_t pl, len = hand(b, 1, 0x03, 0, 0, &pl);   /* mode 1: gaps 0, 0 at s = 0: bits 1, 1 */
     uint32_t epl, evl;
+    set_one_state(1);
     CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
+    set_one_state(0);
     CHECK_EQ_INT(epl, pl);
     CHECK_EQ_INT(evl, len - pl);
     CHECK(epl + evl == len && memcmp(enc, b, len) == 0);
     CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
     CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3));
+    /* the same with two rANS states: coding byte 65, R = 8, both final states 2^23 */
+    uint8_t b2[128];
+    size_t len2 = hand2(b2, b, len, pl);
+    CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
+    CHECK_EQ_INT(epl, pl);
+    CHECK_EQ_INT(evl, len2 - pl);
+    CHECK(epl + evl == len2 && memcmp(enc, b2, len2) == 0);
+    CHECK_OK(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3));
+    CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
+    CHECK_OK(patch_ctx_check(b2, pl, b2 + pl, len2 - pl, 2, 4, "h", 3));
+    /* a two-state chunk with one state's bytes (R = 4), and one whose second state is not
+     * back at 2^23 */
+    memcpy(b2 + pl, b + pl, len - pl);
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor h chunk 3: value stream", "rANS stream of 4 bytes"));
+    len2 = hand2(b2, b, len, pl);
+    b2[len2 - 1] = 0x01;   /* state 1 = 2^23 + 2^24: in range, but not where the encoder started */
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor h chunk 3: value stream", "final state"));
+    CHECK_ERR(patch_ctx_check(b2, pl, b2 + pl, len2 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    /* a coding byte past 65 is no context coding */
+    len2 = hand2(b2, b, len, pl);
+    b2[0] = 66;
+    CHECK_ERR(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3), PULSE_ERR_UNSUPPORTED);
+    CHECK(err_has("tensor h chunk 3: position stream", "coding byte 66"));
 
     /* mode 2 for 2 changes among 4 members (unchanged 2, 3: gaps 2, 0 -> bits 0 0 1 1): mode 1 is the choice */
     len = hand(b, 2, 0x0C, 0, 0, &pl);
@@ -791,11 +842,17 @@ int main(void)
     test_value_arith();
     test_crafted();
     test_crafted_value_modes();
-    test_roundtrips();
-    test_wide_magnitudes();
-    test_pred_unreachable();
-    test_random_small();
-    test_damage();
+    /* two rANS states (what the encoder writes), then one (what older patches hold) */
+    for (int one = 0; one < 2; one++) {
+        set_one_state(one);
+        printf("-- %s\n", one ? "one rANS state (coding byte 64)" : "two rANS states (coding byte 65)");
+        test_roundtrips();
+        test_wide_magnitudes();
+        test_pred_unreachable();
+        test_random_small();
+        test_damage();
+    }
+    set_one_state(0);
     patch_ctx_scratch_free(S);
     free(enc);
     free(idx);
