@@ -23,6 +23,7 @@
 #define TAB_BITS 10u
 #define TAB_TOTAL (1u << TAB_BITS)
 #define RANS_L (1u << 23)       /* the state's lower bound; states live in [RANS_L, RANS_L << 8) */
+#define CTX_TWO_STATES_MIN 256u /* changes from which a chunk's values take two rANS states */
 #define MAX_S 24u               /* largest Rice parameter */
 #define HEAD_MAX (2u + NB * (1u + 2u * 5u)) /* longest position stream header */
 
@@ -995,7 +996,10 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     /* the Rice streams, written after room for the longest header, moved down once it is known */
     uint8_t head[HEAD_MAX];
     size_t hl = 0, hb[NB] = {0};  /* hb: where each band's header byte is */
-    head[hl++] = (uint8_t)(s->one_state ? PATCH_POS_CONTEXT : PATCH_POS_CONTEXT2);
+    /* two rANS states where the decode has enough changes to gain from them; a small chunk
+     * keeps the 4 bytes of the second state */
+    const int two = !s->one_state && k >= CTX_TWO_STATES_MIN;
+    head[hl++] = (uint8_t)(two ? PATCH_POS_CONTEXT2 : PATCH_POS_CONTEXT);
     head[hl++] = (uint8_t)ebase;
     bitwr bw = {out + HEAD_MAX, out + cap, 0, 0, 0};
     for (unsigned b = 0; b < NB; b++) {
@@ -1074,7 +1078,6 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     uint8_t *rend = s->rbuf + 2 * (size_t)s->cap + 16, *rp = rend;
     /* backwards from the last change: x codes this change, x2 the one before it (two states;
      * one state: x2 unused); change j (decode order) goes on state j & 1 */
-    const int two = !s->one_state;
     uint32_t x = RANS_L, x2 = RANS_L;
     for (unsigned bi = NB; bi-- > 0;) {
         if (!kb[bi])

@@ -32,8 +32,8 @@ size_t patch_ctx_bound(uint32_t n, size_t k);
 
 /* Encodes the k > 0 differing elements of old[0..n) -> neu[0..n) (BF16 bit patterns, n <= the
  * scratch's chunk_elems) at out (cap >= patch_ctx_bound(n, k)): the position stream (first byte
- * PATCH_POS_CONTEXT2, or PATCH_POS_CONTEXT after patch_ctx_one_state), then the value stream
- * right after it. *pos_len, *val_len: their lengths.
+ * PATCH_POS_CONTEXT2 from 256 changes, PATCH_POS_CONTEXT below or after patch_ctx_one_state),
+ * then the value stream right after it. *pos_len, *val_len: their lengths.
  * 0, or PULSE_ERR_INVALID when k is not the number of differing elements. */
 int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t n, size_t k,
                      uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len);

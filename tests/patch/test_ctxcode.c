@@ -110,7 +110,7 @@ static size_t roundtrip(const char *what, const uint16_t *old, const uint16_t *n
     if (r)
         return 0;
     CHECK((size_t)*pl + *vl <= bound);
-    CHECK_EQ_INT(enc[0], one_state ? PATCH_POS_CONTEXT : PATCH_POS_CONTEXT2);
+    CHECK_EQ_INT(enc[0], one_state || k < 256 ? PATCH_POS_CONTEXT : PATCH_POS_CONTEXT2);
     CHECK_OK(patch_ctx_check(enc, *pl, enc + *pl, *vl, k, n, what, 7));
     r = patch_ctx_decode(S, old, n, enc, *pl, enc + *pl, *vl, k, idx, zz, what, 7);
     CHECK_OK(r);
@@ -419,6 +419,15 @@ static void test_damage(void)
     roundtrip("damage base (value modes)", old_, neu_, n, &pl, &vl);
     CHECK(some_header_has(0x80));
     damage(n);
+    /* enough changes for the encoder's two rANS states (unless one is asked for) */
+    n = 1200;
+    realistic(n, 1.0);
+    for (uint32_t i = 0; i < n; i += 3)
+        neu_[i] = (uint16_t)(old_[i] + (i & 4 ? 1 : -2));
+    roundtrip("damage base (many changes)", old_, neu_, n, &pl, &vl);
+    CHECK(count_changes(old_, neu_, n) >= 256);
+    CHECK_EQ_INT(enc[0], one_state ? PATCH_POS_CONTEXT : PATCH_POS_CONTEXT2);
+    damage(n);
 }
 
 /* A chunk written by hand from the format's text: 4 elements of 1.0 (exponent 127: ebase 112,
@@ -717,13 +726,12 @@ static void test_crafted(void)
     CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
     CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3));
+    /* two changes: the encoder keeps one state below 256 changes */
+    CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
+    CHECK(epl + evl == len && memcmp(enc, b, len) == 0);
     /* the same with two rANS states: coding byte 65, R = 8, both final states 2^23 */
     uint8_t b2[128];
     size_t len2 = hand2(b2, b, len, pl);
-    CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
-    CHECK_EQ_INT(epl, pl);
-    CHECK_EQ_INT(evl, len2 - pl);
-    CHECK(epl + evl == len2 && memcmp(enc, b2, len2) == 0);
     CHECK_OK(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
     CHECK_OK(patch_ctx_check(b2, pl, b2 + pl, len2 - pl, 2, 4, "h", 3));
