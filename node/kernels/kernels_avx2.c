@@ -733,16 +733,8 @@ static unsigned ctx_planes16_avx2(const uint16_t *a, const uint16_t *nb, size_t 
         uint64_t vm = valid == 64 ? ~0ull : ((1ull << valid) - 1);
         const uint16_t *o = a + base, *e = nb ? nb + base : NULL;
         uint16_t to[64], te[64];
-        if (valid < 64) {
-            memset(to, 0, sizeof to);
-            memcpy(to, o, valid * 2);
-            o = to;
-            if (e) {
-                memset(te, 0, sizeof te);
-                memcpy(te, e, valid * 2);
-                e = te;
-            }
-        }
+        if (valid < 64)
+            ctx_pad_word(&o, &e, valid, to, te);
         __m256i v[4];
         for (unsigned i = 0; i < 4; i++)
             v[i] = _mm256_loadu_si256((const __m256i *)(o + 16 * i));

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The context coder's band counts from the 4 band planes, shared by the SIMD tables (each compiles it with its own popcount). */
+/* The context coder's pieces shared by the kernel tables: band counts from the 4 band planes, a last word's padding, select and the encoder's walk (each table compiles them with its own popcount). */
 #ifndef PULSE_KERNELS_CTX_H
 #define PULSE_KERNELS_CTX_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -20,6 +21,22 @@ static inline uint16_t ctx_hmax16(__m128i q)
     return (uint16_t)_mm_extract_epi16(q, 0);
 }
 #endif
+
+/* A chunk's last word of valid < 64 elements as the SIMD ctx_planes16 read it: *a (and *b,
+ * when given) pointed at copies in ta (tb), zero past valid, so that whole-word loads stay
+ * inside the caller's arrays (the padding reads as band 0, outside the valid bits). */
+static inline void ctx_pad_word(const uint16_t **a, const uint16_t **b, size_t valid, uint16_t ta[64],
+                                uint16_t tb[64])
+{
+    memset(ta, 0, 64 * sizeof ta[0]);
+    memcpy(ta, *a, valid * 2);
+    *a = ta;
+    if (*b) {
+        memset(tb, 0, 64 * sizeof tb[0]);
+        memcpy(tb, *b, valid * 2);
+        *b = tb;
+    }
+}
 
 /* wc[b] = the elements of band b among the valid bits v of one word: the 16 band member words
  * built from 4 + 4 pair products (bits 0-1 and bits 2-3 of b), one popcount each, packed into

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "node/kernels/kernels.h"
+#include "node/kernels/kernels_ctx.h"
 #include "node/kernels/kernels_tail.h"
 #include "node/kernels/kernels_ulp16.h"
 
@@ -395,16 +396,8 @@ static unsigned ctx_planes16_neon(const uint16_t *a, const uint16_t *nb, size_t 
         uint64_t vm = valid == 64 ? ~0ull : ((1ull << valid) - 1);
         const uint16_t *o = a + base, *e = nb ? nb + base : NULL;
         uint16_t to[64], te[64];
-        if (valid < 64) {
-            memset(to, 0, sizeof to);
-            memcpy(to, o, valid * 2);
-            o = to;
-            if (e) {
-                memset(te, 0, sizeof te);
-                memcpy(te, e, valid * 2);
-                e = te;
-            }
-        }
+        if (valid < 64)
+            ctx_pad_word(&o, &e, valid, to, te);
         if (e)
             chw[w] = ne_mask64_neon(o, e);
         uint8x16_t b0 = ctx_bands16_neon(o, eb, &mx), b1 = ctx_bands16_neon(o + 16, eb, &mx),
