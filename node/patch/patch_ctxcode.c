@@ -26,6 +26,9 @@
 #define CTX_TWO_STATES_MIN 256u /* changes from which a chunk's values take two rANS states */
 #define MAX_S 24u               /* largest Rice parameter */
 #define HEAD_MAX (2u + NB * (1u + 2u * 5u)) /* longest position stream header */
+/* longest head of a band's values: its value mode and centre (1 + 3), then its table, of
+ * frequencies (20 x <= 2) or of counts (a set of <= 3 bytes and 19 counts of <= 5) */
+#define BAND_VALUE_HEAD_MAX (4u + 3u + (NSYM - 1u) * 5u)
 
 enum { MODE_NONE = 0, MODE_CHANGED = 1, MODE_UNCHANGED = 2, MODE_REFUSED = 3 };
 /* A band's value mode: what its symbols code. VM_DIFF z itself; VM_CENTRED |d| around the
@@ -52,7 +55,8 @@ struct patch_ctx_scratch {
     uint16_t *vz;               /* z in decode order (cap), then the symbols' values */
     uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
     uint32_t *samp;             /* the value modes' sample of a band (3 SAMPLE_MAX) */
-    int one_state;              /* write PATCH_POS_CONTEXT (one rANS state), for tests */
+    int one_state;              /* write one rANS state, for tests */
+    int freq_tables;            /* write frequency tables, for tests */
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -303,6 +307,11 @@ void patch_ctx_one_state(patch_ctx_scratch *s, int one_state)
     s->one_state = one_state != 0;
 }
 
+void patch_ctx_freq_tables(patch_ctx_scratch *s, int freq_tables)
+{
+    s->freq_tables = freq_tables != 0;
+}
+
 static int scratch_encoder(patch_ctx_scratch *s)
 {
     if (s->rbuf)
@@ -347,8 +356,40 @@ size_t patch_ctx_bound(uint32_t n, size_t k)
     double kd = (double)k;
     double rice_bits = kd * (log2(16.0 * (double)n / kd) + 3.0);
     size_t pos = HEAD_MAX + (size_t)(rice_bits / 8.0) + ((size_t)n >> 27) + NB + 16;
-    size_t val = NB * (NSYM * 2 + 4) + 5 + 8 + (10 * k + k / 4096) / 8 + 2 + (16 * k + 7) / 8 + 16;
+    size_t val = NB * BAND_VALUE_HEAD_MAX + 5 + 8 + (10 * k + k / 4096) / 8 + 2 + (16 * k + 7) / 8 + 16;
     return pos + val;
+}
+
+/* Frequencies of a band's symbols scaled to sum TAB_TOTAL, each seen symbol at least 1: the
+ * encoder's table, and the decoder's from a count table (the same integer steps both sides). */
+static void norm_freq(const uint32_t *cnt, uint16_t *f)
+{
+    uint64_t tot = 0;
+    for (unsigned y = 0; y < NSYM; y++)
+        tot += cnt[y];
+    int sum = 0;
+    unsigned best = 0;
+    for (unsigned y = 0; y < NSYM; y++) {
+        uint32_t v = cnt[y] ? (uint32_t)(((uint64_t)cnt[y] << TAB_BITS) / tot) : 0;
+        if (cnt[y] && !v)
+            v = 1;
+        f[y] = (uint16_t)v;
+        sum += (int)v;
+        if (cnt[y] > cnt[best])
+            best = y;
+    }
+    /* rounding: the rest to the most frequent symbol; an excess (the minimum of 1 for rare
+     * symbols, at most NSYM) taken from the largest, which stays far above 1 */
+    if (sum < (int)TAB_TOTAL)
+        f[best] = (uint16_t)(f[best] + (TAB_TOTAL - (unsigned)sum));
+    while (sum > (int)TAB_TOTAL) {
+        unsigned big = 0;
+        for (unsigned y = 1; y < NSYM; y++)
+            if (f[y] > f[big])
+                big = y;
+        f[big]--;
+        sum--;
+    }
 }
 
 /* ---- the parsed streams (shared by check and decode) --------------------------------------- */
@@ -361,13 +402,68 @@ typedef struct ctx_head {
     uint8_t vm[NB];             /* value mode (VM_*) */
     uint32_t vc[NB];            /* its centre C (VM_CENTRED, VM_PRED) */
     uint16_t freq[NB][NSYM];
-    unsigned states;            /* rANS states: 1 (PATCH_POS_CONTEXT) or 2 (PATCH_POS_CONTEXT2) */
+    unsigned states;            /* rANS states: 1, or 2 (PATCH_CTX_TWO_STATES) */
+    int counts;                 /* count tables (PATCH_CTX_COUNT_TABLES) */
     size_t rans_at, rans_len;   /* in val */
     size_t esc_at;              /* the escape bits: val[esc_at .. val_len) */
 } ctx_head;
 
 #define PFAIL(...) ctx_fail(PULSE_ERR_FORMAT, tensor, chunk, "position", __VA_ARGS__)
 #define VFAIL(...) ctx_fail(PULSE_ERR_FORMAT, tensor, chunk, "value", __VA_ARGS__)
+
+/* A frequency table: 20 LEB128 frequencies summing to TAB_TOTAL. */
+static int parse_freqs(const uint8_t *val, size_t val_len, size_t *at, unsigned b, uint16_t *freq,
+                       const char *tensor, uint64_t chunk)
+{
+    uint32_t tot = 0;
+    for (unsigned y = 0; y < NSYM; y++) {
+        uint32_t f;
+        int r = leb_read(val, val_len, at, &f);
+        if (r)
+            return VFAIL("band %u: table %s", b, r == -1 ? "truncated" : "malformed");
+        if (f > TAB_TOTAL)
+            return VFAIL("band %u: frequency %u above %u", b, f, TAB_TOTAL);
+        freq[y] = (uint16_t)f;
+        tot += f;
+    }
+    if (tot != TAB_TOTAL)
+        return VFAIL("band %u: frequencies add up to %u, not %u", b, tot, TAB_TOTAL);
+    return 0;
+}
+
+/* A count table of a band of c changes: the set of its symbols (LEB128, bit y = symbol y, not
+ * empty), then for each of them but the last, ascending, LEB128 its count - 1; the last one's
+ * count is c minus theirs, which must leave it at least 1. The frequencies are norm_freq's of
+ * the counts. */
+static int parse_counts(const uint8_t *val, size_t val_len, size_t *at, unsigned b, uint32_t c, uint16_t *freq,
+                        const char *tensor, uint64_t chunk)
+{
+    uint32_t set;
+    int r = leb_read(val, val_len, at, &set);
+    if (r)
+        return VFAIL("band %u: symbol set %s", b, r == -1 ? "truncated" : "malformed");
+    if (!set || set >> NSYM)
+        return VFAIL("band %u: symbol set %#x empty or past the %u symbols", b, set, NSYM);
+    unsigned last = 31u - (unsigned)__builtin_clz(set);
+    uint32_t cnt[NSYM] = {0};
+    uint64_t sum = 0;
+    for (unsigned y = 0; y < last; y++) {
+        if (!(set >> y & 1u))
+            continue;
+        uint32_t v;
+        r = leb_read(val, val_len, at, &v);
+        if (r)
+            return VFAIL("band %u: symbol %u's count %s", b, y, r == -1 ? "truncated" : "malformed");
+        sum += (uint64_t)v + 1;
+        if (sum >= c)
+            return VFAIL("band %u: symbol counts add up to %llu or more of its %u changes before symbol %u", b,
+                         (unsigned long long)sum, c, last);
+        cnt[y] = v + 1;
+    }
+    cnt[last] = c - (uint32_t)sum;
+    norm_freq(cnt, freq);
+    return 0;
+}
 
 static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len, size_t k,
                       uint32_t n, ctx_head *h, const char *tensor, uint64_t chunk)
@@ -376,9 +472,10 @@ static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, si
         return PFAIL("empty");
     if (!patch_pos_is_context(pos[0]))
         return ctx_fail(PULSE_ERR_UNSUPPORTED, tensor, chunk, "position",
-                        "coding byte %u is not the context coder's (%u or %u)", pos[0], PATCH_POS_CONTEXT,
-                        PATCH_POS_CONTEXT2);
-    h->states = pos[0] == PATCH_POS_CONTEXT2 ? 2 : 1;
+                        "coding byte %u is not the context coder's (%u..%u)", pos[0], PATCH_POS_CONTEXT,
+                        PATCH_POS_CONTEXT_LAST);
+    h->states = pos[0] & PATCH_CTX_TWO_STATES ? 2 : 1;
+    h->counts = (pos[0] & PATCH_CTX_COUNT_TABLES) != 0;
     if (n == 0 || k == 0 || k > n)
         return PFAIL("%zu changes in a chunk of %u elements", k, n);
     if (pos_len < 2)
@@ -443,19 +540,10 @@ static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, si
                 return VFAIL("band %u: centre %u outside [1, %u]", b, h->vc[b], cmax);
             h->vm[b] = vm;
         }
-        uint32_t tot = 0;
-        for (unsigned y = 0; y < NSYM; y++) {
-            uint32_t f;
-            int r = leb_read(val, val_len, &at, &f);
-            if (r)
-                return VFAIL("band %u: table %s", b, r == -1 ? "truncated" : "malformed");
-            if (f > TAB_TOTAL)
-                return VFAIL("band %u: frequency %u above %u", b, f, TAB_TOTAL);
-            h->freq[b][y] = (uint16_t)f;
-            tot += f;
-        }
-        if (tot != TAB_TOTAL)
-            return VFAIL("band %u: frequencies add up to %u, not %u", b, tot, TAB_TOTAL);
+        int r = h->counts ? parse_counts(val, val_len, &at, b, h->c[b], h->freq[b], tensor, chunk)
+                          : parse_freqs(val, val_len, &at, b, h->freq[b], tensor, chunk);
+        if (r)
+            return r;
     }
     uint32_t R;
     int r = leb_read(val, val_len, &at, &R);
@@ -697,37 +785,6 @@ int patch_ctx_check_base(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, 
 
 /* ---- encode ------------------------------------------------------------------------------- */
 
-/* Frequencies of a band's symbols scaled to sum TAB_TOTAL, each seen symbol at least 1. */
-static void norm_freq(const uint32_t *cnt, uint16_t *f)
-{
-    uint64_t tot = 0;
-    for (unsigned y = 0; y < NSYM; y++)
-        tot += cnt[y];
-    int sum = 0;
-    unsigned best = 0;
-    for (unsigned y = 0; y < NSYM; y++) {
-        uint32_t v = cnt[y] ? (uint32_t)(((uint64_t)cnt[y] << TAB_BITS) / tot) : 0;
-        if (cnt[y] && !v)
-            v = 1;
-        f[y] = (uint16_t)v;
-        sum += (int)v;
-        if (cnt[y] > cnt[best])
-            best = y;
-    }
-    /* rounding: the rest to the most frequent symbol; an excess (the minimum of 1 for rare
-     * symbols, at most NSYM) taken from the largest, which stays far above 1 */
-    if (sum < (int)TAB_TOTAL)
-        f[best] = (uint16_t)(f[best] + (TAB_TOTAL - (unsigned)sum));
-    while (sum > (int)TAB_TOTAL) {
-        unsigned big = 0;
-        for (unsigned y = 1; y < NSYM; y++)
-            if (f[y] > f[big])
-                big = y;
-        f[big]--;
-        sum--;
-    }
-}
-
 /* The Rice parameter of G gaps: the cheapest of s* - 1, s*, s* + 1 (s* as in the bound). */
 static unsigned rice_param(const uint32_t *g, uint32_t G, uint64_t *bits_out)
 {
@@ -960,6 +1017,31 @@ static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const 
     }
 }
 
+/* A band's table as frequencies (parse_freqs): bytes written, at most 40. */
+static size_t put_freqs(const uint16_t *freq, uint8_t *out)
+{
+    size_t l = 0;
+    for (unsigned y = 0; y < NSYM; y++)
+        l += pulse_leb_put(out + l, freq[y]);
+    return l;
+}
+
+/* A band's table as its symbol counts (parse_counts; at least one is not 0): bytes written, at
+ * most 3 + 19 x 5. */
+static size_t put_counts(const uint32_t *cnt, uint8_t *out)
+{
+    uint32_t set = 0;
+    for (unsigned y = 0; y < NSYM; y++)
+        if (cnt[y])
+            set |= 1u << y;
+    unsigned last = 31u - (unsigned)__builtin_clz(set);
+    size_t l = pulse_leb_put(out, set);
+    for (unsigned y = 0; y < last; y++)
+        if (cnt[y])
+            l += pulse_leb_put(out + l, cnt[y] - 1);
+    return l;
+}
+
 int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t n, size_t k,
                      uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len)
 {
@@ -999,7 +1081,8 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     /* two rANS states where the decode has enough changes to gain from them; a small chunk
      * keeps the 4 bytes of the second state */
     const int two = !s->one_state && k >= CTX_TWO_STATES_MIN;
-    head[hl++] = (uint8_t)(two ? PATCH_POS_CONTEXT2 : PATCH_POS_CONTEXT);
+    head[hl++] = (uint8_t)(PATCH_POS_CONTEXT | (two ? PATCH_CTX_TWO_STATES : 0) |
+                           (s->freq_tables ? 0 : PATCH_CTX_COUNT_TABLES));
     head[hl++] = (uint8_t)ebase;
     bitwr bw = {out + HEAD_MAX, out + cap, 0, 0, 0};
     for (unsigned b = 0; b < NB; b++) {
@@ -1056,7 +1139,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     /* the value stream: the band tables, the rANS stream (coded backwards), the escape bits */
     uint8_t *v = out + pl, *vend = out + cap;
     size_t vl = 0;
-    if ((size_t)(vend - v) < NB * (NSYM * 2 + 4))
+    if ((size_t)(vend - v) < NB * BAND_VALUE_HEAD_MAX)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: position stream overran its bound");
     uint16_t freq[NB][NSYM];
     uint16_t cum[NB][NSYM];
@@ -1072,8 +1155,8 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
         for (unsigned y = 0; y < NSYM; y++) {
             cum[b][y] = (uint16_t)c;
             c += freq[b][y];
-            vl += pulse_leb_put(v + vl, freq[b][y]);  /* <= 2 bytes each, inside the bound */
         }
+        vl += s->freq_tables ? put_freqs(freq[b], v + vl) : put_counts(cnt[b], v + vl);
     }
     uint8_t *rend = s->rbuf + 2 * (size_t)s->cap + 16, *rp = rend;
     /* backwards from the last change: x codes this change, x2 the one before it (two states;

@@ -7,15 +7,20 @@
 #include <stdint.h>
 
 /* The first byte of a context-coded chunk's position stream (format 5 only; the Rice codings
- * stop at 1 + 31 = 32). The chunk's value stream is then the context value stream, its rANS
- * symbols on one state (64, what the first format-5 writers wrote) or alternating between two
- * (65, written since: the decoder's two dependency chains run side by side). */
+ * stop at 1 + 31 = 32): 64 plus flags. PATCH_CTX_TWO_STATES: the value stream's rANS symbols
+ * alternate between two states (the decoder's two dependency chains run side by side) instead
+ * of running on one. PATCH_CTX_COUNT_TABLES: each band's symbol table is written as the set of
+ * its symbols and their counts (a few bytes) instead of 20 frequencies (20-40 bytes). The first
+ * format-5 writers wrote 64, the next 65; writers now write 66 and 67. */
 #define PATCH_POS_CONTEXT 64u
-#define PATCH_POS_CONTEXT2 65u
+#define PATCH_CTX_TWO_STATES 1u
+#define PATCH_CTX_COUNT_TABLES 2u
+#define PATCH_POS_CONTEXT2 (PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES)
+#define PATCH_POS_CONTEXT_LAST (PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES | PATCH_CTX_COUNT_TABLES)
 
 static inline int patch_pos_is_context(uint8_t coding)
 {
-    return coding == PATCH_POS_CONTEXT || coding == PATCH_POS_CONTEXT2;
+    return coding >= PATCH_POS_CONTEXT && coding <= PATCH_POS_CONTEXT_LAST;
 }
 /* Exponent bands: band(old) = min(max(exp(old) - ebase, 0), PATCH_CTX_BANDS - 1), where
  * exp(old) = (old >> 7) & 0xFF and ebase is written in the chunk. */
@@ -32,15 +37,20 @@ size_t patch_ctx_bound(uint32_t n, size_t k);
 
 /* Encodes the k > 0 differing elements of old[0..n) -> neu[0..n) (BF16 bit patterns, n <= the
  * scratch's chunk_elems) at out (cap >= patch_ctx_bound(n, k)): the position stream (first byte
- * PATCH_POS_CONTEXT2 from 256 changes, PATCH_POS_CONTEXT below or after patch_ctx_one_state),
+ * PATCH_POS_CONTEXT | PATCH_CTX_COUNT_TABLES, | PATCH_CTX_TWO_STATES from 256 changes; either
+ * flag left out after patch_ctx_one_state / patch_ctx_freq_tables),
  * then the value stream right after it. *pos_len, *val_len: their lengths.
  * 0, or PULSE_ERR_INVALID when k is not the number of differing elements. */
 int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t n, size_t k,
                      uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len);
 
-/* Makes s's encoder write one rANS state (PATCH_POS_CONTEXT), as the first format-5 writers
- * did, or two again (one_state 0): for tests of what older patches hold. */
+/* Makes s's encoder write one rANS state, as the first format-5 writers did, or two again from
+ * 256 changes (one_state 0): for tests of what older patches hold. */
 void patch_ctx_one_state(patch_ctx_scratch *s, int one_state);
+
+/* Makes s's encoder write each band's table as 20 frequencies, as the writers before count
+ * tables did, or as counts again (freq_tables 0): for tests of what older patches hold. */
+void patch_ctx_freq_tables(patch_ctx_scratch *s, int freq_tables);
 
 /* Decodes a context-coded chunk against its base old[0..n): exactly k changes, their positions
  * in idx[0..k) (each < n, all distinct; in band order, not ascending) and zigzag ulp
@@ -48,7 +58,8 @@ void patch_ctx_one_state(patch_ctx_scratch *s, int one_state);
  * Every field is checked (lengths fill each stream exactly, counts add up to k, padding bits
  * zero, the encoding is the only one of these changes at the written parameters); a failure is
  * PULSE_ERR_FORMAT naming the tensor, the chunk and the stream ("position" or "value"),
- * PULSE_ERR_UNSUPPORTED for a first byte other than PATCH_POS_CONTEXT(2). Nothing else is written. */
+ * PULSE_ERR_UNSUPPORTED for a first byte outside PATCH_POS_CONTEXT..PATCH_POS_CONTEXT_LAST.
+ * Nothing else is written. */
 int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
                      const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
                      const char *tensor, uint64_t chunk);

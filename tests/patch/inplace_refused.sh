@@ -25,7 +25,7 @@ import importlib.util, struct, sys
 spec = importlib.util.spec_from_file_location("m", sys.argv[1]); m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
 b = open(sys.argv[2], "rb").read(); d0 = 104 + struct.unpack_from("<Q", b, 88)[0] + 32
-print(sum(1 for (e, o, pl, vl) in m.parse(b) if pl and b[d0 + o] in (64, 65)))' "$here/mutate_patch.py" ctx.patch)
+print(sum(1 for (e, o, pl, vl) in m.parse(b) if pl and 64 <= b[d0 + o] <= 67))' "$here/mutate_patch.py" ctx.patch)
 [ "$nctx" -gt 0 ] || fail "the context patch has no context-coded chunk"
 total=0 refused=0 changed=0 applied=0
 for kind in ulp abs ctx; do

@@ -89,13 +89,27 @@ static int sane(uint32_t n, size_t k)
     return ok;
 }
 
-/* The encoder writes one rANS state (what the first format-5 writers wrote) or two. */
-static int one_state;
+/* The encoder writes one rANS state (what the first format-5 writers wrote) or two, and
+ * frequency tables (what the writers before count tables wrote) or count tables. */
+static int one_state, freq_tables;
 
 static void set_one_state(int v)
 {
     one_state = v;
     patch_ctx_one_state(S, v);
+}
+
+static void set_freq_tables(int v)
+{
+    freq_tables = v;
+    patch_ctx_freq_tables(S, v);
+}
+
+/* The coding byte the encoder writes for a chunk of k changes in the modes set. */
+static unsigned coding_for(size_t k)
+{
+    return PATCH_POS_CONTEXT | (one_state || k < 256 ? 0 : PATCH_CTX_TWO_STATES) |
+           (freq_tables ? 0 : PATCH_CTX_COUNT_TABLES);
 }
 
 /* Encodes, checks, decodes and applies one chunk; returns the coded bytes (pos + val). */
@@ -110,7 +124,7 @@ static size_t roundtrip(const char *what, const uint16_t *old, const uint16_t *n
     if (r)
         return 0;
     CHECK((size_t)*pl + *vl <= bound);
-    CHECK_EQ_INT(enc[0], one_state || k < 256 ? PATCH_POS_CONTEXT : PATCH_POS_CONTEXT2);
+    CHECK_EQ_INT(enc[0], coding_for(k));
     CHECK_OK(patch_ctx_check(enc, *pl, enc + *pl, *vl, k, n, what, 7));
     r = patch_ctx_decode(S, old, n, enc, *pl, enc + *pl, *vl, k, idx, zz, what, 7);
     CHECK_OK(r);
@@ -426,7 +440,7 @@ static void test_damage(void)
         neu_[i] = (uint16_t)(old_[i] + (i & 4 ? 1 : -2));
     roundtrip("damage base (many changes)", old_, neu_, n, &pl, &vl);
     CHECK(count_changes(old_, neu_, n) >= 256);
-    CHECK_EQ_INT(enc[0], one_state ? PATCH_POS_CONTEXT : PATCH_POS_CONTEXT2);
+    CHECK_EQ_INT(enc[0], coding_for(count_changes(old_, neu_, n)));
     damage(n);
 }
 
@@ -617,7 +631,17 @@ static void test_wide_magnitudes(void)
         }
         if (vm < 3)
             seen[vm]++;
-        for (int y = 0; y < 20; y++)
+        int fields = 20;
+        if (enc[0] & PATCH_CTX_COUNT_TABLES) {   /* the symbol set, then a count for all but one */
+            uint32_t set = 0;
+            for (int sh = 0;; sh += 7) {
+                set |= (uint32_t)(enc[at] & 0x7F) << sh;
+                if (!(enc[at++] & 0x80))
+                    break;
+            }
+            fields = __builtin_popcount(set) - 1;
+        }
+        for (int y = 0; y < fields; y++)
             while (enc[at++] & 0x80) {
             }
     }
@@ -711,6 +735,88 @@ static void test_pred_unreachable(void)
     }
 }
 
+/* hand()'s chunk a (len bytes, position stream pl) with a count table (coding byte 66): the
+ * band's symbol set {0} (LEB128 1) and no count (its one symbol has all c_15 = 2 changes), in
+ * place of the 20 frequencies. Returns its length. */
+static size_t hand_counts(uint8_t *b, const uint8_t *a, size_t len, size_t pl)
+{
+    memcpy(b, a, pl);
+    b[0] = PATCH_POS_CONTEXT | PATCH_CTX_COUNT_TABLES;
+    b[pl] = 0x01;
+    memcpy(b + pl + 1, a + pl + 21, len - pl - 21);
+    return len - 20;
+}
+
+/* Count tables, by hand: what the encoder writes, what they decode to, and each way one can be
+ * malformed. */
+static void test_crafted_counts(const uint8_t *a, size_t alen, size_t pl)
+{
+    uint16_t old[4] = {0x3F80, 0x3F80, 0x3F80, 0x3F80}, neu[4] = {0x3F7F, 0x3F7F, 0x3F80, 0x3F80};
+    uint8_t b[128], c[128];
+    size_t len = hand_counts(b, a, alen, pl);
+    uint32_t epl, evl;
+    CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
+    CHECK(epl == pl && epl + evl == len && memcmp(enc, b, len) == 0);
+    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3));
+    CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
+    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3));
+    /* the set {0, 1} with symbol 0's count 2 - 1 = 1 leaves nothing for symbol 1 */
+    memcpy(c, b, pl);
+    c[pl] = 0x03;
+    c[pl + 1] = 0x01;
+    memcpy(c + pl + 2, b + pl + 1, len - pl - 1);
+    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor h chunk 3: value stream", "band 15: symbol counts add up to 2 or more of its 2 changes before symbol 1"));
+    CHECK_ERR(patch_ctx_decode(S, old, 4, c, pl, c + pl, len + 1 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    /* {0, 1} with symbol 0's count 0 + 1: one change each; the table (512, 512) parses, but
+     * the rANS stream that came with {0} is not one of it (its state moves and needs bytes) */
+    c[pl + 1] = 0x00;
+    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor h chunk 3: value stream", "rANS stream ends at change"));
+    CHECK_ERR(patch_ctx_decode(S, old, 4, c, pl, c + pl, len + 1 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor h chunk 3: value stream", "rANS stream ends at change"));
+    /* an empty set; symbol 20 (2^20: 0x80 0x80 0x40); an overlong set (0x81 0x00); a set that
+     * ends the stream */
+    memcpy(c, b, len);
+    c[pl] = 0x00;
+    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "band 15: symbol set 0 empty or past the 20 symbols"));
+    const uint8_t big[3] = {0x80, 0x80, 0x40}, over[2] = {0x81, 0x00};
+    memcpy(c + pl, big, 3);
+    memcpy(c + pl + 3, b + pl + 1, len - pl - 1);
+    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len + 2 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "band 15: symbol set 0x100000 empty or past the 20 symbols"));
+    memcpy(c + pl, over, 2);
+    memcpy(c + pl + 2, b + pl + 1, len - pl - 1);
+    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "band 15: symbol set malformed"));
+    c[pl] = 0x83;
+    CHECK_ERR(patch_ctx_check(c, pl, c + pl, 1, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "band 15: symbol set truncated"));
+    /* a count that ends the stream, one overlong */
+    c[pl] = 0x03;
+    c[pl + 1] = 0x80;
+    CHECK_ERR(patch_ctx_check(c, pl, c + pl, 2, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "band 15: symbol 0's count truncated"));
+    c[pl + 2] = 0x00;
+    CHECK_ERR(patch_ctx_check(c, pl, c + pl, 3, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "band 15: symbol 0's count malformed"));
+    /* count tables with two rANS states: 67, R = 8 */
+    memcpy(c, b, len);
+    c[0] = PATCH_POS_CONTEXT_LAST;
+    c[pl + 1] = 8;
+    const uint8_t st[4] = {0x00, 0x00, 0x80, 0x00};
+    memcpy(c + pl + 2, st, 4);
+    memcpy(c + pl + 6, st, 4);
+    CHECK_OK(patch_ctx_decode(S, old, 4, c, pl, c + pl, 10, 2, idx, zz, "h", 3));
+    CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
+    /* a frequency table read as counts (66 on a chunk of 64): the set 0x80 0x08 is 1024, symbol 10 */
+    memcpy(c, a, alen);
+    c[0] = PATCH_POS_CONTEXT | PATCH_CTX_COUNT_TABLES;
+    CHECK_ERR(patch_ctx_check(c, pl, c + pl, alen - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", NULL));
+}
+
 static void test_crafted(void)
 {
     uint16_t old[4] = {0x3F80, 0x3F80, 0x3F80, 0x3F80}, neu[4] = {0x3F7F, 0x3F7F, 0x3F80, 0x3F80};
@@ -718,6 +824,7 @@ static void test_crafted(void)
     size_t pl, len = hand(b, 1, 0x03, 0, 0, &pl);   /* mode 1: gaps 0, 0 at s = 0: bits 1, 1 */
     uint32_t epl, evl;
     set_one_state(1);
+    set_freq_tables(1);
     CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
     set_one_state(0);
     CHECK_EQ_INT(epl, pl);
@@ -729,6 +836,7 @@ static void test_crafted(void)
     /* two changes: the encoder keeps one state below 256 changes */
     CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
     CHECK(epl + evl == len && memcmp(enc, b, len) == 0);
+    set_freq_tables(0);
     /* the same with two rANS states: coding byte 65, R = 8, both final states 2^23 */
     uint8_t b2[128];
     size_t len2 = hand2(b2, b, len, pl);
@@ -745,11 +853,12 @@ static void test_crafted(void)
     CHECK_ERR(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor h chunk 3: value stream", "final state"));
     CHECK_ERR(patch_ctx_check(b2, pl, b2 + pl, len2 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
-    /* a coding byte past 65 is no context coding */
+    /* a coding byte past 67 is no context coding */
     len2 = hand2(b2, b, len, pl);
-    b2[0] = 66;
+    b2[0] = 68;
     CHECK_ERR(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3), PULSE_ERR_UNSUPPORTED);
-    CHECK(err_has("tensor h chunk 3: position stream", "coding byte 66"));
+    CHECK(err_has("tensor h chunk 3: position stream", "coding byte 68"));
+    test_crafted_counts(b, len, pl);
 
     /* mode 2 for 2 changes among 4 members (unchanged 2, 3: gaps 2, 0 -> bits 0 0 1 1): mode 1 is the choice */
     len = hand(b, 2, 0x0C, 0, 0, &pl);
@@ -850,10 +959,13 @@ int main(void)
     test_value_arith();
     test_crafted();
     test_crafted_value_modes();
-    /* two rANS states (what the encoder writes), then one (what older patches hold) */
-    for (int one = 0; one < 2; one++) {
-        set_one_state(one);
-        printf("-- %s\n", one ? "one rANS state (coding byte 64)" : "two rANS states (coding byte 65)");
+    /* count tables and two rANS states (what the encoder writes), then what older patches hold:
+     * one state, frequency tables, both */
+    for (int mode = 0; mode < 4; mode++) {
+        set_one_state(mode & 1);
+        set_freq_tables(mode >> 1);
+        printf("-- %s rANS state%s, %s tables (coding byte %u from 256 changes)\n", mode & 1 ? "one" : "two",
+               mode & 1 ? "" : "s", mode >> 1 ? "frequency" : "count", coding_for(256));
         test_roundtrips();
         test_wide_magnitudes();
         test_pred_unreachable();
@@ -861,6 +973,7 @@ int main(void)
         test_damage();
     }
     set_one_state(0);
+    set_freq_tables(0);
     patch_ctx_scratch_free(S);
     free(enc);
     free(idx);
