@@ -207,10 +207,11 @@ static void fail_all(diff_job *d)
 }
 
 /* Below this many changes a chunk is coded both ways and the smaller kept: the context coder's
- * per-band tables (up to 16 of them) weigh against a small chunk's bytes, and a chunk of few
- * elements (a norm's weights) may have no band worth its table. Above it the context coding is
- * smaller on every step measured (docs/performance.md), and the second coding is not paid. */
-#define DIFF_CTX_TRY_BOTH 16384u
+ * per-band headers and tables (up to 16 of them) weigh against a small chunk's bytes, and a
+ * chunk of few elements (a norm's weights) may have no band worth its table. Above it the
+ * context coding is smaller on all but a few chunks measured, by a few bytes (docs/patch-format.md,
+ * "Speed"), and the second coding is not paid. */
+#define DIFF_CTX_TRY_BOTH 1024u
 
 /* A BF16 ulp chunk coded against the exponents of its old values (format 5), into the slot's
  * output buffer, staged there with its digest left to the caller as the other codings leave it;
