@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "node/patch/patch_counts.h"
 #include "pulseweights/checkpoint.h"
 
 /* The previous step's change dp = old - prev (BF16 patterns as 16-bit integers, the ulps the
@@ -32,84 +33,48 @@ static uint16_t zigzag16(int d)
     return (uint16_t)(((uint16_t)v << 1) ^ (uint16_t)(v >> 15));
 }
 
-/* Counts of 64-bit keys: open addressing, key + 1 stored, grown at half load. */
-typedef struct counts {
-    uint64_t *key, *cnt;
-    size_t cap, used;
-} counts;
-
-static void counts_add_n(counts *h, uint64_t key, uint64_t n)
+static void oom(void)
 {
-    if (2 * (h->used + 1) > h->cap) {
-        counts g = {calloc(h->cap ? 2 * h->cap : 1024, 8), calloc(h->cap ? 2 * h->cap : 1024, 8),
-                    h->cap ? 2 * h->cap : 1024, 0};
-        if (!g.key || !g.cnt) {
-            fprintf(stderr, "prev_context: out of memory\n");
-            exit(1);
-        }
-        for (size_t i = 0; i < h->cap; i++)
-            if (h->key[i]) {
-                size_t j = (size_t)((h->key[i] * 0x9E3779B97F4A7C15ull) >> 17) & (g.cap - 1);
-                while (g.key[j])
-                    j = (j + 1) & (g.cap - 1);
-                g.key[j] = h->key[i];
-                g.cnt[j] = h->cnt[i];
-                g.used++;
-            }
-        free(h->key);
-        free(h->cnt);
-        *h = g;
-    }
-    uint64_t k = key + 1;
-    size_t j = (size_t)((k * 0x9E3779B97F4A7C15ull) >> 17) & (h->cap - 1);
-    while (h->key[j] && h->key[j] != k)
-        j = (j + 1) & (h->cap - 1);
-    if (!h->key[j]) {
-        h->key[j] = k;
-        h->used++;
-    }
-    h->cnt[j] += n;
+    fprintf(stderr, "prev_context: out of memory\n");
+    exit(1);
 }
 
-static void counts_add(counts *h, uint64_t key)
+/* The count of key in h (it is there). */
+static uint64_t count_of(const patch_counts *h, uint64_t key)
 {
-    counts_add_n(h, key, 1);
+    size_t j = patch_counts_slot(key + 1, h->cap);
+    while (h->key[j] != key + 1)
+        j = (j + 1) & (h->cap - 1);
+    return h->cnt[j];
 }
 
 /* Conditional entropy in bits of the low 16 bits of the keys given the bits above them, and
  * a model cost of (symbols - 1) / 2 log2(n) bits per context (what describing its
  * frequencies takes at best). */
-static void cond_entropy(const counts *h, double *bits, double *model)
+static void cond_entropy(const patch_counts *h, double *bits, double *model)
 {
-    /* per context: its total n and distinct symbols, by a second map keyed on the context */
-    counts ctx = {0};
-    for (size_t i = 0; i < h->cap; i++)
-        if (h->key[i]) {
-            uint64_t c = (h->key[i] - 1) >> 16;
-            counts_add_n(&ctx, c << 1, h->cnt[i]);   /* n */
-            counts_add(&ctx, c << 1 | 1);       /* symbols */
-        }
+    /* per context c: its changes n (key c << 1) and distinct symbols (key c << 1 | 1), then
+     * n alone keyed on c, for the lookups below */
+    patch_counts ctx = {0}, tot = {0};
+    size_t at = 0;
+    uint64_t key, n, c;
+    while (patch_counts_next(h, &at, &key, &n))
+        if (patch_counts_add_n(&ctx, (key >> 16) << 1, n) || patch_counts_add(&ctx, (key >> 16) << 1 | 1))
+            oom();
+    at = 0;
+    while (patch_counts_next(&ctx, &at, &key, &c))
+        if (!(key & 1) && patch_counts_add_n(&tot, key >> 1, c))
+            oom();
     double hb = 0, mb = 0;
-    for (size_t i = 0; i < h->cap; i++) {
-        if (!h->key[i])
-            continue;
-        uint64_t c = ((h->key[i] - 1) >> 16) << 1, k1 = c + 1;
-        size_t j = (size_t)((k1 * 0x9E3779B97F4A7C15ull) >> 17) & (ctx.cap - 1);
-        while (ctx.key[j] != k1)
-            j = (j + 1) & (ctx.cap - 1);
-        double n = (double)ctx.cnt[j];
-        hb -= (double)h->cnt[i] * log2((double)h->cnt[i] / n);
-    }
-    for (size_t i = 0; i < ctx.cap; i++)
-        if (ctx.key[i] && ((ctx.key[i] - 1) & 1)) {
-            uint64_t k1 = ctx.key[i] - 1;   /* the n entry of the same context */
-            size_t j = (size_t)((k1 * 0x9E3779B97F4A7C15ull) >> 17) & (ctx.cap - 1);
-            while (ctx.key[j] != k1)
-                j = (j + 1) & (ctx.cap - 1);
-            mb += ((double)ctx.cnt[i] - 1) / 2 * log2((double)ctx.cnt[j]);
-        }
-    free(ctx.key);
-    free(ctx.cnt);
+    at = 0;
+    while (patch_counts_next(h, &at, &key, &n))
+        hb -= (double)n * log2((double)n / (double)count_of(&tot, key >> 16));
+    at = 0;
+    while (patch_counts_next(&ctx, &at, &key, &c))
+        if (key & 1)
+            mb += ((double)c - 1) / 2 * log2((double)count_of(&tot, key >> 1));
+    patch_counts_free(&ctx);
+    patch_counts_free(&tot);
     *bits = hb;
     *model = mb;
 }
@@ -147,7 +112,7 @@ int main(int argc, char **argv)
      * (exponent) and (exponent, dp class) contexts of z, and of z of the change minus dp */
     static uint64_t e0[256], e1[256], p0[256 * NCLS], p1[256 * NCLS];
     double pos_e = 0, pos_em = 0, pos_p = 0, pos_pm = 0;
-    counts ve = {0}, vp = {0}, vr = {0};
+    patch_counts ve = {0}, vp = {0}, vr = {0};
     uint64_t elems = 0, changes = 0;
     for (size_t t = 0; t < nt; t++) {
         const pulse_tensor *tp = pulse_ckpt_tensor(c[0], t), *to = pulse_ckpt_tensor(c[1], t),
@@ -177,9 +142,10 @@ int main(int argc, char **argv)
             e1[ex]++;
             p1[pc]++;
             int d = (int16_t)(uint16_t)(N[i] - O[i]);
-            counts_add(&ve, (uint64_t)ex << 16 | zigzag16(d));
-            counts_add(&vp, (uint64_t)pc << 16 | zigzag16(d));
-            counts_add(&vr, (uint64_t)pc << 16 | zigzag16(d - dp));
+            if (patch_counts_add(&ve, (uint64_t)ex << 16 | zigzag16(d)) ||
+                patch_counts_add(&vp, (uint64_t)pc << 16 | zigzag16(d)) ||
+                patch_counts_add(&vr, (uint64_t)pc << 16 | zigzag16(d - dp)))
+                oom();
             changes++;
         }
         elems += to->nelems;
@@ -211,11 +177,8 @@ int main(int argc, char **argv)
            val_r / k);
     for (int i = 0; i < 3; i++)
         pulse_ckpt_close(&c[i]);
-    free(ve.key);
-    free(ve.cnt);
-    free(vp.key);
-    free(vp.cnt);
-    free(vr.key);
-    free(vr.cnt);
+    patch_counts_free(&ve);
+    patch_counts_free(&vp);
+    patch_counts_free(&vr);
     return 0;
 }
