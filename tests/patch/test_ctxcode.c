@@ -191,6 +191,47 @@ static void realistic(uint32_t n, double scale)
     }
 }
 
+/* Count tables and frequency tables of one chunk name the same frequencies: both codings agree
+ * byte for byte but for the coding byte and the tables, and the count tables are the smaller. */
+static void test_count_tables_same_coding(void)
+{
+    static const uint32_t sizes[] = {600, 5000, 1u << 18};
+    uint8_t *fq = malloc(patch_ctx_bound(CAP, CAP));
+    if (!fq) {
+        CHECK(fq != NULL);
+        return;
+    }
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        uint32_t n = sizes[t];
+        realistic(n, t == 0 ? 40.0 : 1.0);
+        size_t k = count_changes(old_, neu_, n);
+        uint32_t fpl, fvl, cpl, cvl;
+        set_freq_tables(1);
+        CHECK_OK(patch_ctx_encode(S, old_, neu_, n, k, fq, patch_ctx_bound(n, k), &fpl, &fvl));
+        set_freq_tables(0);
+        CHECK_OK(patch_ctx_encode(S, old_, neu_, n, k, enc, patch_ctx_bound(n, k), &cpl, &cvl));
+        CHECK_EQ_INT(fq[0] | PATCH_CTX_COUNT_TABLES, enc[0]);
+        CHECK(fpl == cpl && memcmp(fq + 1, enc + 1, cpl - 1) == 0);
+        /* the value streams from the rANS length on: the same bytes after tables of different size */
+        size_t cs = 0;
+        while (cs < cvl && cs < fvl && fq[fpl + fvl - 1 - cs] == enc[cpl + cvl - 1 - cs])
+            cs++;
+        unsigned bands = 0;   /* with changes: a header byte with mode != 0, then two LEB128 */
+        for (size_t at = 2, b = 0; b < PATCH_CTX_BANDS; b++)
+            if (enc[at++] & 3u) {
+                bands++;
+                for (int l = 0; l < 2; l++)
+                    while (enc[at++] & 0x80) {
+                    }
+            }
+        CHECK(bands > 0 && cvl < fvl);
+        CHECK(cs + bands * (4 + 3 + 19 * 5) >= cvl);   /* each band's head at most, then the same */
+        printf("count tables, %u elements, %zu changes: value stream %u bytes (frequency tables %u)\n", n, k, cvl,
+               fvl);
+    }
+    free(fq);
+}
+
 static void test_roundtrips(void)
 {
     uint32_t pl, vl;
@@ -959,6 +1000,7 @@ int main(void)
     test_value_arith();
     test_crafted();
     test_crafted_value_modes();
+    test_count_tables_same_coding();
     /* count tables and two rANS states (what the encoder writes), then what older patches hold:
      * one state, frequency tables, both */
     for (int mode = 0; mode < 4; mode++) {
