@@ -5,7 +5,8 @@
 # and format-5 patches with context-coded chunks, one of them in the value modes (centred and
 # predicted) that wide weight magnitudes take;
 # patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
-# new, new2 .safetensors), which tests/patch/format2.sh applies the committed format-2 seeds to.
+# new, new2, ctx-old, ctx-new, wide-old, wide-new .safetensors), which tests/patch/format2.sh
+# and format5.sh apply the committed seeds to.
 # One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
 # symbols), at +-2..6 (4-bit) and at +-120 (8-bit), F32, F16, F8_E4M3, an I64 table (OPAQUE,
 # whole-chunk replace) and an unchanged tensor, all in 1K-element chunks; then the ulp and abs
@@ -69,6 +70,7 @@ def main():
         ckpt(new, small, mid, big, f32n, f8n, i64n, f16n)
         ckpt(new2, small2, mid, big, f32n, f8n, i64n, f16n)
         if only_checkpoints:
+            context_checkpoints(out)
             return
         step2 = os.path.join(t, "step2-abs.patch")
         run = lambda *a: subprocess.run([pulse, *a], check=True)
@@ -88,35 +90,43 @@ def main():
         write_safetensors(ra, [("a.runs", "BF16", [m], u16(r0))])
         write_safetensors(rb, [("a.runs", "BF16", [m], u16(r1))])
         run("diff", ra, rb, "-o", os.path.join(out, "codings-ulp.patch"), "--chunk", "1K")
-        # Format 5: a BF16 tensor of one training-like step at two scales (so the exponent bands
-        # differ), dense enough that the diff keeps the context coding of its 32K-element chunk;
-        # a second, small chunk and an F32 tensor coded as in format 4.
-        random.seed(13)
-        c0, c1 = [], []
-        for i in range(40000):
-            mag = random.randrange(0x3a00, 0x3c80) if i % 2 else random.randrange(0x3600, 0x3880)
-            v = mag | (0x8000 if random.random() < 0.5 else 0)
-            c0.append(v)
-            c1.append(v + random.choice([1, -1, 1, -1, 2, -2, 300]) if random.random() < (0.7 if i % 2 else 0.4) else v)
-        cf = [random.getrandbits(32) for _ in range(300)]
-        cfn = [x ^ 1 if i % 7 == 0 else x for i, x in enumerate(cf)]
-        ca, cb = os.path.join(t, "ca.safetensors"), os.path.join(t, "cb.safetensors")
-        write_safetensors(ca, [("a.ctx", "BF16", [40000], u16(c0)), ("b.f32", "F32", [300], u32(cf))])
-        write_safetensors(cb, [("a.ctx", "BF16", [40000], u16(c1)), ("b.f32", "F32", [300], u32(cfn))])
+        ca, cb, wa, wb = context_checkpoints(t)
         run("diff", ca, cb, "-o", os.path.join(out, "v5-context.patch"), "--context", "--chunk", "32K")
-        # Format 5 value modes: weights over 20 binades, each moved by one step of 2^-14 (the
-        # bands of small steps code |d| around a centre, those of weights near or below the step
-        # the new value's distance from its prediction, old - 2^-14).
-        random.seed(17)
-        w0, w1 = [], []
-        for i in range(20000):
-            x = 2.0 ** (-20.0 * random.random()) * (1 if random.random() < 0.5 else -1)
-            w0.append(bf16(x))
-            w1.append(bf16(from_bf16(w0[-1]) - 2.0 ** -14))
-        wa, wb = os.path.join(t, "wa.safetensors"), os.path.join(t, "wb.safetensors")
-        write_safetensors(wa, [("a.wide", "BF16", [20000], u16(w0))])
-        write_safetensors(wb, [("a.wide", "BF16", [20000], u16(w1))])
         run("diff", wa, wb, "-o", os.path.join(out, "v5-value-modes.patch"), "--context", "--chunk", "32K")
+
+
+def context_checkpoints(where):
+    """The pairs the format-5 seeds are made from, written to where: (ctx-old, ctx-new,
+    wide-old, wide-new) .safetensors. Each pair has a random seed of its own, so the bytes do
+    not depend on what ran before.
+
+    Format 5: a BF16 tensor of one training-like step at two scales (so the exponent bands
+    differ), dense enough that the diff keeps the context coding of its 32K-element chunk; a
+    second, small chunk and an F32 tensor coded as in format 4. Then the value modes: weights
+    over 20 binades, each moved by one step of 2^-14 (the bands of small steps code |d| around
+    a centre, those of weights near or below the step the new value's distance from its
+    prediction, old - 2^-14)."""
+    random.seed(13)
+    c0, c1 = [], []
+    for i in range(40000):
+        mag = random.randrange(0x3a00, 0x3c80) if i % 2 else random.randrange(0x3600, 0x3880)
+        v = mag | (0x8000 if random.random() < 0.5 else 0)
+        c0.append(v)
+        c1.append(v + random.choice([1, -1, 1, -1, 2, -2, 300]) if random.random() < (0.7 if i % 2 else 0.4) else v)
+    cf = [random.getrandbits(32) for _ in range(300)]
+    cfn = [x ^ 1 if i % 7 == 0 else x for i, x in enumerate(cf)]
+    ca, cb, wa, wb = (os.path.join(where, x + ".safetensors") for x in ("ctx-old", "ctx-new", "wide-old", "wide-new"))
+    write_safetensors(ca, [("a.ctx", "BF16", [40000], u16(c0)), ("b.f32", "F32", [300], u32(cf))])
+    write_safetensors(cb, [("a.ctx", "BF16", [40000], u16(c1)), ("b.f32", "F32", [300], u32(cfn))])
+    random.seed(17)
+    w0, w1 = [], []
+    for i in range(20000):
+        x = 2.0 ** (-20.0 * random.random()) * (1 if random.random() < 0.5 else -1)
+        w0.append(bf16(x))
+        w1.append(bf16(from_bf16(w0[-1]) - 2.0 ** -14))
+    write_safetensors(wa, [("a.wide", "BF16", [20000], u16(w0))])
+    write_safetensors(wb, [("a.wide", "BF16", [20000], u16(w1))])
+    return ca, cb, wa, wb
 
 
 if __name__ == "__main__":
