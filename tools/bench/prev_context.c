@@ -53,29 +53,21 @@ static uint64_t count_of(const patch_counts *h, uint64_t key)
  * frequencies takes at best). */
 static void cond_entropy(const patch_counts *h, double *bits, double *model)
 {
-    /* per context c: its changes n (key c << 1) and distinct symbols (key c << 1 | 1), then
-     * n alone keyed on c, for the lookups below */
-    patch_counts ctx = {0}, tot = {0};
+    /* per context (the key above its low 16 bits): its changes, and its distinct symbols */
+    patch_counts tot = {0}, syms = {0};
     size_t at = 0;
-    uint64_t key, n, c;
+    uint64_t key, n;
     while (patch_counts_next(h, &at, &key, &n))
-        if (patch_counts_add_n(&ctx, (key >> 16) << 1, n) || patch_counts_add(&ctx, (key >> 16) << 1 | 1))
+        if (patch_counts_add_n(&tot, key >> 16, n) || patch_counts_add(&syms, key >> 16))
             oom();
+    /* H(symbol | context) = H(context, symbol) - H(context), each total x entropy in bits */
+    *bits = patch_counts_bits(h) - patch_counts_bits(&tot);
+    double mb = 0;
     at = 0;
-    while (patch_counts_next(&ctx, &at, &key, &c))
-        if (!(key & 1) && patch_counts_add_n(&tot, key >> 1, c))
-            oom();
-    double hb = 0, mb = 0;
-    at = 0;
-    while (patch_counts_next(h, &at, &key, &n))
-        hb -= (double)n * log2((double)n / (double)count_of(&tot, key >> 16));
-    at = 0;
-    while (patch_counts_next(&ctx, &at, &key, &c))
-        if (key & 1)
-            mb += ((double)c - 1) / 2 * log2((double)count_of(&tot, key >> 1));
-    patch_counts_free(&ctx);
+    while (patch_counts_next(&syms, &at, &key, &n))
+        mb += ((double)n - 1) / 2 * log2((double)count_of(&tot, key));
     patch_counts_free(&tot);
-    *bits = hb;
+    patch_counts_free(&syms);
     *model = mb;
 }
 
