@@ -191,6 +191,25 @@ static void realistic(uint32_t n, double scale)
     }
 }
 
+/* Walks a position stream's band headers (what the encoder wrote: nothing is checked): active[b]
+ * = band b has changes, vflag[b] = it has a value mode. Returns the bands with changes. */
+static unsigned head_bands(const uint8_t *pos, uint8_t active[16], uint8_t vflag[16])
+{
+    unsigned bands = 0;
+    for (size_t at = 2, b = 0; b < PATCH_CTX_BANDS; b++) {
+        unsigned v = pos[at++];
+        active[b] = (v & 3u) != 0;
+        vflag[b] = active[b] && (v & 0x80u);
+        if (!active[b])
+            continue;
+        bands++;
+        for (int l = 0; l < 2; l++)   /* c_b and L_b */
+            while (pos[at++] & 0x80) {
+            }
+    }
+    return bands;
+}
+
 /* Count tables and frequency tables of one chunk name the same frequencies: both codings agree
  * byte for byte but for the coding byte and the tables, and the count tables are the smaller. */
 static void test_count_tables_same_coding(void)
@@ -216,14 +235,8 @@ static void test_count_tables_same_coding(void)
         size_t cs = 0;
         while (cs < cvl && cs < fvl && fq[fpl + fvl - 1 - cs] == enc[cpl + cvl - 1 - cs])
             cs++;
-        unsigned bands = 0;   /* with changes: a header byte with mode != 0, then two LEB128 */
-        for (size_t at = 2, b = 0; b < PATCH_CTX_BANDS; b++)
-            if (enc[at++] & 3u) {
-                bands++;
-                for (int l = 0; l < 2; l++)
-                    while (enc[at++] & 0x80) {
-                    }
-            }
+        uint8_t active[16], vflag[16];
+        unsigned bands = head_bands(enc, active, vflag);
         CHECK(bands > 0 && cvl < fvl);
         CHECK(cs + bands * (4 + 3 + 19 * 5) >= cvl);   /* each band's head at most, then the same */
         printf("count tables, %u elements, %zu changes: value stream %u bytes (frequency tables %u)\n", n, k, cvl,
@@ -646,21 +659,10 @@ static void test_wide_magnitudes(void)
            8.0 * (double)bytes / (double)k, h / (double)k, 8.0 * (double)bytes / h);
     CHECK(8.0 * (double)bytes < 0.25 * h);
     /* which value modes the bands took: walk the headers, then the tables */
-    size_t at = 2;
-    uint8_t flag[16] = {0}, active[16] = {0};
-    for (int bd = 0; bd < 16; bd++) {
-        unsigned v = enc[at++];
-        if (!(v & 3))
-            continue;
-        active[bd] = 1;
-        flag[bd] = (v & 0x80) != 0;
-        while (enc[at++] & 0x80) {
-        }
-        while (enc[at++] & 0x80) {
-        }
-    }
+    uint8_t flag[16], active[16];
+    head_bands(enc, active, flag);
     int seen[3] = {0, 0, 0};
-    at = pl;
+    size_t at = pl;
     for (int bd = 0; bd < 16; bd++) {
         if (!active[bd])
             continue;
