@@ -25,12 +25,13 @@ const uint8_t *patch_chunk_base(const pulse_patch *p, const patch_chunk *c, cons
     return pulse_ckpt_tensor(ck, c->tensor)->data + c->first * p->tensors[c->tensor].unit;
 }
 
-/* Only BF16 ulp chunks are context-coded: the bands are BF16 exponents. */
+/* Only BF16 and F16 ulp chunks are context-coded: the bands are their exponents. */
 static int context_kind(const pulse_patch *p, const patch_chunk *c)
 {
     const patch_tensor *t = &p->tensors[c->tensor];
-    if (t->dtype != PULSE_DT_BF16 || p->values != PULSE_VALUES_ULP)
-        return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: context coding on a %s %s chunk (only BF16 ulp)",
+    if (!patch_ctx_dtype_ok(t->dtype) || p->values != PULSE_VALUES_ULP)
+        return pulse_fail(PULSE_ERR_FORMAT,
+                          "tensor %s chunk %llu: context coding on a %s %s chunk (only BF16 and F16 ulp)",
                           t->name, (unsigned long long)c->index, t->dtype_name,
                           p->values == PULSE_VALUES_ULP ? "ulp" : "abs");
     return 0;
@@ -67,9 +68,10 @@ static int decode_into(const pulse_patch *p, const patch_chunk *c, patch_scratch
         memcpy(copy, base, (size_t)c->len * 2);
         old = (const uint16_t *)(const void *)copy;
     }
-    return (light ? patch_ctx_check_base : patch_ctx_decode)(cs, old, c->len, bytes, c->pos_len, bytes + c->pos_len,
-                                                            c->val_len, c->count, idx, z,
-                                                            p->tensors[c->tensor].name, c->index);
+    const patch_tensor *t = &p->tensors[c->tensor];
+    return (light ? patch_ctx_check_base : patch_ctx_decode)(cs, t->dtype, old, c->len, bytes, c->pos_len,
+                                                            bytes + c->pos_len, c->val_len, c->count, idx, z,
+                                                            t->name, c->index);
 }
 
 int patch_decode_bytes_base(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes,
@@ -95,8 +97,8 @@ int patch_check_context(const pulse_patch *p, size_t i, const uint8_t *bytes, pa
     if (err)
         return err;
     if (!base)
-        return patch_ctx_check(bytes, c->pos_len, bytes + c->pos_len, c->val_len, c->count, c->len,
-                               p->tensors[c->tensor].name, c->index);
+        return patch_ctx_check(p->tensors[c->tensor].dtype, bytes, c->pos_len, bytes + c->pos_len, c->val_len,
+                               c->count, c->len, p->tensors[c->tensor].name, c->index);
     const size_t k = c->count, iroom = (k * 4 + 7) & ~(size_t)7, zroom = (k * 2 + 7) & ~(size_t)7;
     size_t off = patch_cache_reserve(cache, iroom + zroom);
     if (off == SIZE_MAX)   /* not kept: the write pass decodes it again, so only check it here */

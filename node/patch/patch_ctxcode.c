@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The context coder of format 5: a BF16 chunk's changed positions as Rice gaps among the members of each old value's exponent band, its ulp differences as static rANS symbols with one table per band (docs/patch-format.md). */
+/* The context coder of format 5: a BF16 or F16 chunk's changed positions as Rice gaps among the members of each old value's exponent band, its ulp differences as static rANS symbols with one table per band (docs/patch-format.md). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,6 +55,7 @@ struct patch_ctx_scratch {
     uint16_t *vz;               /* z in decode order (cap), then the symbols' values */
     uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
     uint32_t *samp;             /* the value modes' sample of a band (3 SAMPLE_MAX) */
+    uint16_t *key;              /* an F16 chunk's exponents where BF16 has its own (cap), on first use */
     int one_state;              /* write one rANS state, for tests */
     int freq_tables;            /* write frequency tables, for tests */
 };
@@ -299,6 +300,7 @@ void patch_ctx_scratch_free(patch_ctx_scratch *s)
     free(s->vz);
     free(s->rbuf);
     free(s->samp);
+    free(s->key);
     free(s);
 }
 
@@ -465,8 +467,8 @@ static int parse_counts(const uint8_t *val, size_t val_len, size_t *at, unsigned
     return 0;
 }
 
-static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len, size_t k,
-                      uint32_t n, ctx_head *h, const char *tensor, uint64_t chunk)
+static int parse_head(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
+                      size_t k, uint32_t n, ctx_head *h, const char *tensor, uint64_t chunk)
 {
     if (!pos || pos_len < 1)
         return PFAIL("empty");
@@ -532,6 +534,8 @@ static int parse_head(const uint8_t *pos, size_t pos_len, const uint8_t *val, si
             uint8_t vm = val[at++];
             if (vm != VM_CENTRED && vm != VM_PRED)
                 return VFAIL("band %u: value mode %u", b, vm);
+            if (vm == VM_PRED && dt != PULSE_DT_BF16)
+                return VFAIL("band %u: predicted value mode in an F16 chunk (BF16 only)", b);
             int r = leb_read(val, val_len, &at, &h->vc[b]);
             if (r)
                 return VFAIL("band %u: centre %s", b, r == -1 ? "truncated" : "malformed");
@@ -681,11 +685,13 @@ static int check_rice(const ctx_head *h, const uint8_t *pos, uint32_t n, const c
     return 0;
 }
 
-int patch_ctx_check(const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len, size_t k,
-                    uint32_t n, const char *tensor, uint64_t chunk)
+int patch_ctx_check(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
+                    size_t k, uint32_t n, const char *tensor, uint64_t chunk)
 {
+    if (!patch_ctx_dtype_ok(dt))
+        return ctx_fail(PULSE_ERR_FORMAT, tensor, chunk, "position", "context coding on a chunk of dtype %d", (int)dt);
     ctx_head h;
-    int err = parse_head(pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
+    int err = parse_head(dt, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
     if (!err)
         err = check_rice(&h, pos, n, tensor, chunk);
     if (!err)
@@ -695,24 +701,45 @@ int patch_ctx_check(const uint8_t *pos, size_t pos_len, const uint8_t *val, size
 
 /* ---- decode ------------------------------------------------------------------------------- */
 
+/* What the band kernels read for the chunk old[0..n): BF16 patterns themselves, and for F16 the
+ * 5-bit exponents placed where BF16 keeps its 8 ((x >> 7) & 0xFF), so that one set of kernels
+ * makes both dtypes' bands. NULL (failure set) without memory for them. */
+static const uint16_t *band_source(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n)
+{
+    if (dt == PULSE_DT_BF16)
+        return old;
+    if (!s->key && !(s->key = malloc((size_t)s->cap * sizeof *s->key))) {
+        pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", s->cap);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        s->key[i] = (uint16_t)((old[i] >> 10 & 0x1Fu) << 7);
+    return s->key;
+}
+
 /* patch_ctx_decode, and with light set patch_ctx_check_base: a band's listed ranks, checked
  * strictly ascending and below its members, leave no select that can fail, so positions are
  * found only where a value needs its old one (a predicted band's, into idx at their place). */
-static int ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
-                      const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z, int light,
-                      const char *tensor, uint64_t chunk)
+static int ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
+                      size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
+                      int light, const char *tensor, uint64_t chunk)
 {
     if (!s || !old || !idx || !z || n > s->cap)
         return ctx_fail(PULSE_ERR_INVALID, tensor, chunk, "position", "chunk of %u elements, scratch for %u",
                         n, s ? s->cap : 0);
+    if (!patch_ctx_dtype_ok(dt))
+        return ctx_fail(PULSE_ERR_FORMAT, tensor, chunk, "position", "context coding on a chunk of dtype %d", (int)dt);
     ctx_head h;
-    int err = parse_head(pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
+    int err = parse_head(dt, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
     if (err)
         return err;
     const pulse_kernels *K = pulse_kernels_get();
+    const uint16_t *src = band_source(s, dt, old, n);
+    if (!src)
+        return PULSE_ERR_NOMEM;
     /* the planes at the stream's base, the base's own found in the same pass and compared */
     uint32_t m[NB];
-    unsigned eb = K->ctx_planes16(old, NULL, n, h.ebase, s->plane, s->wc, s->bc, m, NULL);
+    unsigned eb = K->ctx_planes16(src, NULL, n, h.ebase, s->plane, s->wc, s->bc, m, NULL);
     if (h.ebase != eb)
         return PFAIL("exponent base %u, the base's is %u", h.ebase, eb);
     uint32_t nw = (n + 63) / 64;
@@ -769,18 +796,18 @@ static int ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, con
     return decode_values(&h, val, val_len, old, idx, light ? NULL : z, tensor, chunk);
 }
 
-int patch_ctx_decode(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
-                     const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
+int patch_ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
+                     size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
                      const char *tensor, uint64_t chunk)
 {
-    return ctx_decode(s, old, n, pos, pos_len, val, val_len, k, idx, z, 0, tensor, chunk);
+    return ctx_decode(s, dt, old, n, pos, pos_len, val, val_len, k, idx, z, 0, tensor, chunk);
 }
 
-int patch_ctx_check_base(patch_ctx_scratch *s, const uint16_t *old, uint32_t n, const uint8_t *pos, size_t pos_len,
-                         const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
+int patch_ctx_check_base(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
+                         size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
                          const char *tensor, uint64_t chunk)
 {
-    return ctx_decode(s, old, n, pos, pos_len, val, val_len, k, idx, z, 1, tensor, chunk);
+    return ctx_decode(s, dt, old, n, pos, pos_len, val, val_len, k, idx, z, 1, tensor, chunk);
 }
 
 /* ---- encode ------------------------------------------------------------------------------- */
@@ -886,9 +913,9 @@ static inline uint32_t pred_u(uint16_t ov, uint16_t nv, double L, uint32_t *t)
  * change on average stay VM_DIFF unweighed, so a Llama-like step pays only the counting pass
  * that its tables need anyway. For the bands that change mode, vz[i] becomes the value its
  * symbol codes and gap[i] (free once the Rice streams are written) its sign or direction bit. */
-static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t nw,
-                               unsigned ebase, const uint32_t *off, const uint32_t *kb, uint8_t *vm, uint32_t *vc,
-                               uint32_t cnt[][NSYM])
+static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t *old, const uint16_t *neu,
+                               uint32_t nw, unsigned ebase, const uint32_t *off, const uint32_t *kb, uint8_t *vm,
+                               uint32_t *vc, uint32_t cnt[][NSYM])
 {
     uint8_t cand[NB] = {0};   /* 1: weigh VM_CENTRED, 2: also VM_PRED */
     double cost[NB];
@@ -909,7 +936,7 @@ static void choose_value_modes(patch_ctx_scratch *s, const uint16_t *old, const 
         cost[b] = sym_bits(cnt[b], kb[b]) + (double)raw;
         /* VM_PRED pays for one pass over the chunk's changes and a prediction each: only where
          * the steps are many ulps, 4 raw bits a change on average */
-        cand[b] = raw >= 4ull * kb[b] ? 2 : raw >= kb[b] ? 1 : 0;
+        cand[b] = raw >= 4ull * kb[b] && pred_ok ? 2 : raw >= kb[b] ? 1 : 0;
         any |= cand[b] != 0;
         any_pred |= cand[b] == 2;
     }
@@ -1042,11 +1069,13 @@ static size_t put_counts(const uint32_t *cnt, uint8_t *out)
     return l;
 }
 
-int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *neu, uint32_t n, size_t k,
-                     uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len)
+int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu, uint32_t n,
+                     size_t k, uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len)
 {
     if (!s || !old || !neu || !out || !pos_len || !val_len)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: missing argument");
+    if (!patch_ctx_dtype_ok(dt))
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: dtype %d is neither BF16 nor F16", (int)dt);
     if (n == 0 || n > s->cap)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: chunk of %u elements, scratch for %u", n, s->cap);
     if (k == 0 || k > n)
@@ -1058,9 +1087,15 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     if (err)
         return err;
     const pulse_kernels *K = pulse_kernels_get();
-    unsigned ebase = K->ctx_ebase16(old, n);
+    const uint16_t *src = band_source(s, dt, old, n);
+    if (!src)
+        return PULSE_ERR_NOMEM;
+    unsigned ebase = K->ctx_ebase16(src, n);
     uint32_t mm[NB];   /* the members in all; the walk below counts them word by word */
-    K->ctx_planes16(old, neu, n, ebase, s->plane, s->wc, NULL, mm, s->chw);
+    /* an F16 chunk's changed words come from its own patterns, its planes from the exponents */
+    if (src != old)
+        K->ctx_planes16(old, neu, n, ebase, s->plane, s->wc, NULL, mm, s->chw);
+    K->ctx_planes16(src, src == old ? neu : NULL, n, ebase, s->plane, s->wc, NULL, mm, src == old ? s->chw : NULL);
     uint32_t nw = (n + 63) / 64;
 
     /* per band, in position order: the changed members' gaps and their z, each band's list at
@@ -1128,7 +1163,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, const uint16_t *old, const uint16_t *
     /* the gaps are written: s->gap is the value modes' working memory from here */
     uint8_t vm[NB];
     uint32_t vc[NB], cnt[NB][NSYM];
-    choose_value_modes(s, old, neu, nw, ebase, off, kb, vm, vc, cnt);
+    choose_value_modes(s, dt == PULSE_DT_BF16, old, neu, nw, ebase, off, kb, vm, vc, cnt);
     for (unsigned b = 0; b < NB; b++)
         if (vm[b])
             head[hb[b]] |= HEAD_VMODE;

@@ -213,11 +213,11 @@ static void fail_all(diff_job *d)
  * "Speed"), and the second coding is not paid. */
 #define DIFF_CTX_TRY_BOTH 1024u
 
-/* A BF16 ulp chunk coded against the exponents of its old values (format 5), into the slot's
+/* A BF16 or F16 ulp chunk coded against the exponents of its old values (format 5), into the slot's
  * output buffer, staged there with its digest left to the caller as the other codings leave it;
  * a small chunk also in today's coding, and the smaller kept (the coding byte is per chunk). */
-static int encode_context(diff_job *d, patch_scratch *s, const uint16_t *pa, const uint16_t *pb, size_t len,
-                          patch_out_chunk *oc)
+static int encode_context(diff_job *d, patch_scratch *s, pulse_dtype dt, const uint16_t *pa, const uint16_t *pb,
+                          size_t len, patch_out_chunk *oc)
 {
     const pulse_kernels *k = pulse_kernels_get();
     size_t n = k->count16(pa, pb, len);   /* the coders find the positions themselves */
@@ -230,7 +230,7 @@ static int encode_context(diff_job *d, patch_scratch *s, const uint16_t *pa, con
         return pulse_fail(PULSE_ERR_NOMEM, "context coder buffers");
     uint32_t pos_len = 0, val_len = 0;
     int err = 0, fits = patch_ctx_bound((uint32_t)len, n) <= cap;
-    if (fits && (err = patch_ctx_encode(cs, pa, pb, (uint32_t)len, n, s->ctxout, cap, &pos_len, &val_len)) != 0)
+    if (fits && (err = patch_ctx_encode(cs, dt, pa, pb, (uint32_t)len, n, s->ctxout, cap, &pos_len, &val_len)) != 0)
         return err;
     if (!fits || n < DIFF_CTX_TRY_BOTH) {
         size_t leb_len = 0;
@@ -281,9 +281,10 @@ static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chu
     }
     const pulse_kernels *k = pulse_kernels_get();
     size_t n;
-    if (d->o->context && unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP
-        && pulse_ckpt_tensor(d->a, tensor)->dtype == PULSE_DT_BF16) {
-        err = encode_context(d, s, (const uint16_t *)(const void *)pa, (const uint16_t *)(const void *)pb, len, oc);
+    const pulse_dtype dt = pulse_ckpt_tensor(d->a, tensor)->dtype;
+    if (d->o->context && unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP && patch_ctx_dtype_ok(dt)) {
+        err = encode_context(d, s, dt, (const uint16_t *)(const void *)pa, (const uint16_t *)(const void *)pb, len,
+                             oc);
         goto coded;
     }
     if (unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP) {

@@ -80,9 +80,10 @@ static void check_context_chunk(const pulse_patch *p, const patch_chunk *c, patc
     uint8_t *seen = calloc(c->len ? c->len : 1, 1);
     struct patch_ctx_scratch *cs = patch_scratch_ctx(s, p->chunk_elems);
     const uint8_t *bytes = p->data + c->offset;
-    const int bf16_ulp = p->tensors[c->tensor].dtype == PULSE_DT_BF16 && p->values == PULSE_VALUES_ULP;
-    int light = !b || !cs || !bf16_ulp ? -1
-                          : patch_ctx_check_base(cs, b, c->len, bytes, c->pos_len, bytes + c->pos_len, c->val_len,
+    const pulse_dtype dt = p->tensors[c->tensor].dtype;
+    const int ctx_ulp = patch_ctx_dtype_ok(dt) && p->values == PULSE_VALUES_ULP;
+    int light = !b || !cs || !ctx_ulp ? -1
+                          : patch_ctx_check_base(cs, dt, b, c->len, bytes, c->pos_len, bytes + c->pos_len, c->val_len,
                                                  c->count, s->idx, (uint16_t *)(void *)s->vals, "t", c->index);
     int full = b ? patch_decode_bytes_base(p, c, s, bytes, (const uint8_t *)b) : -1;
     if (light != -1 && full != -1 && (light == 0) != (full == 0))

@@ -147,12 +147,12 @@ int main(int argc, char **argv)
         double be = 1e9, bd = 1e9;
         for (int r = 0; r < reps; r++) {
             double t0 = cpu_s();
-            if (patch_ctx_encode(S, ch[c].old, ch[c].neu, ch[c].n, k, out, patch_ctx_bound(CHUNK, CHUNK), &pl, &vl)) {
+            if (patch_ctx_encode(S, PULSE_DT_BF16, ch[c].old, ch[c].neu, ch[c].n, k, out, patch_ctx_bound(CHUNK, CHUNK), &pl, &vl)) {
                 fprintf(stderr, "ctxcode_bench: encode: %s\n", pulse_last_error());
                 return 1;
             }
             double t1 = cpu_s();
-            if (patch_ctx_decode(S, ch[c].old, ch[c].n, out, pl, out + pl, vl, k, idx, z, "bench", c)) {
+            if (patch_ctx_decode(S, PULSE_DT_BF16, ch[c].old, ch[c].n, out, pl, out + pl, vl, k, idx, z, "bench", c)) {
                 fprintf(stderr, "ctxcode_bench: decode: %s\n", pulse_last_error());
                 return 1;
             }

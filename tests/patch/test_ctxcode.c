@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests of the format 5 context coder: synthetic BF16 chunks round trip exactly, a hand-written chunk matches the byte format of docs/patch-format.md, and damaged or crafted streams are refused naming their stream (or decode to k distinct in-range positions), never read out of bounds. */
+/* Unit tests of the format 5 context coder: synthetic BF16 and F16 chunks round trip exactly, a hand-written chunk matches the byte format of docs/patch-format.md, and damaged or crafted streams are refused naming their stream (or decode to k distinct in-range positions), never read out of bounds. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,9 +52,17 @@ static uint16_t unzig(uint16_t z)
     return (uint16_t)((z >> 1) ^ (uint16_t)(0u - (z & 1u)));
 }
 
+/* The dtype of the chunks that roundtrip() and damage() code: BF16, or F16 in test_f16. */
+static pulse_dtype dtype = PULSE_DT_BF16;
+
+static unsigned exponent(uint16_t v)
+{
+    return dtype == PULSE_DT_F16 ? (v >> 10) & 0x1Fu : (v >> 7) & 0xFFu;
+}
+
 static unsigned band(uint16_t v, unsigned ebase)
 {
-    unsigned e = (v >> 7) & 0xFFu, b = e > ebase ? e - ebase : 0;
+    unsigned e = exponent(v), b = e > ebase ? e - ebase : 0;
     return b > 15 ? 15 : b;
 }
 
@@ -119,14 +127,14 @@ static size_t roundtrip(const char *what, const uint16_t *old, const uint16_t *n
     size_t k = count_changes(old, neu, n);
     size_t bound = patch_ctx_bound(n, k);
     CHECK(bound <= 8u * CAP + 4096);
-    int r = patch_ctx_encode(S, old, neu, n, k, enc, bound, pl, vl);
+    int r = patch_ctx_encode(S, dtype, old, neu, n, k, enc, bound, pl, vl);
     CHECK_OK(r);
     if (r)
         return 0;
     CHECK((size_t)*pl + *vl <= bound);
     CHECK_EQ_INT(enc[0], coding_for(k));
-    CHECK_OK(patch_ctx_check(enc, *pl, enc + *pl, *vl, k, n, what, 7));
-    r = patch_ctx_decode(S, old, n, enc, *pl, enc + *pl, *vl, k, idx, zz, what, 7);
+    CHECK_OK(patch_ctx_check(dtype, enc, *pl, enc + *pl, *vl, k, n, what, 7));
+    r = patch_ctx_decode(S, dtype, old, n, enc, *pl, enc + *pl, *vl, k, idx, zz, what, 7);
     CHECK_OK(r);
     if (r)
         return 0;
@@ -226,9 +234,9 @@ static void test_count_tables_same_coding(void)
         size_t k = count_changes(old_, neu_, n);
         uint32_t fpl, fvl, cpl, cvl;
         set_freq_tables(1);
-        CHECK_OK(patch_ctx_encode(S, old_, neu_, n, k, fq, patch_ctx_bound(n, k), &fpl, &fvl));
+        CHECK_OK(patch_ctx_encode(S, PULSE_DT_BF16, old_, neu_, n, k, fq, patch_ctx_bound(n, k), &fpl, &fvl));
         set_freq_tables(0);
-        CHECK_OK(patch_ctx_encode(S, old_, neu_, n, k, enc, patch_ctx_bound(n, k), &cpl, &cvl));
+        CHECK_OK(patch_ctx_encode(S, PULSE_DT_BF16, old_, neu_, n, k, enc, patch_ctx_bound(n, k), &cpl, &cvl));
         CHECK_EQ_INT(fq[0] | PATCH_CTX_COUNT_TABLES, enc[0]);
         CHECK(fpl == cpl && memcmp(fq + 1, enc + 1, cpl - 1) == 0);
         /* the value streams from the rANS length on: the same bytes after tables of different size */
@@ -404,12 +412,12 @@ static void damage(uint32_t n)
             uint8_t *b = malloc(len);  /* its own allocation: ASan sees any overread */
             memcpy(b, copy, len);
             b[at] ^= (uint8_t)x;
-            int rc = patch_ctx_check(b, pl, b + pl, vl, k, n, "t", 1);
+            int rc = patch_ctx_check(dtype, b, pl, b + pl, vl, k, n, "t", 1);
             CHECK(rc == 0 || rc == PULSE_ERR_FORMAT || rc == PULSE_ERR_UNSUPPORTED);
-            int rd = patch_ctx_decode(S, old_, n, b, pl, b + pl, vl, k, idx, zz, "t", 1);
+            int rd = patch_ctx_decode(S, dtype, old_, n, b, pl, b + pl, vl, k, idx, zz, "t", 1);
             CHECK(rd == 0 || rd == PULSE_ERR_FORMAT || rd == PULSE_ERR_UNSUPPORTED);
             /* the check against the base refuses exactly what the decode refuses */
-            CHECK_EQ_INT(patch_ctx_check_base(S, old_, n, b, pl, b + pl, vl, k, idx, zz, "t", 1), rd);
+            CHECK_EQ_INT(patch_ctx_check_base(S, dtype, old_, n, b, pl, b + pl, vl, k, idx, zz, "t", 1), rd);
             if (rd == 0) {
                 CHECK(sane(n, k));
                 CHECK_EQ_INT(rc, 0);
@@ -430,25 +438,25 @@ static void damage(uint32_t n)
             memcpy(p, copy, which ? pl : cut);
             memcpy(v, copy + pl, which ? cut : vl);
             size_t plen = which ? pl : cut, vlen = which ? cut : vl;
-            int rc = patch_ctx_check(p, plen, v, vlen, k, n, "t", 1);
-            int rd = patch_ctx_decode(S, old_, n, p, plen, v, vlen, k, idx, zz, "t", 1);
+            int rc = patch_ctx_check(dtype, p, plen, v, vlen, k, n, "t", 1);
+            int rd = patch_ctx_decode(S, dtype, old_, n, p, plen, v, vlen, k, idx, zz, "t", 1);
             CHECK(rc == PULSE_ERR_FORMAT);
             CHECK(rd == PULSE_ERR_FORMAT);
-            CHECK_EQ_INT(patch_ctx_check_base(S, old_, n, p, plen, v, vlen, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
+            CHECK_EQ_INT(patch_ctx_check_base(S, dtype, old_, n, p, plen, v, vlen, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
             free(p);
             free(v);
         }
     }
     /* wrong k, wrong n, wrong base */
-    CHECK_ERR(patch_ctx_decode(S, old_, n, copy, pl, copy + pl, vl, k + 1, idx, zz, "t", 1), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, dtype, old_, n, copy, pl, copy + pl, vl, k + 1, idx, zz, "t", 1), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "add up"));
-    CHECK_ERR(patch_ctx_check(copy, pl, copy + pl, vl, k - 1, n, "t", 1), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(dtype, copy, pl, copy + pl, vl, k - 1, n, "t", 1), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor t chunk 1: position stream", "add up"));
-    CHECK_EQ_INT(patch_ctx_check_base(S, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), 0);
+    CHECK_EQ_INT(patch_ctx_check_base(S, dtype, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), 0);
     old_[5] = 0x7F00;   /* another exponent base */
-    CHECK_ERR(patch_ctx_decode(S, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, dtype, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "exponent base"));
-    CHECK_ERR(patch_ctx_check_base(S, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check_base(S, dtype, old_, n, copy, pl, copy + pl, vl, k, idx, zz, "t", 1), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "exponent base"));
     free(copy);
 }
@@ -577,40 +585,40 @@ static void test_crafted_value_modes(void)
     size_t pl, len;
     /* centred, C = 1: d = -1 is |d| = 1 (symbol 0) with sign bits 1, 1 */
     len = hand_vm(b, 1, 1, 0, (const uint8_t[]){0x03}, 1, &pl);
-    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2));
-    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
+    CHECK_OK(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "v", 2));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
     /* predicted, L = 2^-8 (C = 0x3B80), both steps down (direction bits 1, 1): 1.0 - 2^-8 is
      * 0x3F7F, the new values at distance 0 (symbol 0) */
     len = hand_vm(b, 2, 0x3B80, 0, (const uint8_t[]){0x03}, 1, &pl);
-    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
     /* L = 2^-7 (C = 0x3C00), down: 1.0 - 2^-7 is 0x3F7E, distance +1 (u = 3, symbol 2) */
     len = hand_vm(b, 2, 0x3C00, 2, (const uint8_t[]){0x03}, 1, &pl);
-    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
     CHECK(zz[0] == 1 && zz[1] == 1);
     /* predicted, a new value equal to the old one (0x3F7F + 1): only the base shows it */
     len = hand_vm(b, 2, 0x3B80, 2, (const uint8_t[]){0x03}, 1, &pl);
-    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2));
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2), PULSE_ERR_FORMAT);
+    CHECK_OK(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "v", 2));
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor v chunk 2: value stream", "equals its old value"));
     /* predicted up (direction bits 0): 1.0 + 2^-7 is 0x3F81, distance -2 (u = 4, symbol 3)
      * lands on 0x3F7F, below the old value: the direction bit is the step's, so this is refused */
     len = hand_vm(b, 2, 0x3C00, 3, (const uint8_t[]){0x00}, 1, &pl);
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "steps down, its direction bit says up"));
     /* centred, sign bits 0: d = +1 each */
     len = hand_vm(b, 1, 1, 0, (const uint8_t[]){0x00}, 1, &pl);
-    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
     CHECK(zz[0] == 2 && zz[1] == 2);
     /* centred, C = 16384, u = 32769 (symbol 19, escape bits 1): |d| = 32768, legal only as
      * -32768 (sign 1); +32768 is no int16 */
     static const uint8_t neg[4] = {0x03, 0x00, 0x03, 0x00}, pos_[4] = {0x02, 0x00, 0x03, 0x00};
     len = hand_vm(b, 1, 16384, 19, neg, 4, &pl);
-    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2));
     CHECK(zz[0] == 0xFFFF && zz[1] == 0xFFFF);
     len = hand_vm(b, 1, 16384, 19, pos_, 4, &pl);
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "change 0 is +32768 ulps"));
     /* mode bytes 0 and 3, centres out of range */
     static const struct { unsigned vm; uint32_t C; const char *err; } bad[] = {
@@ -620,22 +628,22 @@ static void test_crafted_value_modes(void)
     };
     for (size_t t = 0; t < sizeof bad / sizeof bad[0]; t++) {
         len = hand_vm(b, bad[t].vm, bad[t].C, 0, (const uint8_t[]){0x03}, 1, &pl);
-        CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+        CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
         CHECK(err_has("value stream", bad[t].err));
-        CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2), PULSE_ERR_FORMAT);
+        CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "v", 2), PULSE_ERR_FORMAT);
     }
     /* no sign bits */
     len = hand_vm(b, 1, 1, 0, (const uint8_t[]){0x03}, 1, &pl);
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - 1 - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - 1 - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "sign bits end"));
     /* a third sign bit set: padding not zero */
     len = hand_vm(b, 1, 1, 0, (const uint8_t[]){0x07}, 1, &pl);
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "padding not zero"));
     /* the value-mode bit on a band without changes */
     len = hand(b, 1, 0x03, 0, 0, &pl);
     b[16] = 0x80;
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "band 14: a value mode with no change"));
 }
 
@@ -798,51 +806,51 @@ static void test_crafted_counts(const uint8_t *a, size_t alen, size_t pl)
     uint8_t b[128], c[128];
     size_t len = hand_counts(b, a, alen, pl);
     uint32_t epl, evl;
-    CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
+    CHECK_OK(patch_ctx_encode(S, PULSE_DT_BF16, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
     CHECK(epl == pl && epl + evl == len && memcmp(enc, b, len) == 0);
-    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
-    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3));
+    CHECK_OK(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "h", 3));
     /* the set {0, 1} with symbol 0's count 2 - 1 = 1 leaves nothing for symbol 1 */
     memcpy(c, b, pl);
     c[pl] = 0x03;
     c[pl + 1] = 0x01;
     memcpy(c + pl + 2, b + pl + 1, len - pl - 1);
-    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, c, pl, c + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor h chunk 3: value stream", "band 15: symbol counts add up to 2 or more of its 2 changes before symbol 1"));
-    CHECK_ERR(patch_ctx_decode(S, old, 4, c, pl, c + pl, len + 1 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, c, pl, c + pl, len + 1 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     /* {0, 1} with symbol 0's count 0 + 1: one change each; the table (512, 512) parses, but
      * the rANS stream that came with {0} is not one of it (its state moves and needs bytes) */
     c[pl + 1] = 0x00;
-    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, c, pl, c + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor h chunk 3: value stream", "rANS stream ends at change"));
-    CHECK_ERR(patch_ctx_decode(S, old, 4, c, pl, c + pl, len + 1 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, c, pl, c + pl, len + 1 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor h chunk 3: value stream", "rANS stream ends at change"));
     /* an empty set; symbol 20 (2^20: 0x80 0x80 0x40); an overlong set (0x81 0x00); a set that
      * ends the stream */
     memcpy(c, b, len);
     c[pl] = 0x00;
-    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, c, pl, c + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "band 15: symbol set 0 empty or past the 20 symbols"));
     const uint8_t big[3] = {0x80, 0x80, 0x40}, over[2] = {0x81, 0x00};
     memcpy(c + pl, big, 3);
     memcpy(c + pl + 3, b + pl + 1, len - pl - 1);
-    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len + 2 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, c, pl, c + pl, len + 2 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "band 15: symbol set 0x100000 empty or past the 20 symbols"));
     memcpy(c + pl, over, 2);
     memcpy(c + pl + 2, b + pl + 1, len - pl - 1);
-    CHECK_ERR(patch_ctx_check(c, pl, c + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, c, pl, c + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "band 15: symbol set malformed"));
     c[pl] = 0x83;
-    CHECK_ERR(patch_ctx_check(c, pl, c + pl, 1, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, c, pl, c + pl, 1, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "band 15: symbol set truncated"));
     /* a count that ends the stream, one overlong */
     c[pl] = 0x03;
     c[pl + 1] = 0x80;
-    CHECK_ERR(patch_ctx_check(c, pl, c + pl, 2, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, c, pl, c + pl, 2, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "band 15: symbol 0's count truncated"));
     c[pl + 2] = 0x00;
-    CHECK_ERR(patch_ctx_check(c, pl, c + pl, 3, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, c, pl, c + pl, 3, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "band 15: symbol 0's count malformed"));
     /* count tables with two rANS states: 67, R = 8 */
     memcpy(c, b, len);
@@ -851,12 +859,12 @@ static void test_crafted_counts(const uint8_t *a, size_t alen, size_t pl)
     const uint8_t st[4] = {0x00, 0x00, 0x80, 0x00};
     memcpy(c + pl + 2, st, 4);
     memcpy(c + pl + 6, st, 4);
-    CHECK_OK(patch_ctx_decode(S, old, 4, c, pl, c + pl, 10, 2, idx, zz, "h", 3));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, c, pl, c + pl, 10, 2, idx, zz, "h", 3));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
     /* a frequency table read as counts (66 on a chunk of 64): the set 0x80 0x08 is 1024, symbol 10 */
     memcpy(c, a, alen);
     c[0] = PATCH_POS_CONTEXT | PATCH_CTX_COUNT_TABLES;
-    CHECK_ERR(patch_ctx_check(c, pl, c + pl, alen - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, c, pl, c + pl, alen - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", NULL));
 }
 
@@ -868,121 +876,217 @@ static void test_crafted(void)
     uint32_t epl, evl;
     set_one_state(1);
     set_freq_tables(1);
-    CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
+    CHECK_OK(patch_ctx_encode(S, PULSE_DT_BF16, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
     set_one_state(0);
     CHECK_EQ_INT(epl, pl);
     CHECK_EQ_INT(evl, len - pl);
     CHECK(epl + evl == len && memcmp(enc, b, len) == 0);
-    CHECK_OK(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
-    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3));
+    CHECK_OK(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "h", 3));
     /* two changes: the encoder keeps one state below 256 changes */
-    CHECK_OK(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
+    CHECK_OK(patch_ctx_encode(S, PULSE_DT_BF16, old, neu, 4, 2, enc, patch_ctx_bound(4, 2), &epl, &evl));
     CHECK(epl + evl == len && memcmp(enc, b, len) == 0);
     set_freq_tables(0);
     /* the same with two rANS states: coding byte 65, R = 8, both final states 2^23 */
     uint8_t b2[128];
     size_t len2 = hand2(b2, b, len, pl);
-    CHECK_OK(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);
-    CHECK_OK(patch_ctx_check(b2, pl, b2 + pl, len2 - pl, 2, 4, "h", 3));
+    CHECK_OK(patch_ctx_check(PULSE_DT_BF16, b2, pl, b2 + pl, len2 - pl, 2, 4, "h", 3));
     /* a two-state chunk with one state's bytes (R = 4), and one whose second state is not
      * back at 2^23 */
     memcpy(b2 + pl, b + pl, len - pl);
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b2, pl, b2 + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor h chunk 3: value stream", "rANS stream of 4 bytes"));
     len2 = hand2(b2, b, len, pl);
     b2[len2 - 1] = 0x01;   /* state 1 = 2^23 + 2^24: in range, but not where the encoder started */
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor h chunk 3: value stream", "final state"));
-    CHECK_ERR(patch_ctx_check(b2, pl, b2 + pl, len2 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b2, pl, b2 + pl, len2 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     /* a coding byte past 67 is no context coding */
     len2 = hand2(b2, b, len, pl);
     b2[0] = 68;
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3), PULSE_ERR_UNSUPPORTED);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b2, pl, b2 + pl, len2 - pl, 2, idx, zz, "h", 3), PULSE_ERR_UNSUPPORTED);
     CHECK(err_has("tensor h chunk 3: position stream", "coding byte 68"));
     test_crafted_counts(b, len, pl);
 
     /* mode 2 for 2 changes among 4 members (unchanged 2, 3: gaps 2, 0 -> bits 0 0 1 1): mode 1 is the choice */
     len = hand(b, 2, 0x0C, 0, 0, &pl);
-    CHECK_OK(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3));   /* needs the base to see */
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_OK(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "h", 3));   /* needs the base to see */
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("tensor h chunk 3: position stream", "mode 2"));
     /* mode 3 */
     len = hand(b, 3, 0x03, 0, 0, &pl);
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "mode 3"));
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "mode 3"));
     /* s = 25 */
     len = hand(b, 1, 0x03, 0, 25, &pl);
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "Rice parameter 25"));
     /* s = 24 is legal: gaps 0, 0 as 1 + 24 zero bits each: 50 bits in 7 bytes; here 1 byte: truncated */
     len = hand(b, 1, 0x03, 0, 24, &pl);
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "ends at gap"));
     /* nonzero padding */
     len = hand(b, 1, 0x83, 0, 0, &pl);
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "does not end"));
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     /* a byte past the last gap (L = 2) */
     len = hand(b, 1, 0x03, 1, 0, &pl);
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "does not end"));
     /* a byte after the last stream of the position stream (L_b do not fill it) */
     len = hand(b, 1, 0x03, 0, 0, &pl);
     memmove(b + pl + 1, b + pl, len - pl);
     b[pl] = 0;
-    CHECK_ERR(patch_ctx_check(b, pl + 1, b + pl + 1, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl + 1, b + pl + 1, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "Rice streams of 1 bytes"));
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl + 1, b + pl + 1, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl + 1, b + pl + 1, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     /* a trailing byte after the value stream */
     len = hand(b, 1, 0x03, 0, 0, &pl);
     b[len] = 0;
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len + 1 - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "escape bits"));
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len + 1 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len + 1 - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", NULL));
     /* counts that do not add up to k: c_15 = 3 */
     len = hand(b, 1, 0x03, 0, 0, &pl);
     b[18] = 3;
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "add up to 3"));
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 3, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 3, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "mode 1 for 3 changes"));
     /* an overlong LEB (c_15 = 0x82 0x00) */
     len = hand(b, 1, 0x03, 0, 0, &pl);
     memmove(b + 19, b + 18, len - 18);
     b[18] = 0x82;
     b[19] = 0x00;
-    CHECK_ERR(patch_ctx_check(b, pl + 1, b + pl + 1, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl + 1, b + pl + 1, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "malformed"));
     /* table not adding to 1024 */
     len = hand(b, 1, 0x03, 0, 0, &pl);
     b[pl + 2] = 1;
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "add up to 1025"));
     /* rANS state not back at 2^23 */
     len = hand(b, 1, 0x03, 0, 0, &pl);
     b[len - 4] = 1;
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "final state"));
     /* R past the stream */
     len = hand(b, 1, 0x03, 0, 0, &pl);
     b[len - 5] = 5;
-    CHECK_ERR(patch_ctx_check(b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "h", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "rANS stream of 5 bytes"));
     /* another coding byte */
     len = hand(b, 1, 0x03, 0, 0, &pl);
     b[0] = 3;
-    CHECK_ERR(patch_ctx_decode(S, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_UNSUPPORTED);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "h", 3), PULSE_ERR_UNSUPPORTED);
     /* k mismatch in the encoder; no change at all */
-    CHECK_ERR(patch_ctx_encode(S, old, neu, 4, 3, enc, patch_ctx_bound(4, 3), &epl, &evl), PULSE_ERR_INVALID);
-    CHECK_ERR(patch_ctx_encode(S, old, neu, 4, 1, enc, patch_ctx_bound(4, 3), &epl, &evl), PULSE_ERR_INVALID);
-    CHECK_ERR(patch_ctx_encode(S, old, old, 4, 0, enc, patch_ctx_bound(4, 1), &epl, &evl), PULSE_ERR_INVALID);
-    CHECK_ERR(patch_ctx_encode(S, old, neu, 4, 2, enc, patch_ctx_bound(4, 2) - 1, &epl, &evl), PULSE_ERR_INVALID);
+    CHECK_ERR(patch_ctx_encode(S, PULSE_DT_BF16, old, neu, 4, 3, enc, patch_ctx_bound(4, 3), &epl, &evl), PULSE_ERR_INVALID);
+    CHECK_ERR(patch_ctx_encode(S, PULSE_DT_BF16, old, neu, 4, 1, enc, patch_ctx_bound(4, 3), &epl, &evl), PULSE_ERR_INVALID);
+    CHECK_ERR(patch_ctx_encode(S, PULSE_DT_BF16, old, old, 4, 0, enc, patch_ctx_bound(4, 1), &epl, &evl), PULSE_ERR_INVALID);
+    CHECK_ERR(patch_ctx_encode(S, PULSE_DT_BF16, old, neu, 4, 2, enc, patch_ctx_bound(4, 2) - 1, &epl, &evl), PULSE_ERR_INVALID);
+}
+
+/* F16 weight-like patterns whose exponents spread over [elo, ehi] (0 and 31 are subnormals and
+ * Inf/NaN patterns): an element changes with a chance that doubles per exponent below the top,
+ * by more ulps there, as an update of one size moves them. */
+static void f16_chunk(uint32_t n, unsigned elo, unsigned ehi, double top_p)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        unsigned e = elo + (unsigned)(rnd() % (ehi - elo + 1)), below = ehi - e;
+        old_[i] = (uint16_t)((rnd() & 1u) << 15 | e << 10 | (rnd() & 0x3FFu));
+        neu_[i] = old_[i];
+        if (unif() < top_p * (double)(1u << (below < 12 ? below : 12))) {
+            int d = 1 + (int)(rnd() % (1u + (below < 30 ? 1u << (below / 3) : 1024u)));
+            neu_[i] = (uint16_t)(old_[i] + (rnd() & 1 ? d : -d));
+        }
+    }
+}
+
+/* F16 chunks: the bands are the 5-bit exponents (the encoder's ebase is the largest minus 15),
+ * every kind round trips and survives the damage sweep, the encoder never writes the predicted
+ * value mode (BF16's arithmetic), and a decoder refuses one in an F16 chunk. */
+static void test_f16(void)
+{
+    dtype = PULSE_DT_F16;
+    static const struct {
+        uint32_t n;
+        unsigned elo, ehi;
+        double p;
+    } cases[] = {
+        {CAP, 8, 15, 0.001},      /* Llama-like: a few exponents, sparse changes */
+        {CAP, 0, 31, 0.0002},     /* every exponent: the lowest lumped into band 0 */
+        {CAP - 5, 2, 30, 0.01},   /* many-ulp steps low down: the centred value mode */
+        {100000, 14, 14, 0.2},    /* one exponent */
+        {4099, 5, 20, 0.02},
+        {64, 10, 13, 0.1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint32_t n = cases[c].n, pl, vl;
+        f16_chunk(n, cases[c].elo, cases[c].ehi, cases[c].p);
+        size_t k = count_changes(old_, neu_, n);
+        if (!k)
+            neu_[n / 2] ^= 1u;
+        unsigned emax = 0;
+        for (uint32_t i = 0; i < n; i++)
+            emax = exponent(old_[i]) > emax ? exponent(old_[i]) : emax;
+        char what[64];
+        snprintf(what, sizeof what, "f16 case %zu", c);
+        size_t bytes = roundtrip(what, old_, neu_, n, &pl, &vl);
+        CHECK(bytes > 0);
+        CHECK_EQ_INT(enc[1], emax > 15 ? emax - 15 : 0);
+        CHECK(!some_header_has(0x80) || c == 1 || c == 2);   /* value modes only where steps are wide */
+        printf("f16 case %zu: %u elements, %zu changes, %.3f bits a change, order-0 floor %.3f\n", c, n,
+               count_changes(old_, neu_, n), 8.0 * (double)bytes / (double)count_changes(old_, neu_, n),
+               order0_bits(old_, neu_, n) / (double)count_changes(old_, neu_, n));
+    }
+    /* F16's exponent, not BF16's, makes the bands: the same stream decoded as a BF16 chunk is
+     * refused (another exponent base) or gives another NEW */
+    f16_chunk(4099, 5, 20, 0.02);
+    uint32_t pl, vl;
+    size_t k = count_changes(old_, neu_, 4099);
+    CHECK(roundtrip("f16 as bf16", old_, neu_, 4099, &pl, &vl) > 0);
+    int same = patch_ctx_decode(S, PULSE_DT_BF16, old_, 4099, enc, pl, enc + pl, vl, k, idx, zz, "t", 1) == 0;
+    if (same) {
+        memcpy(work, old_, 4099 * 2);
+        for (size_t j = 0; j < k; j++)
+            work[idx[j]] = (uint16_t)(work[idx[j]] + unzig(zz[j]));
+        same = memcmp(work, neu_, 4099 * 2) == 0;
+    }
+    CHECK(!same);
+    /* damage sweeps of small F16 chunks, sparse and dense */
+    f16_chunk(300, 6, 15, 0.02);
+    damage(300);
+    f16_chunk(1200, 9, 14, 0.1);
+    damage(1200);
+    dtype = PULSE_DT_BF16;
+    /* the hand-written chunks of test_crafted_value_modes told they are F16: the predicted mode
+     * is refused before the base is looked at, the centred one decodes only against its base */
+    uint16_t old[4] = {0x3F80, 0x3F80, 0x3F80, 0x3F80};
+    uint8_t b[160];
+    size_t hpl, len = hand_vm(b, 2, 0x3B80, 0, (const uint8_t[]){0x03}, 1, &hpl);
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, hpl, b + hpl, len - hpl, 2, idx, zz, "v", 2));
+    CHECK_ERR(patch_ctx_check(PULSE_DT_F16, b, hpl, b + hpl, len - hpl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor v chunk 2: value stream", "predicted value mode in an F16 chunk"));
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_F16, old, 4, b, hpl, b + hpl, len - hpl, 2, idx, zz, "v", 2),
+              PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor v chunk 2: value stream", "predicted value mode in an F16 chunk"));
+    len = hand_vm(b, 1, 1, 0, (const uint8_t[]){0x03}, 1, &hpl);
+    CHECK_OK(patch_ctx_check(PULSE_DT_F16, b, hpl, b + hpl, len - hpl, 2, 4, "v", 2));
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_F16, old, 4, b, hpl, b + hpl, len - hpl, 2, idx, zz, "v", 2),
+              PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "exponent base 112, the base's is 0"));
+    /* dtypes the coder does not take */
+    CHECK_ERR(patch_ctx_encode(S, PULSE_DT_F32, old, old, 4, 1, enc, patch_ctx_bound(4, 1), &pl, &vl),
+              PULSE_ERR_INVALID);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_F8_E4M3, b, hpl, b + hpl, len - hpl, 2, 4, "v", 2), PULSE_ERR_FORMAT);
+    CHECK(err_has("tensor v chunk 2: position stream", "context coding on a chunk of dtype"));
 }
 
 int main(void)
@@ -1000,6 +1104,7 @@ int main(void)
         return 1;
     }
     test_value_arith();
+    test_f16();
     test_crafted();
     test_crafted_value_modes();
     test_count_tables_same_coding();
