@@ -3,9 +3,9 @@
 # Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch (and one with both position
 # codings): patch_seeds.py PULSE_BIN OUTDIR;
 # and format-5 patches with context-coded chunks, one of them in the value modes (centred and
-# predicted) that wide weight magnitudes take;
+# predicted) that wide weight magnitudes take, one of an F16 tensor;
 # patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
-# new, new2, ctx-old, ctx-new, wide-old, wide-new .safetensors), which tests/patch/format2.sh
+# new, new2, ctx-old, ctx-new, wide-old, wide-new, f16-old, f16-new .safetensors), which tests/patch/format2.sh
 # and format5.sh apply the committed seeds to.
 # One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
 # symbols), at +-2..6 (4-bit) and at +-120 (8-bit), F32, F16, F8_E4M3, an I64 table (OPAQUE,
@@ -90,14 +90,15 @@ def main():
         write_safetensors(ra, [("a.runs", "BF16", [m], u16(r0))])
         write_safetensors(rb, [("a.runs", "BF16", [m], u16(r1))])
         run("diff", ra, rb, "-o", os.path.join(out, "codings-ulp.patch"), "--chunk", "1K")
-        ca, cb, wa, wb = context_checkpoints(t)
+        ca, cb, wa, wb, ha, hb = context_checkpoints(t)
         run("diff", ca, cb, "-o", os.path.join(out, "v5-context.patch"), "--context", "--chunk", "32K")
         run("diff", wa, wb, "-o", os.path.join(out, "v5-value-modes.patch"), "--context", "--chunk", "32K")
+        run("diff", ha, hb, "-o", os.path.join(out, "v5-context-f16.patch"), "--context", "--chunk", "32K")
 
 
 def context_checkpoints(where):
     """The pairs the format-5 seeds are made from, written to where: (ctx-old, ctx-new,
-    wide-old, wide-new) .safetensors. Each pair has a random seed of its own, so the bytes do
+    wide-old, wide-new, f16-old, f16-new) .safetensors. Each pair has a random seed of its own, so the bytes do
     not depend on what ran before.
 
     Format 5: a BF16 tensor of one training-like step at two scales (so the exponent bands
@@ -105,7 +106,9 @@ def context_checkpoints(where):
     second, small chunk and an F32 tensor coded as in format 4. Then the value modes: weights
     over 20 binades, each moved by one step of 2^-14 (the bands of small steps code |d| around
     a centre, those of weights near or below the step the new value's distance from its
-    prediction, old - 2^-14)."""
+    prediction, old - 2^-14). Then an F16 tensor whose exponents (F16's 5 bits) spread over
+    most of their range, changing more often and by more ulps the lower they are (the bands
+    of the lowest in the centred value mode)."""
     random.seed(13)
     c0, c1 = [], []
     for i in range(40000):
@@ -126,7 +129,18 @@ def context_checkpoints(where):
         w1.append(bf16(from_bf16(w0[-1]) - 2.0 ** -14))
     write_safetensors(wa, [("a.wide", "BF16", [20000], u16(w0))])
     write_safetensors(wb, [("a.wide", "BF16", [20000], u16(w1))])
-    return ca, cb, wa, wb
+    random.seed(19)
+    h0, h1 = [], []
+    for i in range(30000):
+        e = random.randrange(2, 30)
+        v = (random.getrandbits(1) << 15) | e << 10 | random.getrandbits(10)
+        d = random.randrange(1, 2 + (1 << max(0, (29 - e) // 3)))
+        h0.append(v)
+        h1.append((v + random.choice([d, -d])) & 0xFFFF if random.random() < min(0.9, 0.01 * 2 ** ((29 - e) / 2)) else v)
+    ha, hb = (os.path.join(where, x + ".safetensors") for x in ("f16-old", "f16-new"))
+    write_safetensors(ha, [("a.f16", "F16", [30000], u16(h0))])
+    write_safetensors(hb, [("a.f16", "F16", [30000], u16(h1))])
+    return ca, cb, wa, wb, ha, hb
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Context-coded patches (format 5) as every writer wrote them: the committed seeds in
 # tests/fuzz/corpus/patch with coding bytes 64 (one rANS state), 65 (two) and 66/67 (count
-# tables, what writers write now) apply bit for bit to the checkpoints they were made from, in
-# place too, squash with their base, and are refused cleanly when damaged.
+# tables, what writers write now; one of them of an F16 tensor) apply bit for bit to the
+# checkpoints they were made from, in place too, squash with their base, and are refused cleanly
+# when damaged.
 set -u
 P=${PULSE_BIN:?}
 SRC=${PULSE_SRC:?}
@@ -57,6 +58,7 @@ v5-context-counts ctx 67
 v5-value-modes wide 64
 v5-value-modes-2states wide 65
 v5-value-modes-counts wide 67
+v5-context-f16 f16 67
 EOF
 
 # What the writer writes now: count tables and two states, as the counts seeds hold.
