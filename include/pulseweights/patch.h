@@ -17,9 +17,9 @@ extern "C" {
 /* 3: a position coding byte (zstd or Rice); 2 (read, not written): zstd positions, ulp values
  * as packed symbols + escapes */
 #define PULSE_PATCH_VERSION 4
-/* 5: as 4, and a BF16 ulp chunk may be context-coded (its changes coded by the exponents of the
- * base's old values), which only a reader holding the base weights decodes. Written by a diff
- * with pulse_diff_opts.context; read by this build. */
+/* 5: as 4, and a BF16 or F16 ulp chunk may be context-coded (its changes coded by the exponents
+ * of the base's old values), which only a reader holding the base weights decodes. Written by a
+ * diff with pulse_diff_opts.context; read by this build. */
 #define PULSE_PATCH_VERSION_CONTEXT 5
 #define PULSE_PATCH_DEFAULT_CHUNK (1u << 20)   /* elements per chunk */
 #define PULSE_PATCH_MAX_CHUNK (1u << 26)
@@ -57,9 +57,10 @@ typedef struct pulse_diff_opts {
      * so it is not made durable (no fsync, no background flush); it is still renamed into place
      * whole. Default 0: the patch is on disk when the call returns. */
     int scratch;
-    /* Nonzero: BF16 chunks of a ulp patch are context-coded (format 5, PULSE_PATCH_VERSION_CONTEXT):
-     * smaller, but only a reader holding the base weights decodes them (an apply to a checkpoint;
-     * not pulse_patch_tensor_updates, squash, or an engine-held or sliced follower). Default 0. */
+    /* Nonzero: BF16 and F16 chunks of a ulp patch are context-coded (format 5,
+     * PULSE_PATCH_VERSION_CONTEXT): smaller, but only a reader holding the base weights decodes
+     * them (an apply to a checkpoint; not pulse_patch_tensor_updates, squash, or an engine-held
+     * or sliced follower). Default 0. */
     int context;
 } pulse_diff_opts;
 

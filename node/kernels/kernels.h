@@ -168,7 +168,8 @@ typedef struct pulse_kernels {
     size_t (*rice_put)(const uint8_t *leb, size_t len, size_t k, unsigned shift, uint8_t *out);
 
     /* The context coder of format 5 (docs/patch-format.md, "Context-coded chunks"), on a BF16
-     * chunk a[0..n). exp(x) = (x >> 7) & 0xFF. ctx_ebase16: the chunk's exponent base, the
+     * chunk a[0..n) (an F16 chunk's exponents are placed there first, by patch_ctxcode.c).
+     * exp(x) = (x >> 7) & 0xFF. ctx_ebase16: the chunk's exponent base, the
      * largest exp(a[i]) minus 15, clamped at 0 (0 when n == 0). */
     unsigned (*ctx_ebase16)(const uint16_t *a, size_t n);
     /* The bands of a (band(x) = min(max(exp(x) - ebase, 0), 15), ebase <= 240) per word w of 64
