@@ -48,23 +48,31 @@ check "python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[\"total\"]; a
 ok "$P" inspect --json "$T/plain" --base "$S0"
 check "python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[\"total\"]; assert t[\"vs_bound\"] > 0.95, t[\"vs_bound\"]' '$T/out'"
 
+# Two steps X0 -> X1 -> X2 of a run, patches named after prefix x: the first context-coded
+# patch (format 5) under 3/4 of the format-4 one, and applies to a new file, in place and
+# squashed with the base, bit-identical.
+two_steps() {
+  local x=$1 X0=$2 X1=$3 X2=$4
+  ok "$P" diff "$X0" "$X1" -o "$T/${x}plain"
+  ok "$P" diff "$X0" "$X1" -o "$T/${x}ctx" --context
+  ok "$P" diff "$X1" "$X2" -o "$T/${x}ctx2" --context
+  check "[ \"\$(version '$T/${x}ctx')\" = 5 ] && [ \$((\$(stat -c %s '$T/${x}ctx') * 4)) -lt \$((\$(stat -c %s '$T/${x}plain') * 3)) ]"
+  ok "$P" apply "$X0" "$T/${x}ctx" -o "$T/${x}r1.safetensors"
+  check "cmp -s '$T/${x}r1.safetensors' '$X1'"
+  cp "$X1" "$T/${x}inplace.safetensors"
+  ok "$P" apply --in-place "$T/${x}inplace.safetensors" "$T/${x}ctx2"
+  check "cmp -s '$T/${x}inplace.safetensors' '$X2'"
+  ok "$P" squash "$T/${x}ctx" "$T/${x}ctx2" -o "$T/${x}sq" --base "$X0"
+  ok "$P" apply "$X0" "$T/${x}sq" -o "$T/${x}rsq.safetensors"
+  check "cmp -s '$T/${x}rsq.safetensors' '$X2'"
+}
+
 # Weights spread over 16 binades (--spread): the bands take the value modes (|d| around a centre,
 # new magnitudes around one); applies, in place and squashed, stay bit-identical, and the patch
 # is well under the format-4 one.
 ok "$P" synth --out "$T/wide" --steps 2 --params 4M --spread 16 --threads 2
 W0=$T/wide/step-000000.safetensors W1=$T/wide/step-000001.safetensors W2=$T/wide/step-000002.safetensors
-ok "$P" diff "$W0" "$W1" -o "$T/wplain"
-ok "$P" diff "$W0" "$W1" -o "$T/wctx" --context
-ok "$P" diff "$W1" "$W2" -o "$T/wctx2" --context
-check "[ \$((\$(stat -c %s '$T/wctx') * 4)) -lt \$((\$(stat -c %s '$T/wplain') * 3)) ]"
-ok "$P" apply "$W0" "$T/wctx" -o "$T/wr1.safetensors"
-check "cmp -s '$T/wr1.safetensors' '$W1'"
-cp "$W1" "$T/winplace.safetensors"
-ok "$P" apply --in-place "$T/winplace.safetensors" "$T/wctx2"
-check "cmp -s '$T/winplace.safetensors' '$W2'"
-ok "$P" squash "$T/wctx" "$T/wctx2" -o "$T/wsq" --base "$W0"
-ok "$P" apply "$W0" "$T/wsq" -o "$T/wrsq.safetensors"
-check "cmp -s '$T/wrsq.safetensors' '$W2'"
+two_steps w "$W0" "$W1" "$W2"
 
 # Mixed dtypes (BF16 coded by context; F32, I64 and packed tensors as in format 4).
 for s in 0 1; do python3 "$SRC/tests/patch/mkckpt.py" "$T/m$s.safetensors" 7 $s packed; done
@@ -89,18 +97,7 @@ for step in range(3):
     w = [x - 2e-5 * (1 if rng.random() < 0.7 else -1) for x in w]
 PY
 H0=$T/h0.safetensors H1=$T/h1.safetensors H2=$T/h2.safetensors
-ok "$P" diff "$H0" "$H1" -o "$T/hplain"
-ok "$P" diff "$H0" "$H1" -o "$T/hctx" --context
-ok "$P" diff "$H1" "$H2" -o "$T/hctx2" --context
-check "[ \"\$(version '$T/hctx')\" = 5 ] && [ \$((\$(stat -c %s '$T/hctx') * 4)) -lt \$((\$(stat -c %s '$T/hplain') * 3)) ]"
-ok "$P" apply "$H0" "$T/hctx" -o "$T/hr1.safetensors"
-check "cmp -s '$T/hr1.safetensors' '$H1'"
-cp "$H1" "$T/hinplace.safetensors"
-ok "$P" apply --in-place "$T/hinplace.safetensors" "$T/hctx2"
-check "cmp -s '$T/hinplace.safetensors' '$H2'"
-ok "$P" squash "$T/hctx" "$T/hctx2" -o "$T/hsq" --base "$H0"
-ok "$P" apply "$H0" "$T/hsq" -o "$T/hrsq.safetensors"
-check "cmp -s '$T/hrsq.safetensors' '$H2'"
+two_steps h "$H0" "$H1" "$H2"
 ok "$P" inspect --json "$T/hctx" --base "$H0"
 check "python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[\"total\"]; assert 0 < t[\"vs_bound\"] < 0.8, t[\"vs_bound\"]' '$T/out'"
 bad "$P" apply "$H1" "$T/hctx" -o "$T/hwrong.safetensors"
