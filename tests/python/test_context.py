@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Context-coded patches (format 5) through Python: Publisher(context=True), a Follower holding the weights follows bit for bit, an EngineFollower's Patch.updates() is refused without the base and given with it.
+# Context-coded patches (format 5) through Python: Publisher(context=True), a Follower holding the weights follows bit for bit (BF16 and F16 tensors), an EngineFollower's Patch.updates() is refused without the base and given with it.
 import os
 import sys
 import tempfile
@@ -34,8 +34,10 @@ rng = np.random.default_rng(5)
 # A BF16 matrix of rows at different scales, stepped by noise near its rounding cells: enough
 # changes a chunk that the diff keeps the context coding.
 scale = np.repeat(0.002 * (1 + np.arange(512) % 8), 1024).reshape(512, 1024)
-w = {"a": bf16(rng.standard_normal((512, 1024)) * scale), "b": rng.standard_normal(300).astype(np.float32)}
-mine = {"a": w["a"].copy(), "b": w["b"].copy()}   # a follower's weights, updated in place
+# And an F16 vector over many binades (its chunks coded by F16's exponent).
+w = {"a": bf16(rng.standard_normal((512, 1024)) * scale), "b": rng.standard_normal(300).astype(np.float32),
+     "c": (rng.standard_normal(65536) * 2.0 ** -rng.integers(0, 10, 65536)).astype(np.float16)}
+mine = {k: v.copy() for k, v in w.items()}   # a follower's weights, updated in place
 engine = {}
 refused = []
 
@@ -47,7 +49,7 @@ def on_keyframe(step, path):
     for k, v in json.loads(raw[8:8 + n]).items():
         if k != "__metadata__":
             b0, b1 = v["data_offsets"]
-            dt = np.uint16 if v["dtype"] == "BF16" else np.float32
+            dt = {"BF16": np.uint16, "F16": np.float16}.get(v["dtype"], np.float32)
             engine[k] = np.frombuffer(raw[8 + n + b0:8 + n + b1], dtype=dt).reshape(v["shape"]).copy()
 
 
@@ -57,24 +59,24 @@ def on_patch(step, patch):
         refused.append(None)
     except pw.PulseError as e:
         refused.append(str(e))
-    pw.apply_updates(engine, patch.updates(base={"a": (engine["a"], "BF16"), "b": engine["b"]}))
+    pw.apply_updates(engine, patch.updates(base={"a": (engine["a"], "BF16"), "b": engine["b"], "c": engine["c"]}))
 
 
 with pw.Publisher(store, "r", os.path.join(tmp, "t.key"), os.path.join(tmp, "pub"), context=True) as pub, \
         pw.Follower(store, "r", os.path.join(tmp, "t.pub"), os.path.join(tmp, "fol"),
-                     weights={"a": (mine["a"], "BF16"), "b": mine["b"]}) as fol:
+                     weights={"a": (mine["a"], "BF16"), "b": mine["b"], "c": mine["c"]}) as fol:
     eng = EngineFollower(store, "r", os.path.join(tmp, "t.pub"), os.path.join(tmp, "eng"), on_patch, on_keyframe)
     for step in range(3):
         if step:
             w["a"] = bf16(f32(w["a"]) + rng.standard_normal((512, 1024)).astype(np.float32) * 1e-4)
             w["b"][:7] += 1.0
-        pub.publish({"a": (w["a"], "BF16"), "b": w["b"]})
+            w["c"] = (w["c"].astype(np.float32) - 3e-5 * np.sign(rng.standard_normal(65536))).astype(np.float16)
+        pub.publish({"a": (w["a"], "BF16"), "b": w["b"], "c": w["c"]})
+        same = lambda have: all(np.array_equal(have[k].view(np.uint8), w[k].view(np.uint8)) for k in w)
         n, held = fol.pull()
-        check(n == 1 and np.array_equal(mine["a"], w["a"]) and np.array_equal(mine["b"], w["b"]),
-              "step %d: the follower's weights equal the trainer's" % step)
+        check(n == 1 and same(mine), "step %d: the follower's weights equal the trainer's" % step)
         n, held = eng.pull()
-        check(n == 1 and np.array_equal(engine["a"], w["a"]) and np.array_equal(engine["b"], w["b"]),
-              "step %d: the engine's arrays, updated with the base, equal the trainer's" % step)
+        check(n == 1 and same(engine), "step %d: the engine's arrays, updated with the base, equal the trainer's" % step)
     check(len(refused) == 2 and all(r and "base weights" in r and "a" in r for r in refused),
           "Patch.updates() without the base is refused by name: %s" % refused[:1])
     pfiles = []
