@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* pulse synth: write a synthetic RL trajectory of BF16 checkpoints (step-000000 ... step-N). */
+/* pulse synth: write a synthetic RL trajectory of BF16 (or FP16) checkpoints (step-000000 ... step-N). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +16,16 @@
 
 static const char usage[] =
     "usage: pulse synth --out DIR --steps N [--params 100M | --from CKPT] [--lr 3e-6] [--seed S]\n"
-    "                  [--spread B] [--threads N]\n"
+    "                  [--spread B] [--view bf16|fp16] [--threads N]\n"
     "\n"
     "Trains a Llama-shaped model of about --params weights (K/M/B = 10^3/10^6/10^9) with Adam\n"
     "(beta 0.9/0.999, eps 1e-8) on step-to-step correlated synthetic gradients, FP32 master\n"
     "weights, and writes the BF16 view (round to nearest even) after every step:\n"
     "DIR/step-000000.safetensors (initial weights) ... DIR/step-<N>.safetensors.\n"
-    "Prints per step the fraction of BF16 values that changed. The output depends only on\n"
-    "--params, --lr, --seed (default 1) and --spread, never on --threads (default 0 = all cores).\n"
+    "Prints per step the fraction of view values that changed. The output depends only on\n"
+    "--params, --lr, --seed (default 1), --spread and --view, never on --threads (default 0 =\n"
+    "all cores). --view fp16 writes F16 tensors instead (the same trainer, rounded to FP16 as a\n"
+    "fleet that serves FP16 would; default bf16).\n"
     "--spread B draws each matrix's initial magnitudes log-uniform over B binades below its\n"
     "1/sqrt(fan_in) scale, with random signs, as trained vision and conv models spread them\n"
     "(default 0: normal, Llama-like); it is the wide-magnitude case of docs/performance.md.\n"
@@ -72,6 +74,10 @@ int cmd_synth(int argc, char **argv)
         } else if ((r = synth_arg(argc, argv, &i, "--spread", &v)) != 0) {
             if (r < 0 || (strcmp(v, "0") != 0 && synth_parse_positive(v, SYNTH_MAX_SPREAD, &o.spread) < 0))
                 return cli_usage_error("synth", "--spread needs a number of binades in [0, %g]", SYNTH_MAX_SPREAD);
+        } else if ((r = synth_arg(argc, argv, &i, "--view", &v)) != 0) {
+            if (r < 0 || (strcmp(v, "bf16") != 0 && strcmp(v, "fp16") != 0))
+                return cli_usage_error("synth", "--view wants bf16 or fp16");
+            o.fp16 = !strcmp(v, "fp16");
         } else if ((r = synth_arg(argc, argv, &i, "--threads", &v)) != 0) {
             if (r < 0 || synth_parse_threads(v, &o.threads) < 0)
                 return cli_usage_error("synth", "--threads needs a count 0..256 (0 = all cores)");
@@ -106,13 +112,14 @@ int cmd_synth(int argc, char **argv)
             err = pulse_fail(PULSE_ERR_INVALID, "path too long");
     }
     int rc = 0;
+    const char *view = o.fp16 ? "FP16" : "BF16";
     if (!err) {
         if (from)
-            printf("model: %llu params in %zu float tensors of %s, BF16 %.1f MB/step\n",
-                   (unsigned long long)m.params, m.ntensors, from, (double)m.params * 2 / 1e6);
+            printf("model: %llu params in %zu float tensors of %s, %s %.1f MB/step\n",
+                   (unsigned long long)m.params, m.ntensors, from, view, (double)m.params * 2 / 1e6);
         else
-            printf("model: %llu params (hidden %u, mlp %u, layers %u, vocab %u), %zu tensors, BF16 %.1f MB/step\n",
-                   (unsigned long long)m.params, m.hidden, m.intermediate, m.layers, m.vocab, m.ntensors,
+            printf("model: %llu params (hidden %u, mlp %u, layers %u, vocab %u), %zu tensors, %s %.1f MB/step\n",
+                   (unsigned long long)m.params, m.hidden, m.intermediate, m.layers, m.vocab, m.ntensors, view,
                    (double)m.params * 2 / 1e6);
         printf("trainer: Adam lr %g, gradient correlation %.2f, seed %llu\n", o.lr, o.rho,
                (unsigned long long)o.seed);
@@ -122,9 +129,9 @@ int cmd_synth(int argc, char **argv)
         if (!err) {
             printf("step %06d: initial weights -> %s\n", 0, paths[0]);
             for (uint64_t k = 1; k <= steps; k++)
-                printf("step %06llu: %6.3f%% of BF16 values changed (%llu of %llu)\n",
-                       (unsigned long long)k, 100.0 * (double)changed[k] / (double)m.params,
-                       (unsigned long long)changed[k], (unsigned long long)m.params);
+                printf("step %06llu: %6.3f%% of %s values changed (%llu of %llu)\n", (unsigned long long)k,
+                       100.0 * (double)changed[k] / (double)m.params, view, (unsigned long long)changed[k],
+                       (unsigned long long)m.params);
             printf("wrote %llu checkpoints to %s in %.2f s\n", (unsigned long long)steps + 1, out, dt);
             rc = cli_finish_stdout("synth");
         }

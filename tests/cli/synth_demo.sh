@@ -26,6 +26,40 @@ done
 cmp -s "$tmp/a/step-000001.safetensors" "$tmp/c/step-000001.safetensors" && fail "seed 8 gave the bytes of seed 7"
 cmp -s "$tmp/a/step-000000.safetensors" "$tmp/a/step-000001.safetensors" && fail "step 1 equals step 0"
 
+# --view fp16: F16 tensors of the same names and shapes, each value within a BF16 cell of the
+# BF16 view's, more of them changing a step; deterministic; bf16 is the default byte for byte.
+"$PULSE_BIN" synth --out "$tmp/h" --params 1M --steps 1 --seed 8 --view fp16 > "$tmp/h.log" || fail "synth --view fp16 failed"
+"$PULSE_BIN" synth --out "$tmp/h2" --params 1M --steps 1 --seed 8 --view fp16 --threads 1 > /dev/null
+cmp -s "$tmp/h/step-000001.safetensors" "$tmp/h2/step-000001.safetensors" || fail "--view fp16 is not deterministic"
+"$PULSE_BIN" synth --out "$tmp/hb" --params 1M --steps 1 --seed 8 --view bf16 > /dev/null
+cmp -s "$tmp/c/step-000001.safetensors" "$tmp/hb/step-000001.safetensors" || fail "--view bf16 is not the default"
+grep -q "of FP16 values changed" "$tmp/h.log" || fail "synth --view fp16 does not say FP16"
+python3 - "$tmp/c" "$tmp/h" <<'PY' || fail "synth --view fp16: wrong tensors"
+import json, struct, sys
+def load(d, step):
+    b = open('%s/step-%06d.safetensors' % (d, step), 'rb').read(); n = struct.unpack_from('<Q', b)[0]
+    return json.loads(b[8:8 + n]), b[8 + n:]
+(hb, db), (hh, dh) = load(sys.argv[1], 1), load(sys.argv[2], 1)
+db0, dh0 = load(sys.argv[1], 0)[1], load(sys.argv[2], 0)[1]
+names = [k for k in hb if k != '__metadata__']
+assert sorted(names) == sorted(k for k in hh if k != '__metadata__')
+moved = {'BF16': 0, 'F16': 0}
+for k in names:
+    assert hb[k]['dtype'] == 'BF16' and hh[k]['dtype'] == 'F16' and hb[k]['shape'] == hh[k]['shape'], k
+    ob, oh = hb[k]['data_offsets'], hh[k]['data_offsets']
+    m = (ob[1] - ob[0]) // 2
+    vb, vb0 = (struct.unpack_from('<%dH' % m, d, ob[0]) for d in (db, db0))
+    vh, vh0 = (struct.unpack_from('<%dH' % m, d, oh[0]) for d in (dh, dh0))
+    for x, y in zip(vb[:4096], struct.unpack_from('<%de' % m, dh, oh[0])[:4096]):
+        xf = struct.unpack('<f', struct.pack('<I', x << 16))[0]
+        assert abs(xf - y) <= abs(xf) * 2 ** -7 + 2 ** -24, (k, xf, y)   # half a BF16 ulp + half an F16 one
+    moved['BF16'] += sum(a != b for a, b in zip(vb0, vb))
+    moved['F16'] += sum(a != b for a, b in zip(vh0, vh))
+assert moved['F16'] > 2 * moved['BF16'] > 0, moved
+PY
+if "$PULSE_BIN" synth --out "$tmp/x" --steps 1 --params 1M --view fp8 2> "$tmp/err"; then fail "--view fp8 accepted"; fi
+grep -q -- "--view wants bf16 or fp16" "$tmp/err" || fail "--view fp8: the error does not name --view"
+
 # --spread: 0 is the default init byte for byte; B > 0 draws other initial weights, deterministically.
 "$PULSE_BIN" synth --out "$tmp/s0" --params 1M --steps 1 --seed 8 --spread 0 > /dev/null
 cmp -s "$tmp/c/step-000001.safetensors" "$tmp/s0/step-000001.safetensors" || fail "--spread 0 changed the weights"

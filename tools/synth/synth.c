@@ -27,6 +27,7 @@ void synth_opts_default(synth_opts *o)
     o->lr = 3e-6;
     o->rho = 0.9;
     o->spread = 0.0;
+    o->fp16 = 0;
     o->threads = 0;
 }
 
@@ -305,7 +306,7 @@ static int run_block(void *ctx, size_t i)
             mo[j] = ve[j] = g[j] = 0.0f;
     }
     for (size_t j = 0; j < n; j++)
-        prev[j] = synth_bf16_rne(w[j]);
+        prev[j] = synth_view_rne(r->o->fp16, w[j]);
     if (r->s0 == 0 && r->out[it->tensor])
         memcpy(r->out[it->tensor] + it->lo, prev, n * sizeof *prev);
 
@@ -330,7 +331,7 @@ static int run_block(void *ctx, size_t i)
         }
         uint64_t moved = 0;
         for (size_t j = 0; j < n; j++) {
-            cur[j] = synth_bf16_rne(w[j]);
+            cur[j] = synth_view_rne(r->o->fp16, w[j]);
             moved += cur[j] != prev[j];
         }
         atomic_fetch_add_explicit(&r->changed[k], moved, memory_order_relaxed);
@@ -382,7 +383,7 @@ static int create_checkpoint(const synth_model *m, const synth_opts *o, const ch
     for (size_t t = 0; t < m->ntensors; t++) {
         const synth_tensor *st = &m->tensors[t];
         specs[t].name = st->name;
-        specs[t].dtype_name = "BF16";
+        specs[t].dtype_name = o->fp16 ? "F16" : "BF16";
         if (st->shaped) {
             specs[t].ndim = st->ndim;
             memcpy(specs[t].shape, st->shape, sizeof st->shape);
@@ -396,8 +397,8 @@ static int create_checkpoint(const synth_model *m, const synth_opts *o, const ch
      * to the real next one, header included. */
     char meta[256];
     snprintf(meta, sizeof meta,
-             "{\"format\":\"pt\",\"generator\":\"pulse synth\",\"seed\":\"%llu\",\"lr\":\"%g\"}",
-             (unsigned long long)o->seed, o->lr);
+             "{\"format\":\"pt\",\"generator\":\"pulse synth\",\"seed\":\"%llu\",\"lr\":\"%g\"%s}",
+             (unsigned long long)o->seed, o->lr, o->fp16 ? ",\"view\":\"fp16\"" : "");
     int err = pulse_ckpt_create(out, path, specs, m->ntensors, meta);
     free(specs);
     if (err < 0)

@@ -40,6 +40,7 @@ typedef struct synth_opts {
     double lr;                 /* Adam learning rate (default 3e-6) */
     double rho;                /* step-to-step gradient correlation (default 0.9) */
     double spread;             /* 0: matrices init normal; B > 0: magnitudes log-uniform over B binades below std */
+    int fp16;                  /* write the FP16 view (F16 tensors) instead of BF16 (default 0) */
     int threads;               /* 0 = all cores; the output does not depend on it */
 } synth_opts;
 
