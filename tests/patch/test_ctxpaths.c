@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests of context-coded patches (format 5) in the library's read paths: verify, apply, sparse updates with and without the base, pieces of whole rows, sliced patches; each against the same step coded without context. */
+/* Unit tests of context-coded patches (format 5) in the library's read paths: verify, apply, sparse updates with and without the base, pieces of whole rows, sliced patches; each against the same step coded without context, for a BF16 and an F16 matrix. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,11 +47,40 @@ static float unbf16(uint16_t h)
     return x;
 }
 
+/* x as F16, rounded to nearest even (subnormals kept; |x| here is far below F16's range). */
+static uint16_t f16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, m = (u & 0x7FFFFFu) | 0x800000u;
+    int e = (int)((u >> 23) & 0xFFu) - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7C00u);
+    if (e < -10 || (u & 0x7FFFFFFFu) == 0)
+        return (uint16_t)sign;
+    unsigned sh = e > 0 ? 13u : (unsigned)(14 - e);
+    uint32_t q = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++;
+    /* a normal's implicit bit lands on the exponent's lowest bit: add (e - 1) above it */
+    return (uint16_t)(sign | (e > 0 ? ((uint32_t)(e - 1) << 10) + q : q));
+}
+
+static float unf16(uint16_t h)
+{
+    unsigned e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    float v = e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
+    return (h & 0x8000u) ? -v : v;
+}
+
+/* The matrix's dtype in this run: "BF16" or "F16". */
+static const char *dtype = "BF16";
+
 static pulse_ckpt *wrap(uint16_t *w, float *f, int flags)
 {
     pulse_mem_tensor mt[2];
     memset(mt, 0, sizeof mt);
-    mt[0] = (pulse_mem_tensor){ .name = "a.w", .dtype_name = "BF16", .ndim = 2, .shape = { ROWS, COLS }, .data = w,
+    mt[0] = (pulse_mem_tensor){ .name = "a.w", .dtype_name = dtype, .ndim = 2, .shape = { ROWS, COLS }, .data = w,
                                 .nbytes = N * 2 };
     mt[1] = (pulse_mem_tensor){ .name = "b.f", .dtype_name = "F32", .ndim = 1, .shape = { NF }, .data = f,
                                 .nbytes = NF * 4 };
@@ -78,19 +107,22 @@ static int updates(const pulse_patch *p, size_t i, const pulse_ckpt *base, int64
     return pulse_patch_tensor_updates(p, i, base, 2, idx, val, d);
 }
 
-int main(void)
+static void run(void)
 {
+    printf("-- a %s matrix\n", dtype);
     char dir[] = "/tmp/pulse-ctxpaths-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
-    /* One training step of a BF16 matrix whose rows have different scales (so the exponent
-     * bands differ in how often they change): w += lr * sign-ish noise, rounded to BF16. */
+    /* One training step of a matrix whose rows have different scales (so the exponent bands
+     * differ in how often they change): w += lr * sign-ish noise, rounded to the dtype (F16's
+     * cells are 8x finer: a step 10x smaller changes a like share of them). */
     static uint16_t w0[N], w1[N], work[N];
     static float f0[NF], f1[NF];
+    const int half = !strcmp(dtype, "F16");
     for (size_t i = 0; i < N; i++) {
         double scale = 0.002 * (double)(1 + (i / COLS) % 8);
         float x = (float)(scale * gauss());
-        w0[i] = bf16(x);
-        w1[i] = bf16(unbf16(w0[i]) + (float)(1e-4 * gauss()));
+        w0[i] = half ? f16(x) : bf16(x);
+        w1[i] = half ? f16(unf16(w0[i]) + (float)(1e-5 * gauss())) : bf16(unbf16(w0[i]) + (float)(1e-4 * gauss()));
     }
     w1[5] = (uint16_t)(w0[5] + 300);   /* a large difference: an escape */
     for (size_t i = 0; i < NF; i++)
@@ -122,7 +154,7 @@ int main(void)
     CHECK_OK(pulse_patch_verify(p5, old, 2));
 
     /* Sparse updates: with the base, exactly the format-4 patch's, positions ascending; without
-     * it the BF16 tensor is refused by name, the F32 one (not context-coded) still given. */
+     * it the matrix is refused by name, the F32 one (not context-coded) still given. */
     int64_t *i4 = malloc(changes * sizeof *i4), *i5 = malloc(changes * sizeof *i5);
     uint16_t *v4 = malloc(changes * 2), *v5 = malloc(changes * 2), *d4 = malloc(changes * 2), *d5 = malloc(changes * 2);
     CHECK_OK(updates(p4, 0, old, i4, v4, d4));
@@ -178,12 +210,12 @@ int main(void)
     CHECK(memcmp(i4, i5, changes * sizeof *i4) == 0 && memcmp(d4, d5, changes * 2) == 0);
     pulse_patch_close(&sp);
 
-    /* The context pays here too: the BF16 streams are smaller than format 4's. */
+    /* The context pays here too: the matrix's streams are smaller than format 4's. */
     pulse_patch_tensor_info t4, t5;
     CHECK_OK(pulse_patch_tensor_info_get(p4, 0, 0, &t4));
     CHECK_OK(pulse_patch_tensor_info_get(p5, 0, 0, &t5));
     CHECK(t5.pos_bytes + t5.val_bytes < t4.pos_bytes + t4.val_bytes);
-    printf("BF16 streams: %llu bytes context-coded, %llu in format 4\n",
+    printf("%s streams: %llu bytes context-coded, %llu in format 4\n", dtype,
            (unsigned long long)(t5.pos_bytes + t5.val_bytes), (unsigned long long)(t4.pos_bytes + t4.val_bytes));
 
     free(i4); free(i5); free(v4); free(v5); free(d4); free(d5);
@@ -196,5 +228,12 @@ int main(void)
     unlink(p4path);
     unlink(p5path);
     rmdir(dir);
+}
+
+int main(void)
+{
+    run();
+    dtype = "F16";
+    run();
     return check_done("test_ctxpaths");
 }
