@@ -470,6 +470,8 @@ static int parse_counts(const uint8_t *val, size_t val_len, size_t *at, unsigned
 static int parse_head(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
                       size_t k, uint32_t n, ctx_head *h, const char *tensor, uint64_t chunk)
 {
+    if (!patch_ctx_dtype_ok(dt))
+        return PFAIL("context coding on a chunk of dtype %d", (int)dt);
     if (!pos || pos_len < 1)
         return PFAIL("empty");
     if (!patch_pos_is_context(pos[0]))
@@ -688,8 +690,6 @@ static int check_rice(const ctx_head *h, const uint8_t *pos, uint32_t n, const c
 int patch_ctx_check(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
                     size_t k, uint32_t n, const char *tensor, uint64_t chunk)
 {
-    if (!patch_ctx_dtype_ok(dt))
-        return ctx_fail(PULSE_ERR_FORMAT, tensor, chunk, "position", "context coding on a chunk of dtype %d", (int)dt);
     ctx_head h;
     int err = parse_head(dt, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
     if (!err)
@@ -727,8 +727,6 @@ static int ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     if (!s || !old || !idx || !z || n > s->cap)
         return ctx_fail(PULSE_ERR_INVALID, tensor, chunk, "position", "chunk of %u elements, scratch for %u",
                         n, s ? s->cap : 0);
-    if (!patch_ctx_dtype_ok(dt))
-        return ctx_fail(PULSE_ERR_FORMAT, tensor, chunk, "position", "context coding on a chunk of dtype %d", (int)dt);
     ctx_head h;
     int err = parse_head(dt, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
     if (err)
