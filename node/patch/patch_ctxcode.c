@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The context coder of format 5: a BF16 or F16 chunk's changed positions as Rice gaps among the members of each old value's exponent band, its ulp differences as static rANS symbols with one table per band (docs/patch-format.md). */
+/* The context coder of format 5: a BF16 or F16 chunk's changed positions as Rice gaps among the members of each old value's exponent band, its ulp differences as static rANS symbols with one table per band, or two by the direction each element took in the step before (docs/patch-format.md). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,9 +26,11 @@
 #define CTX_TWO_STATES_MIN 256u /* changes from which a chunk's values take two rANS states */
 #define MAX_S 24u               /* largest Rice parameter */
 #define HEAD_MAX (2u + NB * (1u + 2u * 5u)) /* longest position stream header */
-/* longest head of a band's values: its value mode and centre (1 + 3), then its table, of
- * frequencies (20 x <= 2) or of counts (a set of <= 3 bytes and 19 counts of <= 5) */
-#define BAND_VALUE_HEAD_MAX (4u + 3u + (NSYM - 1u) * 5u)
+/* longest head of a band's values: its value mode and centre (1 + 3) and its table, of
+ * frequencies (20 x <= 2) or of counts (a set of <= 3 bytes and 19 counts of <= 5); or, coded by
+ * the previous directions, the count of changes without one (<= 5) and two count tables */
+#define COUNT_TABLE_MAX (3u + (NSYM - 1u) * 5u)
+#define BAND_VALUE_HEAD_MAX (5u + 2u * COUNT_TABLE_MAX)
 
 enum { MODE_NONE = 0, MODE_CHANGED = 1, MODE_UNCHANGED = 2, MODE_REFUSED = 3 };
 /* A band's value mode: what its symbols code. VM_DIFF z itself; VM_CENTRED |d| around the
@@ -56,6 +58,8 @@ struct patch_ctx_scratch {
     uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
     uint32_t *samp;             /* the value modes' sample of a band (3 SAMPLE_MAX) */
     uint16_t *key;              /* an F16 chunk's exponents where BF16 has its own (cap), on first use */
+    uint8_t *cls;               /* the encoder's previous direction of each change, in decode order (cap) */
+    uint16_t *zt;               /* a band's values while they are put in or out of direction order (cap) */
     int one_state;              /* write one rANS state, for tests */
     int freq_tables;            /* write frequency tables, for tests */
 };
@@ -301,6 +305,8 @@ void patch_ctx_scratch_free(patch_ctx_scratch *s)
     free(s->rbuf);
     free(s->samp);
     free(s->key);
+    free(s->cls);
+    free(s->zt);
     free(s);
 }
 
@@ -406,6 +412,11 @@ typedef struct ctx_head {
     uint16_t freq[NB][NSYM];
     unsigned states;            /* rANS states: 1, or 2 (PATCH_CTX_TWO_STATES) */
     int counts;                 /* count tables (PATCH_CTX_COUNT_TABLES) */
+    int dirs;                   /* values coded by the previous directions (PATCH_CTX_PREV_DIRS) */
+    uint32_t c0[NB];            /* a band's changes in its first table: all of them, or (dirs and no
+                                 * value mode) those without a previous direction */
+    uint16_t freq1[NB][NSYM];   /* the second table (dirs): the changes that moved before, their
+                                 * values turned to that direction */
     size_t rans_at, rans_len;   /* in val */
     size_t esc_at;              /* the escape bits: val[esc_at .. val_len) */
 } ctx_head;
@@ -467,8 +478,8 @@ static int parse_counts(const uint8_t *val, size_t val_len, size_t *at, unsigned
     return 0;
 }
 
-static int parse_head(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
-                      size_t k, uint32_t n, ctx_head *h, const char *tensor, uint64_t chunk)
+static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t pos_len, const uint8_t *val,
+                      size_t val_len, size_t k, uint32_t n, ctx_head *h, const char *tensor, uint64_t chunk)
 {
     if (!patch_ctx_dtype_ok(dt))
         return PFAIL("context coding on a chunk of dtype %d", (int)dt);
@@ -480,6 +491,13 @@ static int parse_head(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const 
                         PATCH_POS_CONTEXT_LAST);
     h->states = pos[0] & PATCH_CTX_TWO_STATES ? 2 : 1;
     h->counts = (pos[0] & PATCH_CTX_COUNT_TABLES) != 0;
+    h->dirs = (pos[0] & PATCH_CTX_PREV_DIRS) != 0;
+    if (h->dirs && !dirs_ok)
+        return ctx_fail(PULSE_ERR_UNSUPPORTED, tensor, chunk, "position",
+                        "coding byte %u codes values by the previous step's directions, which this reader "
+                        "does not hold", pos[0]);
+    if (h->dirs && !h->counts)
+        return PFAIL("coding byte %u: previous directions without count tables", pos[0]);
     if (n == 0 || k == 0 || k > n)
         return PFAIL("%zu changes in a chunk of %u elements", k, n);
     if (pos_len < 2)
@@ -546,8 +564,21 @@ static int parse_head(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const 
                 return VFAIL("band %u: centre %u outside [1, %u]", b, h->vc[b], cmax);
             h->vm[b] = vm;
         }
-        int r = h->counts ? parse_counts(val, val_len, &at, b, h->c[b], h->freq[b], tensor, chunk)
+        h->c0[b] = h->c[b];
+        if (h->dirs && !h->vm[b]) {
+            int r = leb_read(val, val_len, &at, &h->c0[b]);
+            if (r)
+                return VFAIL("band %u: count of changes without a previous direction %s", b,
+                             r == -1 ? "truncated" : "malformed");
+            if (h->c0[b] > h->c[b])
+                return VFAIL("band %u: %u changes without a previous direction of its %u", b, h->c0[b], h->c[b]);
+        }
+        int r = 0;
+        if (h->c0[b])
+            r = h->counts ? parse_counts(val, val_len, &at, b, h->c0[b], h->freq[b], tensor, chunk)
                           : parse_freqs(val, val_len, &at, b, h->freq[b], tensor, chunk);
+        if (!r && h->c0[b] < h->c[b])
+            r = parse_counts(val, val_len, &at, b, h->c[b] - h->c0[b], h->freq1[b], tensor, chunk);
         if (r)
             return r;
     }
@@ -589,66 +620,72 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
     for (unsigned b = 0; b < NB; b++) {
         if (h->mode[b] == MODE_NONE)
             continue;
-        uint8_t slot[TAB_TOTAL];
-        uint16_t cum[NSYM];
-        const uint16_t *f = h->freq[b];
         const unsigned vm = h->vm[b];
         const uint32_t C = h->vc[b];
         const double L = vm == VM_PRED ? ctx_bf16_value((uint16_t)C) : 0;
-        unsigned c = 0;
-        for (unsigned y = 0; y < NSYM; y++) {
-            cum[y] = (uint16_t)c;
-            memset(slot + c, (int)y, f[y]);
-            c += f[y];
-        }
-        for (uint32_t t = 0; t < h->c[b]; t++) {
-            uint32_t sl = x & (TAB_TOTAL - 1);
-            unsigned y = slot[sl];
-            x = f[y] * (x >> TAB_BITS) + sl - cum[y];
-            while (x < RANS_L) {
-                if (rp >= rend)
-                    return VFAIL("rANS stream ends at change %zu", j);
-                x = x << 8 | *rp++;
+        /* the band's first table, then (dirs) its second, each for its run of changes */
+        for (unsigned q = 0; q < 2; q++) {
+            const uint32_t t0 = q ? h->c0[b] : 0, t1 = q ? h->c[b] : h->c0[b];
+            if (t0 == t1)
+                continue;
+            uint8_t slot[TAB_TOTAL];
+            uint16_t cum[NSYM];
+            const uint16_t *f = q ? h->freq1[b] : h->freq[b];
+            unsigned c = 0;
+            for (unsigned y = 0; y < NSYM; y++) {
+                cum[y] = (uint16_t)c;
+                memset(slot + c, (int)y, f[y]);
+                c += f[y];
             }
-            if (swap) {
-                const uint32_t t2 = x;
-                x = x2;
-                x2 = t2;
+            for (uint32_t t = t0; t < t1; t++) {
+                uint32_t sl = x & (TAB_TOTAL - 1);
+                unsigned y = slot[sl];
+                x = f[y] * (x >> TAB_BITS) + sl - cum[y];
+                while (x < RANS_L) {
+                    if (rp >= rend)
+                        return VFAIL("rANS stream ends at change %zu", j);
+                    x = x << 8 | *rp++;
+                }
+                if (swap) {
+                    const uint32_t t2 = x;
+                    x = x2;
+                    x2 = t2;
+                }
+                uint32_t sg = 0;
+                if (vm && br_bits(&esc, 1, &sg))
+                    return VFAIL("sign bits end at change %zu", j);
+                uint32_t u;
+                if (y < NDIRECT) {
+                    u = y + 1;
+                } else {
+                    unsigned L = y - NDIRECT + 4;
+                    uint32_t low;
+                    if (br_bits(&esc, L - 1, &low))
+                        return VFAIL("escape bits end at change %zu", j);
+                    u = (1u << (L - 1)) | low;
+                }
+                uint16_t zz = (uint16_t)u;
+                if (vm == VM_CENTRED) {
+                    /* |d| in [1, 32768], and 32768 only as -32768 */
+                    int32_t v = (int32_t)C + unzigzag32(u - 1);
+                    if (v < 1 || v > 32768 || (v == 32768 && !sg))
+                        return VFAIL("band %u: change %zu is %c%d ulps", b, j, sg ? '-' : '+', v);
+                    zz = zigzag_d((int16_t)(sg ? -v : v));
+                } else if (vm == VM_PRED && old) {
+                    /* u <= 65535: the distance is within +-32767 steps of the prediction */
+                    uint16_t ov = old[idx[j]], p = ctx_predict(ov, sg, L);
+                    uint16_t nv = ctx_key16((uint16_t)(ctx_key16(p) + (uint16_t)unzigzag32(u - 1)));
+                    if (nv == ov)
+                        return VFAIL("band %u: change %zu equals its old value", b, j);
+                    if (ctx_step_down(ov, nv) != sg)
+                        return VFAIL("band %u: change %zu steps %s, its direction bit says %s", b, j,
+                                     sg ? "up" : "down", sg ? "down" : "up");
+                    zz = zigzag(ov, nv);
+                }
+                if (z)
+                    z[j] = zz;
+                j++;
             }
-            uint32_t sg = 0;
-            if (vm && br_bits(&esc, 1, &sg))
-                return VFAIL("sign bits end at change %zu", j);
-            uint32_t u;
-            if (y < NDIRECT) {
-                u = y + 1;
-            } else {
-                unsigned L = y - NDIRECT + 4;
-                uint32_t low;
-                if (br_bits(&esc, L - 1, &low))
-                    return VFAIL("escape bits end at change %zu", j);
-                u = (1u << (L - 1)) | low;
-            }
-            uint16_t zz = (uint16_t)u;
-            if (vm == VM_CENTRED) {
-                /* |d| in [1, 32768], and 32768 only as -32768 */
-                int32_t v = (int32_t)C + unzigzag32(u - 1);
-                if (v < 1 || v > 32768 || (v == 32768 && !sg))
-                    return VFAIL("band %u: change %zu is %c%d ulps", b, j, sg ? '-' : '+', v);
-                zz = zigzag_d((int16_t)(sg ? -v : v));
-            } else if (vm == VM_PRED && old) {
-                /* u <= 65535: the distance is within +-32767 steps of the prediction */
-                uint16_t ov = old[idx[j]], p = ctx_predict(ov, sg, L);
-                uint16_t nv = ctx_key16((uint16_t)(ctx_key16(p) + (uint16_t)unzigzag32(u - 1)));
-                if (nv == ov)
-                    return VFAIL("band %u: change %zu equals its old value", b, j);
-                if (ctx_step_down(ov, nv) != sg)
-                    return VFAIL("band %u: change %zu steps %s, its direction bit says %s", b, j,
-                                 sg ? "up" : "down", sg ? "down" : "up");
-                zz = zigzag(ov, nv);
-            }
-            if (z)
-                z[j] = zz;
-            j++;
         }
     }
     if (x != RANS_L || x2 != RANS_L)
@@ -687,16 +724,63 @@ static int check_rice(const ctx_head *h, const uint8_t *pos, uint32_t n, const c
     return 0;
 }
 
-int patch_ctx_check(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
-                    size_t k, uint32_t n, const char *tensor, uint64_t chunk)
+static int ctx_check(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t pos_len, const uint8_t *val,
+                     size_t val_len, size_t k, uint32_t n, const char *tensor, uint64_t chunk)
 {
     ctx_head h;
-    int err = parse_head(dt, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
+    int err = parse_head(dt, dirs_ok, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
     if (!err)
         err = check_rice(&h, pos, n, tensor, chunk);
     if (!err)
         err = decode_values(&h, val, val_len, NULL, NULL, NULL, tensor, chunk);
     return err;
+}
+
+int patch_ctx_check(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
+                    size_t k, uint32_t n, const char *tensor, uint64_t chunk)
+{
+    return ctx_check(dt, 0, pos, pos_len, val, val_len, k, n, tensor, chunk);
+}
+
+int patch_ctx_check_dirs(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
+                         size_t k, uint32_t n, const char *tensor, uint64_t chunk)
+{
+    return ctx_check(dt, 1, pos, pos_len, val, val_len, k, n, tensor, chunk);
+}
+
+/* z(-d) from z(d): the even z of d > 0 and the odd one of -d are neighbours; -32768 is its own */
+static inline uint16_t flip_z(uint16_t z)
+{
+    return z == 0xFFFFu ? z : (uint16_t)(z & 1u ? z + 1u : z - 1u);
+}
+
+/* The values of each band without a value mode from stream order (the changes without a
+ * previous direction, then those that moved, as the direction they moved) to decode order, by
+ * the direction of each change's position. */
+static int values_from_dirs(patch_ctx_scratch *s, const ctx_head *h, const uint8_t *dirs, const uint32_t *idx,
+                            uint16_t *z, const char *tensor, uint64_t chunk)
+{
+    if (!s->zt && !(s->zt = malloc((size_t)s->cap * sizeof *s->zt)))
+        return pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", s->cap);
+    size_t j0 = 0;
+    for (unsigned b = 0; b < NB; b++) {
+        const uint32_t c = h->c[b], c0 = h->c0[b];
+        if (h->mode[b] == MODE_NONE || h->vm[b]) {
+            j0 += c;
+            continue;
+        }
+        memcpy(s->zt, z + j0, (size_t)c * sizeof *z);
+        uint32_t p0 = 0, p1 = c0;
+        for (uint32_t t = 0; t < c; t++) {
+            const uint8_t d = dirs[idx[j0 + t]];
+            if (d == PATCH_DIR_NONE ? p0 == c0 : p1 == c)
+                return VFAIL("band %u: %u of its %u changes written without a previous direction, the "
+                             "directions held give %s", b, c0, c, p0 == c0 ? "more" : "fewer");
+            z[j0 + t] = d == PATCH_DIR_NONE ? s->zt[p0++] : d == PATCH_DIR_DOWN ? flip_z(s->zt[p1++]) : s->zt[p1++];
+        }
+        j0 += c;
+    }
+    return 0;
 }
 
 /* ---- decode ------------------------------------------------------------------------------- */
@@ -720,15 +804,15 @@ static const uint16_t *band_source(patch_ctx_scratch *s, pulse_dtype dt, const u
 /* patch_ctx_decode, and with light set patch_ctx_check_base: a band's listed ranks, checked
  * strictly ascending and below its members, leave no select that can fail, so positions are
  * found only where a value needs its old one (a predicted band's, into idx at their place). */
-static int ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
-                      size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
-                      int light, const char *tensor, uint64_t chunk)
+static int ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint8_t *dirs, uint32_t n,
+                      const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx,
+                      uint16_t *z, int light, const char *tensor, uint64_t chunk)
 {
     if (!s || !old || !idx || !z || n > s->cap)
         return ctx_fail(PULSE_ERR_INVALID, tensor, chunk, "position", "chunk of %u elements, scratch for %u",
                         n, s ? s->cap : 0);
     ctx_head h;
-    int err = parse_head(dt, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
+    int err = parse_head(dt, dirs != NULL, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
     if (err)
         return err;
     const pulse_kernels *K = pulse_kernels_get();
@@ -791,21 +875,33 @@ static int ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     }
     /* out == k: each band gave exactly its count (mode 2: its members less the G listed), and
      * the counts add up to k (parse_head) */
-    return decode_values(&h, val, val_len, old, idx, light ? NULL : z, tensor, chunk);
+    err = decode_values(&h, val, val_len, old, idx, light ? NULL : z, tensor, chunk);
+    if (!err && h.dirs)
+        err = values_from_dirs(s, &h, dirs, idx, z, tensor, chunk);
+    return err;
 }
 
 int patch_ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
                      size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
                      const char *tensor, uint64_t chunk)
 {
-    return ctx_decode(s, dt, old, n, pos, pos_len, val, val_len, k, idx, z, 0, tensor, chunk);
+    return ctx_decode(s, dt, old, NULL, n, pos, pos_len, val, val_len, k, idx, z, 0, tensor, chunk);
+}
+
+int patch_ctx_decode_dirs(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint8_t *dirs,
+                          uint32_t n, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
+                          size_t k, uint32_t *idx, uint16_t *z, const char *tensor, uint64_t chunk)
+{
+    if (!dirs)
+        return ctx_fail(PULSE_ERR_INVALID, tensor, chunk, "value", "no directions given");
+    return ctx_decode(s, dt, old, dirs, n, pos, pos_len, val, val_len, k, idx, z, 0, tensor, chunk);
 }
 
 int patch_ctx_check_base(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
                          size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
                          const char *tensor, uint64_t chunk)
 {
-    return ctx_decode(s, dt, old, n, pos, pos_len, val, val_len, k, idx, z, 1, tensor, chunk);
+    return ctx_decode(s, dt, old, NULL, n, pos, pos_len, val, val_len, k, idx, z, 1, tensor, chunk);
 }
 
 /* ---- encode ------------------------------------------------------------------------------- */
@@ -912,8 +1008,9 @@ static inline uint32_t pred_u(uint16_t ov, uint16_t nv, double L, uint32_t *t)
  * that its tables need anyway. For the bands that change mode, vz[i] becomes the value its
  * symbol codes and gap[i] (free once the Rice streams are written) its sign or direction bit. */
 static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t *old, const uint16_t *neu,
-                               uint32_t nw, unsigned ebase, const uint32_t *off, const uint32_t *kb, uint8_t *vm,
-                               uint32_t *vc, uint32_t cnt[][NSYM])
+                               uint32_t nw, unsigned ebase, const uint32_t *off, const uint32_t *kb,
+                               const uint8_t *cls, uint8_t *vm, uint32_t *vc, uint32_t cnt[][NSYM],
+                               uint32_t cnt1[][NSYM], uint32_t *c0)
 {
     uint8_t cand[NB] = {0};   /* 1: weigh VM_CENTRED, 2: also VM_PRED */
     double cost[NB];
@@ -922,16 +1019,26 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
         vm[b] = VM_DIFF;
         vc[b] = 0;
         memset(cnt[b], 0, sizeof cnt[b]);
+        memset(cnt1[b], 0, sizeof cnt1[b]);
+        c0[b] = kb[b];
         if (!kb[b])
             continue;
         uint64_t raw = 0;
         for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
             uint16_t zz = s->vz[i];
-            cnt[b][zsym(zz)]++;
+            if (cls && cls[i] != PATCH_DIR_NONE) {
+                /* coded as the direction it moved before: the second table */
+                if (cls[i] == PATCH_DIR_DOWN)
+                    zz = flip_z(zz);
+                cnt1[b][zsym(zz)]++;
+                c0[b]--;
+            } else {
+                cnt[b][zsym(zz)]++;
+            }
             if (zz > NDIRECT)
                 raw += bitlen16(zz) - 1;
         }
-        cost[b] = sym_bits(cnt[b], kb[b]) + (double)raw;
+        cost[b] = sym_bits(cnt[b], c0[b]) + sym_bits(cnt1[b], kb[b] - c0[b]) + (double)raw;
         /* VM_PRED pays for one pass over the chunk's changes and a prediction each: only where
          * the steps are many ulps, 4 raw bits a change on average */
         cand[b] = raw >= 4ull * kb[b] && pred_ok ? 2 : raw >= kb[b] ? 1 : 0;
@@ -1039,6 +1146,25 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
             }
         }
         memcpy(cnt[b], nc, sizeof nc);
+        memset(cnt1[b], 0, sizeof cnt1[b]);
+        c0[b] = c;
+    }
+}
+
+/* A band without a value mode coded by the previous directions: its z (decode order) put in
+ * stream order, those without a previous direction first, then those that moved, as the
+ * direction they moved (values_from_dirs undoes it). */
+static void values_to_dirs(patch_ctx_scratch *s, uint32_t off, uint32_t c, uint32_t c0)
+{
+    uint16_t *z = s->vz + off;
+    const uint8_t *cls = s->cls + off;
+    memcpy(s->zt, z, (size_t)c * sizeof *z);
+    uint32_t p0 = 0, p1 = c0;
+    for (uint32_t t = 0; t < c; t++) {
+        if (cls[t] == PATCH_DIR_NONE)
+            z[p0++] = s->zt[t];
+        else
+            z[p1++] = cls[t] == PATCH_DIR_DOWN ? flip_z(s->zt[t]) : s->zt[t];
     }
 }
 
@@ -1067,8 +1193,24 @@ static size_t put_counts(const uint32_t *cnt, uint8_t *out)
     return l;
 }
 
-int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu, uint32_t n,
-                     size_t k, uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len)
+/* Each change's previous direction in decode order (band after band, ascending position). */
+static void gather_dirs(patch_ctx_scratch *s, const uint16_t *src, const uint8_t *dirs, uint32_t nw, unsigned ebase,
+                        const uint32_t *off)
+{
+    uint32_t fill[NB] = {0};
+    for (uint32_t w = 0; w < nw; w++)
+        for (uint64_t bits = s->chw[w]; bits; bits &= bits - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            unsigned b = band_of(src[i], ebase);
+            uint8_t d = dirs[i];
+            s->cls[off[b] + fill[b]++] = d == PATCH_DIR_NONE ? PATCH_DIR_NONE
+                                         : d == PATCH_DIR_DOWN ? PATCH_DIR_DOWN : PATCH_DIR_UP;
+        }
+}
+
+static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu,
+                      const uint8_t *dirs, uint32_t n, size_t k, uint8_t *out, size_t cap, uint32_t *pos_len,
+                      uint32_t *val_len)
 {
     if (!s || !old || !neu || !out || !pos_len || !val_len)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: missing argument");
@@ -1084,6 +1226,10 @@ int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, 
     int err = scratch_encoder(s);
     if (err)
         return err;
+    if (dirs && ((!s->cls && !(s->cls = malloc(s->cap))) ||
+                 (!s->zt && !(s->zt = malloc((size_t)s->cap * sizeof *s->zt)))))
+        return pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", s->cap);
+    const int counts = dirs || !s->freq_tables;
     const pulse_kernels *K = pulse_kernels_get();
     const uint16_t *src = band_source(s, dt, old, n);
     if (!src)
@@ -1115,7 +1261,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, 
      * keeps the 4 bytes of the second state */
     const int two = !s->one_state && k >= CTX_TWO_STATES_MIN;
     head[hl++] = (uint8_t)(PATCH_POS_CONTEXT | (two ? PATCH_CTX_TWO_STATES : 0) |
-                           (s->freq_tables ? 0 : PATCH_CTX_COUNT_TABLES));
+                           (counts ? PATCH_CTX_COUNT_TABLES : 0) | (dirs ? PATCH_CTX_PREV_DIRS : 0));
     head[hl++] = (uint8_t)ebase;
     bitwr bw = {out + HEAD_MAX, out + cap, 0, 0, 0};
     for (unsigned b = 0; b < NB; b++) {
@@ -1160,11 +1306,17 @@ int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, 
     size_t rice_len = (size_t)(bw.p - (out + HEAD_MAX));
     /* the gaps are written: s->gap is the value modes' working memory from here */
     uint8_t vm[NB];
-    uint32_t vc[NB], cnt[NB][NSYM];
-    choose_value_modes(s, dt == PULSE_DT_BF16, old, neu, nw, ebase, off, kb, vm, vc, cnt);
-    for (unsigned b = 0; b < NB; b++)
+    uint32_t vc[NB], cnt[NB][NSYM], cnt1[NB][NSYM], c0[NB];
+    if (dirs)
+        gather_dirs(s, src, dirs, nw, ebase, off);
+    choose_value_modes(s, dt == PULSE_DT_BF16, old, neu, nw, ebase, off, kb, dirs ? s->cls : NULL, vm, vc, cnt,
+                       cnt1, c0);
+    for (unsigned b = 0; b < NB; b++) {
         if (vm[b])
             head[hb[b]] |= HEAD_VMODE;
+        else if (dirs && kb[b])
+            values_to_dirs(s, off[b], kb[b], c0[b]);
+    }
     memcpy(out, head, hl);
     memmove(out + hl, out + HEAD_MAX, rice_len);
     size_t pl = hl + rice_len;
@@ -1174,31 +1326,41 @@ int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, 
     size_t vl = 0;
     if ((size_t)(vend - v) < NB * BAND_VALUE_HEAD_MAX)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: position stream overran its bound");
-    uint16_t freq[NB][NSYM];
-    uint16_t cum[NB][NSYM];
+    /* per band its first table (q = 0) and, coded by directions, its second (q = 1) */
+    uint16_t freq[2][NB][NSYM];
+    uint16_t cum[2][NB][NSYM];
     for (unsigned b = 0; b < NB; b++) {
         if (!kb[b])
             continue;
-        norm_freq(cnt[b], freq[b]);
         if (vm[b]) {
             v[vl++] = vm[b];
             vl += pulse_leb_put(v + vl, vc[b]);
+        } else if (dirs) {
+            vl += pulse_leb_put(v + vl, c0[b]);
         }
-        unsigned c = 0;
-        for (unsigned y = 0; y < NSYM; y++) {
-            cum[b][y] = (uint16_t)c;
-            c += freq[b][y];
+        for (unsigned q = 0; q < 2; q++) {
+            const uint32_t *cq = q ? cnt1[b] : cnt[b];
+            if (q ? c0[b] == kb[b] : c0[b] == 0)
+                continue;
+            norm_freq(cq, freq[q][b]);
+            unsigned c = 0;
+            for (unsigned y = 0; y < NSYM; y++) {
+                cum[q][b][y] = (uint16_t)c;
+                c += freq[q][b][y];
+            }
+            vl += counts ? put_counts(cq, v + vl) : put_freqs(freq[q][b], v + vl);
         }
-        vl += s->freq_tables ? put_freqs(freq[b], v + vl) : put_counts(cnt[b], v + vl);
     }
     uint8_t *rend = s->rbuf + 2 * (size_t)s->cap + 16, *rp = rend;
     /* backwards from the last change: x codes this change, x2 the one before it (two states;
      * one state: x2 unused); change j (decode order) goes on state j & 1 */
     uint32_t x = RANS_L, x2 = RANS_L;
-    for (unsigned bi = NB; bi-- > 0;) {
-        if (!kb[bi])
+    for (unsigned seg = 2 * NB; seg-- > 0;) {
+        const unsigned bi = seg / 2, q = seg % 2;
+        const uint32_t t0 = q ? c0[bi] : 0, t1 = q ? kb[bi] : c0[bi];
+        if (t0 == t1)
             continue;
-        const uint16_t *f = freq[bi], *cu = cum[bi];
+        const uint16_t *f = freq[q][bi], *cu = cum[q][bi];
         /* x / f by a multiply (the states stay below 2^31, where it is exact: ryg_rans's
          * reciprocal), x = (x / f) 2^10 + x % f + cum as x + bias + q (2^10 - f); f = 1 takes
          * q = x - 1 and a bias of cum + 2^10 - 1 */
@@ -1219,7 +1381,7 @@ int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, 
                 bias[y] = cu[y];
             }
         }
-        for (uint32_t i = off[bi] + kb[bi]; i-- > off[bi];) {
+        for (uint32_t i = off[bi] + t1; i-- > off[bi] + t0;) {
             unsigned y = zsym(s->vz[i]);
             uint32_t fy = f[y], xmax = ((RANS_L >> TAB_BITS) << 8) * fy;
             while (x >= xmax) {
@@ -1269,4 +1431,19 @@ int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, 
     *pos_len = (uint32_t)pl;
     *val_len = (uint32_t)vl;
     return 0;
+}
+
+int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu, uint32_t n,
+                     size_t k, uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len)
+{
+    return ctx_encode(s, dt, old, neu, NULL, n, k, out, cap, pos_len, val_len);
+}
+
+int patch_ctx_encode_dirs(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu,
+                          const uint8_t *dirs, uint32_t n, size_t k, uint8_t *out, size_t cap, uint32_t *pos_len,
+                          uint32_t *val_len)
+{
+    if (!dirs)
+        return pulse_fail(PULSE_ERR_INVALID, "context coder: no directions given");
+    return ctx_encode(s, dt, old, neu, dirs, n, k, out, cap, pos_len, val_len);
 }

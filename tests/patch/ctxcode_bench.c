@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Benchmark (not a test): the format 5 context coder's size against the order-0 floor and its encode and decode time per chunk, on two BF16 checkpoints or on a synthetic 2^20-element chunk. */
+/* Benchmark (not a test): the format 5 context coder's size against the order-0 floor and its encode and decode time per chunk, on two BF16 checkpoints (and with the one before them, coded by its directions too) or on a synthetic 2^20-element chunk. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +36,7 @@ static uint16_t bf16(float f)
 }
 
 typedef struct chunk {
-    const uint16_t *old, *neu;
+    const uint16_t *old, *neu, *prev;
     uint32_t n;
     size_t k;
 } chunk;
@@ -70,25 +70,34 @@ static double floor_bits(const chunk *c)
 
 int main(int argc, char **argv)
 {
-    /* ctxcode_bench [OLD NEW] [REPEAT] */
+    /* ctxcode_bench [OLD NEW] [REPEAT] [PREV] */
     int reps = argc > 3 ? atoi(argv[3]) : argc == 2 ? atoi(argv[1]) : 5;
     if (reps < 1)
         reps = 1;
     chunk *ch = NULL;
     size_t nch = 0;
-    pulse_ckpt *A = NULL, *B = NULL;
+    pulse_ckpt *A = NULL, *B = NULL, *P = NULL;
     uint16_t *syn = NULL;
     if (argc >= 3) {
         if (pulse_ckpt_open(&A, argv[1], PULSE_CKPT_READ) || pulse_ckpt_open(&B, argv[2], PULSE_CKPT_READ)) {
             fprintf(stderr, "ctxcode_bench: cannot open %s or %s: %s\n", argv[1], argv[2], pulse_last_error());
             return 1;
         }
+        if (argc > 4 && pulse_ckpt_open(&P, argv[4], PULSE_CKPT_READ)) {
+            fprintf(stderr, "ctxcode_bench: cannot open %s: %s\n", argv[4], pulse_last_error());
+            return 1;
+        }
         size_t cap = 0;
         for (size_t i = 0; i < pulse_ckpt_count(A) && i < pulse_ckpt_count(B); i++) {
             const pulse_tensor *ta = pulse_ckpt_tensor(A, i), *tb = pulse_ckpt_tensor(B, i);
+            const pulse_tensor *tp = P && i < pulse_ckpt_count(P) ? pulse_ckpt_tensor(P, i) : NULL;
             if (ta->dtype != PULSE_DT_BF16 || tb->dtype != PULSE_DT_BF16 || ta->nelems != tb->nelems ||
                 strcmp(ta->name, tb->name))
                 continue;
+            if (P && (!tp || tp->dtype != PULSE_DT_BF16 || tp->nelems != ta->nelems || strcmp(tp->name, ta->name))) {
+                fprintf(stderr, "ctxcode_bench: %s differs in %s\n", ta->name, argv[4]);
+                return 1;
+            }
             for (uint64_t off = 0; off < ta->nelems; off += CHUNK) {
                 if (nch == cap) {
                     cap = cap ? 2 * cap : 256;
@@ -97,7 +106,8 @@ int main(int argc, char **argv)
                         return 1;
                 }
                 uint32_t n = (uint32_t)(ta->nelems - off < CHUNK ? ta->nelems - off : CHUNK);
-                ch[nch++] = (chunk){(const uint16_t *)ta->data + off, (const uint16_t *)tb->data + off, n, 0};
+                ch[nch++] = (chunk){(const uint16_t *)ta->data + off, (const uint16_t *)tb->data + off,
+                                    tp ? (const uint16_t *)tp->data + off : NULL, n, 0};
             }
         }
     } else {
@@ -120,17 +130,18 @@ int main(int argc, char **argv)
             syn[i] = o;
             syn[CHUNK + i] = nw;
         }
-        ch[0] = (chunk){syn, syn + CHUNK, CHUNK, 0};
+        ch[0] = (chunk){syn, syn + CHUNK, NULL, CHUNK, 0};
         nch = 1;
     }
     patch_ctx_scratch *S = patch_ctx_scratch_new(CHUNK);
     uint8_t *out = malloc(patch_ctx_bound(CHUNK, CHUNK));
     uint32_t *idx = malloc(4u * CHUNK);
     uint16_t *z = malloc(2u * CHUNK);
-    if (!S || !out || !idx || !z)
+    uint8_t *dirs = malloc(CHUNK);
+    if (!S || !out || !idx || !z || !dirs)
         return 1;
-    uint64_t changes = 0, elems = 0, pos_b = 0, val_b = 0;
-    double floor_b = 0, t_enc = 0, t_dec = 0;
+    uint64_t changes = 0, elems = 0, pos_b = 0, val_b = 0, dval_b = 0, best_b = 0;
+    double floor_b = 0, t_enc = 0, t_dec = 0, t_denc = 0, t_ddec = 0;
     size_t coded = 0;
     for (size_t c = 0; c < nch; c++) {
         size_t k = 0;
@@ -171,6 +182,40 @@ int main(int argc, char **argv)
         t_dec += bd;
         pos_b += pl;
         val_b += vl;
+        if (!ch[c].prev)
+            continue;
+        /* the same chunk coded by the directions of the step before it */
+        uint32_t dpl = 0, dvl = 0;
+        be = bd = 1e9;
+        for (int r = 0; r < reps; r++) {
+            double t0 = cpu_s();
+            patch_ctx_dirs(ch[c].prev, ch[c].old, ch[c].n, dirs);
+            if (patch_ctx_encode_dirs(S, PULSE_DT_BF16, ch[c].old, ch[c].neu, dirs, ch[c].n, k, out,
+                                      patch_ctx_bound(CHUNK, CHUNK), &dpl, &dvl)) {
+                fprintf(stderr, "ctxcode_bench: encode with directions: %s\n", pulse_last_error());
+                return 1;
+            }
+            double t1 = cpu_s();
+            if (patch_ctx_decode_dirs(S, PULSE_DT_BF16, ch[c].old, dirs, ch[c].n, out, dpl, out + dpl, dvl, k, idx, z,
+                                      "bench", c)) {
+                fprintf(stderr, "ctxcode_bench: decode with directions: %s\n", pulse_last_error());
+                return 1;
+            }
+            double t2 = cpu_s();
+            be = t1 - t0 < be ? t1 - t0 : be;
+            bd = t2 - t1 < bd ? t2 - t1 : bd;
+        }
+        for (size_t j = 0; j < k; j++) {
+            uint16_t d = (uint16_t)((z[j] >> 1) ^ (uint16_t)(0u - (z[j] & 1u)));
+            if ((uint16_t)(ch[c].old[idx[j]] + d) != ch[c].neu[idx[j]]) {
+                fprintf(stderr, "ctxcode_bench: chunk %zu does not round trip with directions\n", c);
+                return 1;
+            }
+        }
+        t_denc += be;
+        t_ddec += bd;
+        dval_b += dvl;
+        best_b += (uint64_t)dpl + dvl < (uint64_t)pl + vl ? (uint64_t)dpl + dvl : (uint64_t)pl + vl;
     }
     double kc = (double)changes;
     printf("%zu chunks (%zu coded), %llu elements, %.3f %% changed\n", nch, coded, (unsigned long long)elems,
@@ -181,12 +226,22 @@ int main(int argc, char **argv)
     double per = (double)elems / CHUNK;
     printf("per 2^20 elements (one thread, CPU time, best of %d): encode %.3f ms, decode %.3f ms\n", reps,
            1e3 * t_enc / per, 1e3 * t_dec / per);
+    if (P) {
+        printf("coded by the previous step's directions: values %.3f bits/change, positions + values %.3f "
+               "(%.3fx the floor); the smaller of both per chunk %.3fx\n",
+               8.0 * (double)dval_b / kc, 8.0 * (double)(pos_b + dval_b) / kc, 8.0 * (double)(pos_b + dval_b) / floor_b,
+               8.0 * (double)best_b / floor_b);
+        printf("  per 2^20 elements: directions + encode %.3f ms, decode %.3f ms\n", 1e3 * t_denc / per,
+               1e3 * t_ddec / per);
+    }
     patch_ctx_scratch_free(S);
     free(out);
     free(idx);
     free(z);
     free(ch);
     free(syn);
+    free(dirs);
+    pulse_ckpt_close(&P);
     pulse_ckpt_close(&A);
     pulse_ckpt_close(&B);
     return 0;

@@ -854,7 +854,7 @@ static void test_crafted_counts(const uint8_t *a, size_t alen, size_t pl)
     CHECK(err_has("value stream", "band 15: symbol 0's count malformed"));
     /* count tables with two rANS states: 67, R = 8 */
     memcpy(c, b, len);
-    c[0] = PATCH_POS_CONTEXT_LAST;
+    c[0] = PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES | PATCH_CTX_COUNT_TABLES;
     c[pl + 1] = 8;
     const uint8_t st[4] = {0x00, 0x00, 0x80, 0x00};
     memcpy(c + pl + 2, st, 4);
