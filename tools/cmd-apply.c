@@ -13,8 +13,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse apply BASE PATCH -o OUT [--threads N]\n"
-        "       pulse apply --in-place CKPT PATCH [--threads N]\n"
+        "usage: pulse apply BASE PATCH -o OUT [--prev PREV] [--threads N]\n"
+        "       pulse apply --in-place CKPT PATCH [--prev PREV] [--threads N]\n"
         "\n"
         "Checks that the checkpoint is the patch's base state and that every chunk of the patch\n"
         "is intact before writing anything, applies it, and checks the result's state id.\n"
@@ -26,6 +26,9 @@ static void usage(FILE *f)
         "\n"
         "  -o OUT        write the result to OUT (same layout as BASE)\n"
         "  --in-place    modify CKPT itself\n"
+        "  --prev PREV   the checkpoint the base was the step after, which a format-6 patch\n"
+        "                (pulse diff --context --prev) is decoded with; its state id must be the one\n"
+        "                the patch names. Not read for patches of other formats\n"
         "  --threads N   threads (default: all cores)\n"
         "\n"
         "Environment: PULSE_APPLY_CACHE=<bytes>[K|M|G] caps the memory that keeps each chunk's\n"
@@ -40,13 +43,15 @@ static const char *why(int err, const char *target)
     return err == PULSE_ERR_IO || err == PULSE_ERR_NOMEM ? target : "patch refused";
 }
 
+static int apply_opened(pulse_patch *p, const char *const paths[2], const char *out, int in_place, int threads);
+
 int cmd_apply(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         usage(stdout);
         return cli_finish_stdout("apply");
     }
-    const char *paths[2] = { NULL, NULL }, *out = NULL;
+    const char *paths[2] = { NULL, NULL }, *out = NULL, *prev = NULL;
     int npaths = 0, in_place = 0, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -58,6 +63,10 @@ int cmd_apply(int argc, char **argv)
             out = argv[++i];
             if (cli_out_not_stdout("apply", "-o", out))
                 return 2;
+        } else if (!strcmp(a, "--prev")) {
+            if (i + 1 >= argc)
+                return cli_usage_error("apply", "--prev needs a value");
+            prev = argv[++i];
         } else if (!strcmp(a, "--threads")) {
             uint64_t v;
             if (i + 1 >= argc || cli_parse_u64(argv[i + 1], &v) || v < 1 || v > 1024)
@@ -81,10 +90,32 @@ int cmd_apply(int argc, char **argv)
     int r = pulse_patch_open(&p, paths[1]);
     if (r)
         return cli_fail("apply", r, "cannot read the patch");
+    /* a format-6 patch names the checkpoint before its base; others do not need one */
+    pulse_ckpt *prev_c = NULL;
+    if (prev && pulse_patch_prev_id(p)) {
+        if ((r = pulse_ckpt_open(&prev_c, prev, PULSE_CKPT_READ)) == 0)
+            r = pulse_patch_set_prev(p, prev_c, NULL);
+        if (r) {
+            pulse_ckpt_close(&prev_c);
+            pulse_patch_close(&p);
+            char what[1100];
+            snprintf(what, sizeof what, "--prev %s", prev);
+            return cli_fail("apply", r, what);
+        }
+    }
+    r = apply_opened(p, paths, out, in_place, threads);
+    pulse_patch_close(&p);
+    pulse_ckpt_close(&prev_c);
+    return r;
+}
+
+/* The apply of an opened patch (its previous checkpoint given where it needs one). */
+static int apply_opened(pulse_patch *p, const char *const paths[2], const char *out, int in_place, int threads)
+{
+    int r;
     pulse_ckpt *base = NULL, *target = NULL;
     if (in_place) {
         if ((r = pulse_ckpt_open(&target, paths[0], PULSE_CKPT_WRITE))) {
-            pulse_patch_close(&p);
             return cli_fail("apply", r, paths[0]);
         }
         /* Every check but the result's can be made before the first write (pass 1); the
@@ -111,13 +142,10 @@ int cmd_apply(int argc, char **argv)
             patch_undo_free(&undo);
         }
         pulse_ckpt_close(&target);
-        pulse_patch_close(&p);
         return r ? cli_fail("apply", r, why(r, paths[0])) : 0;
     }
-    if ((r = pulse_ckpt_open(&base, paths[0], PULSE_CKPT_READ))) {
-        pulse_patch_close(&p);
+    if ((r = pulse_ckpt_open(&base, paths[0], PULSE_CKPT_READ)))
         return cli_fail("apply", r, paths[0]);
-    }
     /* Checked before copying the base: a patch for another state fails fast. */
     r = pulse_patch_verify(p, base, threads);
     if (!r && (r = pulse_ckpt_create_like(&target, out, base)) == 0) {
@@ -127,6 +155,5 @@ int cmd_apply(int argc, char **argv)
         pulse_ckpt_close(&target);   /* without commit this removes the temporary files */
     }
     pulse_ckpt_close(&base);
-    pulse_patch_close(&p);
     return r ? cli_fail("apply", r, why(r, out)) : 0;
 }

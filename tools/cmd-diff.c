@@ -12,7 +12,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse diff OLD NEW -o PATCH [--values abs|ulp] [--context] [--level N] [--threads N] [--chunk N]\n"
+        "usage: pulse diff OLD NEW -o PATCH [--values abs|ulp] [--context [--prev PREV]] [--level N] [--threads N]\n"
+        "                  [--chunk N]\n"
         "\n"
         "Writes the positions where NEW differs from OLD and NEW's values there (docs/patch-format.md).\n"
         "Prints one line: changes, density, patch bytes and their ratio to the dense checkpoint.\n"
@@ -24,6 +25,10 @@ static void usage(FILE *f)
         "                  about 0.7x the bytes, but only a reader holding OLD decodes them (pulse\n"
         "                  apply, squash --base; not sparse updates without OLD or engine-held\n"
         "                  followers; docs/patch-format.md)\n"
+        "  --prev PREV     with --context: PREV is the checkpoint OLD was the step after; code each\n"
+        "                  chunk's values also by the direction each weight took from PREV to OLD, and\n"
+        "                  keep that where smaller (format 6): a trainer's momentum carries most steps\n"
+        "                  on as the last went. Applying it then needs PREV too (pulse apply --prev)\n"
         "  --level N       zstd level 1..22 of every stream (default: zstd's fastest search with\n"
         "                  Huffman-coded literals, the smallest and fastest on these streams)\n"
         "  --threads N     threads (default: all cores)\n"
@@ -36,7 +41,7 @@ int cmd_diff(int argc, char **argv)
         usage(stdout);
         return cli_finish_stdout("diff");
     }
-    const char *paths[2] = { NULL, NULL }, *out = NULL;
+    const char *paths[2] = { NULL, NULL }, *out = NULL, *prev = NULL;
     int npaths = 0;
     pulse_diff_opts o;
     pulse_diff_opts_default(&o);
@@ -44,7 +49,7 @@ int cmd_diff(int argc, char **argv)
         const char *a = argv[i];
         uint64_t v;
         if (!strcmp(a, "-o") || !strcmp(a, "--values") || !strcmp(a, "--level")
-            || !strcmp(a, "--threads") || !strcmp(a, "--chunk")) {
+            || !strcmp(a, "--threads") || !strcmp(a, "--chunk") || !strcmp(a, "--prev")) {
             if (i + 1 >= argc)
                 return cli_usage_error("diff", "%s needs a value", a);
             const char *val = argv[++i];
@@ -52,8 +57,9 @@ int cmd_diff(int argc, char **argv)
                 if (cli_out_not_stdout("diff", "-o", val))
                     return 2;
                 out = val;
-            }
-            else if (!strcmp(a, "--values")) {
+            } else if (!strcmp(a, "--prev")) {
+                prev = val;
+            } else if (!strcmp(a, "--values")) {
                 if (!strcmp(val, "abs")) o.values = PULSE_VALUES_ABS;
                 else if (!strcmp(val, "ulp")) o.values = PULSE_VALUES_ULP;
                 else return cli_usage_error("diff", "--values wants abs or ulp, not '%s'", val);
@@ -86,8 +92,10 @@ int cmd_diff(int argc, char **argv)
         return cli_usage_error("diff", "no output given (-o PATCH)");
     if (o.context && o.values != PULSE_VALUES_ULP)
         return cli_usage_error("diff", "--context codes ulp values: it cannot be used with --values abs");
+    if (prev && !o.context)
+        return cli_usage_error("diff", "--prev codes context-coded chunks: it needs --context");
 
-    pulse_ckpt *old_c = NULL, *new_c = NULL;
+    pulse_ckpt *old_c = NULL, *new_c = NULL, *prev_c = NULL;
     pulse_patch *p = NULL;
     int r = pulse_ckpt_open(&old_c, paths[0], PULSE_CKPT_READ);
     if (r)
@@ -96,9 +104,16 @@ int cmd_diff(int argc, char **argv)
         pulse_ckpt_close(&old_c);
         return cli_fail("diff", r, paths[1]);
     }
+    if (prev && (r = pulse_ckpt_open(&prev_c, prev, PULSE_CKPT_READ))) {
+        pulse_ckpt_close(&old_c);
+        pulse_ckpt_close(&new_c);
+        return cli_fail("diff", r, prev);
+    }
+    o.prev = prev_c;
     r = pulse_patch_diff(old_c, new_c, &o, out);
     pulse_ckpt_close(&old_c);
     pulse_ckpt_close(&new_c);
+    pulse_ckpt_close(&prev_c);
     if (r)
         return cli_fail("diff", r, "cannot write the patch");
     pulse_patch_stats st;

@@ -14,7 +14,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse inspect PATCH [--base OLD] [--json]\n"
+        "usage: pulse inspect PATCH [--base OLD [--prev PREV]] [--json]\n"
         "\n"
         "Decodes PATCH (checking every chunk digest) and prints, per tensor and in total: changes,\n"
         "density, compressed bytes of the position and value streams, bits per change, and the\n"
@@ -27,6 +27,8 @@ static void usage(FILE *f)
         "              values as H(ulp symbol | dtype, exponent of the old value) x changes,\n"
         "              next to their order-0 bounds (gaps; ulp symbols), and per tensor a\n"
         "              \"ctx\" column (bits per change of that bound)\n"
+        "  --prev PREV the checkpoint OLD was the step after, which the chunks of a format-6 patch\n"
+        "              are decoded with (pulse diff --context --prev); not read for other formats\n"
         "  --json      one JSON object instead of the table\n");
 }
 
@@ -127,7 +129,7 @@ int cmd_inspect(int argc, char **argv)
         usage(stdout);
         return cli_finish_stdout("inspect");
     }
-    const char *path = NULL, *base_path = NULL;
+    const char *path = NULL, *base_path = NULL, *prev_path = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
@@ -136,6 +138,10 @@ int cmd_inspect(int argc, char **argv)
             if (i + 1 >= argc || !argv[i + 1][0])
                 return cli_usage_error("inspect", "--base needs the checkpoint the patch applies to");
             base_path = argv[++i];
+        } else if (!strcmp(argv[i], "--prev")) {
+            if (i + 1 >= argc || !argv[i + 1][0])
+                return cli_usage_error("inspect", "--prev needs the checkpoint the base was the step after");
+            prev_path = argv[++i];
         }
         else if (argv[i][0] == '-' && argv[i][1])
             return cli_usage_error("inspect", "unknown option '%s'", argv[i]);
@@ -146,6 +152,8 @@ int cmd_inspect(int argc, char **argv)
     }
     if (!path)
         return cli_usage_error("inspect", "no patch given");
+    if (prev_path && !base_path)
+        return cli_usage_error("inspect", "--prev goes with --base (the bound is computed against the base)");
     pulse_patch *p = NULL;
     int r = pulse_patch_open(&p, path);
     if (r)
@@ -159,16 +167,28 @@ int cmd_inspect(int argc, char **argv)
     }
     /* With a base: the context bound, after the layout (named by the library) and the state id
      * are checked, so that no figure is computed against weights the patch does not apply to. */
-    pulse_ckpt *old = NULL;
+    pulse_ckpt *old = NULL, *prev = NULL;
     pulse_patch_context cx;
     pulse_patch_context *per = NULL;
+    if (prev_path && pulse_patch_prev_id(p)) {
+        if ((r = pulse_ckpt_open(&prev, prev_path, PULSE_CKPT_READ)) == 0)
+            r = pulse_patch_set_prev(p, prev, NULL);
+        if (r) {
+            pulse_ckpt_close(&prev);
+            pulse_patch_close(&p);
+            return cli_fail("inspect", r, prev_path);
+        }
+    }
     if (base_path && (r = context_of(p, base_path, &old, &cx, &per))) {
         pulse_patch_close(&p);
+        pulse_ckpt_close(&prev);
         return r;
     }
-    char base[65], result[65];
+    char base[65], result[65], prev_id[65] = "";
     pulse_id_hex(pulse_patch_base_id(p), base);
     pulse_id_hex(pulse_patch_result_id(p), result);
+    if (pulse_patch_prev_id(p))
+        pulse_id_hex(pulse_patch_prev_id(p), prev_id);
     const char *code = pulse_patch_values(p) == PULSE_VALUES_ULP ? "ulp" : "abs";
     double coded_bits = 8.0 * (double)(st.pos_bytes + st.val_bytes);
     /* Format 5: context-coded chunks decode only against the base, so their order-0 bound is
@@ -177,11 +197,17 @@ int cmd_inspect(int argc, char **argv)
     if (ctx_coded)
         st.entropy_bits = per ? cx.gap_bits + cx.ulp_bits : NAN;
     if (json) {
-        printf("{\"format\":%d,\"values\":\"%s\",\"base\":\"%s\",\"result\":\"%s\",\"chunk_elems\":%u,"
-               "\"tensors\":[", pulse_patch_version(p), code, base, result, pulse_patch_chunk_elems(p));
+        printf("{\"format\":%d,\"values\":\"%s\",\"base\":\"%s\",\"result\":\"%s\",", pulse_patch_version(p), code,
+               base, result);
+        if (prev_id[0])
+            printf("\"prev\":\"%s\",", prev_id);
+        printf("\"chunk_elems\":%u,\"tensors\":[", pulse_patch_chunk_elems(p));
     } else {
-        printf("patch %s: format %d, values %s, chunk %u elements\nbase   %s\nresult %s\n\n",
-               path, pulse_patch_version(p), code, pulse_patch_chunk_elems(p), base, result);
+        printf("patch %s: format %d, values %s, chunk %u elements\n", path, pulse_patch_version(p), code,
+               pulse_patch_chunk_elems(p));
+        if (prev_id[0])
+            printf("prev   %s (the step before the base, which chunks are coded by)\n", prev_id);
+        printf("base   %s\nresult %s\n\n", base, result);
         printf("%-40s %-8s %12s %9s %10s %10s %9s %9s%s\n", "tensor", "dtype", "changes", "density",
                "pos bytes", "val bytes", "bits/chg", "bound", per ? "       ctx" : "");
     }
@@ -191,6 +217,7 @@ int cmd_inspect(int argc, char **argv)
         if ((r = pulse_patch_tensor_info_get(p, i, 1, &ti))) {
             free(per);
             pulse_ckpt_close(&old);
+            pulse_ckpt_close(&prev);
             pulse_patch_close(&p);
             return cli_fail("inspect", r, path);
         }
@@ -266,6 +293,7 @@ int cmd_inspect(int argc, char **argv)
     }
     free(per);
     pulse_ckpt_close(&old);
+    pulse_ckpt_close(&prev);
     pulse_patch_close(&p);
     return cli_finish_stdout("inspect");
 }

@@ -21,6 +21,11 @@ extern "C" {
  * of the base's old values), which only a reader holding the base weights decodes. Written by a
  * diff with pulse_diff_opts.context; read by this build. */
 #define PULSE_PATCH_VERSION_CONTEXT 5
+/* 6: as 5, and a context-coded chunk's values may be coded by the direction each element took in
+ * the step before the base (PREV -> BASE), which only a reader holding PREV decodes
+ * (pulse_patch_set_prev); the tensor table ends with PREV's state id. Written by a diff with
+ * pulse_diff_opts.prev; read by this build. */
+#define PULSE_PATCH_VERSION_PREV 6
 #define PULSE_PATCH_DEFAULT_CHUNK (1u << 20)   /* elements per chunk */
 #define PULSE_PATCH_MAX_CHUNK (1u << 26)
 /* The default zstd level of a diff: zstd's fastest match search with the Huffman coding of
@@ -62,6 +67,14 @@ typedef struct pulse_diff_opts {
      * them (an apply to a checkpoint; not pulse_patch_tensor_updates, squash, or an engine-held
      * or sliced follower). Default 0. */
     int context;
+    /* With context: the checkpoint the base was the step after (PREV -> OLD, same tensors), or
+     * NULL (the default). Each context-coded chunk's values are then also coded by the direction
+     * each element took from PREV to OLD, and kept where smaller (format 6,
+     * PULSE_PATCH_VERSION_PREV): a momentum carries most steps on as the last went. Only a reader
+     * that holds PREV as well as the base decodes such a chunk (pulse_patch_set_prev). prev_id:
+     * PREV's state id when known (32 bytes; NULL: computed), written into the patch as given. */
+    const pulse_ckpt *prev;
+    const uint8_t *prev_id;
 } pulse_diff_opts;
 
 PULSE_API void pulse_diff_opts_default(pulse_diff_opts *o);
@@ -98,6 +111,16 @@ PULSE_API const uint8_t *pulse_patch_result_id(const pulse_patch *p);   /* 32 by
 PULSE_API uint32_t pulse_patch_chunk_elems(const pulse_patch *p);
 /* The format version the patch was written in (2 .. PULSE_PATCH_VERSION_CONTEXT). */
 PULSE_API uint32_t pulse_patch_version(const pulse_patch *p);
+/* Format 6: the state id (32 bytes) of the checkpoint the patch's base was the step after, whose
+ * directions some of its chunks are coded by; NULL for formats 2 to 5. */
+PULSE_API const uint8_t *pulse_patch_prev_id(const pulse_patch *p);
+/* Gives a format-6 patch the checkpoint its base was the step after, which decoding its chunks
+ * coded by direction needs (apply, verify against a base, updates, pieces). prev must have the
+ * patch's tensors and its state id (prev_id when known, else computed: a hash of the checkpoint),
+ * and stay open while p is used. PULSE_ERR_MISMATCH naming what differs, PULSE_ERR_INVALID for a
+ * patch of another format; nothing is changed then. Until it is given, such a chunk is refused
+ * with PULSE_ERR_UNSUPPORTED. */
+PULSE_API int pulse_patch_set_prev(pulse_patch *p, const pulse_ckpt *prev, const uint8_t *prev_id);
 PULSE_API size_t pulse_patch_tensor_count(const pulse_patch *p);
 
 /* Checks without writing anything: the tensor layout against base (names, dtypes, shapes:

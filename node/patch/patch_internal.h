@@ -60,7 +60,8 @@ typedef struct patch_tensor {
 } patch_tensor;
 
 struct pulse_patch {
-    uint32_t version;       /* 2 .. 5: 2 has no position coding byte, 4 adds metadata, 5 context-coded chunks */
+    uint32_t version;       /* 2 .. 6: 2 has no position coding byte, 4 adds metadata, 5 context-coded chunks,
+                             * 6 values coded by the step before the base */
     char *metadata;         /* format 4: the result's __metadata__ (compact JSON), NULL when not carried */
     uint8_t *buf;           /* private copy: the whole patch (in memory), or header + table + digest (file) */
     size_t len;             /* the whole patch */
@@ -71,6 +72,8 @@ struct pulse_patch {
     uint32_t chunk_elems;
     uint8_t base_id[32];
     uint8_t result_id[32];
+    uint8_t prev_id[32];    /* format 6: the state id of the checkpoint before the base */
+    const pulse_ckpt *prev; /* that checkpoint, once given (pulse_patch_set_prev); NULL before */
     patch_tensor *tensors;
     size_t ntensors;
     patch_chunk *chunks;
@@ -128,6 +131,7 @@ typedef struct patch_scratch {
     size_t run_cap;
     struct patch_ctx_scratch *ctx;  /* the context coder's working memory, lazily (format 5) */
     uint8_t *ctxout;        /* the diff's context-coded chunk, beside today's coding (lazily, chunk bound) */
+    uint8_t *dirs;          /* chunk_elems: a chunk's directions in the step before its base (format 6, lazily) */
 } patch_scratch;
 
 typedef struct patch_pool {
@@ -392,7 +396,7 @@ int patch_check_ulp_streams(const pulse_patch *p, const patch_chunk *c, const ui
 int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, const patch_cache *cache,
                              uint8_t *dst);
 
-/* ---- context-coded chunks, format 5 (patch_ctxchunk.c) ---------------------------------- */
+/* ---- context-coded chunks, formats 5 and 6 (patch_ctxchunk.c) ---------------------------------- */
 
 /* Whether chunk c, whose coded bytes are at bytes, is context-coded: coded against the
  * exponents of the base's old values, so that only a reader holding the base decodes it. */
@@ -419,6 +423,9 @@ int patch_decode_chunk_sorted(const pulse_patch *p, const patch_chunk *c, patch_
 int patch_verify_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
 /* The chunk's first element in checkpoint ck, or NULL when ck is NULL. */
 const uint8_t *patch_chunk_base(const pulse_patch *p, const patch_chunk *c, const pulse_ckpt *ck);
+/* The directions (patch_ctx_dirs) of n elements from prev (16-bit patterns, any alignment) to
+ * old: what a chunk of format 6 is coded by. */
+void patch_dirs_of(const uint8_t *prev, const uint16_t *old, uint32_t n, uint8_t *dirs);
 
 /* The layout of an output tensor, for the writer. */
 typedef struct patch_out_tensor {
@@ -472,6 +479,7 @@ typedef struct patch_file_out {
     _Atomic uint64_t written;   /* chunk bytes put so far */
     int durable;                /* fsync before the rename (and the directory after it) */
     uint32_t version;           /* the format version written; 0: PULSE_PATCH_VERSION */
+    uint8_t prev_id[32];        /* format 6: the state id written at the table's end */
     /* the flusher (running only when flusher_on) */
     pthread_t flusher;
     int flusher_on;
@@ -488,7 +496,8 @@ typedef struct patch_file_out {
 
 /* *len = bytes of the tensor table: chunk entries sized by their counts, or with `planned` by
  * chunks[c].planned (the counts not known yet). Refuses names the table cannot hold. */
-int patch_table_len(const patch_out_tensor *t, size_t n, int planned, const char *metadata, uint64_t *len);
+int patch_table_len(const patch_out_tensor *t, size_t n, int planned, const char *metadata, uint32_t version,
+                    uint64_t *len);
 /* Creates path's temporary (O_EXCL) for a table of table_len bytes; durable == 0 for a
  * scratch file (no flusher, no fsync at the commit). */
 int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len, int durable);

@@ -196,9 +196,16 @@ int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, 
 {
     if (!p || n == 0 || !out_path)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_squash: no patches or no output");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (p[i] && p[i]->present)
             return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_squash: patch %zu is sliced (its head and some chunks)", i);
+        /* its chunks coded by direction would need each step's previous one: not composed (yet) */
+        if (p[i] && p[i]->version >= PULSE_PATCH_VERSION_PREV)
+            return pulse_fail(PULSE_ERR_UNSUPPORTED,
+                              "pulse_patch_squash: patch %zu is format %u (coded by the step before its base), "
+                              "which squash does not read; squash reads formats 2 to %u", i, p[i]->version,
+                              PULSE_PATCH_VERSION_CONTEXT);
+    }
     if (zstd_level == 0)
         zstd_level = PULSE_PATCH_LEVEL_FAST;
     if (zstd_level > ZSTD_maxCLevel() || zstd_level < ZSTD_minCLevel())

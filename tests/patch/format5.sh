@@ -61,6 +61,24 @@ v5-value-modes-counts wide 67
 v5-context-f16 f16 67
 EOF
 
+# The format-6 seed: its first chunk coded by the step before its base (coding byte 71), applied
+# given that checkpoint, refused without it or damaged, the target untouched.
+p=$C/v6-prev.patch
+ok "$P" inspect "$p"
+check "grep -q 'format 6,' '$T/out'"
+check "[ \"\$(codings '$p' | cut -d' ' -f1)\" = 71 ]"
+ok "$P" apply "$T/prev-old.safetensors" "$p" -o "$T/r6.safetensors" --prev "$T/prev-prev.safetensors"
+check "cmp -s '$T/r6.safetensors' '$T/prev-new.safetensors'"
+cp "$T/prev-old.safetensors" "$T/target.safetensors"
+bad "$P" apply --in-place "$T/target.safetensors" "$p"
+check "cmp -s '$T/target.safetensors' '$T/prev-old.safetensors'"
+cp "$p" "$T/damaged"
+size=$(stat -c %s "$T/damaged")
+byte=$(od -An -tu1 -j $((size - 2)) -N1 "$T/damaged" | tr -d ' ')
+printf "\\x$(printf %02x $((byte ^ 0x5a)))" | dd of="$T/damaged" bs=1 seek=$((size - 2)) conv=notrunc status=none
+bad "$P" apply --in-place "$T/target.safetensors" "$T/damaged" --prev "$T/prev-prev.safetensors"
+check "cmp -s '$T/target.safetensors' '$T/prev-old.safetensors'"
+
 # What the writer writes now: count tables and two states, as the counts seeds hold.
 ok "$P" diff "$T/wide-old.safetensors" "$T/wide-new.safetensors" -o "$T/now" --context --chunk 32K
 check "[ \"\$(codings '$T/now')\" = 67 ]"
