@@ -234,7 +234,11 @@ static int encode_context(diff_job *d, patch_scratch *s, pulse_dtype dt, const u
     uint32_t pos_len = 0, val_len = 0;
     const uint8_t *best = s->ctxout;
     int err = 0, fits = patch_ctx_bound((uint32_t)len, n) <= cap;
-    if (fits && (err = patch_ctx_encode(cs, dt, pa, pb, (uint32_t)len, n, s->ctxout, cap, &pos_len, &val_len)) != 0)
+    /* coded by the directions too where given; without them only where few changes let the
+     * second table of each band weigh */
+    const int plain = !pp || n < DIFF_CTX_TRY_BOTH;
+    if (fits && plain &&
+        (err = patch_ctx_encode(cs, dt, pa, pb, (uint32_t)len, n, s->ctxout, cap, &pos_len, &val_len)) != 0)
         return err;
     if (fits && pp) {
         uint32_t dpl = 0, dvl = 0;
@@ -244,7 +248,7 @@ static int encode_context(diff_job *d, patch_scratch *s, pulse_dtype dt, const u
         if ((err = patch_ctx_encode_dirs(cs, dt, pa, pb, s->dirs, (uint32_t)len, n, s->ctxout + cap, cap, &dpl,
                                          &dvl)) != 0)
             return err;
-        if ((size_t)dpl + dvl < (size_t)pos_len + val_len) {
+        if (!plain || (size_t)dpl + dvl < (size_t)pos_len + val_len) {
             best = s->ctxout + cap;
             pos_len = dpl;
             val_len = dvl;

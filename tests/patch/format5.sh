@@ -4,7 +4,8 @@
 # tests/fuzz/corpus/patch with coding bytes 64 (one rANS state), 65 (two) and 66/67 (count
 # tables, what writers write now; one of them of an F16 tensor) apply bit for bit to the
 # checkpoints they were made from, in place too, squash with their base, and are refused cleanly
-# when damaged.
+# when damaged; and a format-6 seed (coding byte 71, coded by the step before its base) applies
+# given that checkpoint and is refused without it.
 set -u
 P=${PULSE_BIN:?}
 SRC=${PULSE_SRC:?}
