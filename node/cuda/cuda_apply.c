@@ -129,8 +129,9 @@ int pulse_cuda_apply_patch(const pulse_patch *p, void *const *device_ptrs, size_
     /* A context-coded chunk decodes only against the base values, which are on the device:
      * refused before anything is written rather than at the first such chunk. */
     if (p->version >= PULSE_PATCH_VERSION_CONTEXT)
-        return pulse_fail(PULSE_ERR_UNSUPPORTED, "cuda apply: a format-5 (context-coded) patch decodes only against "
-                          "the base weights, which are on the device; publish without --context for GPU followers");
+        return pulse_fail(PULSE_ERR_UNSUPPORTED, "cuda apply: a format-%u (context-coded) patch decodes only against "
+                          "the base weights, which are on the device; publish without --context for GPU followers",
+                          p->version);
     int rc = pulse_patch_verify(p, NULL, threads);
     if (rc < 0 || p->nchunks == 0)
         return rc;

@@ -68,6 +68,46 @@ static double floor_bits(const chunk *c)
     return h;
 }
 
+/* Codes chunk c (k changes) REPS times, with dirs (filled from c->prev first, in the timed
+ * encode) or without: its streams' lengths, the best encode and decode CPU times, and 1 with the
+ * error printed when it fails or does not round trip. */
+static int code_chunk(const chunk *c, size_t ci, uint8_t *dirs, int reps, patch_ctx_scratch *S, uint8_t *out,
+                      uint32_t *idx, uint16_t *z, uint32_t *pl, uint32_t *vl, double *be, double *bd)
+{
+    const size_t k = c->k;
+    *be = *bd = 1e9;
+    for (int r = 0; r < reps; r++) {
+        double t0 = cpu_s();
+        if (dirs)
+            patch_ctx_dirs(c->prev, c->old, c->n, dirs);
+        if (dirs ? patch_ctx_encode_dirs(S, PULSE_DT_BF16, c->old, c->neu, dirs, c->n, k, out,
+                                         patch_ctx_bound(CHUNK, CHUNK), pl, vl)
+                 : patch_ctx_encode(S, PULSE_DT_BF16, c->old, c->neu, c->n, k, out, patch_ctx_bound(CHUNK, CHUNK), pl,
+                                    vl)) {
+            fprintf(stderr, "ctxcode_bench: encode: %s\n", pulse_last_error());
+            return 1;
+        }
+        double t1 = cpu_s();
+        if (dirs ? patch_ctx_decode_dirs(S, PULSE_DT_BF16, c->old, dirs, c->n, out, *pl, out + *pl, *vl, k, idx, z,
+                                         "bench", ci)
+                 : patch_ctx_decode(S, PULSE_DT_BF16, c->old, c->n, out, *pl, out + *pl, *vl, k, idx, z, "bench", ci)) {
+            fprintf(stderr, "ctxcode_bench: decode: %s\n", pulse_last_error());
+            return 1;
+        }
+        double t2 = cpu_s();
+        *be = t1 - t0 < *be ? t1 - t0 : *be;
+        *bd = t2 - t1 < *bd ? t2 - t1 : *bd;
+    }
+    for (size_t j = 0; j < k; j++) {
+        uint16_t d = (uint16_t)((z[j] >> 1) ^ (uint16_t)(0u - (z[j] & 1u)));
+        if ((uint16_t)(c->old[idx[j]] + d) != c->neu[idx[j]]) {
+            fprintf(stderr, "ctxcode_bench: chunk %zu does not round trip%s\n", ci, dirs ? " with directions" : "");
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     /* ctxcode_bench [OLD NEW] [REPEAT] [PREV] */
@@ -155,63 +195,20 @@ int main(int argc, char **argv)
         changes += k;
         floor_b += floor_bits(&ch[c]);
         uint32_t pl = 0, vl = 0;
-        double be = 1e9, bd = 1e9;
-        for (int r = 0; r < reps; r++) {
-            double t0 = cpu_s();
-            if (patch_ctx_encode(S, PULSE_DT_BF16, ch[c].old, ch[c].neu, ch[c].n, k, out, patch_ctx_bound(CHUNK, CHUNK), &pl, &vl)) {
-                fprintf(stderr, "ctxcode_bench: encode: %s\n", pulse_last_error());
-                return 1;
-            }
-            double t1 = cpu_s();
-            if (patch_ctx_decode(S, PULSE_DT_BF16, ch[c].old, ch[c].n, out, pl, out + pl, vl, k, idx, z, "bench", c)) {
-                fprintf(stderr, "ctxcode_bench: decode: %s\n", pulse_last_error());
-                return 1;
-            }
-            double t2 = cpu_s();
-            be = t1 - t0 < be ? t1 - t0 : be;
-            bd = t2 - t1 < bd ? t2 - t1 : bd;
-        }
-        for (size_t j = 0; j < k; j++) {
-            uint16_t d = (uint16_t)((z[j] >> 1) ^ (uint16_t)(0u - (z[j] & 1u)));
-            if ((uint16_t)(ch[c].old[idx[j]] + d) != ch[c].neu[idx[j]]) {
-                fprintf(stderr, "ctxcode_bench: chunk %zu does not round trip\n", c);
-                return 1;
-            }
-        }
+        double be, bd;
+        if (code_chunk(&ch[c], c, NULL, reps, S, out, idx, z, &pl, &vl, &be, &bd))
+            return 1;
         t_enc += be;
         t_dec += bd;
         pos_b += pl;
         val_b += vl;
         if (!ch[c].prev)
             continue;
-        /* the same chunk coded by the directions of the step before it */
+        /* the same chunk coded by the directions of the step before it (their pass timed with
+         * the encode) */
         uint32_t dpl = 0, dvl = 0;
-        be = bd = 1e9;
-        for (int r = 0; r < reps; r++) {
-            double t0 = cpu_s();
-            patch_ctx_dirs(ch[c].prev, ch[c].old, ch[c].n, dirs);
-            if (patch_ctx_encode_dirs(S, PULSE_DT_BF16, ch[c].old, ch[c].neu, dirs, ch[c].n, k, out,
-                                      patch_ctx_bound(CHUNK, CHUNK), &dpl, &dvl)) {
-                fprintf(stderr, "ctxcode_bench: encode with directions: %s\n", pulse_last_error());
-                return 1;
-            }
-            double t1 = cpu_s();
-            if (patch_ctx_decode_dirs(S, PULSE_DT_BF16, ch[c].old, dirs, ch[c].n, out, dpl, out + dpl, dvl, k, idx, z,
-                                      "bench", c)) {
-                fprintf(stderr, "ctxcode_bench: decode with directions: %s\n", pulse_last_error());
-                return 1;
-            }
-            double t2 = cpu_s();
-            be = t1 - t0 < be ? t1 - t0 : be;
-            bd = t2 - t1 < bd ? t2 - t1 : bd;
-        }
-        for (size_t j = 0; j < k; j++) {
-            uint16_t d = (uint16_t)((z[j] >> 1) ^ (uint16_t)(0u - (z[j] & 1u)));
-            if ((uint16_t)(ch[c].old[idx[j]] + d) != ch[c].neu[idx[j]]) {
-                fprintf(stderr, "ctxcode_bench: chunk %zu does not round trip with directions\n", c);
-                return 1;
-            }
-        }
+        if (code_chunk(&ch[c], c, dirs, reps, S, out, idx, z, &dpl, &dvl, &be, &bd))
+            return 1;
         t_denc += be;
         t_ddec += bd;
         dval_b += dvl;
