@@ -171,7 +171,10 @@ PULSE_API int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, con
  * base (the checkpoint in p[0]'s base state, checked) is required (PULSE_ERR_INVALID
  * without it); with base the output holds exactly the positions where the result differs
  * from base. zstd_level 0 means the default, PULSE_PATCH_LEVEL_FAST (the smallest and fastest
- * on these streams, as for a diff); a negative level keeps Huffman-coded literals on. */
+ * on these streams, as for a diff); a negative level keeps Huffman-coded literals on. A format-6
+ * p[0] needs its previous checkpoint given (pulse_patch_set_prev) where its chunks are coded by
+ * direction; a later format-6 p[i] is decoded by the step of p[i-1], whose base must be the
+ * previous state p[i] names (PULSE_ERR_MISMATCH otherwise). */
 PULSE_API int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base,
                                  int threads, int zstd_level, const char *out_path);
 

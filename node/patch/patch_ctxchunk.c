@@ -89,9 +89,11 @@ void patch_dirs_of(const uint8_t *prev, const uint16_t *old, uint32_t n, uint8_t
 }
 
 /* Decodes context chunk c (bytes checked) against base into idx and z; with light set only
- * checks it against base (patch_ctx_check_base: idx and z are then scratch). */
+ * checks it against base (patch_ctx_check_base: idx and z are then scratch). A chunk coded by
+ * direction takes the directions given (the chunk's, len bytes), or with NULL those from the
+ * patch's previous checkpoint. */
 static int decode_into(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes,
-                       const uint8_t *base, uint32_t *idx, uint16_t *z, int light)
+                       const uint8_t *base, const uint8_t *given, uint32_t *idx, uint16_t *z, int light)
 {
     int dirs, err = context_kind(p, c);
     if (err || (err = coded_by_dirs(p, c, bytes, &dirs)) != 0)
@@ -115,9 +117,9 @@ static int decode_into(const pulse_patch *p, const patch_chunk *c, patch_scratch
     const patch_tensor *t = &p->tensors[c->tensor];
     if (dirs) {
         /* the whole decode: the values' order needs every position (idx and z are scratch when light) */
-        if ((err = chunk_dirs(p, c, s, old)) != 0)
+        if (!given && (err = chunk_dirs(p, c, s, old)) != 0)
             return err;
-        return patch_ctx_decode_dirs(cs, t->dtype, old, s->dirs, c->len, bytes, c->pos_len, bytes + c->pos_len,
+        return patch_ctx_decode_dirs(cs, t->dtype, old, given ? given : s->dirs, c->len, bytes, c->pos_len, bytes + c->pos_len,
                                      c->val_len, c->count, idx, z, t->name, c->index);
     }
     return (light ? patch_ctx_check_base : patch_ctx_decode)(cs, t->dtype, old, c->len, bytes, c->pos_len,
@@ -130,7 +132,17 @@ int patch_decode_bytes_base(const pulse_patch *p, const patch_chunk *c, patch_sc
 {
     if (!patch_chunk_is_context(p, c, bytes))
         return patch_decode_bytes(p, c, s, bytes);
-    return decode_into(p, c, s, bytes, base, s->idx, (uint16_t *)(void *)s->vals, 0);
+    return decode_into(p, c, s, bytes, base, NULL, s->idx, (uint16_t *)(void *)s->vals, 0);
+}
+
+int patch_decode_chunk_dirs(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base,
+                            const uint8_t *dirs)
+{
+    const uint8_t *bytes;
+    int err = patch_chunk_bytes(p, c, s, 1, &bytes);
+    if (err || !patch_chunk_is_context(p, c, bytes))
+        return err ? err : patch_decode_bytes(p, c, s, bytes);
+    return decode_into(p, c, s, bytes, base, dirs, s->idx, (uint16_t *)(void *)s->vals, 0);
 }
 
 int patch_decode_chunk_base(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base)
@@ -154,10 +166,10 @@ int patch_check_context(const pulse_patch *p, size_t i, const uint8_t *bytes, pa
     const size_t k = c->count, iroom = (k * 4 + 7) & ~(size_t)7, zroom = (k * 2 + 7) & ~(size_t)7;
     size_t off = patch_cache_reserve(cache, iroom + zroom);
     if (off == SIZE_MAX)   /* not kept: the write pass decodes it again, so only check it here */
-        return decode_into(p, c, s, bytes, base, s->idx, (uint16_t *)(void *)s->vals, 1);
+        return decode_into(p, c, s, bytes, base, NULL, s->idx, (uint16_t *)(void *)s->vals, 1);
     uint32_t *idx = (uint32_t *)(void *)(cache->mem + off);
     uint16_t *z = (uint16_t *)(void *)(cache->mem + off + iroom);
-    if ((err = decode_into(p, c, s, bytes, base, idx, z, 0)) != 0)
+    if ((err = decode_into(p, c, s, bytes, base, NULL, idx, z, 0)) != 0)
         return err;
     patch_cache_keep(cache, i, off, iroom, 0, 0, 0, PATCH_CACHE_CONTEXT);
     return 0;

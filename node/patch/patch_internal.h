@@ -411,6 +411,11 @@ int patch_decode_bytes_base(const pulse_patch *p, const patch_chunk *c, patch_sc
                             const uint8_t *base);
 /* The same reading the chunk's bytes first (digest checked). */
 int patch_decode_chunk_base(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base);
+/* patch_decode_chunk_base with the directions a chunk coded by direction (format 6) is decoded
+ * with given (dirs[0..c->len)), not taken from the patch's previous checkpoint: a squash's, from
+ * the patch before it in the chain. */
+int patch_decode_chunk_dirs(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base,
+                            const uint8_t *dirs);
 /* Pass 1 for a context-coded chunk i: decoded against base into the cache while it has room
  * (entry bits PATCH_CACHE_CONTEXT: k positions, then k 16-bit values), else into s; base NULL
  * (a verify without the weights): the checks that need no base (patch_ctx_check). */

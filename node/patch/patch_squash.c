@@ -5,6 +5,7 @@
 
 #include "base/fail.h"
 #include "node/parallel.h"
+#include "node/patch/patch_ctxcode.h"
 #include "node/patch/patch_internal.h"
 
 typedef struct squash_job {
@@ -63,6 +64,20 @@ static int squash_one_ulp(const squash_job *q, const patch_chunk *c, patch_scrat
     return patch_encode_abs_at(s, &pp, c->count, s->dense, unit, q->level, oc);
 }
 
+/* The directions (patch_ctx_dirs) of the step a decoded chunk (s->idx, s->vals: ulp
+ * differences or new values) takes from dense, which still holds the state before it. */
+static void step_dirs(const uint16_t *dense, const patch_scratch *s, uint32_t count, int ulp, uint8_t *dirs,
+                      uint32_t len)
+{
+    const uint16_t *v = (const uint16_t *)(const void *)s->vals;
+    memset(dirs, 0, len);
+    for (uint32_t j = 0; j < count; j++) {
+        /* a zigzag ulp difference is odd exactly when it steps down, and never 0 */
+        int16_t d = ulp ? (v[j] & 1u ? -1 : 1) : (int16_t)(uint16_t)(v[j] - dense[s->idx[j]]);
+        dirs[s->idx[j]] = d == 0 ? PATCH_DIR_NONE : d > 0 ? PATCH_DIR_UP : PATCH_DIR_DOWN;
+    }
+}
+
 static int squash_chunk(void *ctx, size_t job)
 {
     squash_job *q = ctx;
@@ -107,15 +122,31 @@ static int squash_chunk(void *ctx, size_t job)
     if (base)
         memcpy(s->dense, base, (size_t)len * unit);
     memset(s->mark, 0, len);
+    /* A format-6 patch after the first decodes by the directions of the step before it: those
+     * of the patch before it in the chain, kept here chunk by chunk (the first one's come from
+     * its previous checkpoint, pulse_patch_set_prev). */
+    uint8_t *dirs = NULL;
+    for (size_t i = 1; i < q->n && base && unit == 2 && !dirs; i++)
+        if (q->p[i]->version >= PULSE_PATCH_VERSION_PREV && !(dirs = calloc(len ? len : 1, 1))) {
+            patch_pool_give(&q->pool, s);
+            return pulse_fail(PULSE_ERR_NOMEM, "directions of a chunk (%u elements)", len);
+        }
     uint32_t last_count = 0;
     for (size_t i = 0; i < q->n && !err; i++) {
         const patch_chunk *c = find_chunk(q->p[i], lo, ci);
-        if (!c)
+        if (!c) {
+            if (dirs)
+                memset(dirs, 0, len);   /* this step changed nothing here */
             continue;
+        }
         /* With a base, dense holds the state patch i starts from: a context-coded chunk
          * (format 5) decodes against it. */
-        if ((err = patch_decode_chunk_base(q->p[i], c, s, base ? s->dense : NULL)) != 0)
+        if ((err = i && dirs ? patch_decode_chunk_dirs(q->p[i], c, s, s->dense, dirs)
+                             : patch_decode_chunk_base(q->p[i], c, s, base ? s->dense : NULL)) != 0)
             break;
+        if (dirs)
+            step_dirs((const uint16_t *)(const void *)s->dense, s, c->count, q->p[i]->values == PULSE_VALUES_ULP,
+                      dirs, len);
         last_count = c->count;
         if (opaque) {
             memcpy(s->dense, s->vals, len);
@@ -169,6 +200,7 @@ static int squash_chunk(void *ctx, size_t job)
     }
     if (!err)
         err = patch_out_keep(oc);   /* out of the slot before it is given back */
+    free(dirs);
     patch_pool_give(&q->pool, s);
     return err;
 }
@@ -196,16 +228,9 @@ int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, 
 {
     if (!p || n == 0 || !out_path)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_squash: no patches or no output");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         if (p[i] && p[i]->present)
             return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_squash: patch %zu is sliced (its head and some chunks)", i);
-        /* its chunks coded by direction would need each step's previous one: not composed (yet) */
-        if (p[i] && p[i]->version >= PULSE_PATCH_VERSION_PREV)
-            return pulse_fail(PULSE_ERR_UNSUPPORTED,
-                              "pulse_patch_squash: patch %zu is format %u (coded by the step before its base), "
-                              "which squash does not read; squash reads formats 2 to %u", i, p[i]->version,
-                              PULSE_PATCH_VERSION_CONTEXT);
-    }
     if (zstd_level == 0)
         zstd_level = PULSE_PATCH_LEVEL_FAST;
     if (zstd_level > ZSTD_maxCLevel() || zstd_level < ZSTD_minCLevel())
@@ -219,6 +244,11 @@ int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, 
         if (i && memcmp(p[i - 1]->result_id, p[i]->base_id, 32) != 0)
             return pulse_fail(PULSE_ERR_MISMATCH, "patch %zu starts at %.16s.., patch %zu ends at %.16s..: not consecutive",
                               i + 1, pulse_id_hex(p[i]->base_id, h1), i, pulse_id_hex(p[i - 1]->result_id, h2));
+        /* a format-6 patch is decoded by the step of the patch before it, which must be its
+         * previous step */
+        if (i && p[i]->version >= PULSE_PATCH_VERSION_PREV && memcmp(p[i]->prev_id, p[i - 1]->base_id, 32) != 0)
+            return pulse_fail(PULSE_ERR_MISMATCH, "patch %zu was coded after state %.16s.., patch %zu starts at %.16s..",
+                              i + 1, pulse_id_hex(p[i]->prev_id, h1), i, pulse_id_hex(p[i - 1]->base_id, h2));
     }
     if (any_ulp && !base)
         return pulse_fail(PULSE_ERR_INVALID, "ulp-coded patches need the base checkpoint to be squashed (--base)");

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # CLI test of patches coded by the step before their base (format 6, `pulse diff --context --prev`):
 # smaller than format 5 on a training step, bit-identical applies given PREV (to a new file and in
-# place, BF16 and F16), and refusals without PREV, with the wrong one, in squash, that leave every
-# file as it was.
+# place, BF16 and F16), squashed with the patches around them, and refusals without PREV or with
+# the wrong one that leave every file as it was.
 set -u
 P=${PULSE_BIN:?}
 T=$(mktemp -d)
@@ -74,10 +74,22 @@ check "cmp -s '$T/keep.safetensors' '$S2'"
 ok "$P" apply "$S2" "$T/bf16.p5" -o "$T/r5.safetensors" --prev "$T/missing.safetensors"
 check "cmp -s '$T/r5.safetensors' '$S3'"
 
-# Squash does not compose format 6 (each step's chunks would need the step before it).
-ok "$P" diff "$S1" "$S2" -o "$T/p12" --context
-bad "$P" squash "$T/p12" "$T/bf16.p6" -o "$T/sq" --base "$S1"
-check "grep -q 'format 6' '$T/err' && [ ! -e '$T/sq' ]"
+# Squash: the first patch decodes by its PREV (--prev), each later one by the step of the patch
+# before it; format 5 and 6 mixed; refused without PREV, or where a patch's previous step is not
+# the one before it in the chain.
+ok "$P" diff "$S1" "$S2" -o "$T/p12" --context --prev "$S0"
+ok "$P" squash "$T/p12" "$T/bf16.p6" -o "$T/sq" --base "$S1" --prev "$S0"
+ok "$P" apply "$S1" "$T/sq" -o "$T/rsq.safetensors"
+check "cmp -s '$T/rsq.safetensors' '$S3'"
+ok "$P" diff "$S1" "$S2" -o "$T/p12v5" --context
+ok "$P" squash "$T/p12v5" "$T/bf16.p6" -o "$T/sq5" --base "$S1"
+ok "$P" apply "$S1" "$T/sq5" -o "$T/rsq5.safetensors"
+check "cmp -s '$T/rsq5.safetensors' '$S3'"
+bad "$P" squash "$T/p12" "$T/bf16.p6" -o "$T/sqx" --base "$S1"
+check "grep -q -- '--prev' '$T/err' && [ ! -e '$T/sqx' ]"
+ok "$P" diff "$S2" "$S3" -o "$T/p23x" --context --prev "$S0"
+bad "$P" squash "$T/p12v5" "$T/p23x" -o "$T/sqx" --base "$S1"
+check "grep -q 'was coded after state' '$T/err' && [ ! -e '$T/sqx' ]"
 
 # Usage: --prev codes context chunks only.
 n=$((n+1)); "$P" diff "$S2" "$S3" -o "$T/x" --prev "$S1" >/dev/null 2>"$T/err"; rc=$?
