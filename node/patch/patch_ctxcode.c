@@ -55,7 +55,7 @@ struct patch_ctx_scratch {
     uint64_t *chw;              /* per 64 elements: the changed bits */
     uint32_t *gap;              /* the changed members' gaps, band after band (cap) */
     uint16_t *vz;               /* z in decode order (cap), then the symbols' values */
-    uint8_t *rbuf;              /* the rANS bytes, written backwards (2 cap + 16) */
+    uint8_t *rbuf;              /* the rANS bytes, written backwards (3 cap + 16) */
     uint32_t *samp;             /* the value modes' sample of a band (3 SAMPLE_MAX) */
     uint16_t *key;              /* an F16 chunk's exponents where BF16 has its own (cap), on first use */
     uint8_t *cls;               /* the encoder's previous direction of each change, in decode order (cap) */
@@ -328,7 +328,7 @@ static int scratch_encoder(patch_ctx_scratch *s)
     s->chw = malloc((cap + 63) / 64 * sizeof *s->chw);
     s->gap = malloc(cap * sizeof *s->gap);
     s->vz = malloc(cap * sizeof *s->vz);
-    s->rbuf = malloc(2 * cap + 16);
+    s->rbuf = malloc(3 * cap + 16);
     s->samp = malloc(3 * SAMPLE_MAX * sizeof *s->samp);
     if (!s->chw || !s->gap || !s->vz || !s->rbuf || !s->samp) {
         free(s->chw);
@@ -353,7 +353,8 @@ static int scratch_encoder(patch_ctx_scratch *s)
  * over <= 16 bands with G <= k gaps in all that is at most k (log2(16 n / k) + 3) + n / 2^24.
  * rANS: a symbol of frequency f grows the state by at most (1024 / f)(1 + 2^-13) (the state
  * divided by f is >= 2^13 when it is coded), so the bytes out are at most (10k + k / 4096) / 8,
- * plus the 4-byte state. A sign and escape bits: at most 16 bits a change. Value modes: at most 4
+ * plus the 4-byte state, for one symbol a change; twice that where a direction bit is a symbol
+ * too (coded by the previous directions, a band with a value mode). A sign and escape bits: at most 16 bits a change. Value modes: at most 4
  * bytes a band. */
 size_t patch_ctx_bound(uint32_t n, size_t k)
 {
@@ -364,8 +365,28 @@ size_t patch_ctx_bound(uint32_t n, size_t k)
     double kd = (double)k;
     double rice_bits = kd * (log2(16.0 * (double)n / kd) + 3.0);
     size_t pos = HEAD_MAX + (size_t)(rice_bits / 8.0) + ((size_t)n >> 27) + NB + 16;
-    size_t val = NB * BAND_VALUE_HEAD_MAX + 5 + 8 + (10 * k + k / 4096) / 8 + 2 + (16 * k + 7) / 8 + 16;
+    size_t val = NB * BAND_VALUE_HEAD_MAX + 5 + 8 + (20 * k + k / 2048) / 8 + 2 + (16 * k + 7) / 8 + 16;
     return pos + val;
+}
+
+/* Whether an element's previous direction (a dirs byte) was down: in bit-pattern terms, or in
+ * value terms for a negative old value (sign bit set) when old_for_value is it (the predicted
+ * mode's direction bit is a value's). */
+static inline int prev_down(uint8_t dir, uint16_t old_for_value)
+{
+    if (dir == PATCH_DIR_NONE)
+        return 0;
+    return (dir == PATCH_DIR_DOWN) != ((old_for_value & 0x8000u) != 0);
+}
+
+/* The frequency (of TAB_TOTAL) of a direction bit that turns, for r turning of c: 0 or TAB_TOTAL
+ * when none or all do (the other then never decodes), else r / c scaled, kept in [1, TAB_TOTAL). */
+static uint16_t turn_freq(uint32_t r, uint32_t c)
+{
+    if (r == 0 || r == c)
+        return r ? TAB_TOTAL : 0;
+    uint64_t f = ((uint64_t)r << TAB_BITS) / c;
+    return (uint16_t)(f < 1 ? 1 : f > TAB_TOTAL - 1 ? TAB_TOTAL - 1 : f);
 }
 
 /* Frequencies of a band's symbols scaled to sum TAB_TOTAL, each seen symbol at least 1: the
@@ -417,6 +438,8 @@ typedef struct ctx_head {
                                  * value mode) those without a previous direction */
     uint16_t freq1[NB][NSYM];   /* the second table (dirs): the changes that moved before, their
                                  * values turned to that direction */
+    uint16_t turn[NB];          /* dirs, a band with a value mode: the frequency (of TAB_TOTAL) of
+                                 * its direction bits that turn from the previous direction */
     size_t rans_at, rans_len;   /* in val */
     size_t esc_at;              /* the escape bits: val[esc_at .. val_len) */
 } ctx_head;
@@ -581,6 +604,16 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
             r = parse_counts(val, val_len, &at, b, h->c[b] - h->c0[b], h->freq1[b], tensor, chunk);
         if (r)
             return r;
+        h->turn[b] = 0;
+        if (h->dirs && h->vm[b]) {
+            /* the direction bits are symbols too: how many turn from the previous direction */
+            uint32_t t;
+            if ((r = leb_read(val, val_len, &at, &t)) != 0)
+                return VFAIL("band %u: count of turning directions %s", b, r == -1 ? "truncated" : "malformed");
+            if (t > h->c[b])
+                return VFAIL("band %u: %u turning directions of its %u changes", b, t, h->c[b]);
+            h->turn[b] = turn_freq(t, h->c[b]);
+        }
     }
     uint32_t R;
     int r = leb_read(val, val_len, &at, &R);
@@ -598,7 +631,7 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
  * escape bits, and that all end exactly. With old and idx (the changes' positions in decode
  * order) z[] receives the differences; without them (no base) the streams are only checked. */
 static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, const uint16_t *old,
-                         const uint32_t *idx, uint16_t *z, const char *tensor, uint64_t chunk)
+                         const uint8_t *dirs, const uint32_t *idx, uint16_t *z, const char *tensor, uint64_t chunk)
 {
     const uint8_t *rp = val + h->rans_at, *rend = rp + h->rans_len;
     /* x decodes this change, x2 the next (two states: they alternate, each change's step
@@ -646,13 +679,30 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                         return VFAIL("rANS stream ends at change %zu", j);
                     x = x << 8 | *rp++;
                 }
+                uint32_t sg = 0;
+                /* the sign is known unless it is coded by a direction this reader does not hold */
+                int sg_known = 1;
+                if (vm && h->dirs) {
+                    /* the direction bit, a symbol on the same state: whether it turns from the
+                     * element's previous direction (in value terms for the predicted mode) */
+                    const uint32_t ft = h->turn[b], f0 = TAB_TOTAL - ft, s2 = x & (TAB_TOTAL - 1);
+                    const uint32_t turns = s2 >= f0;
+                    x = (turns ? ft : f0) * (x >> TAB_BITS) + s2 - (turns ? f0 : 0);
+                    while (x < RANS_L) {
+                        if (rp >= rend)
+                            return VFAIL("rANS stream ends at change %zu", j);
+                        x = x << 8 | *rp++;
+                    }
+                    sg_known = dirs && idx && (vm != VM_PRED || old);
+                    if (sg_known)
+                        sg = turns ^ (prev_down(dirs[idx[j]], vm == VM_PRED ? old[idx[j]] : 0) ? 1u : 0u);
+                }
                 if (swap) {
                     const uint32_t t2 = x;
                     x = x2;
                     x2 = t2;
                 }
-                uint32_t sg = 0;
-                if (vm && br_bits(&esc, 1, &sg))
+                if (vm && !h->dirs && br_bits(&esc, 1, &sg))
                     return VFAIL("sign bits end at change %zu", j);
                 uint32_t u;
                 if (y < NDIRECT) {
@@ -668,7 +718,7 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                 if (vm == VM_CENTRED) {
                     /* |d| in [1, 32768], and 32768 only as -32768 */
                     int32_t v = (int32_t)C + unzigzag32(u - 1);
-                    if (v < 1 || v > 32768 || (v == 32768 && !sg))
+                    if (v < 1 || v > 32768 || (v == 32768 && !sg && sg_known))
                         return VFAIL("band %u: change %zu is %c%d ulps", b, j, sg ? '-' : '+', v);
                     zz = zigzag_d((int16_t)(sg ? -v : v));
                 } else if (vm == VM_PRED && old) {
@@ -732,7 +782,7 @@ static int ctx_check(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t pos
     if (!err)
         err = check_rice(&h, pos, n, tensor, chunk);
     if (!err)
-        err = decode_values(&h, val, val_len, NULL, NULL, NULL, tensor, chunk);
+        err = decode_values(&h, val, val_len, NULL, NULL, NULL, NULL, tensor, chunk);
     return err;
 }
 
@@ -875,7 +925,7 @@ static int ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     }
     /* out == k: each band gave exactly its count (mode 2: its members less the G listed), and
      * the counts add up to k (parse_head) */
-    err = decode_values(&h, val, val_len, old, idx, light ? NULL : z, tensor, chunk);
+    err = decode_values(&h, val, val_len, old, dirs, idx, light ? NULL : z, tensor, chunk);
     if (!err && h.dirs)
         err = values_from_dirs(s, &h, dirs, idx, z, tensor, chunk);
     return err;
@@ -992,6 +1042,16 @@ static double mode_header_bits(uint32_t C)
     return 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
 }
 
+/* Bits of S direction bits: raw, or (coded by the previous directions) as symbols of whether
+ * they turn, turned of S, under their own frequency. */
+static double sign_bits(int coded, uint32_t turned, uint32_t S)
+{
+    if (!coded)
+        return (double)S;
+    uint32_t kept = S - turned;
+    return (turned ? turned * log2((double)S / turned) : 0) + (kept ? kept * log2((double)S / kept) : 0) + 8.0;
+}
+
 /* A VM_PRED value: u of the new value nv from old value ov, its direction in *t; 0 when the
  * distance is 32768 steps (no symbol codes it). */
 static inline uint32_t pred_u(uint16_t ov, uint16_t nv, double L, uint32_t *t)
@@ -1010,7 +1070,7 @@ static inline uint32_t pred_u(uint16_t ov, uint16_t nv, double L, uint32_t *t)
 static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t *old, const uint16_t *neu,
                                uint32_t nw, unsigned ebase, const uint32_t *off, const uint32_t *kb,
                                const uint8_t *cls, uint8_t *vm, uint32_t *vc, uint32_t cnt[][NSYM],
-                               uint32_t cnt1[][NSYM], uint32_t *c0)
+                               uint32_t cnt1[][NSYM], uint32_t *c0, uint32_t *turns)
 {
     uint8_t cand[NB] = {0};   /* 1: weigh VM_CENTRED, 2: also VM_PRED */
     double cost[NB];
@@ -1018,6 +1078,7 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
     for (unsigned b = 0; b < NB; b++) {
         vm[b] = VM_DIFF;
         vc[b] = 0;
+        turns[b] = 0;
         memset(cnt[b], 0, sizeof cnt[b]);
         memset(cnt1[b], 0, sizeof cnt1[b]);
         c0[b] = kb[b];
@@ -1066,16 +1127,21 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
         uint16_t *z = s->vz + off[b];
         uint32_t c = kb[b], S = c < SAMPLE_MAX ? c : SAMPLE_MAX;
         double scale = (double)c / S;
-        /* centred: |d| around its median */
+        /* centred: |d| around its median; its sign a raw bit, or by the previous directions a
+         * symbol of whether it turns */
+        uint32_t turned = 0;
         for (uint32_t t = 0; t < S; t++) {
-            int32_t d = (int16_t)unzigzag_z(z[(uint64_t)t * c / S]);
+            uint32_t i = (uint32_t)((uint64_t)t * c / S);
+            int32_t d = (int16_t)unzigzag_z(z[i]);
             f[t] = (uint32_t)(d < 0 ? -d : d);
+            if (cls)
+                turned += (uint32_t)(d < 0) ^ (uint32_t)prev_down(cls[off[b] + i], 0);
         }
         uint32_t C1 = median16(f, S, 0, 0xFFFFu);
         C1 = C1 < 1 ? 1 : C1 > VM_CENTRED_MAX ? VM_CENTRED_MAX : C1;
         for (uint32_t t = 0; t < S; t++)
             u[t] = zigzag32((int32_t)f[t] - (int32_t)C1) + 1;
-        double c1 = (u_bits(u, S) + S) * scale + mode_header_bits(C1);
+        double c1 = (u_bits(u, S) + sign_bits(cls != NULL, turned, S)) * scale + mode_header_bits(C1);
         if (c1 < cost[b]) {
             vm[b] = VM_CENTRED;
             vc[b] = C1;
@@ -1095,12 +1161,16 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
             C2 = C2 < 1 ? 1 : C2 > VM_PRED_MAX ? VM_PRED_MAX : C2;
             double L = ctx_bf16_value((uint16_t)C2);
             int ok = 1;
+            turned = 0;
             for (uint32_t t = 0; t < S && ok; t++) {
-                uint32_t dir;
+                uint32_t dir, i = (uint32_t)((uint64_t)t * c / S);
                 u[t] = pred_u((uint16_t)nvs[t], (uint16_t)(nvs[t] >> 16), L, &dir);
                 ok = u[t] != 0;
+                if (cls)
+                    turned += dir ^ (uint32_t)prev_down(cls[off[b] + i], (uint16_t)nvs[t]);
             }
-            double c2 = ok ? (u_bits(u, S) + S) * scale + mode_header_bits(C2) : cost[b];
+            double c2 = ok ? (u_bits(u, S) + sign_bits(cls != NULL, turned, S)) * scale + mode_header_bits(C2)
+                           : cost[b];
             if (c2 < cost[b]) {
                 vm[b] = VM_PRED;
                 vc[b] = C2;
@@ -1114,6 +1184,10 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
             for (uint32_t i = 0; i < c; i++) {
                 int32_t d = (int16_t)unzigzag_z(z[i]);
                 g[i] = z[i] & 1u;   /* z is odd exactly for d < 0 */
+                if (cls) {
+                    g[i] ^= (uint32_t)prev_down(cls[off[b] + i], 0);   /* whether it turns */
+                    turns[b] += g[i];
+                }
                 z[i] = (uint16_t)(zigzag32((d < 0 ? -d : d) - (int32_t)vc[b]) + 1);
                 nc[zsym(z[i])]++;
             }
@@ -1129,6 +1203,10 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
                 if (!uu)
                     break;
                 g[i] = dir;
+                if (cls) {
+                    g[i] ^= (uint32_t)prev_down(cls[off[b] + i], ov);   /* whether it turns, as a value */
+                    turns[b] += g[i];
+                }
                 z[i] = (uint16_t)uu;
                 nc[zsym(z[i])]++;
             }
@@ -1142,6 +1220,7 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
                     }
                 vm[b] = VM_DIFF;
                 vc[b] = 0;
+                turns[b] = 0;
                 continue;
             }
         }
@@ -1306,11 +1385,11 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     size_t rice_len = (size_t)(bw.p - (out + HEAD_MAX));
     /* the gaps are written: s->gap is the value modes' working memory from here */
     uint8_t vm[NB];
-    uint32_t vc[NB], cnt[NB][NSYM], cnt1[NB][NSYM], c0[NB];
+    uint32_t vc[NB], cnt[NB][NSYM], cnt1[NB][NSYM], c0[NB], turns[NB];
     if (dirs)
         gather_dirs(s, src, dirs, nw, ebase, off);
     choose_value_modes(s, dt == PULSE_DT_BF16, old, neu, nw, ebase, off, kb, dirs ? s->cls : NULL, vm, vc, cnt,
-                       cnt1, c0);
+                       cnt1, c0, turns);
     for (unsigned b = 0; b < NB; b++) {
         if (vm[b])
             head[hb[b]] |= HEAD_VMODE;
@@ -1350,8 +1429,10 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
             }
             vl += counts ? put_counts(cq, v + vl) : put_freqs(freq[q][b], v + vl);
         }
+        if (dirs && vm[b])
+            vl += pulse_leb_put(v + vl, turns[b]);   /* its direction bits are symbols: how many turn */
     }
-    uint8_t *rend = s->rbuf + 2 * (size_t)s->cap + 16, *rp = rend;
+    uint8_t *rend = s->rbuf + 3 * (size_t)s->cap + 16, *rp = rend;
     /* backwards from the last change: x codes this change, x2 the one before it (two states;
      * one state: x2 unused); change j (decode order) goes on state j & 1 */
     uint32_t x = RANS_L, x2 = RANS_L;
@@ -1381,7 +1462,19 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
                 bias[y] = cu[y];
             }
         }
+        /* a band with a value mode coded by the previous directions: each change's direction bit
+         * (s->gap, whether it turns) is a symbol after its value's, on the same state */
+        const uint32_t ft = dirs && vm[bi] ? turn_freq(turns[bi], kb[bi]) : 0;
         for (uint32_t i = off[bi] + t1; i-- > off[bi] + t0;) {
+            if (dirs && vm[bi]) {
+                const uint32_t turn = s->gap[i] & 1u, fs = turn ? ft : TAB_TOTAL - ft;
+                const uint32_t xm = ((RANS_L >> TAB_BITS) << 8) * fs;
+                while (x >= xm) {
+                    *--rp = (uint8_t)x;
+                    x >>= 8;
+                }
+                x = ((x / fs) << TAB_BITS) + x % fs + (turn ? TAB_TOTAL - ft : 0);
+            }
             unsigned y = zsym(s->vz[i]);
             uint32_t fy = f[y], xmax = ((RANS_L >> TAB_BITS) << 8) * fy;
             while (x >= xmax) {
@@ -1417,7 +1510,7 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     for (unsigned b = 0; b < NB; b++)
         for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
             uint16_t zz = s->vz[i];
-            if (vm[b])
+            if (vm[b] && !dirs)
                 bw_put(&ew, s->gap[i] & 1u, 1);
             if (zz > NDIRECT) {
                 unsigned L = bitlen16(zz);

@@ -93,6 +93,22 @@ static int err_has(const char *a)
     return ok;
 }
 
+/* Bands of the position stream at pos whose values are in a value mode (a header's bit 7). */
+static unsigned value_mode_bands(const uint8_t *pos)
+{
+    size_t at = 2;
+    unsigned n = 0;
+    for (int b = 0; b < 16; b++) {
+        uint8_t h = pos[at++];
+        n += h >> 7;
+        if (h & 3u)
+            for (int f = 0; f < 2; f++)
+                while (pos[at++] & 0x80u) {
+                }
+    }
+    return n;
+}
+
 /* Codes old_ -> neu_ with dirs and without; checks every reader's answer to the first; returns
  * its value bytes over the second's. */
 static double roundtrip(const char *what, pulse_dtype dt, uint32_t n, size_t k, uint32_t *pl, uint32_t *vl)
@@ -147,10 +163,12 @@ static void test_roundtrips(void)
         k = three_steps(dt, CAP, lr, 0.5, 0);
         snprintf(what, sizeof what, "%s no momentum", name);
         CHECK(roundtrip(what, dt, CAP, k, &pl, &vl) < 0.95);
-        /* weights over many binades: bands in value modes beside bands coded by direction */
+        /* weights over many binades: bands in value modes, whose direction bits are coded by
+         * whether they turn, beside bands whose values are */
         k = three_steps(dt, CAP, 2e-4, 0.85, 1);
         snprintf(what, sizeof what, "%s wide", name);
-        roundtrip(what, dt, CAP, k, &pl, &vl);
+        CHECK(roundtrip(what, dt, CAP, k, &pl, &vl) < 0.99);
+        CHECK(value_mode_bands(enc) > 0);
         /* small chunks, every one of their elements moving */
         for (uint32_t n = 1; n <= 300; n += 37) {
             k = three_steps(dt, n, 2e-2, 0.85, 0);
