@@ -132,6 +132,37 @@ class Patch(_lib.Closeable):
     def close(self) -> None:
         if getattr(self, "_p", None):
             _lib.patch_close(ctypes.byref(self._p))
+        prev = getattr(self, "_prev", None)
+        if prev is not None:
+            prev.close()
+            self._prev = None
+
+    @property
+    def prev_id(self) -> Optional[str]:
+        """Format 6 (pulse diff --context --prev): the state id (hex) of the checkpoint the base was
+        the step after, which decoding its chunks needs (set_prev); None for other formats."""
+        p = _lib.patch_prev_id(self._handle())
+        return ctypes.string_at(p, 32).hex() if p else None
+
+    def set_prev(self, prev: Union[PathLike, Tensors]) -> None:
+        """Gives a format-6 patch the checkpoint its base was the step after (pulse_patch_set_prev),
+        as a path or a mapping name -> array like updates()'s base: its layout and state id must be
+        the ones the patch names (PulseError PULSE_ERR_MISMATCH; PULSE_ERR_INVALID for a patch of
+        another format). Held until the patch is closed. Until then updates() refuses the patch's
+        chunks coded by direction (PULSE_ERR_UNSUPPORTED)."""
+        if isinstance(prev, (str, bytes, os.PathLike)):
+            held = _OpenCkpt(prev)
+        else:
+            held = Wrapped(as_tensors(prev, copy=True), writable=False)
+        try:
+            _lib.check(_lib.patch_set_prev(self._handle(), held.ptr, None))
+        except BaseException:
+            held.close()
+            raise
+        old = getattr(self, "_prev", None)
+        self._prev = held
+        if old is not None:
+            old.close()
 
     def _handle(self):
         if not self._p:
