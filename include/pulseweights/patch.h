@@ -64,8 +64,8 @@ typedef struct pulse_diff_opts {
     int scratch;
     /* Nonzero: BF16 and F16 chunks of a ulp patch are context-coded (format 5,
      * PULSE_PATCH_VERSION_CONTEXT): smaller, but only a reader holding the base weights decodes
-     * them (an apply to a checkpoint; not pulse_patch_tensor_updates, squash, or an engine-held
-     * or sliced follower). Default 0. */
+     * them (an apply to a checkpoint, a squash or pulse_patch_tensor_updates given the base; not
+     * an engine-held or sliced follower). Default 0. */
     int context;
     /* With context: the checkpoint the base was the step after (PREV -> OLD, same tensors), or
      * NULL (the default). Each context-coded chunk's values are then also coded by the direction
