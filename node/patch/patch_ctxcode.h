@@ -17,9 +17,10 @@
 #define PATCH_POS_CONTEXT 64u
 #define PATCH_CTX_TWO_STATES 1u
 #define PATCH_CTX_COUNT_TABLES 2u
-/* PATCH_CTX_PREV_DIRS (with count tables only): the values of each band without a value mode are
- * coded by the direction each element moved in the step before (its "dirs", below), which the
- * receiver must hold; the entry points without _dirs refuse such a chunk. */
+/* PATCH_CTX_PREV_DIRS (with count tables only): the values are coded by the direction each element
+ * moved in the step before (its "dirs", below; a band without a value mode by two tables, one with
+ * a value mode by its direction bits as symbols of whether they turn), which the receiver must
+ * hold; the entry points without _dirs refuse such a chunk. */
 #define PATCH_CTX_PREV_DIRS 4u
 #define PATCH_POS_CONTEXT2 (PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES)
 #define PATCH_POS_CONTEXT_LAST (PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES | PATCH_CTX_COUNT_TABLES | PATCH_CTX_PREV_DIRS)
@@ -75,9 +76,9 @@ static inline int patch_ctx_dtype_ok(pulse_dtype dt)
 int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu, uint32_t n,
                      size_t k, uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len);
 
-/* patch_ctx_encode with the values of each band that has no value mode coded by dirs[0..n) (the
- * first byte then also has PATCH_CTX_PREV_DIRS and PATCH_CTX_COUNT_TABLES): what a receiver that
- * holds the directions of the step before decodes with patch_ctx_decode_dirs. */
+/* patch_ctx_encode with the values coded by dirs[0..n) as well (the first byte then also has
+ * PATCH_CTX_PREV_DIRS and PATCH_CTX_COUNT_TABLES): what a receiver that holds the directions of
+ * the step before decodes with patch_ctx_decode_dirs. */
 int patch_ctx_encode_dirs(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu,
                           const uint8_t *dirs, uint32_t n, size_t k, uint8_t *out, size_t cap, uint32_t *pos_len,
                           uint32_t *val_len);
