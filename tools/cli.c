@@ -106,6 +106,17 @@ uint64_t cli_patch_elementwise(const pulse_patch *p)
     return n;
 }
 
+int cli_patch_prev(pulse_patch *p, const char *path, pulse_ckpt **prev)
+{
+    *prev = NULL;
+    if (!path || !pulse_patch_prev_id(p))
+        return 0;
+    int r = pulse_ckpt_open(prev, path, PULSE_CKPT_READ);
+    if (!r && (r = pulse_patch_set_prev(p, *prev, NULL)) != 0)
+        pulse_ckpt_close(prev);
+    return r;
+}
+
 void cli_opaque_note(char *buf, size_t cap, uint64_t opaque_changes)
 {
     if (!opaque_changes)

@@ -92,16 +92,11 @@ int cmd_apply(int argc, char **argv)
         return cli_fail("apply", r, "cannot read the patch");
     /* a format-6 patch names the checkpoint before its base; others do not need one */
     pulse_ckpt *prev_c = NULL;
-    if (prev && pulse_patch_prev_id(p)) {
-        if ((r = pulse_ckpt_open(&prev_c, prev, PULSE_CKPT_READ)) == 0)
-            r = pulse_patch_set_prev(p, prev_c, NULL);
-        if (r) {
-            pulse_ckpt_close(&prev_c);
-            pulse_patch_close(&p);
-            char what[1100];
-            snprintf(what, sizeof what, "--prev %s", prev);
-            return cli_fail("apply", r, what);
-        }
+    if ((r = cli_patch_prev(p, prev, &prev_c)) != 0) {
+        pulse_patch_close(&p);
+        char what[1100];
+        snprintf(what, sizeof what, "--prev %s", prev);
+        return cli_fail("apply", r, what);
     }
     r = apply_opened(p, paths, out, in_place, threads);
     pulse_patch_close(&p);

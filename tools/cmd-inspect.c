@@ -170,14 +170,9 @@ int cmd_inspect(int argc, char **argv)
     pulse_ckpt *old = NULL, *prev = NULL;
     pulse_patch_context cx;
     pulse_patch_context *per = NULL;
-    if (prev_path && pulse_patch_prev_id(p)) {
-        if ((r = pulse_ckpt_open(&prev, prev_path, PULSE_CKPT_READ)) == 0)
-            r = pulse_patch_set_prev(p, prev, NULL);
-        if (r) {
-            pulse_ckpt_close(&prev);
-            pulse_patch_close(&p);
-            return cli_fail("inspect", r, prev_path);
-        }
+    if ((r = cli_patch_prev(p, prev_path, &prev)) != 0) {
+        pulse_patch_close(&p);
+        return cli_fail("inspect", r, prev_path);
     }
     if (base_path && (r = context_of(p, base_path, &old, &cx, &per))) {
         pulse_patch_close(&p);

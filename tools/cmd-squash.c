@@ -89,8 +89,7 @@ int cmd_squash(int argc, char **argv)
     if (!r && base_path && (r = pulse_ckpt_open(&base, base_path, PULSE_CKPT_READ)))
         what = base_path;
     /* P1's previous checkpoint, where it is format 6 (others do not read one) */
-    if (!r && prev_path && pulse_patch_prev_id(p[0])
-        && ((r = pulse_ckpt_open(&prev, prev_path, PULSE_CKPT_READ)) || (r = pulse_patch_set_prev(p[0], prev, NULL))))
+    if (!r && (r = cli_patch_prev(p[0], prev_path, &prev)) != 0)
         what = prev_path;
     if (!r && (r = pulse_patch_squash(p, (size_t)n, base, threads, level, out)))
         what = "cannot squash";

@@ -83,8 +83,7 @@ void patch_dirs_of(const uint8_t *prev, const uint16_t *old, uint32_t n, uint8_t
     for (uint32_t i = 0; i < n; i++) {
         uint16_t v;
         memcpy(&v, prev + 2 * (size_t)i, 2);
-        int16_t d = (int16_t)(uint16_t)(old[i] - v);
-        dirs[i] = d == 0 ? PATCH_DIR_NONE : d > 0 ? PATCH_DIR_UP : PATCH_DIR_DOWN;
+        dirs[i] = patch_ctx_dir(v, old[i]);
     }
 }
 

@@ -1281,9 +1281,7 @@ static void gather_dirs(patch_ctx_scratch *s, const uint16_t *src, const uint8_t
         for (uint64_t bits = s->chw[w]; bits; bits &= bits - 1) {
             uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
             unsigned b = band_of(src[i], ebase);
-            uint8_t d = dirs[i];
-            s->cls[off[b] + fill[b]++] = d == PATCH_DIR_NONE ? PATCH_DIR_NONE
-                                         : d == PATCH_DIR_DOWN ? PATCH_DIR_DOWN : PATCH_DIR_UP;
+            s->cls[off[b] + fill[b]++] = dirs[i];   /* read as the decoder reads it: not none or down is up */
         }
 }
 

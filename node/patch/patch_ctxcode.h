@@ -41,13 +41,18 @@ static inline int patch_pos_is_context(uint8_t coding)
  * previous one costs well under a bit where its own direction costs one. */
 enum { PATCH_DIR_NONE = 0, PATCH_DIR_UP = 1, PATCH_DIR_DOWN = 2 };
 
+/* The direction of a step from bit pattern a to b of one 16-bit dtype. */
+static inline uint8_t patch_ctx_dir(uint16_t a, uint16_t b)
+{
+    int16_t d = (int16_t)(uint16_t)(b - a);
+    return d == 0 ? PATCH_DIR_NONE : d > 0 ? PATCH_DIR_UP : PATCH_DIR_DOWN;
+}
+
 /* dirs[0..n) of the step prev[0..n) -> old[0..n) (bit patterns of one 16-bit dtype). */
 static inline void patch_ctx_dirs(const uint16_t *prev, const uint16_t *old, uint32_t n, uint8_t *dirs)
 {
-    for (uint32_t i = 0; i < n; i++) {
-        int16_t d = (int16_t)(uint16_t)(old[i] - prev[i]);
-        dirs[i] = d == 0 ? PATCH_DIR_NONE : d > 0 ? PATCH_DIR_UP : PATCH_DIR_DOWN;
-    }
+    for (uint32_t i = 0; i < n; i++)
+        dirs[i] = patch_ctx_dir(prev[i], old[i]);
 }
 
 /* Per-thread working memory for chunks of up to chunk_elems elements (allocated once). */

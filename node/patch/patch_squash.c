@@ -71,11 +71,9 @@ static void step_dirs(const uint16_t *dense, const patch_scratch *s, uint32_t co
 {
     const uint16_t *v = (const uint16_t *)(const void *)s->vals;
     memset(dirs, 0, len);
-    for (uint32_t j = 0; j < count; j++) {
+    for (uint32_t j = 0; j < count; j++)
         /* a zigzag ulp difference is odd exactly when it steps down, and never 0 */
-        int16_t d = ulp ? (v[j] & 1u ? -1 : 1) : (int16_t)(uint16_t)(v[j] - dense[s->idx[j]]);
-        dirs[s->idx[j]] = d == 0 ? PATCH_DIR_NONE : d > 0 ? PATCH_DIR_UP : PATCH_DIR_DOWN;
-    }
+        dirs[s->idx[j]] = ulp ? (v[j] & 1u ? PATCH_DIR_DOWN : PATCH_DIR_UP) : patch_ctx_dir(dense[s->idx[j]], v[j]);
 }
 
 static int squash_chunk(void *ctx, size_t job)
