@@ -62,6 +62,7 @@ struct patch_ctx_scratch {
     uint16_t *zt;               /* a band's values while they are put in or out of direction order (cap) */
     int one_state;              /* write one rANS state, for tests */
     int freq_tables;            /* write frequency tables, for tests */
+    int raw_signs;              /* write a value mode's direction bits raw, for tests */
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -320,6 +321,11 @@ void patch_ctx_freq_tables(patch_ctx_scratch *s, int freq_tables)
     s->freq_tables = freq_tables != 0;
 }
 
+void patch_ctx_raw_signs(patch_ctx_scratch *s, int raw_signs)
+{
+    s->raw_signs = raw_signs != 0;
+}
+
 static int scratch_encoder(patch_ctx_scratch *s)
 {
     if (s->rbuf)
@@ -434,6 +440,7 @@ typedef struct ctx_head {
     unsigned states;            /* rANS states: 1, or 2 (PATCH_CTX_TWO_STATES) */
     int counts;                 /* count tables (PATCH_CTX_COUNT_TABLES) */
     int dirs;                   /* values coded by the previous directions (PATCH_CTX_PREV_DIRS) */
+    int signs;                  /* a value mode's direction bits are symbols (PATCH_CTX_SIGN_SYMBOLS) */
     uint32_t c0[NB];            /* a band's changes in its first table: all of them, or (dirs and no
                                  * value mode) those without a previous direction */
     uint16_t freq1[NB][NSYM];   /* the second table (dirs): the changes that moved before, their
@@ -515,12 +522,15 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
     h->states = pos[0] & PATCH_CTX_TWO_STATES ? 2 : 1;
     h->counts = (pos[0] & PATCH_CTX_COUNT_TABLES) != 0;
     h->dirs = (pos[0] & PATCH_CTX_PREV_DIRS) != 0;
+    h->signs = (pos[0] & PATCH_CTX_SIGN_SYMBOLS) != 0;
     if (h->dirs && !dirs_ok)
         return ctx_fail(PULSE_ERR_UNSUPPORTED, tensor, chunk, "position",
                         "coding byte %u codes values by the previous step's directions, which this reader "
                         "does not hold", pos[0]);
     if (h->dirs && !h->counts)
         return PFAIL("coding byte %u: previous directions without count tables", pos[0]);
+    if (h->signs && !h->counts)
+        return PFAIL("coding byte %u: sign symbols without count tables", pos[0]);
     if (n == 0 || k == 0 || k > n)
         return PFAIL("%zu changes in a chunk of %u elements", k, n);
     if (pos_len < 2)
@@ -605,13 +615,15 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
         if (r)
             return r;
         h->turn[b] = 0;
-        if (h->dirs && h->vm[b]) {
-            /* the direction bits are symbols too: how many turn from the previous direction */
+        if ((h->dirs || h->signs) && h->vm[b]) {
+            /* the direction bits are symbols too: how many turn from the previous direction, or
+             * (sign symbols, a previous direction of up for all) how many fall */
+            const char *what = h->dirs ? "turning directions" : "falling directions";
             uint32_t t;
             if ((r = leb_read(val, val_len, &at, &t)) != 0)
-                return VFAIL("band %u: count of turning directions %s", b, r == -1 ? "truncated" : "malformed");
+                return VFAIL("band %u: count of %s %s", b, what, r == -1 ? "truncated" : "malformed");
             if (t > h->c[b])
-                return VFAIL("band %u: %u turning directions of its %u changes", b, t, h->c[b]);
+                return VFAIL("band %u: %u %s of its %u changes", b, t, what, h->c[b]);
             h->turn[b] = turn_freq(t, h->c[b]);
         }
     }
@@ -682,9 +694,10 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                 uint32_t sg = 0;
                 /* the sign is known unless it is coded by a direction this reader does not hold */
                 int sg_known = 1;
-                if (vm && h->dirs) {
+                if (vm && (h->dirs || h->signs)) {
                     /* the direction bit, a symbol on the same state: whether it turns from the
-                     * element's previous direction (in value terms for the predicted mode) */
+                     * element's previous direction (in value terms for the predicted mode), up
+                     * for all with sign symbols */
                     const uint32_t ft = h->turn[b], f0 = TAB_TOTAL - ft, s2 = x & (TAB_TOTAL - 1);
                     const uint32_t turns = s2 >= f0;
                     x = (turns ? ft : f0) * (x >> TAB_BITS) + s2 - (turns ? f0 : 0);
@@ -693,16 +706,18 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                             return VFAIL("rANS stream ends at change %zu", j);
                         x = x << 8 | *rp++;
                     }
-                    sg_known = dirs && idx && (vm != VM_PRED || old);
-                    if (sg_known)
-                        sg = turns ^ (prev_down(dirs[idx[j]], vm == VM_PRED ? old[idx[j]] : 0) ? 1u : 0u);
+                    sg_known = (h->signs || dirs) && (vm != VM_PRED || old) && (idx || (h->signs && vm != VM_PRED));
+                    if (sg_known) {
+                        const uint8_t pd = h->signs ? PATCH_DIR_UP : dirs[idx[j]];
+                        sg = turns ^ (prev_down(pd, vm == VM_PRED ? old[idx[j]] : 0) ? 1u : 0u);
+                    }
                 }
                 if (swap) {
                     const uint32_t t2 = x;
                     x = x2;
                     x2 = t2;
                 }
-                if (vm && !h->dirs && br_bits(&esc, 1, &sg))
+                if (vm && !h->dirs && !h->signs && br_bits(&esc, 1, &sg))
                     return VFAIL("sign bits end at change %zu", j);
                 uint32_t u;
                 if (y < NDIRECT) {
@@ -1063,15 +1078,23 @@ static inline uint32_t pred_u(uint16_t ov, uint16_t nv, double L, uint32_t *t)
 }
 
 /* Each band's value mode (VM_*) and centre, the cheapest by an estimate on up to SAMPLE_MAX of
- * its changes (evenly spaced), and its symbol counts cnt. Bands whose z need under a raw bit a
+ * its changes (evenly spaced), and its symbol counts cnt. A value mode's direction bits are raw
+ * or symbols of whether they turn from each change's previous direction: cls's, or up for all
+ * (whether they fall: *falls set) where fall_ok and falls cost less over the candidate bands'
+ * samples than turns (cls given) or raw bits (cls NULL). Bands whose z need under a raw bit a
  * change on average stay VM_DIFF unweighed, so a Llama-like step pays only the counting pass
  * that its tables need anyway. For the bands that change mode, vz[i] becomes the value its
  * symbol codes and gap[i] (free once the Rice streams are written) its sign or direction bit. */
 static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t *old, const uint16_t *neu,
                                uint32_t nw, unsigned ebase, const uint32_t *off, const uint32_t *kb,
-                               const uint8_t *cls, uint8_t *vm, uint32_t *vc, uint32_t cnt[][NSYM],
-                               uint32_t cnt1[][NSYM], uint32_t *c0, uint32_t *turns)
+                               const uint8_t *cls, int fall_ok, uint8_t *vm, uint32_t *vc,
+                               uint32_t cnt[][NSYM], uint32_t cnt1[][NSYM], uint32_t *c0, uint32_t *turns,
+                               int *falls)
 {
+    const uint8_t *ref = cls;   /* the previous directions the direction symbols turn from */
+    int sym = cls != NULL;      /* the direction bits are symbols */
+    *falls = 0;
+#define PREV_DIR(i) (ref ? ref[i] : PATCH_DIR_UP)
     uint8_t cand[NB] = {0};   /* 1: weigh VM_CENTRED, 2: also VM_PRED */
     double cost[NB];
     int any = 0, any_pred = 0;
@@ -1108,6 +1131,29 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
     }
     if (!any)
         return;
+    if (fall_ok) {
+        /* falls, or turns from the previous directions (raw bits without them), for the whole
+         * chunk: counted on the bit patterns' directions (a value's turns the same but across
+         * zero) */
+        double bt = 0, bf = 0;
+        for (unsigned b = 0; b < NB; b++) {
+            if (!cand[b])
+                continue;
+            uint32_t c = kb[b], S = c < SAMPLE_MAX ? c : SAMPLE_MAX, tt = 0, tf = 0;
+            for (uint32_t t = 0; t < S; t++) {
+                uint32_t i = off[b] + (uint32_t)((uint64_t)t * c / S), down = s->vz[i] & 1u;
+                tt += cls ? down ^ (uint32_t)prev_down(cls[i], 0) : 0;
+                tf += down;
+            }
+            bt += (cls ? sign_bits(1, tt, S) : (double)S) * ((double)c / S);
+            bf += sign_bits(1, tf, S) * ((double)c / S);
+        }
+        if (bf < bt) {
+            ref = NULL;
+            sym = 1;
+            *falls = 1;
+        }
+    }
     /* gap[i] of a VM_PRED candidate: the new value (the changes in ascending position, as vz) */
     if (any_pred) {
         uint32_t fill[NB] = {0};
@@ -1134,14 +1180,14 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
             uint32_t i = (uint32_t)((uint64_t)t * c / S);
             int32_t d = (int16_t)unzigzag_z(z[i]);
             f[t] = (uint32_t)(d < 0 ? -d : d);
-            if (cls)
-                turned += (uint32_t)(d < 0) ^ (uint32_t)prev_down(cls[off[b] + i], 0);
+            if (sym)
+                turned += (uint32_t)(d < 0) ^ (uint32_t)prev_down(PREV_DIR(off[b] + i), 0);
         }
         uint32_t C1 = median16(f, S, 0, 0xFFFFu);
         C1 = C1 < 1 ? 1 : C1 > VM_CENTRED_MAX ? VM_CENTRED_MAX : C1;
         for (uint32_t t = 0; t < S; t++)
             u[t] = zigzag32((int32_t)f[t] - (int32_t)C1) + 1;
-        double c1 = (u_bits(u, S) + sign_bits(cls != NULL, turned, S)) * scale + mode_header_bits(C1);
+        double c1 = (u_bits(u, S) + sign_bits(sym, turned, S)) * scale + mode_header_bits(C1);
         if (c1 < cost[b]) {
             vm[b] = VM_CENTRED;
             vc[b] = C1;
@@ -1166,10 +1212,10 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
                 uint32_t dir, i = (uint32_t)((uint64_t)t * c / S);
                 u[t] = pred_u((uint16_t)nvs[t], (uint16_t)(nvs[t] >> 16), L, &dir);
                 ok = u[t] != 0;
-                if (cls)
-                    turned += dir ^ (uint32_t)prev_down(cls[off[b] + i], (uint16_t)nvs[t]);
+                if (sym)
+                    turned += dir ^ (uint32_t)prev_down(PREV_DIR(off[b] + i), (uint16_t)nvs[t]);
             }
-            double c2 = ok ? (u_bits(u, S) + sign_bits(cls != NULL, turned, S)) * scale + mode_header_bits(C2)
+            double c2 = ok ? (u_bits(u, S) + sign_bits(sym, turned, S)) * scale + mode_header_bits(C2)
                            : cost[b];
             if (c2 < cost[b]) {
                 vm[b] = VM_PRED;
@@ -1184,8 +1230,8 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
             for (uint32_t i = 0; i < c; i++) {
                 int32_t d = (int16_t)unzigzag_z(z[i]);
                 g[i] = z[i] & 1u;   /* z is odd exactly for d < 0 */
-                if (cls) {
-                    g[i] ^= (uint32_t)prev_down(cls[off[b] + i], 0);   /* whether it turns */
+                if (sym) {
+                    g[i] ^= (uint32_t)prev_down(PREV_DIR(off[b] + i), 0);   /* whether it turns */
                     turns[b] += g[i];
                 }
                 z[i] = (uint16_t)(zigzag32((d < 0 ? -d : d) - (int32_t)vc[b]) + 1);
@@ -1203,8 +1249,8 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
                 if (!uu)
                     break;
                 g[i] = dir;
-                if (cls) {
-                    g[i] ^= (uint32_t)prev_down(cls[off[b] + i], ov);   /* whether it turns, as a value */
+                if (sym) {
+                    g[i] ^= (uint32_t)prev_down(PREV_DIR(off[b] + i), ov);   /* whether it turns, as a value */
                     turns[b] += g[i];
                 }
                 z[i] = (uint16_t)uu;
@@ -1228,6 +1274,7 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
         memset(cnt1[b], 0, sizeof cnt1[b]);
         c0[b] = c;
     }
+#undef PREV_DIR
 }
 
 /* A band without a value mode coded by the previous directions: its z (decode order) put in
@@ -1339,6 +1386,9 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     const int two = !s->one_state && k >= CTX_TWO_STATES_MIN;
     head[hl++] = (uint8_t)(PATCH_POS_CONTEXT | (two ? PATCH_CTX_TWO_STATES : 0) |
                            (counts ? PATCH_CTX_COUNT_TABLES : 0) | (dirs ? PATCH_CTX_PREV_DIRS : 0));
+    /* the value modes' direction bits as symbols of whether they fall, where that costs less
+     * than raw bits or turns: the flag goes on below if a band takes a value mode */
+    const int may_sign = counts && !s->raw_signs;
     head[hl++] = (uint8_t)ebase;
     bitwr bw = {out + HEAD_MAX, out + cap, 0, 0, 0};
     for (unsigned b = 0; b < NB; b++) {
@@ -1386,14 +1436,19 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     uint32_t vc[NB], cnt[NB][NSYM], cnt1[NB][NSYM], c0[NB], turns[NB];
     if (dirs)
         gather_dirs(s, src, dirs, nw, ebase, off);
-    choose_value_modes(s, dt == PULSE_DT_BF16, old, neu, nw, ebase, off, kb, dirs ? s->cls : NULL, vm, vc, cnt,
-                       cnt1, c0, turns);
+    int falls;
+    choose_value_modes(s, dt == PULSE_DT_BF16, old, neu, nw, ebase, off, kb, dirs ? s->cls : NULL, may_sign, vm,
+                       vc, cnt, cnt1, c0, turns, &falls);
+    int signs = 0;   /* the chunk's value-mode direction bits are symbols, of turns or falls */
     for (unsigned b = 0; b < NB; b++) {
         if (vm[b])
             head[hb[b]] |= HEAD_VMODE;
         else if (dirs && kb[b])
             values_to_dirs(s, off[b], kb[b], c0[b]);
+        signs |= vm[b] && (dirs || falls);
     }
+    if (signs && falls)
+        head[0] |= PATCH_CTX_SIGN_SYMBOLS;
     memcpy(out, head, hl);
     memmove(out + hl, out + HEAD_MAX, rice_len);
     size_t pl = hl + rice_len;
@@ -1427,7 +1482,7 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
             }
             vl += counts ? put_counts(cq, v + vl) : put_freqs(freq[q][b], v + vl);
         }
-        if (dirs && vm[b])
+        if (signs && vm[b])
             vl += pulse_leb_put(v + vl, turns[b]);   /* its direction bits are symbols: how many turn */
     }
     uint8_t *rend = s->rbuf + 3 * (size_t)s->cap + 16, *rp = rend;
@@ -1460,11 +1515,12 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
                 bias[y] = cu[y];
             }
         }
-        /* a band with a value mode coded by the previous directions: each change's direction bit
-         * (s->gap, whether it turns) is a symbol after its value's, on the same state */
-        const uint32_t ft = dirs && vm[bi] ? turn_freq(turns[bi], kb[bi]) : 0;
+        /* a band with a value mode whose direction bits are symbols: each change's (s->gap,
+         * whether it turns from its previous direction, or falls) after its value's, on the
+         * same state */
+        const uint32_t ft = signs && vm[bi] ? turn_freq(turns[bi], kb[bi]) : 0;
         for (uint32_t i = off[bi] + t1; i-- > off[bi] + t0;) {
-            if (dirs && vm[bi]) {
+            if (signs && vm[bi]) {
                 const uint32_t turn = s->gap[i] & 1u, fs = turn ? ft : TAB_TOTAL - ft;
                 const uint32_t xm = ((RANS_L >> TAB_BITS) << 8) * fs;
                 while (x >= xm) {
@@ -1508,7 +1564,7 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     for (unsigned b = 0; b < NB; b++)
         for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
             uint16_t zz = s->vz[i];
-            if (vm[b] && !dirs)
+            if (vm[b] && !signs)
                 bw_put(&ew, s->gap[i] & 1u, 1);
             if (zz > NDIRECT) {
                 unsigned L = bitlen16(zz);

@@ -22,8 +22,16 @@
  * a value mode by its direction bits as symbols of whether they turn), which the receiver must
  * hold; the entry points without _dirs refuse such a chunk. */
 #define PATCH_CTX_PREV_DIRS 4u
+/* PATCH_CTX_SIGN_SYMBOLS (with count tables only): in a band with a value mode, each change's
+ * direction bit is an rANS symbol of whether its bit pattern falls (its magnitude shrinks), under
+ * the band's own frequency, instead of a raw bit or (with PATCH_CTX_PREV_DIRS) a symbol of whether
+ * it turns: where a step moves small weights by many ulps, most of them grow away from zero, so
+ * that bit costs well under one. Writers set it on a chunk with a band in a value mode, with
+ * PATCH_CTX_PREV_DIRS where falls cost less than turns. */
+#define PATCH_CTX_SIGN_SYMBOLS 8u
 #define PATCH_POS_CONTEXT2 (PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES)
-#define PATCH_POS_CONTEXT_LAST (PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES | PATCH_CTX_COUNT_TABLES | PATCH_CTX_PREV_DIRS)
+#define PATCH_POS_CONTEXT_LAST \
+    (PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES | PATCH_CTX_COUNT_TABLES | PATCH_CTX_PREV_DIRS | PATCH_CTX_SIGN_SYMBOLS)
 
 static inline int patch_pos_is_context(uint8_t coding)
 {
@@ -73,8 +81,9 @@ static inline int patch_ctx_dtype_ok(pulse_dtype dt)
 
 /* Encodes the k > 0 differing elements of old[0..n) -> neu[0..n) (bit patterns of dtype dt, n <=
  * the scratch's chunk_elems) at out (cap >= patch_ctx_bound(n, k)): the position stream (first byte
- * PATCH_POS_CONTEXT | PATCH_CTX_COUNT_TABLES, | PATCH_CTX_TWO_STATES from 256 changes; either
- * flag left out after patch_ctx_one_state / patch_ctx_freq_tables),
+ * PATCH_POS_CONTEXT | PATCH_CTX_COUNT_TABLES, | PATCH_CTX_TWO_STATES from 256 changes,
+ * | PATCH_CTX_SIGN_SYMBOLS where a band has a value mode; each flag left out after
+ * patch_ctx_one_state / patch_ctx_freq_tables / patch_ctx_raw_signs),
  * then the value stream right after it. *pos_len, *val_len: their lengths.
  * 0, or PULSE_ERR_INVALID when k is not the number of differing elements or dt is not one the
  * coder takes. */
@@ -95,6 +104,11 @@ void patch_ctx_one_state(patch_ctx_scratch *s, int one_state);
 /* Makes s's encoder write each band's table as 20 frequencies, as the writers before count
  * tables did, or as counts again (freq_tables 0): for tests of what older patches hold. */
 void patch_ctx_freq_tables(patch_ctx_scratch *s, int freq_tables);
+
+/* Makes s's encoder write the direction bits of a band with a value mode as raw bits, as the
+ * writers before PATCH_CTX_SIGN_SYMBOLS did, or as symbols again (raw_signs 0): for tests of what
+ * older patches hold. */
+void patch_ctx_raw_signs(patch_ctx_scratch *s, int raw_signs);
 
 /* Decodes a context-coded chunk of dtype dt against its base old[0..n): exactly k changes, their
  * positions in idx[0..k) (each < n, all distinct; in band order, not ascending) and zigzag ulp

@@ -3,8 +3,9 @@
 # Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch (and one with both position
 # codings): patch_seeds.py PULSE_BIN OUTDIR;
 # and format-5 patches with context-coded chunks, one of them in the value modes (centred and
-# predicted) that wide weight magnitudes take, one of an F16 tensor; and a format-6 patch, coded by
-# the step before its base;
+# predicted) that wide weight magnitudes take (with sign symbols, as writers write it now; the
+# committed v5-value-modes.patch and its -2states and -counts are what earlier writers wrote), one
+# of an F16 tensor; and a format-6 patch, coded by the step before its base;
 # patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
 # new, new2, ctx-old, ctx-new, wide-old, wide-new, f16-old, f16-new, prev-prev, prev-old, prev-new
 # .safetensors), which tests/patch/format2.sh
@@ -95,7 +96,7 @@ def main():
         run("diff", ra, rb, "-o", os.path.join(out, "codings-ulp.patch"), "--chunk", "1K")
         ca, cb, wa, wb, ha, hb = context_checkpoints(t)
         run("diff", ca, cb, "-o", os.path.join(out, "v5-context.patch"), "--context", "--chunk", "32K")
-        run("diff", wa, wb, "-o", os.path.join(out, "v5-value-modes.patch"), "--context", "--chunk", "32K")
+        run("diff", wa, wb, "-o", os.path.join(out, "v5-value-modes-signs.patch"), "--context", "--chunk", "32K")
         run("diff", ha, hb, "-o", os.path.join(out, "v5-context-f16.patch"), "--context", "--chunk", "32K")
         pa, pb, pc = prev_checkpoints(t)
         run("diff", pb, pc, "-o", os.path.join(out, "v6-prev.patch"), "--context", "--prev", pa, "--chunk", "32K")

@@ -60,6 +60,7 @@ v5-value-modes wide 64
 v5-value-modes-2states wide 65
 v5-value-modes-counts wide 67
 v5-context-f16 f16 67
+v5-value-modes-signs wide 75
 EOF
 
 # The format-6 seed: its first chunk coded by the step before its base (coding byte 71), applied
@@ -80,9 +81,10 @@ printf "\\x$(printf %02x $((byte ^ 0x5a)))" | dd of="$T/damaged" bs=1 seek=$((si
 bad "$P" apply --in-place "$T/target.safetensors" "$T/damaged" --prev "$T/prev-prev.safetensors"
 check "cmp -s '$T/target.safetensors' '$T/prev-old.safetensors'"
 
-# What the writer writes now: count tables and two states, as the counts seeds hold.
+# What the writer writes now: count tables, two states and (bands in value modes) sign symbols,
+# as the signs seeds hold.
 ok "$P" diff "$T/wide-old.safetensors" "$T/wide-new.safetensors" -o "$T/now" --context --chunk 32K
-check "[ \"\$(codings '$T/now')\" = 67 ]"
+check "[ \"\$(codings '$T/now')\" = 75 ]"
 
 echo "format5: $n checks, $fails failed"
 [ "$fails" -eq 0 ]

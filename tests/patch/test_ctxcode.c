@@ -97,9 +97,10 @@ static int sane(uint32_t n, size_t k)
     return ok;
 }
 
-/* The encoder writes one rANS state (what the first format-5 writers wrote) or two, and
- * frequency tables (what the writers before count tables wrote) or count tables. */
-static int one_state, freq_tables;
+/* The encoder writes one rANS state (what the first format-5 writers wrote) or two, frequency
+ * tables (what the writers before count tables wrote) or count tables, and a value mode's
+ * direction bits raw (what the writers before sign symbols wrote) or as symbols. */
+static int one_state, freq_tables, raw_signs;
 
 static void set_one_state(int v)
 {
@@ -113,11 +114,34 @@ static void set_freq_tables(int v)
     patch_ctx_freq_tables(S, v);
 }
 
-/* The coding byte the encoder writes for a chunk of k changes in the modes set. */
+static void set_raw_signs(int v)
+{
+    raw_signs = v;
+    patch_ctx_raw_signs(S, v);
+}
+
+static unsigned head_bands(const uint8_t *pos, uint8_t active[16], uint8_t vflag[16]);
+
+/* The coding byte the encoder writes for a chunk of k changes in the modes set, but for sign
+ * symbols (the encoder's estimate decides them). */
 static unsigned coding_for(size_t k)
 {
     return PATCH_POS_CONTEXT | (one_state || k < 256 ? 0 : PATCH_CTX_TWO_STATES) |
            (freq_tables ? 0 : PATCH_CTX_COUNT_TABLES);
+}
+
+/* Whether the sign-symbol flag of position stream pos is one the encoder may write: only on a
+ * chunk with a band in a value mode, and neither with frequency tables nor raw signs asked for. */
+static int signs_fit(const uint8_t *pos)
+{
+    if (!(pos[0] & PATCH_CTX_SIGN_SYMBOLS))
+        return 1;
+    uint8_t active[16], vflag[16];
+    head_bands(pos, active, vflag);
+    int vmode = 0;
+    for (int b = 0; b < 16; b++)
+        vmode |= vflag[b];
+    return vmode && !freq_tables && !raw_signs;
 }
 
 /* Encodes, checks, decodes and applies one chunk; returns the coded bytes (pos + val). */
@@ -132,7 +156,8 @@ static size_t roundtrip(const char *what, const uint16_t *old, const uint16_t *n
     if (r)
         return 0;
     CHECK((size_t)*pl + *vl <= bound);
-    CHECK_EQ_INT(enc[0], coding_for(k));
+    CHECK_EQ_INT(enc[0] & ~PATCH_CTX_SIGN_SYMBOLS, coding_for(k));
+    CHECK(signs_fit(enc));
     CHECK_OK(patch_ctx_check(dtype, enc, *pl, enc + *pl, *vl, k, n, what, 7));
     r = patch_ctx_decode(S, dtype, old, n, enc, *pl, enc + *pl, *vl, k, idx, zz, what, 7);
     CHECK_OK(r);
@@ -494,6 +519,8 @@ static void test_damage(void)
     uint32_t pl, vl;
     roundtrip("damage base (value modes)", old_, neu_, n, &pl, &vl);
     CHECK(some_header_has(0x80));
+    /* every one falls: its direction bits are symbols where the encoder may write them */
+    CHECK(!(enc[0] & PATCH_CTX_SIGN_SYMBOLS) == (freq_tables || raw_signs));
     damage(n);
     /* enough changes for the encoder's two rANS states (unless one is asked for) */
     n = 1200;
@@ -502,7 +529,7 @@ static void test_damage(void)
         neu_[i] = (uint16_t)(old_[i] + (i & 4 ? 1 : -2));
     roundtrip("damage base (many changes)", old_, neu_, n, &pl, &vl);
     CHECK(count_changes(old_, neu_, n) >= 256);
-    CHECK_EQ_INT(enc[0], coding_for(count_changes(old_, neu_, n)));
+    CHECK_EQ_INT(enc[0] & ~PATCH_CTX_SIGN_SYMBOLS, coding_for(count_changes(old_, neu_, n)));
     damage(n);
 }
 
@@ -692,6 +719,8 @@ static void test_wide_magnitudes(void)
             }
             fields = __builtin_popcount(set) - 1;
         }
+        if (vm && (enc[0] & PATCH_CTX_SIGN_SYMBOLS))
+            fields++;   /* the count of falling directions */
         for (int y = 0; y < fields; y++)
             while (enc[at++] & 0x80) {
             }
@@ -699,6 +728,82 @@ static void test_wide_magnitudes(void)
     printf("wide magnitudes: bands by value mode: %d diff, %d centred, %d predicted\n", seen[0], seen[1], seen[2]);
     CHECK(seen[1] > 0);
     CHECK(seen[2] > 0);
+}
+
+/* Weights over 20 binades moved by one step, away from zero for 9 in 10 of them (a step larger
+ * than a weight mostly grows it): coded as symbols, a value mode's direction bits cost about
+ * H(0.9) = 0.47 bits where raw they cost 1, so the chunk is well under its raw-bit coding; where
+ * half grow, the symbols cost at most the count a band adds. */
+static void test_sign_symbols(void)
+{
+    uint32_t n = 1u << 16, pl, vl;
+    for (int half = 0; half < 2; half++) {
+        for (uint32_t i = 0; i < n; i++) {
+            int neg = (int)(rnd() & 1), away = unif() < (half ? 0.5 : 0.9);
+            old_[i] = bf16((float)pow(2.0, -20.0 * unif()) * (neg ? -1.0f : 1.0f));
+            neu_[i] = stepped(old_[i], (neg != away) ? 0x1p-14f : -0x1p-14f);
+        }
+        const int was = raw_signs;
+        set_raw_signs(1);
+        size_t raw = roundtrip("sign bits raw", old_, neu_, n, &pl, &vl);
+        CHECK(!(enc[0] & PATCH_CTX_SIGN_SYMBOLS));
+        set_raw_signs(0);
+        size_t sym = roundtrip("sign symbols", old_, neu_, n, &pl, &vl);
+        CHECK(enc[0] & PATCH_CTX_SIGN_SYMBOLS);
+        set_raw_signs(was);
+        printf("sign symbols, %s grow: %zu bytes, raw sign bits %zu (%.3f)\n", half ? "half" : "9 in 10", sym, raw,
+               (double)sym / (double)raw);
+        if (half)
+            CHECK(sym <= raw + 16 * 3);
+        else
+            CHECK(sym < 0.95 * (double)raw);
+    }
+}
+
+/* A sign-symbol chunk by hand: hand()'s two changes (-1 ulp each) in the centred mode around 1,
+ * its table a count table of symbol 0, its falling count f (2: both fall, the rANS state never
+ * moves). */
+static size_t hand_signs(uint8_t *b, uint8_t coding, uint8_t f, size_t *pl)
+{
+    size_t n = hand(b, 1, 0x03, 0, 0, pl);
+    b[0] = coding;
+    b[17] |= 0x80;
+    n = *pl;
+    const uint8_t v[] = {1 /* centred */, 1 /* C */, 0x01 /* symbol set {0} */, f, 4, 0x00, 0x00, 0x80, 0x00};
+    memcpy(b + n, v, sizeof v);
+    return n + sizeof v;
+}
+
+static void test_crafted_signs(void)
+{
+    uint16_t old[4] = {0x3F80, 0x3F80, 0x3F80, 0x3F80};
+    uint8_t b[64];
+    size_t pl;
+    const uint8_t coding = PATCH_POS_CONTEXT | PATCH_CTX_COUNT_TABLES | PATCH_CTX_SIGN_SYMBOLS;
+    size_t len = hand_signs(b, coding, 2, &pl);
+    CHECK_OK(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "s", 3));
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "s", 3));
+    CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);   /* -1 each */
+    /* none falls: the same bytes decode to +1 each */
+    len = hand_signs(b, coding, 0, &pl);
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "s", 3));
+    CHECK(zz[0] == 2 && zz[1] == 2);
+    /* one of two falls: the state moves and needs bytes the stream lacks */
+    len = hand_signs(b, coding, 1, &pl);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "s", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "rANS stream ends"));
+    /* more falling than changes */
+    len = hand_signs(b, coding, 3, &pl);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "s", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "band 15: 3 falling directions of its 2 changes"));
+    /* sign symbols need count tables */
+    len = hand_signs(b, PATCH_POS_CONTEXT | PATCH_CTX_SIGN_SYMBOLS, 2, &pl);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "s", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("position stream", "sign symbols without count tables"));
+    /* cut before the falling count */
+    len = hand_signs(b, coding, 2, &pl);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, 3, 2, 4, "s", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "count of falling directions truncated"));
 }
 
 /* The nearest BF16 pattern to x by frexp and rint (ties to even in the default rounding mode):
@@ -1107,22 +1212,27 @@ int main(void)
     test_f16();
     test_crafted();
     test_crafted_value_modes();
+    test_crafted_signs();
     test_count_tables_same_coding();
-    /* count tables and two rANS states (what the encoder writes), then what older patches hold:
-     * one state, frequency tables, both */
-    for (int mode = 0; mode < 4; mode++) {
+    /* count tables, two rANS states and sign symbols (what the encoder writes), then what older
+     * patches hold: one state, frequency tables, both, raw sign bits */
+    for (int mode = 0; mode < 5; mode++) {
         set_one_state(mode & 1);
-        set_freq_tables(mode >> 1);
-        printf("-- %s rANS state%s, %s tables (coding byte %u from 256 changes)\n", mode & 1 ? "one" : "two",
-               mode & 1 ? "" : "s", mode >> 1 ? "frequency" : "count", coding_for(256));
+        set_freq_tables((mode >> 1) & 1);
+        set_raw_signs(mode == 4);
+        printf("-- %s rANS state%s, %s tables, %s sign bits\n", mode & 1 ? "one" : "two", mode & 1 ? "" : "s",
+               (mode >> 1) & 1 ? "frequency" : "count", mode >= 2 ? "raw" : "symbol");
         test_roundtrips();
         test_wide_magnitudes();
+        if (mode == 0)
+            test_sign_symbols();
         test_pred_unreachable();
         test_random_small();
         test_damage();
     }
     set_one_state(0);
     set_freq_tables(0);
+    set_raw_signs(0);
     patch_ctx_scratch_free(S);
     free(enc);
     free(idx);
