@@ -39,6 +39,10 @@ enum { MODE_NONE = 0, MODE_CHANGED = 1, MODE_UNCHANGED = 2, MODE_REFUSED = 3 };
  * old -+ L (L the BF16 value C), the step's direction as a raw bit (the same update as a value,
  * which also predicts weights smaller than it, far in ulps from where they started). */
 enum { VM_DIFF = 0, VM_CENTRED = 1, VM_PRED = 2 };
+/* How a value-mode band codes its changes' direction bits: raw (in the escape bits), or as rANS
+ * symbols of whether each falls (its bit pattern goes down) or turns from its previous direction
+ * (PATCH_CTX_PREV_DIRS). */
+enum { SD_RAW = 0, SD_FALL = 1, SD_TURN = 2 };
 #define HEAD_VMODE 0x80u        /* a band header's bit 7: the band's table starts with its value mode */
 #define VM_CENTRED_MAX 16384u   /* so that zigzag(|d| - C) + 1 stays below 2^16 */
 #define VM_PRED_MAX 0x7F7Fu     /* C: a positive finite BF16 value */
@@ -445,7 +449,8 @@ typedef struct ctx_head {
                                  * value mode) those without a previous direction */
     uint16_t freq1[NB][NSYM];   /* the second table (dirs): the changes that moved before, their
                                  * values turned to that direction */
-    uint16_t turn[NB];          /* dirs, a band with a value mode: the frequency (of TAB_TOTAL) of
+    uint8_t sdir[NB];           /* a band with a value mode: how its direction bits are coded (SD_*) */
+    uint16_t turn[NB];          /* sdir not SD_RAW: the frequency (of TAB_TOTAL) of
                                  * its direction bits that turn from the previous direction */
     size_t rans_at, rans_len;   /* in val */
     size_t esc_at;              /* the escape bits: val[esc_at .. val_len) */
@@ -615,15 +620,21 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
         if (r)
             return r;
         h->turn[b] = 0;
+        h->sdir[b] = SD_RAW;
         if ((h->dirs || h->signs) && h->vm[b]) {
-            /* the direction bits are symbols too: how many turn from the previous direction, or
-             * (sign symbols, a previous direction of up for all) how many fall */
-            const char *what = h->dirs ? "turning directions" : "falling directions";
+            /* the direction bits: with sign symbols 0 (raw), 2r + 1 (r of them fall) or 2r + 2 (r
+             * turn from the previous direction); with previous directions alone r (turning) */
             uint32_t t;
             if ((r = leb_read(val, val_len, &at, &t)) != 0)
-                return VFAIL("band %u: count of %s %s", b, what, r == -1 ? "truncated" : "malformed");
+                return VFAIL("band %u: direction coding %s", b, r == -1 ? "truncated" : "malformed");
+            h->sdir[b] = !h->signs ? SD_TURN : t == 0 ? SD_RAW : (t & 1u) ? SD_FALL : SD_TURN;
+            if (h->signs && t)
+                t = (t - 1) / 2;
+            if (h->sdir[b] == SD_TURN && !h->dirs)
+                return VFAIL("band %u: turning directions without the previous directions", b);
+            const char *what = h->sdir[b] == SD_TURN ? "turning" : "falling";
             if (t > h->c[b])
-                return VFAIL("band %u: %u %s of its %u changes", b, t, what, h->c[b]);
+                return VFAIL("band %u: %u %s directions of its %u changes", b, t, what, h->c[b]);
             h->turn[b] = turn_freq(t, h->c[b]);
         }
     }
@@ -694,10 +705,11 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                 uint32_t sg = 0;
                 /* the sign is known unless it is coded by a direction this reader does not hold */
                 int sg_known = 1;
-                if (vm && (h->dirs || h->signs)) {
+                const unsigned sd = vm ? h->sdir[b] : SD_RAW;
+                if (sd != SD_RAW) {
                     /* the direction bit, a symbol on the same state: whether it turns from the
                      * element's previous direction (in value terms for the predicted mode), up
-                     * for all with sign symbols */
+                     * for all where it codes falls */
                     const uint32_t ft = h->turn[b], f0 = TAB_TOTAL - ft, s2 = x & (TAB_TOTAL - 1);
                     const uint32_t turns = s2 >= f0;
                     x = (turns ? ft : f0) * (x >> TAB_BITS) + s2 - (turns ? f0 : 0);
@@ -706,9 +718,9 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                             return VFAIL("rANS stream ends at change %zu", j);
                         x = x << 8 | *rp++;
                     }
-                    sg_known = (h->signs || dirs) && (vm != VM_PRED || old) && (idx || (h->signs && vm != VM_PRED));
+                    sg_known = sd == SD_FALL ? vm != VM_PRED || (old && idx) : dirs && idx && (vm != VM_PRED || old);
                     if (sg_known) {
-                        const uint8_t pd = h->signs ? PATCH_DIR_UP : dirs[idx[j]];
+                        const uint8_t pd = sd == SD_FALL ? PATCH_DIR_UP : dirs[idx[j]];
                         sg = turns ^ (prev_down(pd, vm == VM_PRED ? old[idx[j]] : 0) ? 1u : 0u);
                     }
                 }
@@ -717,7 +729,7 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                     x = x2;
                     x2 = t2;
                 }
-                if (vm && !h->dirs && !h->signs && br_bits(&esc, 1, &sg))
+                if (vm && sd == SD_RAW && br_bits(&esc, 1, &sg))
                     return VFAIL("sign bits end at change %zu", j);
                 uint32_t u;
                 if (y < NDIRECT) {
@@ -1057,8 +1069,8 @@ static double mode_header_bits(uint32_t C)
     return 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
 }
 
-/* Bits of S direction bits: raw, or (coded by the previous directions) as symbols of whether
- * they turn, turned of S, under their own frequency. */
+/* Bits of S direction bits: raw, or as symbols of whether they fall or turn, turned (or fell) of
+ * S, under their own frequency and with their count. */
 static double sign_bits(int coded, uint32_t turned, uint32_t S)
 {
     if (!coded)
@@ -1077,24 +1089,41 @@ static inline uint32_t pred_u(uint16_t ov, uint16_t nv, double L, uint32_t *t)
     return r == INT16_MIN ? 0 : zigzag32(r) + 1;
 }
 
+/* The coding (SD_*) of a sample of S direction bits of which fell fall and turned turn from their
+ * previous direction, the cheapest of those allowed, in *bits: symbols only where they save an
+ * eighth of a bit a change on the raw bits, as each costs the decoder a second rANS step. */
+static unsigned sign_choice(int raw_ok, int fall_ok, int turn_ok, uint32_t fell, uint32_t turned, uint32_t S,
+                            double *bits)
+{
+    const double pen = S / 8.0;
+    unsigned best = SD_RAW;
+    double bb = raw_ok ? (double)S : INFINITY, fb = fall_ok ? sign_bits(1, fell, S) : INFINITY;
+    double tb = turn_ok ? sign_bits(1, turned, S) : INFINITY;
+    if (fb + pen < bb) {
+        best = SD_FALL;
+        bb = fb + pen;
+    }
+    if (tb + (raw_ok ? pen : 0) < bb)
+        best = SD_TURN;
+    *bits = best == SD_RAW ? (double)S : best == SD_FALL ? fb : tb;
+    return best;
+}
+
 /* Each band's value mode (VM_*) and centre, the cheapest by an estimate on up to SAMPLE_MAX of
- * its changes (evenly spaced), and its symbol counts cnt. A value mode's direction bits are raw
- * or symbols of whether they turn from each change's previous direction: cls's, or up for all
- * (whether they fall: *falls set) where fall_ok and falls cost less over the candidate bands'
- * samples than turns (cls given) or raw bits (cls NULL). Bands whose z need under a raw bit a
- * change on average stay VM_DIFF unweighed, so a Llama-like step pays only the counting pass
- * that its tables need anyway. For the bands that change mode, vz[i] becomes the value its
- * symbol codes and gap[i] (free once the Rice streams are written) its sign or direction bit. */
+ * its changes (evenly spaced), its symbol counts cnt, and how its direction bits are coded (sd,
+ * sign_choice: raw unless only turns are (cls given, not fall_ok); falls where fall_ok; turns
+ * where cls gives the previous directions). Bands whose z need under a raw bit a change on
+ * average stay VM_DIFF unweighed, so a Llama-like step pays only the counting pass that its
+ * tables need anyway. For the bands that change mode, vz[i] becomes the value its symbol codes
+ * and gap[i] (free once the Rice streams are written) its direction bit as coded, and turns[b]
+ * counts the ones (those that fall or turn). */
 static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t *old, const uint16_t *neu,
                                uint32_t nw, unsigned ebase, const uint32_t *off, const uint32_t *kb,
                                const uint8_t *cls, int fall_ok, uint8_t *vm, uint32_t *vc,
                                uint32_t cnt[][NSYM], uint32_t cnt1[][NSYM], uint32_t *c0, uint32_t *turns,
-                               int *falls)
+                               uint8_t *sd)
 {
-    const uint8_t *ref = cls;   /* the previous directions the direction symbols turn from */
-    int sym = cls != NULL;      /* the direction bits are symbols */
-    *falls = 0;
-#define PREV_DIR(i) (ref ? ref[i] : PATCH_DIR_UP)
+    const int raw_ok = !cls || fall_ok, turn_ok = cls != NULL;
     uint8_t cand[NB] = {0};   /* 1: weigh VM_CENTRED, 2: also VM_PRED */
     double cost[NB];
     int any = 0, any_pred = 0;
@@ -1102,6 +1131,7 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
         vm[b] = VM_DIFF;
         vc[b] = 0;
         turns[b] = 0;
+        sd[b] = SD_RAW;
         memset(cnt[b], 0, sizeof cnt[b]);
         memset(cnt1[b], 0, sizeof cnt1[b]);
         c0[b] = kb[b];
@@ -1131,29 +1161,6 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
     }
     if (!any)
         return;
-    if (fall_ok) {
-        /* falls, or turns from the previous directions (raw bits without them), for the whole
-         * chunk: counted on the bit patterns' directions (a value's turns the same but across
-         * zero) */
-        double bt = 0, bf = 0;
-        for (unsigned b = 0; b < NB; b++) {
-            if (!cand[b])
-                continue;
-            uint32_t c = kb[b], S = c < SAMPLE_MAX ? c : SAMPLE_MAX, tt = 0, tf = 0;
-            for (uint32_t t = 0; t < S; t++) {
-                uint32_t i = off[b] + (uint32_t)((uint64_t)t * c / S), down = s->vz[i] & 1u;
-                tt += cls ? down ^ (uint32_t)prev_down(cls[i], 0) : 0;
-                tf += down;
-            }
-            bt += (cls ? sign_bits(1, tt, S) : (double)S) * ((double)c / S);
-            bf += sign_bits(1, tf, S) * ((double)c / S);
-        }
-        if (bf < bt) {
-            ref = NULL;
-            sym = 1;
-            *falls = 1;
-        }
-    }
     /* gap[i] of a VM_PRED candidate: the new value (the changes in ascending position, as vz) */
     if (any_pred) {
         uint32_t fill[NB] = {0};
@@ -1173,24 +1180,27 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
         uint16_t *z = s->vz + off[b];
         uint32_t c = kb[b], S = c < SAMPLE_MAX ? c : SAMPLE_MAX;
         double scale = (double)c / S;
-        /* centred: |d| around its median; its sign a raw bit, or by the previous directions a
-         * symbol of whether it turns */
-        uint32_t turned = 0;
+        /* centred: |d| around its median; its sign (d < 0: it falls) raw or a symbol */
+        uint32_t turned = 0, fell = 0;
         for (uint32_t t = 0; t < S; t++) {
             uint32_t i = (uint32_t)((uint64_t)t * c / S);
             int32_t d = (int16_t)unzigzag_z(z[i]);
             f[t] = (uint32_t)(d < 0 ? -d : d);
-            if (sym)
-                turned += (uint32_t)(d < 0) ^ (uint32_t)prev_down(PREV_DIR(off[b] + i), 0);
+            fell += (uint32_t)(d < 0);
+            if (cls)
+                turned += (uint32_t)(d < 0) ^ (uint32_t)prev_down(cls[off[b] + i], 0);
         }
         uint32_t C1 = median16(f, S, 0, 0xFFFFu);
         C1 = C1 < 1 ? 1 : C1 > VM_CENTRED_MAX ? VM_CENTRED_MAX : C1;
         for (uint32_t t = 0; t < S; t++)
             u[t] = zigzag32((int32_t)f[t] - (int32_t)C1) + 1;
-        double c1 = (u_bits(u, S) + sign_bits(sym, turned, S)) * scale + mode_header_bits(C1);
+        double sb;
+        unsigned sd1 = sign_choice(raw_ok, fall_ok, turn_ok, fell, turned, S, &sb);
+        double c1 = (u_bits(u, S) + sb) * scale + mode_header_bits(C1);
         if (c1 < cost[b]) {
             vm[b] = VM_CENTRED;
             vc[b] = C1;
+            sd[b] = (uint8_t)sd1;
             cost[b] = c1;
         }
         if (cand[b] == 2) {
@@ -1207,19 +1217,22 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
             C2 = C2 < 1 ? 1 : C2 > VM_PRED_MAX ? VM_PRED_MAX : C2;
             double L = ctx_bf16_value((uint16_t)C2);
             int ok = 1;
-            turned = 0;
+            turned = fell = 0;
             for (uint32_t t = 0; t < S && ok; t++) {
                 uint32_t dir, i = (uint32_t)((uint64_t)t * c / S);
-                u[t] = pred_u((uint16_t)nvs[t], (uint16_t)(nvs[t] >> 16), L, &dir);
+                uint16_t ov = (uint16_t)nvs[t];
+                u[t] = pred_u(ov, (uint16_t)(nvs[t] >> 16), L, &dir);
                 ok = u[t] != 0;
-                if (sym)
-                    turned += dir ^ (uint32_t)prev_down(PREV_DIR(off[b] + i), (uint16_t)nvs[t]);
+                fell += dir ^ (uint32_t)prev_down(PATCH_DIR_UP, ov);
+                if (cls)
+                    turned += dir ^ (uint32_t)prev_down(cls[off[b] + i], ov);
             }
-            double c2 = ok ? (u_bits(u, S) + sign_bits(sym, turned, S)) * scale + mode_header_bits(C2)
-                           : cost[b];
+            unsigned sd2 = sign_choice(raw_ok, fall_ok, turn_ok, fell, turned, S, &sb);
+            double c2 = ok ? (u_bits(u, S) + sb) * scale + mode_header_bits(C2) : cost[b];
             if (c2 < cost[b]) {
                 vm[b] = VM_PRED;
                 vc[b] = C2;
+                sd[b] = (uint8_t)sd2;
                 cost[b] = c2;
             }
         }
@@ -1229,11 +1242,10 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
         if (vm[b] == VM_CENTRED) {
             for (uint32_t i = 0; i < c; i++) {
                 int32_t d = (int16_t)unzigzag_z(z[i]);
-                g[i] = z[i] & 1u;   /* z is odd exactly for d < 0 */
-                if (sym) {
-                    g[i] ^= (uint32_t)prev_down(PREV_DIR(off[b] + i), 0);   /* whether it turns */
-                    turns[b] += g[i];
-                }
+                g[i] = z[i] & 1u;   /* z is odd exactly for d < 0: it falls */
+                if (sd[b] == SD_TURN)
+                    g[i] ^= (uint32_t)prev_down(cls[off[b] + i], 0);   /* whether it turns */
+                turns[b] += g[i];
                 z[i] = (uint16_t)(zigzag32((d < 0 ? -d : d) - (int32_t)vc[b]) + 1);
                 nc[zsym(z[i])]++;
             }
@@ -1248,11 +1260,10 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
                 uint32_t dir, uu = pred_u(ov, nv, L, &dir);
                 if (!uu)
                     break;
-                g[i] = dir;
-                if (sym) {
-                    g[i] ^= (uint32_t)prev_down(PREV_DIR(off[b] + i), ov);   /* whether it turns, as a value */
-                    turns[b] += g[i];
-                }
+                g[i] = dir;   /* the step down in value; whether it turns, as a value, or falls */
+                if (sd[b] != SD_RAW)
+                    g[i] ^= (uint32_t)prev_down(sd[b] == SD_TURN ? cls[off[b] + i] : PATCH_DIR_UP, ov);
+                turns[b] += g[i];
                 z[i] = (uint16_t)uu;
                 nc[zsym(z[i])]++;
             }
@@ -1267,6 +1278,7 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
                 vm[b] = VM_DIFF;
                 vc[b] = 0;
                 turns[b] = 0;
+                sd[b] = SD_RAW;
                 continue;
             }
         }
@@ -1274,7 +1286,6 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
         memset(cnt1[b], 0, sizeof cnt1[b]);
         c0[b] = c;
     }
-#undef PREV_DIR
 }
 
 /* A band without a value mode coded by the previous directions: its z (decode order) put in
@@ -1436,18 +1447,20 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     uint32_t vc[NB], cnt[NB][NSYM], cnt1[NB][NSYM], c0[NB], turns[NB];
     if (dirs)
         gather_dirs(s, src, dirs, nw, ebase, off);
-    int falls;
+    uint8_t sd[NB];
     choose_value_modes(s, dt == PULSE_DT_BF16, old, neu, nw, ebase, off, kb, dirs ? s->cls : NULL, may_sign, vm,
-                       vc, cnt, cnt1, c0, turns, &falls);
-    int signs = 0;   /* the chunk's value-mode direction bits are symbols, of turns or falls */
+                       vc, cnt, cnt1, c0, turns, sd);
+    /* flag 8 where a value-mode band codes its direction bits other than the flags before it
+     * can: raw beside previous directions, or as falls */
+    int signs = 0;
     for (unsigned b = 0; b < NB; b++) {
         if (vm[b])
             head[hb[b]] |= HEAD_VMODE;
         else if (dirs && kb[b])
             values_to_dirs(s, off[b], kb[b], c0[b]);
-        signs |= vm[b] && (dirs || falls);
+        signs |= vm[b] && sd[b] != (dirs ? SD_TURN : SD_RAW);
     }
-    if (signs && falls)
+    if (signs)
         head[0] |= PATCH_CTX_SIGN_SYMBOLS;
     memcpy(out, head, hl);
     memmove(out + hl, out + HEAD_MAX, rice_len);
@@ -1482,8 +1495,8 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
             }
             vl += counts ? put_counts(cq, v + vl) : put_freqs(freq[q][b], v + vl);
         }
-        if (signs && vm[b])
-            vl += pulse_leb_put(v + vl, turns[b]);   /* its direction bits are symbols: how many turn */
+        if (vm[b] && (signs || dirs))   /* how its direction bits are coded, and how many fall or turn */
+            vl += pulse_leb_put(v + vl, !signs ? turns[b] : sd[b] == SD_RAW ? 0 : 2 * turns[b] + sd[b]);
     }
     uint8_t *rend = s->rbuf + 3 * (size_t)s->cap + 16, *rp = rend;
     /* backwards from the last change: x codes this change, x2 the one before it (two states;
@@ -1518,9 +1531,10 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
         /* a band with a value mode whose direction bits are symbols: each change's (s->gap,
          * whether it turns from its previous direction, or falls) after its value's, on the
          * same state */
-        const uint32_t ft = signs && vm[bi] ? turn_freq(turns[bi], kb[bi]) : 0;
+        const int dsym = vm[bi] && sd[bi] != SD_RAW;
+        const uint32_t ft = dsym ? turn_freq(turns[bi], kb[bi]) : 0;
         for (uint32_t i = off[bi] + t1; i-- > off[bi] + t0;) {
-            if (signs && vm[bi]) {
+            if (dsym) {
                 const uint32_t turn = s->gap[i] & 1u, fs = turn ? ft : TAB_TOTAL - ft;
                 const uint32_t xm = ((RANS_L >> TAB_BITS) << 8) * fs;
                 while (x >= xm) {
@@ -1564,7 +1578,7 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     for (unsigned b = 0; b < NB; b++)
         for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
             uint16_t zz = s->vz[i];
-            if (vm[b] && !signs)
+            if (vm[b] && sd[b] == SD_RAW)
                 bw_put(&ew, s->gap[i] & 1u, 1);
             if (zz > NDIRECT) {
                 unsigned L = bitlen16(zz);

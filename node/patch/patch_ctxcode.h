@@ -22,12 +22,11 @@
  * a value mode by its direction bits as symbols of whether they turn), which the receiver must
  * hold; the entry points without _dirs refuse such a chunk. */
 #define PATCH_CTX_PREV_DIRS 4u
-/* PATCH_CTX_SIGN_SYMBOLS (with count tables only): in a band with a value mode, each change's
- * direction bit is an rANS symbol of whether its bit pattern falls (its magnitude shrinks), under
- * the band's own frequency, instead of a raw bit or (with PATCH_CTX_PREV_DIRS) a symbol of whether
- * it turns: where a step moves small weights by many ulps, most of them grow away from zero, so
- * that bit costs well under one. Writers set it on a chunk with a band in a value mode, with
- * PATCH_CTX_PREV_DIRS where falls cost less than turns. */
+/* PATCH_CTX_SIGN_SYMBOLS (with count tables only): each band with a value mode says how its
+ * changes' direction bits are coded: raw, as rANS symbols of whether the bit pattern falls (its
+ * magnitude shrinks) under the band's own frequency, or (with PATCH_CTX_PREV_DIRS) of whether it
+ * turns. Where a step moves small weights by many ulps, most of them grow away from zero, so a
+ * fall bit costs well under one. Writers set it where a band's choice needs it. */
 #define PATCH_CTX_SIGN_SYMBOLS 8u
 #define PATCH_POS_CONTEXT2 (PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES)
 #define PATCH_POS_CONTEXT_LAST \
@@ -82,7 +81,7 @@ static inline int patch_ctx_dtype_ok(pulse_dtype dt)
 /* Encodes the k > 0 differing elements of old[0..n) -> neu[0..n) (bit patterns of dtype dt, n <=
  * the scratch's chunk_elems) at out (cap >= patch_ctx_bound(n, k)): the position stream (first byte
  * PATCH_POS_CONTEXT | PATCH_CTX_COUNT_TABLES, | PATCH_CTX_TWO_STATES from 256 changes,
- * | PATCH_CTX_SIGN_SYMBOLS where a band has a value mode; each flag left out after
+ * | PATCH_CTX_SIGN_SYMBOLS where a value-mode band codes falls; each flag left out after
  * patch_ctx_one_state / patch_ctx_freq_tables / patch_ctx_raw_signs),
  * then the value stream right after it. *pos_len, *val_len: their lengths.
  * 0, or PULSE_ERR_INVALID when k is not the number of differing elements or dt is not one the

@@ -3,12 +3,13 @@
 # Regenerates the multi-dtype seeds of tests/fuzz/corpus/patch (and one with both position
 # codings): patch_seeds.py PULSE_BIN OUTDIR;
 # and format-5 patches with context-coded chunks, one of them in the value modes (centred and
-# predicted) that wide weight magnitudes take (with sign symbols, as writers write it now; the
-# committed v5-value-modes.patch and its -2states and -counts are what earlier writers wrote), one
-# of an F16 tensor; and a format-6 patch, coded by the step before its base;
+# predicted) that wide weight magnitudes take, one whose value-mode bands code their direction
+# bits as sign symbols (v5-value-modes-signs), one of an F16 tensor; and a format-6 patch, coded
+# by the step before its base (v6-prev-signs; the committed v5-value-modes.patch, its -2states and
+# -counts, and v6-prev.patch are what earlier writers wrote of the same checkpoints);
 # patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
-# new, new2, ctx-old, ctx-new, wide-old, wide-new, f16-old, f16-new, prev-prev, prev-old, prev-new
-# .safetensors), which tests/patch/format2.sh
+# new, new2, ctx-old, ctx-new, wide-old, wide-new, f16-old, f16-new, prev-prev, prev-old, prev-new,
+# grow-old, grow-new .safetensors), which tests/patch/format2.sh
 # and format5.sh apply the committed seeds to.
 # One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
 # symbols), at +-2..6 (4-bit) and at +-120 (8-bit), F32, F16, F8_E4M3, an I64 table (OPAQUE,
@@ -75,6 +76,7 @@ def main():
         if only_checkpoints:
             context_checkpoints(out)
             prev_checkpoints(out)
+            grow_checkpoints(out)
             return
         step2 = os.path.join(t, "step2-abs.patch")
         run = lambda *a: subprocess.run([pulse, *a], check=True)
@@ -96,10 +98,11 @@ def main():
         run("diff", ra, rb, "-o", os.path.join(out, "codings-ulp.patch"), "--chunk", "1K")
         ca, cb, wa, wb, ha, hb = context_checkpoints(t)
         run("diff", ca, cb, "-o", os.path.join(out, "v5-context.patch"), "--context", "--chunk", "32K")
-        run("diff", wa, wb, "-o", os.path.join(out, "v5-value-modes-signs.patch"), "--context", "--chunk", "32K")
+        ga, gb = grow_checkpoints(t)
+        run("diff", ga, gb, "-o", os.path.join(out, "v5-value-modes-signs.patch"), "--context", "--chunk", "32K")
         run("diff", ha, hb, "-o", os.path.join(out, "v5-context-f16.patch"), "--context", "--chunk", "32K")
         pa, pb, pc = prev_checkpoints(t)
-        run("diff", pb, pc, "-o", os.path.join(out, "v6-prev.patch"), "--context", "--prev", pa, "--chunk", "32K")
+        run("diff", pb, pc, "-o", os.path.join(out, "v6-prev-signs.patch"), "--context", "--prev", pa, "--chunk", "32K")
 
 
 def context_checkpoints(where):
@@ -166,6 +169,23 @@ def prev_checkpoints(where):
     paths = [os.path.join(where, "prev-" + x + ".safetensors") for x in ("prev", "old", "new")]
     for path, v in zip(paths, steps):
         write_safetensors(path, [("a.momentum", "BF16", [40000], u16(v))])
+    return paths
+
+
+def grow_checkpoints(where):
+    """Weights over 20 binades, each moved by 2^-14 away from zero nine times in ten (a step
+    larger than most weights grows them), written to where as (grow-old, grow-new) .safetensors:
+    the value-mode bands code their direction bits as symbols of whether they fall."""
+    random.seed(29)
+    g0, g1 = [], []
+    for i in range(20000):
+        x = 2.0 ** (-20.0 * random.random()) * (1 if random.random() < 0.5 else -1)
+        away = 1 if random.random() < 0.9 else -1
+        g0.append(bf16(x))
+        g1.append(bf16(from_bf16(g0[-1]) + away * (1 if x > 0 else -1) * 2.0 ** -14))
+    paths = [os.path.join(where, "grow-" + x + ".safetensors") for x in ("old", "new")]
+    write_safetensors(paths[0], [("a.grow", "BF16", [20000], u16(g0))])
+    write_safetensors(paths[1], [("a.grow", "BF16", [20000], u16(g1))])
     return paths
 
 

@@ -60,30 +60,34 @@ v5-value-modes wide 64
 v5-value-modes-2states wide 65
 v5-value-modes-counts wide 67
 v5-context-f16 f16 67
-v5-value-modes-signs wide 75
+v5-value-modes-signs grow 75
 EOF
 
-# The format-6 seed: its first chunk coded by the step before its base (coding byte 71), applied
-# given that checkpoint, refused without it or damaged, the target untouched.
-p=$C/v6-prev.patch
-ok "$P" inspect "$p"
-check "grep -q 'format 6,' '$T/out'"
-check "[ \"\$(codings '$p' | cut -d' ' -f1)\" = 71 ]"
-ok "$P" apply "$T/prev-old.safetensors" "$p" -o "$T/r6.safetensors" --prev "$T/prev-prev.safetensors"
-check "cmp -s '$T/r6.safetensors' '$T/prev-new.safetensors'"
-cp "$T/prev-old.safetensors" "$T/target.safetensors"
-bad "$P" apply --in-place "$T/target.safetensors" "$p"
-check "cmp -s '$T/target.safetensors' '$T/prev-old.safetensors'"
-cp "$p" "$T/damaged"
-size=$(stat -c %s "$T/damaged")
-byte=$(od -An -tu1 -j $((size - 2)) -N1 "$T/damaged" | tr -d ' ')
-printf "\\x$(printf %02x $((byte ^ 0x5a)))" | dd of="$T/damaged" bs=1 seek=$((size - 2)) conv=notrunc status=none
-bad "$P" apply --in-place "$T/target.safetensors" "$T/damaged" --prev "$T/prev-prev.safetensors"
-check "cmp -s '$T/target.safetensors' '$T/prev-old.safetensors'"
+# The format-6 seeds: their first chunk coded by the step before its base (coding byte 71; 79 with
+# sign symbols), applied given that checkpoint, refused without it or damaged, the target untouched.
+for sc in v6-prev:71 v6-prev-signs:79; do
+  p=$C/${sc%:*}.patch
+  ok "$P" inspect "$p"
+  check "grep -q 'format 6,' '$T/out'"
+  check "[ \"\$(codings '$p' | cut -d' ' -f1)\" = ${sc#*:} ]"
+  ok "$P" apply "$T/prev-old.safetensors" "$p" -o "$T/r6.safetensors" --prev "$T/prev-prev.safetensors"
+  check "cmp -s '$T/r6.safetensors' '$T/prev-new.safetensors'"
+  cp "$T/prev-old.safetensors" "$T/target.safetensors"
+  bad "$P" apply --in-place "$T/target.safetensors" "$p"
+  check "cmp -s '$T/target.safetensors' '$T/prev-old.safetensors'"
+  cp "$p" "$T/damaged"
+  size=$(stat -c %s "$T/damaged")
+  byte=$(od -An -tu1 -j $((size - 2)) -N1 "$T/damaged" | tr -d ' ')
+  printf "\\x$(printf %02x $((byte ^ 0x5a)))" | dd of="$T/damaged" bs=1 seek=$((size - 2)) conv=notrunc status=none
+  bad "$P" apply --in-place "$T/target.safetensors" "$T/damaged" --prev "$T/prev-prev.safetensors"
+  check "cmp -s '$T/target.safetensors' '$T/prev-old.safetensors'"
+done
 
-# What the writer writes now: count tables, two states and (bands in value modes) sign symbols,
-# as the signs seeds hold.
+# What the writer writes now: count tables and two states; sign symbols where value-mode bands'
+# steps mostly grow their weights (the grow pair), raw direction bits where they go either way.
 ok "$P" diff "$T/wide-old.safetensors" "$T/wide-new.safetensors" -o "$T/now" --context --chunk 32K
+check "[ \"\$(codings '$T/now')\" = 67 ]"
+ok "$P" diff "$T/grow-old.safetensors" "$T/grow-new.safetensors" -o "$T/now" --context --chunk 32K
 check "[ \"\$(codings '$T/now')\" = 75 ]"
 
 echo "format5: $n checks, $fails failed"

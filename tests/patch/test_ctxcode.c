@@ -733,7 +733,7 @@ static void test_wide_magnitudes(void)
 /* Weights over 20 binades moved by one step, away from zero for 9 in 10 of them (a step larger
  * than a weight mostly grows it): coded as symbols, a value mode's direction bits cost about
  * H(0.9) = 0.47 bits where raw they cost 1, so the chunk is well under its raw-bit coding; where
- * half grow, the symbols cost at most the count a band adds. */
+ * half grow, the bands keep raw bits (symbols would save under an eighth of a bit a change). */
 static void test_sign_symbols(void)
 {
     uint32_t n = 1u << 16, pl, vl;
@@ -749,29 +749,33 @@ static void test_sign_symbols(void)
         CHECK(!(enc[0] & PATCH_CTX_SIGN_SYMBOLS));
         set_raw_signs(0);
         size_t sym = roundtrip("sign symbols", old_, neu_, n, &pl, &vl);
-        CHECK(enc[0] & PATCH_CTX_SIGN_SYMBOLS);
+        CHECK(!(enc[0] & PATCH_CTX_SIGN_SYMBOLS) == half);
         set_raw_signs(was);
         printf("sign symbols, %s grow: %zu bytes, raw sign bits %zu (%.3f)\n", half ? "half" : "9 in 10", sym, raw,
                (double)sym / (double)raw);
         if (half)
-            CHECK(sym <= raw + 16 * 3);
+            CHECK(sym == raw);
         else
             CHECK(sym < 0.95 * (double)raw);
     }
 }
 
 /* A sign-symbol chunk by hand: hand()'s two changes (-1 ulp each) in the centred mode around 1,
- * its table a count table of symbol 0, its falling count f (2: both fall, the rANS state never
- * moves). */
-static size_t hand_signs(uint8_t *b, uint8_t coding, uint8_t f, size_t *pl)
+ * its table a count table of symbol 0, then its direction coding v (0: raw bits, which follow
+ * the rANS stream as esc; 2r + 1: r of them fall; 2r + 2: r turn), the rANS state never moving
+ * where all or none fall. */
+static size_t hand_signs(uint8_t *b, uint8_t coding, uint8_t v, int esc, size_t *pl)
 {
     size_t n = hand(b, 1, 0x03, 0, 0, pl);
     b[0] = coding;
     b[17] |= 0x80;
     n = *pl;
-    const uint8_t v[] = {1 /* centred */, 1 /* C */, 0x01 /* symbol set {0} */, f, 4, 0x00, 0x00, 0x80, 0x00};
-    memcpy(b + n, v, sizeof v);
-    return n + sizeof v;
+    const uint8_t val[] = {1 /* centred */, 1 /* C */, 0x01 /* symbol set {0} */, v, 4, 0x00, 0x00, 0x80, 0x00};
+    memcpy(b + n, val, sizeof val);
+    n += sizeof val;
+    if (esc >= 0)
+        b[n++] = (uint8_t)esc;
+    return n;
 }
 
 static void test_crafted_signs(void)
@@ -780,30 +784,42 @@ static void test_crafted_signs(void)
     uint8_t b[64];
     size_t pl;
     const uint8_t coding = PATCH_POS_CONTEXT | PATCH_CTX_COUNT_TABLES | PATCH_CTX_SIGN_SYMBOLS;
-    size_t len = hand_signs(b, coding, 2, &pl);
+    /* both fall */
+    size_t len = hand_signs(b, coding, 2 * 2 + 1, -1, &pl);
     CHECK_OK(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "s", 3));
     CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "s", 3));
     CHECK(idx[0] == 0 && idx[1] == 1 && zz[0] == 1 && zz[1] == 1);   /* -1 each */
     /* none falls: the same bytes decode to +1 each */
-    len = hand_signs(b, coding, 0, &pl);
+    len = hand_signs(b, coding, 1, -1, &pl);
     CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "s", 3));
     CHECK(zz[0] == 2 && zz[1] == 2);
+    /* raw direction bits: 1 and 1 after the rANS stream, -1 each again */
+    len = hand_signs(b, coding, 0, 0x03, &pl);
+    CHECK_OK(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "s", 3));
+    CHECK(zz[0] == 1 && zz[1] == 1);
+    len = hand_signs(b, coding, 0, -1, &pl);
+    CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "s", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "sign bits end"));
     /* one of two falls: the state moves and needs bytes the stream lacks */
-    len = hand_signs(b, coding, 1, &pl);
+    len = hand_signs(b, coding, 2 * 1 + 1, -1, &pl);
     CHECK_ERR(patch_ctx_decode(S, PULSE_DT_BF16, old, 4, b, pl, b + pl, len - pl, 2, idx, zz, "s", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "rANS stream ends"));
     /* more falling than changes */
-    len = hand_signs(b, coding, 3, &pl);
+    len = hand_signs(b, coding, 2 * 3 + 1, -1, &pl);
     CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "s", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("value stream", "band 15: 3 falling directions of its 2 changes"));
+    /* turns need the previous directions */
+    len = hand_signs(b, coding, 2 * 0 + 2, -1, &pl);
+    CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "s", 3), PULSE_ERR_FORMAT);
+    CHECK(err_has("value stream", "band 15: turning directions without the previous directions"));
     /* sign symbols need count tables */
-    len = hand_signs(b, PATCH_POS_CONTEXT | PATCH_CTX_SIGN_SYMBOLS, 2, &pl);
+    len = hand_signs(b, PATCH_POS_CONTEXT | PATCH_CTX_SIGN_SYMBOLS, 5, -1, &pl);
     CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, len - pl, 2, 4, "s", 3), PULSE_ERR_FORMAT);
     CHECK(err_has("position stream", "sign symbols without count tables"));
-    /* cut before the falling count */
-    len = hand_signs(b, coding, 2, &pl);
+    /* cut before the direction coding */
+    len = hand_signs(b, coding, 5, -1, &pl);
     CHECK_ERR(patch_ctx_check(PULSE_DT_BF16, b, pl, b + pl, 3, 2, 4, "s", 3), PULSE_ERR_FORMAT);
-    CHECK(err_has("value stream", "count of falling directions truncated"));
+    CHECK(err_has("value stream", "direction coding truncated"));
 }
 
 /* The nearest BF16 pattern to x by frexp and rint (ties to even in the default rounding mode):
