@@ -1397,8 +1397,8 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     const int two = !s->one_state && k >= CTX_TWO_STATES_MIN;
     head[hl++] = (uint8_t)(PATCH_POS_CONTEXT | (two ? PATCH_CTX_TWO_STATES : 0) |
                            (counts ? PATCH_CTX_COUNT_TABLES : 0) | (dirs ? PATCH_CTX_PREV_DIRS : 0));
-    /* the value modes' direction bits as symbols of whether they fall, where that costs less
-     * than raw bits or turns: the flag goes on below if a band takes a value mode */
+    /* sign symbols allowed: each value-mode band then codes its direction bits raw, as falls or
+     * (dirs) as turns, whichever costs least (choose_value_modes) */
     const int may_sign = counts && !s->raw_signs;
     head[hl++] = (uint8_t)ebase;
     bitwr bw = {out + HEAD_MAX, out + cap, 0, 0, 0};
