@@ -13,7 +13,8 @@
  * alternate between two states (the decoder's two dependency chains run side by side) instead
  * of running on one. PATCH_CTX_COUNT_TABLES: each band's symbol table is written as the set of
  * its symbols and their counts (a few bytes) instead of 20 frequencies (20-40 bytes). The first
- * format-5 writers wrote 64, the next 65; writers now write 66 and 67. */
+ * format-5 writers wrote 64, the next 65, then 66 and 67; writers now add PATCH_CTX_SIGN_SYMBOLS
+ * where a band needs it (74, 75). */
 #define PATCH_POS_CONTEXT 64u
 #define PATCH_CTX_TWO_STATES 1u
 #define PATCH_CTX_COUNT_TABLES 2u
