@@ -444,7 +444,6 @@ typedef struct ctx_head {
     unsigned states;            /* rANS states: 1, or 2 (PATCH_CTX_TWO_STATES) */
     int counts;                 /* count tables (PATCH_CTX_COUNT_TABLES) */
     int dirs;                   /* values coded by the previous directions (PATCH_CTX_PREV_DIRS) */
-    int signs;                  /* a value mode's direction bits are symbols (PATCH_CTX_SIGN_SYMBOLS) */
     uint32_t c0[NB];            /* a band's changes in its first table: all of them, or (dirs and no
                                  * value mode) those without a previous direction */
     uint16_t freq1[NB][NSYM];   /* the second table (dirs): the changes that moved before, their
@@ -527,14 +526,14 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
     h->states = pos[0] & PATCH_CTX_TWO_STATES ? 2 : 1;
     h->counts = (pos[0] & PATCH_CTX_COUNT_TABLES) != 0;
     h->dirs = (pos[0] & PATCH_CTX_PREV_DIRS) != 0;
-    h->signs = (pos[0] & PATCH_CTX_SIGN_SYMBOLS) != 0;
+    const int signs = (pos[0] & PATCH_CTX_SIGN_SYMBOLS) != 0;
     if (h->dirs && !dirs_ok)
         return ctx_fail(PULSE_ERR_UNSUPPORTED, tensor, chunk, "position",
                         "coding byte %u codes values by the previous step's directions, which this reader "
                         "does not hold", pos[0]);
     if (h->dirs && !h->counts)
         return PFAIL("coding byte %u: previous directions without count tables", pos[0]);
-    if (h->signs && !h->counts)
+    if (signs && !h->counts)
         return PFAIL("coding byte %u: sign symbols without count tables", pos[0]);
     if (n == 0 || k == 0 || k > n)
         return PFAIL("%zu changes in a chunk of %u elements", k, n);
@@ -621,14 +620,14 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
             return r;
         h->turn[b] = 0;
         h->sdir[b] = SD_RAW;
-        if ((h->dirs || h->signs) && h->vm[b]) {
+        if ((h->dirs || signs) && h->vm[b]) {
             /* the direction bits: with sign symbols 0 (raw), 2r + 1 (r of them fall) or 2r + 2 (r
              * turn from the previous direction); with previous directions alone r (turning) */
             uint32_t t;
             if ((r = leb_read(val, val_len, &at, &t)) != 0)
                 return VFAIL("band %u: direction coding %s", b, r == -1 ? "truncated" : "malformed");
-            h->sdir[b] = !h->signs ? SD_TURN : t == 0 ? SD_RAW : (t & 1u) ? SD_FALL : SD_TURN;
-            if (h->signs && t)
+            h->sdir[b] = !signs ? SD_TURN : t == 0 ? SD_RAW : (t & 1u) ? SD_FALL : SD_TURN;
+            if (signs && t)
                 t = (t - 1) / 2;
             if (h->sdir[b] == SD_TURN && !h->dirs)
                 return VFAIL("band %u: turning directions without the previous directions", b);
@@ -676,7 +675,7 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
     for (unsigned b = 0; b < NB; b++) {
         if (h->mode[b] == MODE_NONE)
             continue;
-        const unsigned vm = h->vm[b];
+        const unsigned vm = h->vm[b], sd = h->sdir[b];   /* sd is SD_RAW where vm is not */
         const uint32_t C = h->vc[b];
         const double L = vm == VM_PRED ? ctx_bf16_value((uint16_t)C) : 0;
         /* the band's first table, then (dirs) its second, each for its run of changes */
@@ -705,7 +704,6 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
                 uint32_t sg = 0;
                 /* the sign is known unless it is coded by a direction this reader does not hold */
                 int sg_known = 1;
-                const unsigned sd = vm ? h->sdir[b] : SD_RAW;
                 if (sd != SD_RAW) {
                     /* the direction bit, a symbol on the same state: whether it turns from the
                      * element's previous direction (in value terms for the predicted mode), up
@@ -1069,12 +1067,10 @@ static double mode_header_bits(uint32_t C)
     return 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
 }
 
-/* Bits of S direction bits: raw, or as symbols of whether they fall or turn, turned (or fell) of
- * S, under their own frequency and with their count. */
-static double sign_bits(int coded, uint32_t turned, uint32_t S)
+/* Bits of S direction bits as symbols of whether they fall or turn, turned (or fell) of S, under
+ * their own frequency and with their count. */
+static double sign_bits(uint32_t turned, uint32_t S)
 {
-    if (!coded)
-        return (double)S;
     uint32_t kept = S - turned;
     return (turned ? turned * log2((double)S / turned) : 0) + (kept ? kept * log2((double)S / kept) : 0) + 8.0;
 }
@@ -1097,8 +1093,8 @@ static unsigned sign_choice(int raw_ok, int fall_ok, int turn_ok, uint32_t fell,
 {
     const double pen = S / 8.0;
     unsigned best = SD_RAW;
-    double bb = raw_ok ? (double)S : INFINITY, fb = fall_ok ? sign_bits(1, fell, S) : INFINITY;
-    double tb = turn_ok ? sign_bits(1, turned, S) : INFINITY;
+    double bb = raw_ok ? (double)S : INFINITY, fb = fall_ok ? sign_bits(fell, S) : INFINITY;
+    double tb = turn_ok ? sign_bits(turned, S) : INFINITY;
     if (fb + pen < bb) {
         best = SD_FALL;
         bb = fb + pen;

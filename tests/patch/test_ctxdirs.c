@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "pulseweights.h"
+#include "base/leb128.h"
 #include "node/patch/patch_ctxcode.h"
 #include "check.h"
 
@@ -109,23 +110,13 @@ static unsigned value_mode_bands(const uint8_t *pos)
     return n;
 }
 
-static uint32_t leb(const uint8_t *p, size_t *at)
-{
-    uint32_t v = 0;
-    for (int sh = 0;; sh += 7) {
-        v |= (uint32_t)(p[*at] & 0x7Fu) << sh;
-        if (!(p[(*at)++] & 0x80u))
-            return v;
-    }
-}
-
 /* A count table's length at val + *at, skipped. */
 static void skip_counts(const uint8_t *val, size_t *at)
 {
-    uint32_t set = leb(val, at);
+    uint32_t set = pulse_leb_get_trusted(val, at);
     for (int y = 0; y < 31 - __builtin_clz(set); y++)
         if (set >> y & 1u)
-            leb(val, at);
+            pulse_leb_get_trusted(val, at);
 }
 
 /* How the value-mode bands of a chunk coded by direction (pos, its value stream at val) code
@@ -139,8 +130,8 @@ static void direction_codings(const uint8_t *pos, const uint8_t *val, unsigned b
         uint8_t h = pos[at++];
         v[b] = h >> 7;
         if (h & 3u) {
-            c[b] = leb(pos, &at);
-            leb(pos, &at);
+            c[b] = pulse_leb_get_trusted(pos, &at);
+            pulse_leb_get_trusted(pos, &at);
         }
     }
     by[0] = by[1] = by[2] = 0;
@@ -150,12 +141,12 @@ static void direction_codings(const uint8_t *pos, const uint8_t *val, unsigned b
             continue;
         if (v[b]) {
             at++;
-            leb(val, &at);
+            pulse_leb_get_trusted(val, &at);
             skip_counts(val, &at);
-            uint32_t d = leb(val, &at);
+            uint32_t d = pulse_leb_get_trusted(val, &at);
             by[!(pos[0] & PATCH_CTX_SIGN_SYMBOLS) ? 2 : d == 0 ? 0 : (d & 1u) ? 1 : 2]++;
         } else {
-            uint32_t c0 = leb(val, &at);
+            uint32_t c0 = pulse_leb_get_trusted(val, &at);
             if (c0)
                 skip_counts(val, &at);
             if (c0 < c[b])
