@@ -117,6 +117,17 @@ int cli_patch_prev(pulse_patch *p, const char *path, pulse_ckpt **prev)
     return r;
 }
 
+int cli_patch_prev_dirs(pulse_patch *p, const char *path, pulse_dirs **dirs)
+{
+    *dirs = NULL;
+    if (!path || !pulse_patch_prev_id(p))
+        return 0;
+    int r = pulse_dirs_load(dirs, path);
+    if (!r && (r = pulse_patch_set_prev_dirs(p, *dirs)) != 0)
+        pulse_dirs_free(dirs);
+    return r;
+}
+
 void cli_opaque_note(char *buf, size_t cap, uint64_t opaque_changes)
 {
     if (!opaque_changes)

@@ -75,6 +75,10 @@ typedef struct pulse_diff_opts {
      * PREV's state id when known (32 bytes; NULL: computed), written into the patch as given. */
     const pulse_ckpt *prev;
     const uint8_t *prev_id;
+    /* With context, instead of prev: only the directions of the step PREV -> OLD (a
+     * pulse_dirs whose "to" state is OLD's), which is all of PREV the coding uses; the patch
+     * names their "from" state as PREV's. The patch is the same, byte for byte. */
+    const struct pulse_dirs *prev_dirs;
 } pulse_diff_opts;
 
 PULSE_API void pulse_diff_opts_default(pulse_diff_opts *o);
@@ -121,6 +125,36 @@ PULSE_API const uint8_t *pulse_patch_prev_id(const pulse_patch *p);
  * patch of another format; nothing is changed then. Until it is given, such a chunk is refused
  * with PULSE_ERR_UNSUPPORTED. */
 PULSE_API int pulse_patch_set_prev(pulse_patch *p, const pulse_ckpt *prev, const uint8_t *prev_id);
+/* The directions of a step (two bits an element of each BF16 and F16 tensor: unchanged, its
+ * bit pattern up, or down), bound to the state ids of its two ends: all of the checkpoint before
+ * a format-6 patch's base that decoding the patch (or coding it) needs, at an eighth of its
+ * bytes. A node that applies each step keeps the last one's directions instead of the checkpoint
+ * before it. File layout: docs/patch-format.md, "Directions file". */
+typedef struct pulse_dirs pulse_dirs;
+/* The directions of the step from checkpoint `from` to `to` (the same tensors, else
+ * PULSE_ERR_MISMATCH); from_id and to_id their state ids when known (NULL: computed). */
+PULSE_API int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckpt *to,
+                                 const uint8_t *from_id, const uint8_t *to_id, int threads);
+/* The directions of the step p takes from base, decoded from p (a format-6 p needs the step
+ * before it given first: pulse_patch_set_prev or pulse_patch_set_prev_dirs). base must be p's
+ * base: its state id is not computed here (an apply checks it), and the directions of another
+ * checkpoint are garbage bound to p's two states. Read before an apply in place, which
+ * overwrites the base. */
+PULSE_API int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const pulse_ckpt *base, int threads);
+/* Writes d to path, whole or not at all, durably (fsync before the rename, the directory after). */
+PULSE_API int pulse_dirs_save(const pulse_dirs *d, const char *path);
+/* Reads a directions file: PULSE_ERR_FORMAT naming what is wrong for a file that is not one,
+ * is truncated or damaged (digest), PULSE_ERR_NOTFOUND where there is none. */
+PULSE_API int pulse_dirs_load(pulse_dirs **out, const char *path);
+PULSE_API void pulse_dirs_free(pulse_dirs **d);
+/* The state ids (32 bytes) of the step's two ends: the checkpoint before it, the one after. */
+PULSE_API const uint8_t *pulse_dirs_from_id(const pulse_dirs *d);
+PULSE_API const uint8_t *pulse_dirs_to_id(const pulse_dirs *d);
+/* Gives a format-6 patch the directions of the step before its base instead of the checkpoint
+ * before it (pulse_patch_set_prev): d's "to" state must be the patch's base and its "from" state
+ * the one the patch names (PULSE_ERR_MISMATCH otherwise, nothing changed), with the patch's
+ * tensors; d stays alive while p is used. */
+PULSE_API int pulse_patch_set_prev_dirs(pulse_patch *p, const pulse_dirs *d);
 PULSE_API size_t pulse_patch_tensor_count(const pulse_patch *p);
 
 /* Checks without writing anything: the tensor layout against base (names, dtypes, shapes:

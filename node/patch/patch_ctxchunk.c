@@ -62,14 +62,17 @@ static int coded_by_dirs(const pulse_patch *p, const patch_chunk *c, const uint8
  * into s->dirs. */
 static int chunk_dirs(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint16_t *old)
 {
-    if (!p->prev)
+    if (!p->prev && !p->prev_dirs)
         return pulse_fail(PULSE_ERR_UNSUPPORTED,
                           "tensor %s chunk %llu: its values are coded by the step before the base (format 6), so "
-                          "decoding it needs that checkpoint too (--prev)", p->tensors[c->tensor].name,
-                          (unsigned long long)c->index);
+                          "decoding it needs that checkpoint or its step's directions too (--prev, --prev-dirs)",
+                          p->tensors[c->tensor].name, (unsigned long long)c->index);
     if (!s->dirs && !(s->dirs = malloc(p->chunk_elems)))
         return pulse_fail(PULSE_ERR_NOMEM, "directions of a chunk (%u elements)", p->chunk_elems);
-    patch_dirs_of(pulse_ckpt_tensor(p->prev, c->tensor)->data + c->first * 2, old, c->len, s->dirs);
+    if (p->prev)
+        patch_dirs_of(pulse_ckpt_tensor(p->prev, c->tensor)->data + c->first * 2, old, c->len, s->dirs);
+    else
+        patch_dirs_unpack(p->prev_dirs, c->tensor, c->first, c->len, s->dirs);
     return 0;
 }
 
@@ -238,5 +241,6 @@ int pulse_patch_set_prev(pulse_patch *p, const pulse_ckpt *prev, const uint8_t *
         return pulse_fail(PULSE_ERR_MISMATCH, "the patch was coded after state %.16s.., the previous checkpoint is %.16s..",
                           pulse_id_hex(p->prev_id, h1), pulse_id_hex(prev_id, h2));
     p->prev = prev;
+    p->prev_dirs = NULL;
     return 0;
 }

@@ -215,10 +215,12 @@ static void fail_all(diff_job *d)
 
 /* A BF16 or F16 ulp chunk coded against the exponents of its old values (format 5), into the slot's
  * output buffer, staged there with its digest left to the caller as the other codings leave it;
- * with pp (the chunk's span of the checkpoint before OLD) also coded by its directions (format
- * 6); a small chunk also in today's coding; the smallest kept (the coding byte is per chunk). */
+ * given the step before OLD (the chunk's span pp of the checkpoint before OLD, or the directions
+ * of that step: the chunk's first element is `first` of `tensor`) also coded by its directions
+ * (format 6); a small chunk also in today's coding; the smallest kept (the coding byte is per
+ * chunk). */
 static int encode_context(diff_job *d, patch_scratch *s, pulse_dtype dt, const uint16_t *pa, const uint16_t *pb,
-                          const uint8_t *pp, size_t len, patch_out_chunk *oc)
+                          const uint8_t *pp, size_t tensor, uint64_t first, size_t len, patch_out_chunk *oc)
 {
     const pulse_kernels *k = pulse_kernels_get();
     size_t n = k->count16(pa, pb, len);   /* the coders find the positions themselves */
@@ -236,15 +238,19 @@ static int encode_context(diff_job *d, patch_scratch *s, pulse_dtype dt, const u
     int err = 0, fits = patch_ctx_bound((uint32_t)len, n) <= cap;
     /* coded by the directions too where given; without them only where few changes let the
      * second table of each band weigh */
-    const int plain = !pp || n < DIFF_CTX_TRY_BOTH;
+    const int by_dirs = pp || d->o->prev_dirs;
+    const int plain = !by_dirs || n < DIFF_CTX_TRY_BOTH;
     if (fits && plain &&
         (err = patch_ctx_encode(cs, dt, pa, pb, (uint32_t)len, n, s->ctxout, cap, &pos_len, &val_len)) != 0)
         return err;
-    if (fits && pp) {
+    if (fits && by_dirs) {
         uint32_t dpl = 0, dvl = 0;
         if (!s->dirs && !(s->dirs = malloc(d->o->chunk_elems)))
             return pulse_fail(PULSE_ERR_NOMEM, "directions of a chunk (%u elements)", d->o->chunk_elems);
-        patch_dirs_of(pp, pa, (uint32_t)len, s->dirs);
+        if (pp)
+            patch_dirs_of(pp, pa, (uint32_t)len, s->dirs);
+        else
+            patch_dirs_unpack(d->o->prev_dirs, tensor, first, (uint32_t)len, s->dirs);
         if ((err = patch_ctx_encode_dirs(cs, dt, pa, pb, s->dirs, (uint32_t)len, n, s->ctxout + cap, cap, &dpl,
                                          &dvl)) != 0)
             return err;
@@ -306,12 +312,10 @@ static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chu
     const pulse_dtype dt = pulse_ckpt_tensor(d->a, tensor)->dtype;
     if (d->o->context && unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP && patch_ctx_dtype_ok(dt)) {
         /* the same span of the checkpoint before OLD, where the diff is given it */
-        const uint8_t *pp = NULL;
-        if (d->o->prev)
-            pp = pulse_ckpt_tensor(d->o->prev, tensor)->data +
-                 (size_t)(oc - d->out[tensor].chunks) * d->o->chunk_elems * 2;
+        const uint64_t first = (uint64_t)(oc - d->out[tensor].chunks) * d->o->chunk_elems;
+        const uint8_t *pp = d->o->prev ? pulse_ckpt_tensor(d->o->prev, tensor)->data + first * 2 : NULL;
         err = encode_context(d, s, dt, (const uint16_t *)(const void *)pa, (const uint16_t *)(const void *)pb, pp,
-                             len, oc);
+                             tensor, first, len, oc);
         goto coded;
     }
     if (unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP) {
@@ -448,11 +452,25 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
             return err;
     }
 
+    if (o.prev_dirs) {
+        if (!o.context || o.prev)
+            return pulse_fail(PULSE_ERR_INVALID, "the directions of the step before OLD code context-coded chunks "
+                              "only (context), in place of a previous checkpoint");
+        if ((err = patch_dirs_check_ckpt(o.prev_dirs, old_ckpt)) != 0)
+            return err;
+        memcpy(prev_id, pulse_dirs_from_id(o.prev_dirs), 32);
+    }
+
     uint8_t base_id[32], result_id[32];
     if (o.old_id)
         memcpy(base_id, o.old_id, 32);
     else if ((err = pulse_ckpt_state_id(old_ckpt, o.threads, base_id)) != 0)
         return err;
+    if (o.prev_dirs && memcmp(base_id, pulse_dirs_to_id(o.prev_dirs), 32) != 0) {
+        char h1[65], h2[65];
+        return pulse_fail(PULSE_ERR_MISMATCH, "the directions are of a step to state %.16s.., OLD is %.16s..",
+                          pulse_id_hex(pulse_dirs_to_id(o.prev_dirs), h1), pulse_id_hex(base_id, h2));
+    }
     if (o.new_id)
         memcpy(result_id, o.new_id, 32);
     else if ((err = pulse_ckpt_state_id(new_ckpt, o.threads, result_id)) != 0)
@@ -495,8 +513,8 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     }
     uint64_t table_len = 0;
     const uint32_t version = !o.context || o.values != PULSE_VALUES_ULP ? PULSE_PATCH_VERSION
-                             : o.prev ? PULSE_PATCH_VERSION_PREV : PULSE_PATCH_VERSION_CONTEXT;
-    if (!o.prev)
+                             : o.prev || o.prev_dirs ? PULSE_PATCH_VERSION_PREV : PULSE_PATCH_VERSION_CONTEXT;
+    if (!o.prev && !o.prev_dirs)
         memset(prev_id, 0, 32);
     if ((err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, plan_chunk, &d)) != 0
         || (err = patch_table_len(d.out, d.ntensors, 1, pulse_ckpt_metadata(new_ckpt), version, &table_len)) != 0

@@ -749,7 +749,7 @@ static void test_sign_symbols(void)
         CHECK(!(enc[0] & PATCH_CTX_SIGN_SYMBOLS));
         set_raw_signs(0);
         size_t sym = roundtrip("sign symbols", old_, neu_, n, &pl, &vl);
-        CHECK(!(enc[0] & PATCH_CTX_SIGN_SYMBOLS) == half);
+        CHECK((!(enc[0] & PATCH_CTX_SIGN_SYMBOLS)) == half);
         set_raw_signs(was);
         printf("sign symbols, %s grow: %zu bytes, raw sign bits %zu (%.3f)\n", half ? "half" : "9 in 10", sym, raw,
                (double)sym / (double)raw);
