@@ -104,19 +104,15 @@ int cmd_apply(int argc, char **argv)
     int r = pulse_patch_open(&p, paths[1]);
     if (r)
         return cli_fail("apply", r, "cannot read the patch");
-    /* a format-6 patch names the checkpoint before its base; others do not need one */
+    /* a format-6 patch names the checkpoint before its base (or its step's directions); others
+     * do not need one */
     pulse_ckpt *prev_c = NULL;
-    if ((r = cli_patch_prev(p, prev, &prev_c)) != 0) {
-        pulse_patch_close(&p);
-        char what[1100];
-        snprintf(what, sizeof what, "--prev %s", prev);
-        return cli_fail("apply", r, what);
-    }
     pulse_dirs *dirs = NULL;
-    if ((r = cli_patch_prev_dirs(p, prev_dirs, &dirs)) != 0) {
+    if ((r = cli_patch_prev(p, prev, &prev_c)) != 0 || (r = cli_patch_prev_dirs(p, prev_dirs, &dirs)) != 0) {
         pulse_patch_close(&p);
+        pulse_ckpt_close(&prev_c);
         char what[1100];
-        snprintf(what, sizeof what, "--prev-dirs %s", prev_dirs);
+        snprintf(what, sizeof what, "%s %s", prev ? "--prev" : "--prev-dirs", prev ? prev : prev_dirs);
         return cli_fail("apply", r, what);
     }
     r = apply_opened(p, paths, out, in_place, dirs_out, threads);
@@ -152,7 +148,7 @@ static int apply_opened(pulse_patch *p, const char *const paths[2], const char *
             r = pulse_patch_apply(p, target, threads);
             /* the weights and their step's directions move together: a directions file that
              * cannot be written puts the weights back */
-            if (!r && (r = pulse_ckpt_sync(target)) == 0 && dirs_out && (r = pulse_dirs_save(dirs, dirs_out)) != 0)
+            if (!r && (r = pulse_ckpt_sync(target)) == 0 && dirs_out && (r = pulse_dirs_save(dirs, dirs_out, 1)) != 0)
                 pulse_fail(r, "writing the directions: %s", pulse_last_error());
             if (r) {
                 char detail[1024];
@@ -183,7 +179,7 @@ static int apply_opened(pulse_patch *p, const char *const paths[2], const char *
         if (!r && dirs_out
             && ((r = pulse_dirs_of_step(&dirs, base, target, pulse_patch_base_id(p), pulse_patch_result_id(p),
                                         threads)) != 0
-                || (r = pulse_dirs_save(dirs, dirs_out)) != 0))
+                || (r = pulse_dirs_save(dirs, dirs_out, 1)) != 0))
             pulse_fail(r, "the directions %s: %s", dirs_out, pulse_last_error());
         pulse_dirs_free(&dirs);
         if (!r)

@@ -149,7 +149,7 @@ int cmd_diff(int argc, char **argv)
     /* the step's state ids are the patch's: neither checkpoint is hashed again */
     if (dirs_out && ((r = pulse_dirs_of_step(&dirs_c, old_c, new_c, pulse_patch_base_id(p), pulse_patch_result_id(p),
                                              o.threads)) != 0
-                     || (r = pulse_dirs_save(dirs_c, dirs_out)) != 0)) {
+                     || (r = pulse_dirs_save(dirs_c, dirs_out, 1)) != 0)) {
         pulse_dirs_free(&dirs_c);
         pulse_patch_close(&p);
         pulse_ckpt_close(&old_c);

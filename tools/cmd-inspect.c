@@ -14,7 +14,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse inspect PATCH [--base OLD [--prev PREV]] [--json]\n"
+        "usage: pulse inspect PATCH [--base OLD [--prev PREV | --prev-dirs DIRS]] [--json]\n"
         "\n"
         "Decodes PATCH (checking every chunk digest) and prints, per tensor and in total: changes,\n"
         "density, compressed bytes of the position and value streams, bits per change, and the\n"
@@ -29,6 +29,8 @@ static void usage(FILE *f)
         "              \"ctx\" column (bits per change of that bound)\n"
         "  --prev PREV the checkpoint OLD was the step after, which the chunks of a format-6 patch\n"
         "              are decoded with (pulse diff --context --prev); not read for other formats\n"
+        "  --prev-dirs DIRS  in place of --prev: the directions of the step PREV -> OLD (pulse diff\n"
+        "              or apply --dirs-out)\n"
         "  --json      one JSON object instead of the table\n");
 }
 
@@ -129,7 +131,7 @@ int cmd_inspect(int argc, char **argv)
         usage(stdout);
         return cli_finish_stdout("inspect");
     }
-    const char *path = NULL, *base_path = NULL, *prev_path = NULL;
+    const char *path = NULL, *base_path = NULL, *prev_path = NULL, *dirs_path = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
@@ -142,6 +144,10 @@ int cmd_inspect(int argc, char **argv)
             if (i + 1 >= argc || !argv[i + 1][0])
                 return cli_usage_error("inspect", "--prev needs the checkpoint the base was the step after");
             prev_path = argv[++i];
+        } else if (!strcmp(argv[i], "--prev-dirs")) {
+            if (i + 1 >= argc || !argv[i + 1][0])
+                return cli_usage_error("inspect", "--prev-dirs needs the directions of the step before the base");
+            dirs_path = argv[++i];
         }
         else if (argv[i][0] == '-' && argv[i][1])
             return cli_usage_error("inspect", "unknown option '%s'", argv[i]);
@@ -152,8 +158,11 @@ int cmd_inspect(int argc, char **argv)
     }
     if (!path)
         return cli_usage_error("inspect", "no patch given");
-    if (prev_path && !base_path)
-        return cli_usage_error("inspect", "--prev goes with --base (the bound is computed against the base)");
+    if ((prev_path || dirs_path) && !base_path)
+        return cli_usage_error("inspect", "%s goes with --base (the bound is computed against the base)",
+                               prev_path ? "--prev" : "--prev-dirs");
+    if (prev_path && dirs_path)
+        return cli_usage_error("inspect", "give one of --prev and --prev-dirs");
     pulse_patch *p = NULL;
     int r = pulse_patch_open(&p, path);
     if (r)
@@ -168,15 +177,18 @@ int cmd_inspect(int argc, char **argv)
     /* With a base: the context bound, after the layout (named by the library) and the state id
      * are checked, so that no figure is computed against weights the patch does not apply to. */
     pulse_ckpt *old = NULL, *prev = NULL;
+    pulse_dirs *dirs = NULL;
     pulse_patch_context cx;
     pulse_patch_context *per = NULL;
-    if ((r = cli_patch_prev(p, prev_path, &prev)) != 0) {
+    if ((r = cli_patch_prev(p, prev_path, &prev)) != 0 || (r = cli_patch_prev_dirs(p, dirs_path, &dirs)) != 0) {
         pulse_patch_close(&p);
-        return cli_fail("inspect", r, prev_path);
+        pulse_ckpt_close(&prev);
+        return cli_fail("inspect", r, prev_path ? prev_path : dirs_path);
     }
     if (base_path && (r = context_of(p, base_path, &old, &cx, &per))) {
         pulse_patch_close(&p);
         pulse_ckpt_close(&prev);
+        pulse_dirs_free(&dirs);
         return r;
     }
     char base[65], result[65], prev_id[65] = "";
@@ -213,6 +225,7 @@ int cmd_inspect(int argc, char **argv)
             free(per);
             pulse_ckpt_close(&old);
             pulse_ckpt_close(&prev);
+            pulse_dirs_free(&dirs);
             pulse_patch_close(&p);
             return cli_fail("inspect", r, path);
         }
@@ -289,6 +302,7 @@ int cmd_inspect(int argc, char **argv)
     free(per);
     pulse_ckpt_close(&old);
     pulse_ckpt_close(&prev);
+    pulse_dirs_free(&dirs);
     pulse_patch_close(&p);
     return cli_finish_stdout("inspect");
 }

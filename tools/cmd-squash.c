@@ -12,7 +12,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse squash P1 P2 ... -o P [--base CKPT [--prev PREV]] [--level N] [--threads N]\n"
+        "usage: pulse squash P1 P2 ... -o P [--base CKPT [--prev PREV | --prev-dirs DIRS]] [--level N]\n"
+        "                    [--threads N]\n"
         "\n"
         "Writes one absolute patch from P1's base state to the last patch's result state.\n"
         "Each patch must start where the previous one ends. ulp-coded inputs need the checkpoint\n"
@@ -24,6 +25,8 @@ static void usage(FILE *f)
         "  --prev PREV   the checkpoint CKPT was the step after, when P1 is format 6 (pulse diff\n"
         "                --context --prev); a later format-6 patch is decoded by the step of the\n"
         "                patch before it, which must be its previous step\n"
+        "  --prev-dirs DIRS  in place of --prev: the directions of the step PREV -> CKPT (pulse diff\n"
+        "                or apply --dirs-out)\n"
         "  --level N     zstd level 1..22 (default: zstd's fastest search with Huffman-coded\n"
         "                literals, as for pulse diff: the smallest and fastest on these streams)\n"
         "  --threads N   threads (default: all cores)\n");
@@ -35,7 +38,7 @@ int cmd_squash(int argc, char **argv)
         usage(stdout);
         return cli_finish_stdout("squash");
     }
-    const char *out = NULL, *base_path = NULL, *prev_path = NULL;
+    const char *out = NULL, *base_path = NULL, *prev_path = NULL, *dirs_path = NULL;
     int threads = 0, level = 0, n = 0;   /* 0: the library's default level */
     const char **inputs = calloc((size_t)argc, sizeof *inputs);
     if (!inputs)
@@ -43,7 +46,7 @@ int cmd_squash(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-o") || !strcmp(a, "--base") || !strcmp(a, "--level") || !strcmp(a, "--threads")
-            || !strcmp(a, "--prev")) {
+            || !strcmp(a, "--prev") || !strcmp(a, "--prev-dirs")) {
             if (i + 1 >= argc) {
                 free(inputs);
                 return cli_usage_error("squash", "%s needs a value", a);
@@ -61,6 +64,8 @@ int cmd_squash(int argc, char **argv)
                 base_path = val;
             else if (!strcmp(a, "--prev"))
                 prev_path = val;
+            else if (!strcmp(a, "--prev-dirs"))
+                dirs_path = val;
             else if (cli_parse_u64(val, &v) || v < 1 || v > (strcmp(a, "--level") ? 1024u : 22u)) {
                 free(inputs);
                 return cli_usage_error("squash", "%s: bad number '%s'", a, val);
@@ -79,8 +84,13 @@ int cmd_squash(int argc, char **argv)
         free(inputs);
         return cli_usage_error("squash", n < 1 ? "no patches given" : "no output given (-o P)");
     }
+    if (prev_path && dirs_path) {
+        free(inputs);
+        return cli_usage_error("squash", "give one of --prev and --prev-dirs");
+    }
     pulse_patch **p = calloc((size_t)n, sizeof *p);
     pulse_ckpt *base = NULL, *prev = NULL;
+    pulse_dirs *dirs = NULL;
     int r = p ? 0 : PULSE_ERR_NOMEM;
     const char *what = "arguments";
     for (int i = 0; !r && i < n; i++)
@@ -91,6 +101,8 @@ int cmd_squash(int argc, char **argv)
     /* P1's previous checkpoint, where it is format 6 (others do not read one) */
     if (!r && (r = cli_patch_prev(p[0], prev_path, &prev)) != 0)
         what = prev_path;
+    if (!r && (r = cli_patch_prev_dirs(p[0], dirs_path, &dirs)) != 0)
+        what = dirs_path;
     if (!r && (r = pulse_patch_squash(p, (size_t)n, base, threads, level, out)))
         what = "cannot squash";
     for (int i = 0; p && i < n; i++)
@@ -98,6 +110,7 @@ int cmd_squash(int argc, char **argv)
     free(p);
     pulse_ckpt_close(&base);
     pulse_ckpt_close(&prev);
+    pulse_dirs_free(&dirs);
     free(inputs);
     return r ? cli_fail("squash", r, what) : 0;
 }

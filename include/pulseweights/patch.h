@@ -141,8 +141,10 @@ PULSE_API int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const
  * checkpoint are garbage bound to p's two states. Read before an apply in place, which
  * overwrites the base. */
 PULSE_API int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const pulse_ckpt *base, int threads);
-/* Writes d to path, whole or not at all, durably (fsync before the rename, the directory after). */
-PULSE_API int pulse_dirs_save(const pulse_dirs *d, const char *path);
+/* Writes d to path, whole or not at all (a temporary renamed over it); with durable, the
+ * temporary is fsynced before the rename and the directory after it. A file torn by a machine
+ * crash without durable fails its digest when read, so it is never used. */
+PULSE_API int pulse_dirs_save(const pulse_dirs *d, const char *path, int durable);
 /* Reads a directions file: PULSE_ERR_FORMAT naming what is wrong for a file that is not one,
  * is truncated or damaged (digest), PULSE_ERR_NOTFOUND where there is none. */
 PULSE_API int pulse_dirs_load(pulse_dirs **out, const char *path);

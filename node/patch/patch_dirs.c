@@ -345,12 +345,12 @@ int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const pulse_ckpt
 
 /* ---- the file ---- */
 
-int pulse_dirs_save(const pulse_dirs *d, const char *path)
+int pulse_dirs_save(const pulse_dirs *d, const char *path, int durable)
 {
     pulse_clear_error();
     if (!d || !path)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_dirs_save: NULL argument");
-    return pulse_replace_file(path, path, d->image, d->len, 1);
+    return pulse_replace_file(path, path, d->image, d->len, durable);
 }
 
 static int bad(const char *path, const char *what)

@@ -4,7 +4,8 @@
 # two checkpoints and from the patch's apply (to a new file, in place, BF16 and F16, chunks that
 # split a byte), a format-6 patch coded and applied with it instead of PREV (the same bytes, the
 # same result, chained step after step), and refusals (another step's directions, a damaged,
-# truncated or foreign file, a directions file that cannot be written) that leave every file as it was.
+# truncated or foreign file, a directions file that cannot be written) that leave every file as it
+# was; inspect and squash given the directions instead of PREV.
 set -u
 P=${PULSE_BIN:?}
 T=$(mktemp -d)
@@ -54,6 +55,17 @@ ok "$P" diff "$S1" "$S2" -o "$T/p12" --context --prev-dirs "$T/d01" --dirs-out "
 ok "$P" diff "$S2" "$S3" -o "$T/p23" --context --prev-dirs "$T/d12"
 ok "$P" apply "$S2" "$T/p23" -o "$T/r3" --prev-dirs "$T/d12"
 check "cmp -s '$T/r3' '$S3'"
+
+# inspect and squash take the directions as they take PREV: the same figures, the same squash.
+ok "$P" inspect --json "$T/p23" --base "$S2" --prev "$S1"
+cp "$T/out" "$T/i.prev"
+ok "$P" inspect --json "$T/p23" --base "$S2" --prev-dirs "$T/d12"
+check "cmp -s '$T/out' '$T/i.prev' && grep -q vs_bound '$T/out'"
+ok "$P" squash "$T/p12" "$T/p23" -o "$T/sq" --base "$S1" --prev-dirs "$T/d01"
+ok "$P" apply "$S1" "$T/sq" -o "$T/rsq"
+check "cmp -s '$T/rsq' '$S3'"
+bad "$P" squash "$T/p12" "$T/p23" -o "$T/sqx" --base "$S1" --prev-dirs "$T/d12"
+check "grep -q 'directions are of a step to state' '$T/err' && [ ! -e '$T/sqx' ]"
 
 # Chunks that split a byte of the directions (1001 elements): read on one thread, the same file.
 ok "$P" diff "$S1" "$S2" -o "$T/p12c" --chunk 1001 --context --prev-dirs "$T/d01"
