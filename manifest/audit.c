@@ -342,10 +342,12 @@ static void check_shape(struct audit *a, size_t i)
         problem(a, e, "summary says %llu patch bytes, its objects have %llu", (unsigned long long)e->patch_bytes,
                 (unsigned long long)e->object_bytes);
     if (r->kind == PULSE_RECORD_SYNC_PATCH) {
-        if (r->n_objects < 1 || r->n_objects > 2 || strcmp(r->objects[0].role, "patch")
-            || (r->n_objects == 2 && strcmp(r->objects[1].role, "patch-index")))
+        if (r->n_objects < 1 || r->n_objects > 3 || strcmp(r->objects[0].role, "patch")
+            || (r->n_objects >= 2 && strcmp(r->objects[1].role, "patch-index"))
+            || (r->n_objects == 3 && strcmp(r->objects[2].role, "patch-by-direction")))
             problem(a, e, "a sync-patch record names one object of role 'patch', then at most one of role "
-                    "'patch-index' (this one: %u, first '%s')", r->n_objects, r->n_objects ? r->objects[0].role : "");
+                    "'patch-index' and after it one of role 'patch-by-direction' (this one: %u, first '%s')",
+                    r->n_objects, r->n_objects ? r->objects[0].role : "");
     } else if (r->kind == PULSE_RECORD_KEYFRAME) {
         uint64_t at = 0;
         for (uint32_t k = 0; k < r->n_objects; k++) {

@@ -48,6 +48,9 @@ static void usage(FILE *f)
         "  --values CODE          ulp (default) or abs\n"
         "  --context              context-coded patches (format 5, about 0.7x the bytes): only\n"
         "                         followers that hold the weights decode them\n"
+        "  --by-direction         with --context: also publish each step as a format-6 patch coded\n"
+        "                         by the directions of the step before it, which followers that\n"
+        "                         applied that step fetch instead (docs/sync.md)\n"
         "  --threads N            threads (default: all cores)\n"
         "  --log FORMAT           text (default) or json: one line per event on stderr\n");
 }
@@ -69,6 +72,10 @@ int node_trainer_main(int argc, char **argv)
         }
         if (!strcmp(a, "--context")) {
             o.pub.context = 1;
+            continue;
+        }
+        if (!strcmp(a, "--by-direction")) {
+            o.pub.by_direction = 1;
             continue;
         }
         if (!strcmp(a, "--once")) {
@@ -123,6 +130,8 @@ int node_trainer_main(int argc, char **argv)
         return cli_usage_error(VERB, "needs --store, --run, --key, --state and --watch");
     if (pulse_check_run(o.pub.run))
         return cli_usage_error(VERB, "%s", pulse_last_error());
+    if (o.pub.by_direction && !o.pub.context)
+        return cli_usage_error(VERB, "--by-direction codes context-coded patches: it needs --context");
     node_signals_install();
     int r = node_trainer_run(&o);
     if (r)

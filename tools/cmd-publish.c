@@ -34,6 +34,9 @@ static void usage(FILE *f)
         "                  holding slices fetches (docs/serving.md)\n"
         "  --context       context-coded patches (format 5, about 0.7x the bytes): only followers\n"
         "                  that hold the weights decode them (docs/patch-format.md)\n"
+        "  --by-direction  with --context: also publish each step as a format-6 patch coded by the\n"
+        "                  directions of the step this state directory published before it, which\n"
+        "                  followers that applied that step fetch instead (docs/sync.md)\n"
         "On a terminal, a keyframe's upload shows bytes done, rate and ETA on stderr.\n"
         "\n"
         "  --json          print one JSON object instead of the line: step, kind, record, base and\n"
@@ -66,6 +69,10 @@ int cmd_publish(int argc, char **argv)
         }
         if (!strcmp(a, "--context")) {
             o.context = 1;
+            continue;
+        }
+        if (!strcmp(a, "--by-direction")) {
+            o.by_direction = 1;
             continue;
         }
         if (a[0] != '-' || !a[1]) {
@@ -107,6 +114,8 @@ int cmd_publish(int argc, char **argv)
         return cli_usage_error("publish", "%s", pulse_last_error());
     if (!ckpt)
         return cli_usage_error("publish", "needs the checkpoint to publish");
+    if (o.by_direction && !o.context)
+        return cli_usage_error("publish", "--by-direction codes context-coded patches: it needs --context");
 
     pulse_publisher *p = NULL;
     pulse_sync_step s;

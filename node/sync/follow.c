@@ -53,6 +53,10 @@ struct pulse_follower {
     pulse_index_refusal *pend;
     size_t npend, cappend;
     size_t nlogged, nquiet;    /* refusals logged in this pull, and those past the cap */
+    /* The directions of the last step applied to the weights file, for a patch by direction
+     * (loaded from the state directory on first need; dirs_looked once it was looked for). */
+    pulse_dirs *dirs;
+    int dirs_looked;
     char last_step_refusal[SYNC_KEY_MAX + 512];   /* the last step refusal logged (once, not every poll) */
 };
 
@@ -139,6 +143,7 @@ PULSE_API void pulse_follower_close(pulse_follower **pf)
     state_dir_close(&f->dir);
     free(f->pend);
     free(f->run);
+    pulse_dirs_free(&f->dirs);
     sync_slices_free(&f->slices);
     free(f);
     *pf = NULL;
@@ -833,7 +838,7 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
 {
     pulse_patch *p = NULL;
     int r;
-    if (f->slices.n && rec->n_objects == 2) {
+    if (f->slices.n && rec->n_objects >= 2) {
         r = sync_fetch_patch_slices(f->st, f->run, rec, &f->slices, &p, moved);
     } else {
         void *data = NULL;
@@ -869,25 +874,107 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
     return finish_step(f, &j, &s);
 }
 
+static void dirs_path(const pulse_follower *f, char out[4096])
+{
+    snprintf(out, 4096, "%s/directions", f->o.state_dir);
+}
+
+/* The directions of the last step applied, when the state directory holds them and they end at
+ * the state the weights hold; NULL otherwise. A file that does not read goes (logged). */
+static const pulse_dirs *held_dirs(pulse_follower *f)
+{
+    if (!f->dirs_looked) {
+        f->dirs_looked = 1;
+        char path[4096];
+        dirs_path(f, path);
+        int r = pulse_dirs_load(&f->dirs, path);
+        if (r && r != PULSE_ERR_NOTFOUND) {
+            follow_log(f, "directions-dropped", "file", path, "reason", pulse_last_error(), NULL);
+            unlink(path);
+        }
+        pulse_clear_error();
+    }
+    return f->dirs && !memcmp(pulse_dirs_to_id(f->dirs), f->state, 32) ? f->dirs : NULL;
+}
+
+/* Keeps d (taken) as the directions of the step just applied. The step stands either way: a
+ * file that cannot be written costs the next step its patch by direction (the plain patch is
+ * fetched), so it is logged, not an error. */
+static void keep_dirs(pulse_follower *f, pulse_dirs *d)
+{
+    char path[4096];
+    dirs_path(f, path);
+    pulse_dirs_free(&f->dirs);
+    f->dirs_looked = 1;
+    if (pulse_dirs_save(d, path, sync_each_step(f)) != 0) {
+        follow_log(f, "directions-not-kept", "file", path, "reason", pulse_last_error(), NULL);
+        unlink(path);
+        pulse_clear_error();
+        pulse_dirs_free(&d);
+        return;
+    }
+    f->dirs = d;
+}
+
+/* The record's patch by direction (its third object), or NULL. */
+static const pulse_record_object *by_direction_object(const pulse_record *rec)
+{
+    return rec->n_objects == 3 ? &rec->objects[2] : NULL;
+}
+
+/* Fetches and opens the step's patch: the patch by direction where the record names one and
+ * the directions held are those of the step it was coded after, else the patch. */
+static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *moved, pulse_patch **p)
+{
+    const pulse_record_object *bd = by_direction_object(rec);
+    const pulse_dirs *d = bd ? held_dirs(f) : NULL;
+    for (int pass = d ? 0 : 1; pass < 2; pass++) {
+        const pulse_record_object *o = pass ? &rec->objects[0] : bd;
+        void *data = NULL;
+        int r = sync_fetch_objects(f->st, f->run, o, 1, &data, moved);
+        if (!r)
+            r = pulse_patch_open_mem(p, data, o->size);
+        pulse_store_free(data);
+        if (r)
+            return r;
+        if (pass)
+            return 0;
+        if (pulse_patch_version(*p) < PULSE_PATCH_VERSION_PREV)
+            r = pulse_fail(PULSE_ERR_FORMAT, "its patch by direction is a format-%u patch", pulse_patch_version(*p));
+        else if ((r = pulse_patch_set_prev_dirs(*p, d)) == PULSE_ERR_MISMATCH) {
+            /* coded after a step these weights did not take (they came by another path): the
+             * plain patch instead */
+            pulse_clear_error();
+            pulse_patch_close(p);
+            continue;
+        }
+        if (r) {
+            pulse_patch_close(p);
+            return r;
+        }
+        return 0;
+    }
+    return 0;
+}
+
 static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
-    if (rec->n_objects < 1 || rec->n_objects > 2 || strcmp(rec->objects[0].role, "patch") != 0
-        || (rec->n_objects == 2 && strcmp(rec->objects[1].role, SYNC_PATCH_INDEX_ROLE) != 0))
-        return pulse_fail(PULSE_ERR_FORMAT, "sync-patch record names %u objects, wanted a 'patch' and at most "
-                          "its '" SYNC_PATCH_INDEX_ROLE "'", rec->n_objects);
+    if (rec->n_objects < 1 || rec->n_objects > 3 || strcmp(rec->objects[0].role, "patch") != 0
+        || (rec->n_objects >= 2 && strcmp(rec->objects[1].role, SYNC_PATCH_INDEX_ROLE) != 0)
+        || (rec->n_objects == 3 && strcmp(rec->objects[2].role, SYNC_PATCH_BY_DIRECTION_ROLE) != 0))
+        return pulse_fail(PULSE_ERR_FORMAT, "sync-patch record names %u objects, wanted a 'patch', at most "
+                          "its '" SYNC_PATCH_INDEX_ROLE "' and then its '" SYNC_PATCH_BY_DIRECTION_ROLE "'",
+                          rec->n_objects);
     if (memcmp(rec->base, f->state, 32) != 0)
         return pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold");
     if (in_memory(f))
         return apply_patch_memory(f, rec, rel, moved);
     char jpath[4096];
     int r = journal_patch_path(f->o.state_dir, jpath, sizeof jpath);
-    void *data = NULL;
-    if (!r)
-        r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
     pulse_patch *p = NULL, *abs = NULL;
+    pulse_dirs *next = NULL;   /* a run that publishes by direction: this step's directions */
     if (!r)
-        r = pulse_patch_open_mem(&p, data, rec->objects[0].size);
-    pulse_store_free(data);
+        r = fetch_patch(f, rec, moved, &p);
     if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
     pulse_ckpt *w = NULL;
@@ -898,12 +985,16 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
      * the positions the step changes with their final values. */
     if (!r)
         r = pulse_patch_squash(&p, 1, w, f->o.threads, 0, jpath);
-    pulse_ckpt_close(&w);
     /* The journal's patch reads back (header and table) before the weights depend on it. */
     if (!r)
         r = pulse_patch_open(&abs, jpath);
+    /* its absolute values against the base give the step's directions, read before the write */
+    if (!r && by_direction_object(rec))
+        r = pulse_dirs_of_patch(&next, abs, w, f->o.threads);
+    pulse_ckpt_close(&w);
     pulse_patch_close(&abs);
     if (r) {
+        pulse_dirs_free(&next);
         /* The weights are untouched; if they were not the base after all (changed behind
          * this node's back), the next pull hashes them again rather than trusting memory. */
         f->known = 0;
@@ -935,9 +1026,14 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     pulse_patch_close(&p);
     if (r) {
         /* The journal stays: the next start (or pull) finishes the step from it. */
+        pulse_dirs_free(&next);
         f->known = 0;
         return r;
     }
+    /* Before the step is marked done: a crash after this finishes the step from the journal,
+     * and the weights end where these directions do. */
+    if (next)
+        keep_dirs(f, next);
     pulse_sync_step s;
     sync_step_of(rec, rel, *moved, &s);
     return finish_step(f, &j, &s);

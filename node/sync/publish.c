@@ -26,10 +26,12 @@ struct pulse_publisher {
     pulse_index *ix;
     unsynced_note note;        /* the copy of the last state's (node/sync/unsynced.h) */
     state_dir dir;             /* locked while open: one process publishes from this state */
+    pulse_dirs *dirs;          /* by_direction: the directions of the step to the last published state */
 };
 
 static void updating_path(const pulse_publisher *p, char out[4096]);
 static void last_path(const pulse_publisher *p, const uint8_t state[32], char out[4096]);
+static void load_dirs(pulse_publisher *p);
 
 /* The copy of the head's state (the next diff's base): 1 with its path in out, 0 when there is
  * no head or no copy, or an error. */
@@ -109,6 +111,7 @@ PULSE_API void pulse_publisher_close(pulse_publisher **pp)
         return;
     pulse_publisher *p = *pp;
     pulse_publisher_sync(p);
+    pulse_dirs_free(&p->dirs);
     pulse_index_close(&p->ix);
     pulse_key_free(&p->key);
     pulse_store_close(&p->st);
@@ -129,6 +132,9 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     int bad = pulse_check_run(opts->run);
     if (bad)
         return bad;
+    if (opts->size >= offsetof(pulse_publish_opts, by_direction) + sizeof opts->by_direction && opts->by_direction
+        && !opts->context)
+        return pulse_fail(PULSE_ERR_INVALID, "publisher: patches by direction are context-coded (context)");
     if (opts->size >= offsetof(pulse_publish_opts, chunk_elems) + sizeof opts->chunk_elems &&
         opts->chunk_elems > PULSE_PATCH_MAX_CHUNK)
         return pulse_fail(PULSE_ERR_INVALID, "publisher chunk size %u elements: at most %u", opts->chunk_elems,
@@ -163,6 +169,8 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     }
     if (!r)
         r = copy_after_restart(p);
+    if (!r && p->o.by_direction)
+        load_dirs(p);
     if (r) {
         pulse_publisher_close(&p);
         return r;
@@ -215,9 +223,10 @@ static uint64_t elems_of(const pulse_ckpt *c)
     return n;
 }
 
-/* Patch from the last published checkpoint: one object. */
-static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c,
-                         pulse_record *rec, pulse_sync_step *s)
+/* The patch from last to c (the record's two states), coded by the directions prev_dirs where
+ * given (format 6), read back into *buf (the file deleted). */
+static int diff_to_memory(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c, const pulse_record *rec,
+                          const pulse_dirs *prev_dirs, void **buf, pulse_patch_stats *stats)
 {
     /* Both state ids are known (the record's base and result): the diff need not hash again.
      * The file is read back, uploaded and deleted: the uploaded object is the durable copy, and
@@ -236,53 +245,118 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
     if (p->o.chunk_elems)
         d.chunk_elems = p->o.chunk_elems;
     d.context = p->o.context && p->o.values == PULSE_VALUES_ULP;
+    d.prev_dirs = d.context ? prev_dirs : NULL;
+    *buf = NULL;
     int r = pulse_patch_diff(last, c, &d, path);
     pulse_patch *patch = NULL;
     if (!r)
         r = pulse_patch_open(&patch, path);
-    pulse_patch_stats stats;
     if (!r)
-        r = pulse_patch_info(patch, 0, &stats);
+        r = pulse_patch_info(patch, 0, stats);
     pulse_patch_close(&patch);
 
     FILE *f = r ? NULL : fopen(path, "rb");
-    void *buf = NULL;
     if (!r && !f)
         r = pulse_fail_errno(PULSE_ERR_IO, "%s", path);
     if (!r) {
-        buf = malloc(stats.file_bytes ? stats.file_bytes : 1);
-        if (!buf || fread(buf, 1, stats.file_bytes, f) != stats.file_bytes)
+        *buf = malloc(stats->file_bytes ? stats->file_bytes : 1);
+        if (!*buf || fread(*buf, 1, stats->file_bytes, f) != stats->file_bytes)
             r = pulse_fail_errno(PULSE_ERR_IO, "reading %s", path);
     }
     if (f)
         fclose(f);
+    if (r) {
+        free(*buf);
+        *buf = NULL;
+    }
+    unlink(path);
+    return r;
+}
+
+/* Patch from the last published checkpoint: the patch and its head; by direction, the same
+ * step coded by the directions of the step before it (when this publisher published that step)
+ * as a third object, and the directions of this step in *next for the step after it. */
+static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c,
+                         pulse_record *rec, pulse_sync_step *s, pulse_dirs **next)
+{
+    void *buf = NULL, *buf6 = NULL;
+    pulse_patch_stats stats, stats6;
+    int r = diff_to_memory(p, last, c, rec, NULL, &buf, &stats);
+    const int by_dir = p->o.by_direction && p->o.context && p->o.values == PULSE_VALUES_ULP;
+    if (!r && by_dir)
+        r = pulse_dirs_of_step(next, last, c, rec->base, rec->result, p->o.threads);
+    const int with6 = by_dir && p->dirs && !memcmp(pulse_dirs_to_id(p->dirs), rec->base, 32);
+    if (!r && with6)
+        r = diff_to_memory(p, last, c, rec, p->dirs, &buf6, &stats6);
     /* The patch, and its head again as an object of its own: the record's digest of the head
      * binds the chunk table, so a follower holding part of each tensor can check the table,
      * then fetch only its chunks by range and check each against its digest there. */
-    sync_blob blob[2] = { { .data = buf, .len = (size_t)stats.file_bytes },
-                          { .data = buf, .len = (size_t)stats.header_bytes } };
+    sync_blob blob[3] = { { .data = buf, .len = r ? 0 : (size_t)stats.file_bytes },
+                          { .data = buf, .len = r ? 0 : (size_t)stats.header_bytes },
+                          { .data = buf6, .len = r || !with6 ? 0 : (size_t)stats6.file_bytes } };
+    const size_t nblobs = with6 ? 3 : 2;
     if (!r) {
-        pulse_sha256(buf, blob[0].len, blob[0].digest);
-        pulse_sha256(buf, blob[1].len, blob[1].digest);
-        r = sync_put_objects(p->st, p->run, blob, 2, &s->moved_bytes);
+        for (size_t i = 0; i < nblobs; i++)
+            pulse_sha256(blob[i].data, blob[i].len, blob[i].digest);
+        r = sync_put_objects(p->st, p->run, blob, nblobs, &s->moved_bytes);
     }
     if (!r)
         r = pulse_record_add_object(rec, blob[0].digest, blob[0].len, "patch", "", 0, 0);
     if (!r)
         r = pulse_record_add_object(rec, blob[1].digest, blob[1].len, SYNC_PATCH_INDEX_ROLE, "", 0, 0);
+    if (!r && with6)
+        r = pulse_record_add_object(rec, blob[2].digest, blob[2].len, SYNC_PATCH_BY_DIRECTION_ROLE, "", 0, 0);
     if (!r) {
         rec->changes = stats.changes + stats.opaque_changes;
-        rec->patch_bytes = blob[0].len + blob[1].len;
+        rec->patch_bytes = blob[0].len + blob[1].len + blob[2].len;
     }
     free(buf);
-    unlink(path);
+    free(buf6);
+    if (r)
+        pulse_dirs_free(next);
     return r;
+}
+
+/* Where a publisher by direction keeps the directions of its last step, for the next process
+ * that publishes from this state directory (`pulse publish` is one a step). */
+static void dirs_path(const pulse_publisher *p, char out[4096])
+{
+    snprintf(out, 4096, "%s/last.dirs", p->state_dir);
+}
+
+/* The step is published either way: a file that cannot be written costs the next step its
+ * object by direction, not the step. */
+static void save_dirs(pulse_publisher *p)
+{
+    char path[4096];
+    dirs_path(p, path);
+    if (pulse_dirs_save(p->dirs, path, sync_each_publish(p)) != 0) {
+        fprintf(stderr, "pulse: %s: %s; the next step is published without its patch by direction\n", path,
+                pulse_last_error());
+        unlink(path);
+        pulse_clear_error();
+    }
+}
+
+/* At open: the last step's directions a publisher by direction left (used only while they end
+ * at the state it publishes from); a file that does not read is removed. */
+static void load_dirs(pulse_publisher *p)
+{
+    char path[4096];
+    dirs_path(p, path);
+    int r = pulse_dirs_load(&p->dirs, path);
+    if (r && r != PULSE_ERR_NOTFOUND) {
+        fprintf(stderr, "pulse: %s: %s; removed\n", path, pulse_last_error());
+        unlink(path);
+    }
+    pulse_clear_error();
 }
 
 static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, const uint8_t last_state[32],
                        const pulse_ckpt *c, const uint8_t state[32], uint64_t step, pulse_sync_step *s)
 {
     pulse_record rec;
+    pulse_dirs *next = NULL;   /* by direction: this step's directions, kept once it is published */
     int r = pulse_record_init(&rec, kind, p->run, step);
     if (r)
         return r;
@@ -291,7 +365,7 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
     rec.dense_bytes = dense_bytes_of(c);
     if (kind == PULSE_RECORD_SYNC_PATCH) {
         memcpy(rec.base, last_state, 32);
-        r = publish_patch(p, last, c, &rec, s);
+        r = publish_patch(p, last, c, &rec, s, &next);
     } else {
         r = sync_keyframe_publish(p->st, p->run, c, p->o.threads, p->o.zstd_level > 0 ? p->o.zstd_level : 3,
                                   &rec, &s->moved_bytes);
@@ -307,6 +381,13 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
                                &s->moved_bytes);
     if (!r)
         r = move_head_and_index(p, rel, bytes, len);
+    if (!r && next) {
+        pulse_dirs_free(&p->dirs);
+        p->dirs = next;
+        next = NULL;
+        save_dirs(p);
+    }
+    pulse_dirs_free(&next);
     if (!r) {
         s->step = step;
         s->kind = kind;

@@ -19,6 +19,11 @@
  * head object (older publishers) are still followed; slices then fetch the whole patch. */
 #define SYNC_PATCH_INDEX_ROLE "patch-index"
 
+/* A publisher that codes by direction (pulse_publish_opts.by_direction) names a third object: the
+ * same step as a format-6 patch, coded by the directions of the step it published before, which a
+ * follower holding those directions (the last step it applied) fetches instead of the patch. */
+#define SYNC_PATCH_BY_DIRECTION_ROLE "patch-by-direction"
+
 /* "<run>/objects/<hex>". */
 int sync_object_key(const char *run, const uint8_t digest[32], char out[SYNC_KEY_MAX]);
 /* "<run>/<rel>" for a key relative to the run (a record key, "heads/sync/<node>"). */

@@ -165,7 +165,7 @@ class PublishOpts(ctypes.Structure):
     _fields_ = [("size", c_size), ("store_url", c_str), ("run", c_str), ("key_path", c_str),
                 ("state_dir", c_str), ("values", c_int), ("threads", c_int), ("zstd_level", c_int),
                 ("durable", c_int), ("on_progress", c_void), ("progress_ctx", c_void), ("chunk_elems", ctypes.c_uint32),
-                ("context", c_int), ("_tail", ctypes.c_uint8 * _TAIL)]
+                ("context", c_int), ("by_direction", c_int), ("_tail", ctypes.c_uint8 * _TAIL)]
 
 
 ON_STEP = ctypes.CFUNCTYPE(c_int, c_void, ctypes.POINTER(SyncStep))

@@ -1,0 +1,77 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Patches by direction through a store (`pulse publish --context --by-direction`): each record after
+# the second names a format-6 patch beside the plain one; a follower that applied the step before
+# fetches it (fewer bytes than one without its directions, which fetches the plain patch), and
+# every follower ends bit for bit at each step: after a damaged or stale directions file, from a
+# keyframe, catching up over several steps; the audit passes.
+set -u
+P=${PULSE_BIN:?}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+cd "$T" || exit 1
+fails=0; n=0
+ok()  { n=$((n+1)); if ! "$@" >out 2>err; then echo "FAIL (exit $?): $*"; cat err; fails=$((fails+1)); fi; }
+check() { n=$((n+1)); if ! eval "$1"; then echo "FAIL: $1"; fails=$((fails+1)); fi; }
+pub() { ok "$P" publish --store "file://$T/store" --run r --key tr.key --state st --context --by-direction "$@"; }
+pull() { ok "$P" pull --store "file://$T/store" --run r --trust tr.pub --state "$1" --weights "$2"; }
+fetched() { sed -n 's/.*applied sync-patch, [0-9]* changes, \([0-9]*\) bytes fetched.*/\1/p' out | tail -1; }
+id() { "$P" hash "$1"; }
+step() { printf 'syn/step-%06d.safetensors' "$1"; }
+versions() { find store -type f -exec python3 -c 'import sys; b=open(sys.argv[1],"rb").read(12); print(int.from_bytes(b[8:12],"little")) if b[:8]==b"PULSEPCH" else None' {} \; | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}'; }
+
+# A trainer at lr 3e-5 under Adam: its momentum carries each step on as the last went.
+"$P" synth --params 4M --steps 6 --lr 3e-5 --out syn --threads 2 >/dev/null || { echo "FAIL: synth"; exit 1; }
+"$P" keygen tr >/dev/null || { echo "FAIL: keygen"; exit 1; }
+
+# f1 applies every step and keeps its directions; f2 has lost them before every pull, so it
+# fetches the plain patch. Each `pulse publish` is a process of its own: the publisher's
+# directions of the step before live in its state directory.
+pub "$(step 0)"
+pull f1 w1.safetensors
+pull f2 w2.safetensors
+for s in 1 2 3 4 5 6; do
+  pub "$(step $s)"
+  pull f1 w1.safetensors
+  b1=$(fetched)
+  rm -f f2/directions
+  pull f2 w2.safetensors
+  b2=$(fetched)
+  check "[ \"\$(id w1.safetensors)\" = \"\$(id $(step $s))\" ] && [ \"\$(id w2.safetensors)\" = \"\$(id $(step $s))\" ]"
+  # from step 3 on, f1 holds the directions of the step before (kept from step 2, whose record
+  # was the first to name a patch by direction) and fetches at least 3 % fewer bytes
+  if [ $s -ge 3 ]; then check "[ $((b1 * 100)) -lt $((b2 * 97)) ]"; echo "step $s: fetched $b1 by direction, $b2 plain"; fi
+done
+check "[ -s f1/directions ] && [ -s st/last.dirs ]"
+# The store holds the plain patches of steps 1 to 6 and their heads (format 5) and the patches by
+# direction of steps 2 to 6 (format 6).
+check "[ '$(versions)' = '5:12 6:5 ' ]"
+
+# A damaged directions file is dropped (logged) and the plain patch fetched; a stale one (of an
+# earlier step) is not used; either way the step lands bit for bit.
+"$P" synth --params 4M --steps 9 --lr 3e-5 --out syn --threads 2 >/dev/null || { echo "FAIL: synth 2"; exit 1; }
+pub "$(step 7)"
+python3 -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[len(b)//2]^=0x01; open(sys.argv[1],"wb").write(b)' f1/directions
+pull f1 w1.safetensors
+check "grep -q 'directions' err && [ \"\$(id w1.safetensors)\" = \"\$(id $(step 7))\" ]"
+cp f1/directions stale.dirs
+pub "$(step 8)"
+pull f1 w1.safetensors
+cp stale.dirs f1/directions
+pub "$(step 9)"
+pull f1 w1.safetensors
+check "[ \"\$(id w1.safetensors)\" = \"\$(id $(step 9))\" ]"
+
+# A follower that starts late: the keyframe, then every patch (the first plain, then by direction).
+pull f3 w3.safetensors
+check "[ \"\$(id w3.safetensors)\" = \"\$(id $(step 9))\" ]"
+# The audit checks every patch object, those by direction too, and passes.
+ok "$P" manifest audit --store "file://$T/store" --run r --trust tr.pub
+
+# --by-direction codes context-coded patches.
+n=$((n+1)); "$P" publish --store "file://$T/store" --run r2 --key tr.key --state st2 --by-direction "$(step 1)" \
+  >/dev/null 2>err; rc=$?
+if [ $rc -ne 2 ] || ! grep -q -- '--context' err; then echo "FAIL: --by-direction without --context (exit $rc)"; fails=$((fails+1)); fi
+
+echo "$((n - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]
