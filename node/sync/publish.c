@@ -133,8 +133,8 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     if (bad)
         return bad;
     if (opts->size >= offsetof(pulse_publish_opts, by_direction) + sizeof opts->by_direction && opts->by_direction
-        && !opts->context)
-        return pulse_fail(PULSE_ERR_INVALID, "publisher: patches by direction are context-coded (context)");
+        && opts->values != PULSE_VALUES_ULP)
+        return pulse_fail(PULSE_ERR_INVALID, "publisher: patches by direction code ulp values, not abs");
     if (opts->size >= offsetof(pulse_publish_opts, chunk_elems) + sizeof opts->chunk_elems &&
         opts->chunk_elems > PULSE_PATCH_MAX_CHUNK)
         return pulse_fail(PULSE_ERR_INVALID, "publisher chunk size %u elements: at most %u", opts->chunk_elems,
@@ -244,7 +244,8 @@ static int diff_to_memory(pulse_publisher *p, const pulse_ckpt *last, const puls
         d.zstd_level = p->o.zstd_level;
     if (p->o.chunk_elems)
         d.chunk_elems = p->o.chunk_elems;
-    d.context = p->o.context && p->o.values == PULSE_VALUES_ULP;
+    /* a patch by direction is context-coded whatever the plain patch is */
+    d.context = (p->o.context || prev_dirs) && p->o.values == PULSE_VALUES_ULP;
     d.prev_dirs = d.context ? prev_dirs : NULL;
     *buf = NULL;
     int r = pulse_patch_diff(last, c, &d, path);
@@ -282,7 +283,7 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
     void *buf = NULL, *buf6 = NULL;
     pulse_patch_stats stats, stats6;
     int r = diff_to_memory(p, last, c, rec, NULL, &buf, &stats);
-    const int by_dir = p->o.by_direction && p->o.context && p->o.values == PULSE_VALUES_ULP;
+    const int by_dir = p->o.by_direction && p->o.values == PULSE_VALUES_ULP;
     if (!r && by_dir)
         r = pulse_dirs_of_step(next, last, c, rec->base, rec->result, p->o.threads);
     const int with6 = by_dir && p->dirs && !memcmp(pulse_dirs_to_id(p->dirs), rec->base, 32);

@@ -89,9 +89,9 @@ class Publisher(_lib.Closeable):
     patch chunk (0: 2^20), the unit a follower holding slices fetches (docs/serving.md).
     context=True: patches are context-coded (format 5, about 0.7x the bytes), which only followers
     holding the weights decode: not EngineFollower or Patch.updates() (docs/patch-format.md).
-    by_direction=True (with context): each record also names the step as a format-6 patch coded by
-    the directions of the step before, which file followers that applied that step fetch instead
-    (docs/sync.md, "Patches by direction")."""
+    by_direction=True: each record also names the step as a format-6 patch (context-coded, and coded
+    by the directions of the step before), which followers of a weights file that applied that step
+    fetch instead of the plain patch (docs/sync.md, "Patches by direction")."""
 
     def __init__(self, store: str, run: str, key: PathLike, state_dir: PathLike, values: str = "ulp",
                  threads: int = 0, zstd_level: int = 0, durable: bool = False, chunk_elems: int = 0,

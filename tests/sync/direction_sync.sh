@@ -1,10 +1,10 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Patches by direction through a store (`pulse publish --context --by-direction`): each record after
-# the second names a format-6 patch beside the plain one; a follower that applied the step before
-# fetches it (fewer bytes than one without its directions, which fetches the plain patch), and
-# every follower ends bit for bit at each step: after a damaged or stale directions file, from a
-# keyframe, catching up over several steps; the audit passes.
+# Patches by direction through a store (`pulse publish [--context] --by-direction`): each record
+# after the second names a format-6 patch beside the plain one (format 5, or 4); a follower that
+# applied the step before fetches it (fewer bytes than one without its directions, which fetches
+# the plain patch), and every follower ends bit for bit at each step: after a damaged or stale
+# directions file, from a keyframe, catching up over several steps; the audit passes.
 set -u
 P=${PULSE_BIN:?}
 T=$(mktemp -d)
@@ -68,10 +68,30 @@ check "[ \"\$(id w3.safetensors)\" = \"\$(id $(step 9))\" ]"
 # The audit checks every patch object, those by direction too, and passes.
 ok "$P" manifest audit --store "file://$T/store" --run r --trust tr.pub
 
-# --by-direction codes context-coded patches.
-n=$((n+1)); "$P" publish --store "file://$T/store" --run r2 --key tr.key --state st2 --by-direction "$(step 1)" \
-  >/dev/null 2>err; rc=$?
-if [ $rc -ne 2 ] || ! grep -q -- '--context' err; then echo "FAIL: --by-direction without --context (exit $rc)"; fails=$((fails+1)); fi
+# Without --context the plain patch is format 4, which every follower reads (engine-held ones
+# too), and the patch by direction is still format 6: a follower that applied the step before
+# fetches at least 20 % fewer bytes.
+pub4() { ok "$P" publish --store "file://$T/store4" --run r --key tr.key --state st4 --by-direction "$@"; }
+pull4() { ok "$P" pull --store "file://$T/store4" --run r --trust tr.pub --state "$1" --weights "$2"; }
+pub4 "$(step 0)"
+pull4 g1 v1.safetensors
+pull4 g2 v2.safetensors
+for s in 1 2 3 4; do
+  pub4 "$(step $s)"
+  pull4 g1 v1.safetensors
+  b1=$(fetched)
+  rm -f g2/directions
+  pull4 g2 v2.safetensors
+  b2=$(fetched)
+  check "[ \"\$(id v1.safetensors)\" = \"\$(id $(step $s))\" ] && [ \"\$(id v2.safetensors)\" = \"\$(id $(step $s))\" ]"
+  if [ $s -ge 3 ]; then check "[ $((b1 * 100)) -lt $((b2 * 80)) ]"; echo "format 4 beside: step $s: fetched $b1 by direction, $b2 plain"; fi
+done
+check "[ '$(cd "$T" && find store4 -type f -exec python3 -c 'import sys; b=open(sys.argv[1],"rb").read(12); print(int.from_bytes(b[8:12],"little")) if b[:8]==b"PULSEPCH" else None' {} \; | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}')' = '4:8 6:3 ' ]"
+
+# --by-direction codes ulp values.
+n=$((n+1)); "$P" publish --store "file://$T/store" --run r2 --key tr.key --state st2 --by-direction --values abs \
+  "$(step 1)" >/dev/null 2>err; rc=$?
+if [ $rc -ne 2 ] || ! grep -q -- 'abs' err; then echo "FAIL: --by-direction with --values abs (exit $rc)"; fails=$((fails+1)); fi
 
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]
