@@ -834,56 +834,17 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
  * and checks every chunk before its first write, so a step that does not fit leaves the
  * tensors as they were. (A pulse_patch_verify first would repeat that check pass: ~8 ms per
  * 100M parameters at 5 % changed, one core, for nothing.) */
-static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
-{
-    pulse_patch *p = NULL;
-    int r;
-    if (f->slices.n && rec->n_objects >= 2) {
-        r = sync_fetch_patch_slices(f->st, f->run, rec, &f->slices, &p, moved);
-    } else {
-        void *data = NULL;
-        r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
-        if (!r)
-            r = pulse_patch_open_mem(&p, data, rec->objects[0].size);
-        pulse_store_free(data);
-    }
-    if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
-        r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
-    if (!r && f->engine) {
-        /* The whole patch is checked before the engine sees any of it: a step is all or nothing. */
-        pulse_sync_step s;
-        sync_step_of(rec, rel, *moved, &s);
-        r = pulse_patch_verify(p, NULL, f->o.threads);
-        if (!r && f->o.on_patch(f->o.engine_ctx, &s, p) != 0)
-            r = pulse_fail(PULSE_ERR_INVALID, "the engine refused step %" PRIu64, rec->step);
-    } else if (!r) {
-        /* Not trust_base_id: nothing stops the caller writing its own buffers between pulls. */
-        pulse_patch_apply_opts ao;
-        pulse_patch_apply_opts_default(&ao);
-        ao.threads = f->o.threads;
-        r = pulse_patch_apply_ex(p, f->o.weights, &ao);
-    }
-    pulse_patch_close(&p);
-    if (r) {
-        f->known = 0;
-        return r;
-    }
-    node_journal j = journal_applying(rec, rel);
-    pulse_sync_step s;
-    sync_step_of(rec, rel, *moved, &s);
-    return finish_step(f, &j, &s);
-}
-
 static void dirs_path(const pulse_follower *f, char out[4096])
 {
     snprintf(out, 4096, "%s/directions", f->o.state_dir);
 }
 
-/* The directions of the last step applied, when the state directory holds them and they end at
- * the state the weights hold; NULL otherwise. A file that does not read goes (logged). */
+/* The directions of the last step applied, when the state directory holds them (a follower of a
+ * weights file; one in memory keeps them in memory) and they end at the state the weights hold;
+ * NULL otherwise. A file that does not read goes (logged). */
 static const pulse_dirs *held_dirs(pulse_follower *f)
 {
-    if (!f->dirs_looked) {
+    if (!f->dirs_looked && !in_memory(f)) {
         f->dirs_looked = 1;
         char path[4096];
         dirs_path(f, path);
@@ -906,6 +867,10 @@ static void keep_dirs(pulse_follower *f, pulse_dirs *d)
     dirs_path(f, path);
     pulse_dirs_free(&f->dirs);
     f->dirs_looked = 1;
+    if (in_memory(f)) {   /* memory does not outlive the process: neither do its directions */
+        f->dirs = d;
+        return;
+    }
     if (pulse_dirs_save(d, path, sync_each_step(f)) != 0) {
         follow_log(f, "directions-not-kept", "file", path, "reason", pulse_last_error(), NULL);
         unlink(path);
@@ -955,6 +920,57 @@ static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *mov
         return 0;
     }
     return 0;
+}
+
+static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
+{
+    pulse_patch *p = NULL;
+    pulse_dirs *next = NULL;   /* a run that publishes by direction: this step's directions */
+    int r;
+    if (f->slices.n && rec->n_objects >= 2) {
+        r = sync_fetch_patch_slices(f->st, f->run, rec, &f->slices, &p, moved);
+    } else if (!f->engine) {
+        r = fetch_patch(f, rec, moved, &p);
+    } else {
+        void *data = NULL;
+        r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
+        if (!r)
+            r = pulse_patch_open_mem(&p, data, rec->objects[0].size);
+        pulse_store_free(data);
+    }
+    if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
+        r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
+    if (!r && f->engine) {
+        /* The whole patch is checked before the engine sees any of it: a step is all or nothing. */
+        pulse_sync_step s;
+        sync_step_of(rec, rel, *moved, &s);
+        r = pulse_patch_verify(p, NULL, f->o.threads);
+        if (!r && f->o.on_patch(f->o.engine_ctx, &s, p) != 0)
+            r = pulse_fail(PULSE_ERR_INVALID, "the engine refused step %" PRIu64, rec->step);
+    } else if (!r) {
+        /* The step's directions from the weights before they are written; only kept when the
+         * apply below (which checks that the weights hold the base) succeeds, and a step whose
+         * directions cannot be read is applied without them. */
+        if (!f->slices.n && by_direction_object(rec) && pulse_dirs_of_patch(&next, p, f->o.weights, f->o.threads))
+            pulse_clear_error();
+        /* Not trust_base_id: nothing stops the caller writing its own buffers between pulls. */
+        pulse_patch_apply_opts ao;
+        pulse_patch_apply_opts_default(&ao);
+        ao.threads = f->o.threads;
+        r = pulse_patch_apply_ex(p, f->o.weights, &ao);
+    }
+    pulse_patch_close(&p);
+    if (r) {
+        pulse_dirs_free(&next);
+        f->known = 0;
+        return r;
+    }
+    if (next)
+        keep_dirs(f, next);
+    node_journal j = journal_applying(rec, rel);
+    pulse_sync_step s;
+    sync_step_of(rec, rel, *moved, &s);
+    return finish_step(f, &j, &s);
 }
 
 static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
