@@ -888,10 +888,11 @@ static const pulse_record_object *by_direction_object(const pulse_record *rec)
 }
 
 /* Fetches and opens the step's patch: the patch by direction where the record names one and
- * the directions held are those of the step it was coded after, else the patch. */
-static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *moved, pulse_patch **p)
+ * the directions held are those of the step it was coded after (*by_dir set), else the patch. */
+static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *moved, pulse_patch **p, int *by_dir)
 {
     const pulse_record_object *bd = by_direction_object(rec);
+    *by_dir = 0;
     const pulse_dirs *d = bd ? held_dirs(f) : NULL;
     for (int pass = d ? 0 : 1; pass < 2; pass++) {
         const pulse_record_object *o = pass ? &rec->objects[0] : bd;
@@ -917,6 +918,7 @@ static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *mov
             pulse_patch_close(p);
             return r;
         }
+        *by_dir = 1;
         return 0;
     }
     return 0;
@@ -926,11 +928,11 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
 {
     pulse_patch *p = NULL;
     pulse_dirs *next = NULL;   /* a run that publishes by direction: this step's directions */
-    int r;
+    int r, by_dir = 0;
     if (f->slices.n && rec->n_objects >= 2) {
         r = sync_fetch_patch_slices(f->st, f->run, rec, &f->slices, &p, moved);
     } else if (!f->engine) {
-        r = fetch_patch(f, rec, moved, &p);
+        r = fetch_patch(f, rec, moved, &p, &by_dir);
     } else {
         void *data = NULL;
         r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
@@ -967,6 +969,7 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
     }
     if (next)
         keep_dirs(f, next);
+    f->c.steps_by_direction += (uint64_t)by_dir;
     node_journal j = journal_applying(rec, rel);
     pulse_sync_step s;
     sync_step_of(rec, rel, *moved, &s);
@@ -989,8 +992,9 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     int r = journal_patch_path(f->o.state_dir, jpath, sizeof jpath);
     pulse_patch *p = NULL, *abs = NULL;
     pulse_dirs *next = NULL;   /* a run that publishes by direction: this step's directions */
+    int by_dir = 0;
     if (!r)
-        r = fetch_patch(f, rec, moved, &p);
+        r = fetch_patch(f, rec, moved, &p, &by_dir);
     if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
     pulse_ckpt *w = NULL;
@@ -1050,6 +1054,7 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
      * and the weights end where these directions do. */
     if (next)
         keep_dirs(f, next);
+    f->c.steps_by_direction += (uint64_t)by_dir;
     pulse_sync_step s;
     sync_step_of(rec, rel, *moved, &s);
     return finish_step(f, &j, &s);

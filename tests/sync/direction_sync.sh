@@ -65,6 +65,12 @@ check "[ \"\$(id w1.safetensors)\" = \"\$(id $(step 9))\" ]"
 # A follower that starts late: the keyframe, then every patch (the first plain, then by direction).
 pull f3 w3.safetensors
 check "[ \"\$(id w3.safetensors)\" = \"\$(id $(step 9))\" ]"
+# A follower node from scratch: the keyframe, step 1 (no patch by direction yet), step 2 (plain:
+# no directions held), then steps 3 to 9 by direction, as its metrics say.
+ok "$P" node follow --store "file://$T/store" --run r --trust tr.pub --state h1 --weights h1.safetensors --once \
+   --metrics-file h1.prom
+metric() { sed -n "s/^$1 //p" h1.prom; }
+check "[ \"\$(id h1.safetensors)\" = \"\$(id $(step 9))\" ] && [ \"\$(metric pulse_steps_applied_total)\" = 10 ] && [ \"\$(metric pulse_steps_by_direction_total)\" = 7 ]"
 # The audit checks every patch object, those by direction too, and passes.
 ok "$P" manifest audit --store "file://$T/store" --run r --trust tr.pub
 
