@@ -1012,8 +1012,8 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     if (!r && by_direction_object(rec))
         r = pulse_dirs_of_patch(&next, abs, w, f->o.threads);
     pulse_ckpt_close(&w);
-    pulse_patch_close(&abs);
     if (r) {
+        pulse_patch_close(&abs);
         pulse_dirs_free(&next);
         /* The weights are untouched; if they were not the base after all (changed behind
          * this node's back), the next pull hashes them again rather than trusting memory. */
@@ -1033,16 +1033,19 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
         /* The squash just checked that the weights hold the base. The patch as fetched is
          * applied, not the journal's absolute form: it holds the same positions, so a crash
          * part-way leaves each of them at its base or its final value, which the journal's
-         * patch fixes either way, and it is half the bytes to decode, already in memory. */
+         * patch fixes either way, and it is half the bytes to decode, already in memory. A
+         * context-coded patch is the exception: its decode costs several times the absolute
+         * form's (docs/sync.md, "Patches by direction"), and the squash has paid it once. */
         pulse_patch_apply_opts ao;
         pulse_patch_apply_opts_default(&ao);
         ao.threads = f->o.threads;
         ao.trust_base_id = f->state;
-        r = pulse_patch_apply_ex(p, w, &ao);
+        r = pulse_patch_apply_ex(pulse_patch_version(p) >= PULSE_PATCH_VERSION_CONTEXT ? abs : p, w, &ao);
     }
     if (!r && sync_each_step(f))
         r = pulse_ckpt_sync(w);
     pulse_ckpt_close(&w);
+    pulse_patch_close(&abs);
     pulse_patch_close(&p);
     if (r) {
         /* The journal stays: the next start (or pull) finishes the step from it. */
