@@ -66,6 +66,19 @@ class _OpenCkpt(_lib.Closeable):
             _lib.ckpt_close(ctypes.byref(self.ptr))
 
 
+class _OpenDirs(_lib.Closeable):
+    """A step's directions file read (pulse_dirs_load), what a format-6 patch decodes by."""
+
+    def __init__(self, path):
+        _lib.need_file(path, "directions file")
+        self.ptr = ctypes.c_void_p()
+        _lib.check(_lib.dirs_load(ctypes.byref(self.ptr), _lib.enc(path)))
+
+    def close(self):
+        if self.ptr:
+            _lib.dirs_free(ctypes.byref(self.ptr))
+
+
 class Patch(_lib.Closeable):
     """An open patch file (pulse_patch_open: header and tensor table checked; chunks are read,
     digest-checked and decoded when used). Patch.from_bytes opens one held in memory. A context
@@ -156,6 +169,22 @@ class Patch(_lib.Closeable):
             held = Wrapped(as_tensors(prev, copy=True), writable=False)
         try:
             _lib.check(_lib.patch_set_prev(self._handle(), held.ptr, None))
+        except BaseException:
+            held.close()
+            raise
+        old = getattr(self, "_prev", None)
+        self._prev = held
+        if old is not None:
+            old.close()
+
+    def set_prev_dirs(self, path: PathLike) -> None:
+        """As set_prev, given instead the directions of the step before the base: a directions file
+        (pulse diff or apply --dirs-out; docs/patch-format.md "Directions file") whose step ends at
+        the patch's base and starts at the state it names (PulseError PULSE_ERR_MISMATCH otherwise;
+        PULSE_ERR_FORMAT for a damaged or truncated file). Held until the patch is closed."""
+        held = _OpenDirs(path)
+        try:
+            _lib.check(_lib.patch_set_prev_dirs(self._handle(), held.ptr))
         except BaseException:
             held.close()
             raise

@@ -279,7 +279,8 @@ def test_torch(work, old, new, path_ulp, path_abs):
 
 def test_prev(work):
     """A format-6 patch (pulse diff --context --prev): refused until given its previous checkpoint
-    (path or arrays), then its updates rebuild NEW; another checkpoint as PREV is refused."""
+    (path or arrays) or its step's directions file, then its updates rebuild NEW; another checkpoint
+    as PREV, or another step's directions, is refused."""
     n = 1 << 15
     w = rng.uniform(-0.04, 0.04, n)
     d = np.where(rng.random(n) < 0.5, 1.0, -1.0)
@@ -304,6 +305,16 @@ def test_prev(work):
             got = steps[1].copy()
             got[up.index] = up.values
             check(bits(got) == bits(steps[2]), "format 6 updates rebuild NEW (PREV as %s)" % type(prev).__name__)
+        # the directions of the step PREV -> base instead of PREV itself
+        d01, d12 = os.path.join(work, "d01"), os.path.join(work, "d12")
+        pulse("diff", paths[0], paths[1], "-o", os.path.join(work, "p01"), "--dirs-out", d01)
+        pulse("diff", paths[1], paths[2], "-o", os.path.join(work, "p12"), "--dirs-out", d12)
+        raises(pw.PulseError, lambda: p.set_prev_dirs(d12), "another step's directions", "PULSE_ERR_MISMATCH")
+        p.set_prev_dirs(d01)
+        up = p.updates(base=paths[1], want=("index", "values"))["m.bf16"]
+        got = steps[1].copy()
+        got[up.index] = up.values
+        check(bits(got) == bits(steps[2]), "format 6 updates rebuild NEW (PREV as its step's directions)")
     pulse("diff", paths[1], paths[2], "-o", os.path.join(work, "p5"), "--context")
     with pw.Patch(os.path.join(work, "p5")) as p5:
         check(p5.prev_id is None, "format 5 names no previous state")
