@@ -5,6 +5,7 @@
 
 #include "base/fail.h"
 #include "node/patch/patch_ctxcode.h"
+#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_internal.h"
 
 int patch_chunk_is_context(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes)

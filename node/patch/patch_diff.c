@@ -12,6 +12,7 @@
 #include "crypto/sha256.h"
 #include "node/parallel.h"
 #include "node/patch/patch_ctxcode.h"
+#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_internal.h"
 
 void pulse_diff_opts_default(pulse_diff_opts *o)

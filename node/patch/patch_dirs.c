@@ -12,6 +12,7 @@
 #include "crypto/sha256.h"
 #include "node/parallel.h"
 #include "node/patch/patch_ctxcode.h"
+#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_internal.h"
 
 /* The file (docs/patch-format.md, "Directions file"): magic, version, tensor count, the state
@@ -24,14 +25,6 @@
 #define DIRS_DIGEST 32u
 /* Elements a job packs from two checkpoints: a multiple of 4, so that no two jobs share a byte. */
 #define DIRS_BLOCK ((uint64_t)1 << 20)
-
-struct pulse_dirs {
-    uint8_t *image;     /* the file's bytes, whole */
-    size_t len;
-    size_t ntensors;
-    uint64_t *elems;    /* per tensor: elements with a direction (0: not BF16 or F16) */
-    size_t *at;         /* per tensor: where its packed directions start in image */
-};
 
 static void put_le(uint8_t *p, uint64_t v, unsigned n)
 {
@@ -114,23 +107,6 @@ const uint8_t *pulse_dirs_from_id(const pulse_dirs *d)
 const uint8_t *pulse_dirs_to_id(const pulse_dirs *d)
 {
     return d ? d->image + 48 : NULL;
-}
-
-void patch_dirs_unpack(const pulse_dirs *d, size_t tensor, uint64_t first, uint32_t n, uint8_t *out)
-{
-    const uint8_t *p = d->image + d->at[tensor];
-    uint32_t i = 0;
-    for (; i < n && ((first + i) & 3); i++)
-        out[i] = (uint8_t)((p[(first + i) >> 2] >> (2 * ((first + i) & 3))) & 3);
-    for (const uint8_t *q = p + ((first + i) >> 2); i + 4 <= n; i += 4, q++) {
-        const uint8_t b = *q;
-        out[i] = b & 3;
-        out[i + 1] = (b >> 2) & 3;
-        out[i + 2] = (b >> 4) & 3;
-        out[i + 3] = (uint8_t)(b >> 6);
-    }
-    for (; i < n; i++)
-        out[i] = (uint8_t)((p[(first + i) >> 2] >> (2 * ((first + i) & 3))) & 3);
 }
 
 /* Sets element j of tensor t's directions (the element's two bits still 0). */

@@ -433,13 +433,6 @@ const uint8_t *patch_chunk_base(const pulse_patch *p, const patch_chunk *c, cons
  * old: what a chunk of format 6 is coded by. */
 void patch_dirs_of(const uint8_t *prev, const uint16_t *old, uint32_t n, uint8_t *dirs);
 
-/* Elements first .. first+n of tensor's directions in d, a byte each (patch_ctx_dirs' values). */
-void patch_dirs_unpack(const pulse_dirs *d, size_t tensor, uint64_t first, uint32_t n, uint8_t *out);
-/* Whether d holds a direction for each BF16 and F16 element of p's tensors, or of c's, and none
- * for the others (PULSE_ERR_MISMATCH naming the first tensor that differs). */
-int patch_dirs_check_patch(const pulse_dirs *d, const pulse_patch *p);
-int patch_dirs_check_ckpt(const pulse_dirs *d, const pulse_ckpt *c);
-
 /* The layout of an output tensor, for the writer. */
 typedef struct patch_out_tensor {
     const char *name;

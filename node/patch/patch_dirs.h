@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internal: a step's directions in memory (node/patch/patch_dirs.c), read by the diff and the decoder of format 6 chunk by chunk. */
+#ifndef PULSE_NODE_PATCH_DIRS_H
+#define PULSE_NODE_PATCH_DIRS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pulseweights/patch.h"
+
+struct pulse_dirs {
+    uint8_t *image;     /* the file's bytes, whole (docs/patch-format.md, "Directions file") */
+    size_t len;
+    size_t ntensors;
+    uint64_t *elems;    /* per tensor: elements with a direction (0: not BF16 or F16) */
+    size_t *at;         /* per tensor: where its packed directions start in image */
+};
+
+/* Elements first .. first+n of tensor's directions in d, a byte each (patch_ctx_dirs' values):
+ * inline, so that the coders read it without calling into the file that decodes patches. */
+static inline void patch_dirs_unpack(const pulse_dirs *d, size_t tensor, uint64_t first, uint32_t n, uint8_t *out)
+{
+    const uint8_t *p = d->image + d->at[tensor];
+    uint32_t i = 0;
+    for (; i < n && ((first + i) & 3); i++)
+        out[i] = (uint8_t)((p[(first + i) >> 2] >> (2 * ((first + i) & 3))) & 3);
+    for (const uint8_t *q = p + ((first + i) >> 2); i + 4 <= n; i += 4, q++) {
+        const uint8_t b = *q;
+        out[i] = b & 3;
+        out[i + 1] = (b >> 2) & 3;
+        out[i + 2] = (b >> 4) & 3;
+        out[i + 3] = (uint8_t)(b >> 6);
+    }
+    for (; i < n; i++)
+        out[i] = (uint8_t)((p[(first + i) >> 2] >> (2 * ((first + i) & 3))) & 3);
+}
+
+/* Whether d holds a direction for each BF16 and F16 element of p's tensors, or of c's, and none
+ * for the others (PULSE_ERR_MISMATCH naming the first tensor that differs). */
+int patch_dirs_check_patch(const pulse_dirs *d, const pulse_patch *p);
+int patch_dirs_check_ckpt(const pulse_dirs *d, const pulse_ckpt *c);
+
+#endif
