@@ -909,7 +909,8 @@ static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *mov
             r = pulse_fail(PULSE_ERR_FORMAT, "its patch by direction is a format-%u patch", pulse_patch_version(*p));
         else if ((r = pulse_patch_set_prev_dirs(*p, d)) == PULSE_ERR_MISMATCH) {
             /* coded after a step these weights did not take (they came by another path): the
-             * plain patch instead */
+             * plain patch instead, its download logged as the one wasted */
+            follow_log(f, "by-direction-skipped", "reason", pulse_last_error(), NULL);
             pulse_clear_error();
             pulse_patch_close(p);
             continue;

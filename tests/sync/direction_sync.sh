@@ -93,6 +93,20 @@ check "[ ! -e k1/directions ] || [ $whole = 1 ]"
 # The audit checks every patch object, those by direction too, and passes.
 ok "$P" manifest audit --store "file://$T/store" --run r --trust tr.pub
 
+# A patch by direction coded after a step the follower did not take: trainer A publishes 0, 1, 2
+# and the follower takes them (holding the directions of 1 -> 2); trainer B, trusted too, then
+# publishes 0, 0 -> 2 and 2 -> 3, its step 3 coded after state 0. The follower fetches it, finds
+# it coded after another step, logs it and applies the plain patch, bit for bit.
+"$P" keygen tb >/dev/null || { echo "FAIL: keygen tb"; exit 1; }
+pubA() { ok "$P" publish --store "file://$T/store5" --run r --key tr.key --state sA --by-direction "$@"; }
+pubB() { ok "$P" publish --store "file://$T/store5" --run r --key tb.key --state sB --by-direction "$@"; }
+pull5() { ok "$P" pull --store "file://$T/store5" --run r --trust tr.pub --trust tb.pub --state m1 --weights m1.safetensors; }
+pubA "$(step 0)"; pubA "$(step 1)"; pubA "$(step 2)"
+pull5
+pubB "$(step 0)"; pubB --step 2 "$(step 2)"; pubB --step 3 "$(step 3)"
+pull5
+check "grep -q 'by-direction-skipped' err && [ \"\$(id m1.safetensors)\" = \"\$(id $(step 3))\" ]"
+
 # Without --context the plain patch is format 4, which every follower reads (engine-held ones
 # too), and the patch by direction is still format 6: a follower that applied the step before
 # fetches at least 20 % fewer bytes.
