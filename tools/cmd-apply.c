@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/fail.h"
+#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_undo.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/patch.h"
@@ -139,16 +140,13 @@ static int apply_opened(pulse_patch *p, const char *const paths[2], const char *
         patch_undo undo;
         r = patch_undo_save(&undo, p, target, threads);
         if (!r) {
-            /* read from the base before the apply overwrites it */
-            if (dirs_out && (r = pulse_dirs_of_patch(&dirs, p, target, threads)) != 0) {
-                patch_undo_free(&undo);
-                pulse_ckpt_close(&target);
-                return cli_fail("apply", r, "the directions of the patch's step");
-            }
             r = pulse_patch_apply(p, target, threads);
-            /* the weights and their step's directions move together: a directions file that
-             * cannot be written puts the weights back */
-            if (!r && (r = pulse_ckpt_sync(target)) == 0 && dirs_out && (r = pulse_dirs_save(dirs, dirs_out, 1)) != 0)
+            /* the step's directions from the old bytes the undo keeps; the weights and their
+             * directions move together: a directions file that cannot be written puts the
+             * weights back */
+            if (!r && (r = pulse_ckpt_sync(target)) == 0 && dirs_out
+                && ((r = patch_dirs_of_undo(&dirs, &undo, target)) != 0
+                    || (r = pulse_dirs_save(dirs, dirs_out, 1)) != 0))
                 pulse_fail(r, "writing the directions: %s", pulse_last_error());
             if (r) {
                 char detail[1024];

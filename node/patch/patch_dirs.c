@@ -14,6 +14,7 @@
 #include "node/patch/patch_ctxcode.h"
 #include "node/patch/patch_dirs.h"
 #include "node/patch/patch_internal.h"
+#include "node/patch/patch_undo.h"
 
 /* The file (docs/patch-format.md, "Directions file"): magic, version, tensor count, the state
  * ids of the step's two ends, one element count a tensor (0 for a tensor without directions),
@@ -313,6 +314,39 @@ int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const pulse_ckpt
     if (err) {
         pulse_dirs_free(&d);
         return err;
+    }
+    seal(d);
+    *out = d;
+    return 0;
+}
+
+/* ---- from an in-place apply's undo ---- */
+
+int patch_dirs_of_undo(pulse_dirs **out, const struct patch_undo *u, const pulse_ckpt *target)
+{
+    const pulse_patch *p = u->p;
+    *out = NULL;
+    uint64_t *elems = calloc(p->ntensors ? p->ntensors : 1, sizeof *elems);
+    if (!elems)
+        return pulse_fail(PULSE_ERR_NOMEM, "directions of a step");
+    for (size_t i = 0; i < p->ntensors; i++)
+        elems[i] = has_dirs(p->tensors[i].dtype) ? p->tensors[i].units : 0;
+    pulse_dirs *d;
+    int err = dirs_make(&d, p->ntensors, elems, NULL, p->base_id, p->result_id);
+    if (err)
+        return err;
+    for (size_t i = 0; i < u->n; i++) {
+        const patch_chunk *c = &p->chunks[i];
+        const patch_undo_chunk *e = &u->ent[i];
+        if (!d->elems[c->tensor] || !e->idx)
+            continue;
+        const uint8_t *now = pulse_ckpt_tensor(target, c->tensor)->data + c->first * 2;
+        for (uint32_t m = 0; m < e->k; m++) {
+            uint16_t was, is;
+            memcpy(&was, e->old + 2 * (size_t)m, 2);
+            memcpy(&is, now + 2 * (size_t)e->idx[m], 2);
+            set_dir(d, c->tensor, c->first + e->idx[m], patch_ctx_dir(was, is));
+        }
     }
     seal(d);
     *out = d;

@@ -40,4 +40,10 @@ static inline void patch_dirs_unpack(const pulse_dirs *d, size_t tensor, uint64_
 int patch_dirs_check_patch(const pulse_dirs *d, const pulse_patch *p);
 int patch_dirs_check_ckpt(const pulse_dirs *d, const pulse_ckpt *c);
 
+/* The directions of the step an in-place apply just took (node/patch/patch_undo.h): from the
+ * old bytes u saved and target's new ones, with no second decode of the patch; target must hold
+ * the patch's result (its state id checked by the apply). */
+struct patch_undo;
+int patch_dirs_of_undo(pulse_dirs **out, const struct patch_undo *u, const pulse_ckpt *target);
+
 #endif
