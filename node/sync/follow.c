@@ -828,12 +828,6 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
     return r;
 }
 
-/* Verified and chained sync-patch step: fetch the patch, turn it into its absolute form in
- * the journal, then apply that in place. The journal is durable before the first write. */
-/* The same into memory: one pulse_patch_apply_ex, which checks the layout, hashes the base
- * and checks every chunk before its first write, so a step that does not fit leaves the
- * tensors as they were. (A pulse_patch_verify first would repeat that check pass: ~8 ms per
- * 100M parameters at 5 % changed, one core, for nothing.) */
 static void dirs_path(const pulse_follower *f, char out[4096])
 {
     snprintf(out, 4096, "%s/directions", f->o.state_dir);
@@ -925,6 +919,12 @@ static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *mov
     return 0;
 }
 
+/* Verified and chained sync-patch step: fetch the patch, turn it into its absolute form in
+ * the journal, then apply that in place. The journal is durable before the first write. */
+/* The same into memory: one pulse_patch_apply_ex, which checks the layout, hashes the base
+ * and checks every chunk before its first write, so a step that does not fit leaves the
+ * tensors as they were. (A pulse_patch_verify first would repeat that check pass: ~8 ms per
+ * 100M parameters at 5 % changed, one core, for nothing.) */
 static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
     pulse_patch *p = NULL;
