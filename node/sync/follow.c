@@ -53,8 +53,8 @@ struct pulse_follower {
     pulse_index_refusal *pend;
     size_t npend, cappend;
     size_t nlogged, nquiet;    /* refusals logged in this pull, and those past the cap */
-    /* The directions of the last step applied to the weights file, for a patch by direction
-     * (loaded from the state directory on first need; dirs_looked once it was looked for). */
+    /* The directions of the last step applied, for a patch by direction (a weights file's also
+     * in the state directory, loaded on first need; dirs_looked once it was looked for). */
     pulse_dirs *dirs;
     int dirs_looked;
     char last_step_refusal[SYNC_KEY_MAX + 512];   /* the last step refusal logged (once, not every poll) */
