@@ -24,25 +24,31 @@ versions() { find store -type f -exec python3 -c 'import sys; b=open(sys.argv[1]
 "$P" synth --params 4M --steps 6 --lr 3e-5 --out syn --threads 2 >/dev/null || { echo "FAIL: synth"; exit 1; }
 "$P" keygen tr >/dev/null || { echo "FAIL: keygen"; exit 1; }
 
-# f1 applies every step and keeps its directions; f2 has lost them before every pull, so it
-# fetches the plain patch. Each `pulse publish` is a process of its own: the publisher's
-# directions of the step before live in its state directory.
-pub "$(step 0)"
-pull f1 w1.safetensors
-pull f2 w2.safetensors
-for s in 1 2 3 4 5 6; do
-  pub "$(step $s)"
-  pull f1 w1.safetensors
-  b1=$(fetched)
-  rm -f f2/directions
-  pull f2 w2.safetensors
-  b2=$(fetched)
-  check "[ \"\$(id w1.safetensors)\" = \"\$(id $(step $s))\" ] && [ \"\$(id w2.safetensors)\" = \"\$(id $(step $s))\" ]"
-  # from step 3 on, f1 holds the directions of the step before (kept from step 2, whose record
-  # was the first to name a patch by direction) and fetches at least 3 % fewer bytes
-  if [ $s -ge 3 ]; then check "[ $((b1 * 100)) -lt $((b2 * 97)) ]"; echo "step $s: fetched $b1 by direction, $b2 plain"; fi
-done
-check "[ -s f1/directions ] && [ -s st/last.dirs ]"
+# Each `pulse publish` is a process of its own: the publisher's directions of the step before
+# live in its state directory.
+# two_followers PUB PULL LAST PERCENT: publish steps 0..LAST with PUB; after each, follower 1 pulls
+# with PULL keeping its directions and follower 2 without them, both bit for bit. From step 3 on
+# follower 1 holds the directions of the step before (kept from step 2, whose record was the
+# first to name a patch by direction) and fetches PERCENT % of follower 2's bytes or fewer.
+two_followers() {
+  local pubf=$1 pullf=$2 last=$3 pct=$4 s b1 b2
+  $pubf "$(step 0)"
+  $pullf 1
+  $pullf 2
+  for s in $(seq 1 "$last"); do
+    $pubf "$(step $s)"
+    $pullf 1
+    b1=$(fetched)
+    rm -f "$pullf.2/directions"
+    $pullf 2
+    b2=$(fetched)
+    check "[ \"\$(id $pullf.1.safetensors)\" = \"\$(id $(step $s))\" ] && [ \"\$(id $pullf.2.safetensors)\" = \"\$(id $(step $s))\" ]"
+    if [ "$s" -ge 3 ]; then check "[ $((b1 * 100)) -lt $((b2 * pct)) ]"; echo "$pubf step $s: fetched $b1 by direction, $b2 plain"; fi
+  done
+}
+pullf() { pull "pullf.$1" "pullf.$1.safetensors"; }
+two_followers pub pullf 6 97
+check "[ -s pullf.1/directions ] && [ -s st/last.dirs ]"
 # The store holds the plain patches of steps 1 to 6 and their heads (format 5) and the patches by
 # direction of steps 2 to 6 (format 6).
 check "[ '$(versions)' = '5:12 6:5 ' ]"
@@ -51,16 +57,16 @@ check "[ '$(versions)' = '5:12 6:5 ' ]"
 # earlier step) is not used; either way the step lands bit for bit.
 "$P" synth --params 4M --steps 9 --lr 3e-5 --out syn --threads 2 >/dev/null || { echo "FAIL: synth 2"; exit 1; }
 pub "$(step 7)"
-python3 -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[len(b)//2]^=0x01; open(sys.argv[1],"wb").write(b)' f1/directions
-pull f1 w1.safetensors
-check "grep -q 'directions' err && [ \"\$(id w1.safetensors)\" = \"\$(id $(step 7))\" ]"
-cp f1/directions stale.dirs
+python3 -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[len(b)//2]^=0x01; open(sys.argv[1],"wb").write(b)' pullf.1/directions
+pullf 1
+check "grep -q 'directions' err && [ \"\$(id pullf.1.safetensors)\" = \"\$(id $(step 7))\" ]"
+cp pullf.1/directions stale.dirs
 pub "$(step 8)"
-pull f1 w1.safetensors
-cp stale.dirs f1/directions
+pullf 1
+cp stale.dirs pullf.1/directions
 pub "$(step 9)"
-pull f1 w1.safetensors
-check "[ \"\$(id w1.safetensors)\" = \"\$(id $(step 9))\" ]"
+pullf 1
+check "[ \"\$(id pullf.1.safetensors)\" = \"\$(id $(step 9))\" ]"
 
 # A follower that starts late: the keyframe, then every patch (the first plain, then by direction).
 pull f3 w3.safetensors
@@ -112,19 +118,8 @@ check "grep -q 'by-direction-skipped' err && [ \"\$(id m1.safetensors)\" = \"\$(
 # fetches at least 20 % fewer bytes.
 pub4() { ok "$P" publish --store "file://$T/store4" --run r --key tr.key --state st4 --by-direction "$@"; }
 pull4() { ok "$P" pull --store "file://$T/store4" --run r --trust tr.pub --state "$1" --weights "$2"; }
-pub4 "$(step 0)"
-pull4 g1 v1.safetensors
-pull4 g2 v2.safetensors
-for s in 1 2 3 4; do
-  pub4 "$(step $s)"
-  pull4 g1 v1.safetensors
-  b1=$(fetched)
-  rm -f g2/directions
-  pull4 g2 v2.safetensors
-  b2=$(fetched)
-  check "[ \"\$(id v1.safetensors)\" = \"\$(id $(step $s))\" ] && [ \"\$(id v2.safetensors)\" = \"\$(id $(step $s))\" ]"
-  if [ $s -ge 3 ]; then check "[ $((b1 * 100)) -lt $((b2 * 80)) ]"; echo "format 4 beside: step $s: fetched $b1 by direction, $b2 plain"; fi
-done
+pull4f() { pull4 "pull4f.$1" "pull4f.$1.safetensors"; }
+two_followers pub4 pull4f 4 80
 check "[ '$(cd "$T" && find store4 -type f -exec python3 -c 'import sys; b=open(sys.argv[1],"rb").read(12); print(int.from_bytes(b[8:12],"little")) if b[:8]==b"PULSEPCH" else None' {} \; | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}')' = '4:8 6:3 ' ]"
 
 # --by-direction codes ulp values.
