@@ -252,7 +252,7 @@ int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckp
 /* ---- from a patch and its base ---- */
 
 /* Empty directions (every element unchanged) of the step patch p takes, its tensors' layout. */
-static int dirs_of_step_of(pulse_dirs **d, const pulse_patch *p)
+static int empty_dirs_of(pulse_dirs **d, const pulse_patch *p)
 {
     uint64_t *elems = calloc(p->ntensors ? p->ntensors : 1, sizeof *elems);
     if (!elems)
@@ -305,7 +305,7 @@ int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const pulse_ckpt
         return pulse_fail(PULSE_ERR_INVALID, "the directions of a sliced patch: every chunk is needed");
     int err = patch_check_layout(p, base);
     pulse_dirs *d;
-    if (err || (err = dirs_of_step_of(&d, p)) != 0)
+    if (err || (err = empty_dirs_of(&d, p)) != 0)
         return err;
     /* two chunks of a tensor share a byte of its directions unless a chunk is whole bytes */
     if (p->chunk_elems % 4)
@@ -331,7 +331,7 @@ int patch_dirs_of_undo(pulse_dirs **out, const struct patch_undo *u, const pulse
     const pulse_patch *p = u->p;
     *out = NULL;
     pulse_dirs *d;
-    int err = dirs_of_step_of(&d, p);
+    int err = empty_dirs_of(&d, p);
     if (err)
         return err;
     for (size_t i = 0; i < u->n; i++) {
