@@ -95,7 +95,7 @@ static int dirs_make(pulse_dirs **out, size_t ntensors, uint64_t *elems, uint8_t
     return 0;
 }
 
-static void seal(pulse_dirs *d)
+void patch_dirs_seal(pulse_dirs *d)
 {
     pulse_sha256(d->image, d->len - DIRS_DIGEST, d->image + d->len - DIRS_DIGEST);
 }
@@ -108,12 +108,6 @@ const uint8_t *pulse_dirs_from_id(const pulse_dirs *d)
 const uint8_t *pulse_dirs_to_id(const pulse_dirs *d)
 {
     return d ? d->image + 48 : NULL;
-}
-
-/* Sets element j of tensor t's directions (the element's two bits still 0). */
-static inline void set_dir(pulse_dirs *d, size_t t, uint64_t j, uint8_t dir)
-{
-    d->image[d->at[t] + (j >> 2)] |= (uint8_t)(dir << (2 * (j & 3)));
 }
 
 static int has_dirs(pulse_dtype dt)
@@ -244,22 +238,21 @@ int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckp
         pulse_dirs_free(&d);
         return err;
     }
-    seal(d);
+    patch_dirs_seal(d);
     *out = d;
     return 0;
 }
 
 /* ---- from a patch and its base ---- */
 
-/* Empty directions (every element unchanged) of the step patch p takes, its tensors' layout. */
-static int empty_dirs_of(pulse_dirs **d, const pulse_patch *p)
+int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32])
 {
     uint64_t *elems = calloc(p->ntensors ? p->ntensors : 1, sizeof *elems);
     if (!elems)
         return pulse_fail(PULSE_ERR_NOMEM, "directions of a step");
     for (size_t i = 0; i < p->ntensors; i++)
         elems[i] = has_dirs(p->tensors[i].dtype) ? p->tensors[i].units : 0;
-    return dirs_make(d, p->ntensors, elems, NULL, p->base_id, p->result_id);
+    return dirs_make(d, p->ntensors, elems, NULL, from_id, to_id);
 }
 
 typedef struct patch_job {
@@ -288,7 +281,7 @@ static int chunk_dirs_job(void *ctx, size_t i)
             memcpy(&old, base + 2 * (size_t)s->idx[j], 2);
             /* a zigzag ulp difference is odd exactly when it steps down, and never 0 */
             const uint8_t dir = ulp ? (v[j] & 1u ? PATCH_DIR_DOWN : PATCH_DIR_UP) : patch_ctx_dir(old, v[j]);
-            set_dir(q->d, c->tensor, c->first + s->idx[j], dir);
+            patch_dirs_set(q->d, c->tensor, c->first + s->idx[j], dir);
         }
     }
     patch_pool_give(&q->pool, s);
@@ -305,7 +298,7 @@ int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const pulse_ckpt
         return pulse_fail(PULSE_ERR_INVALID, "the directions of a sliced patch: every chunk is needed");
     int err = patch_check_layout(p, base);
     pulse_dirs *d;
-    if (err || (err = empty_dirs_of(&d, p)) != 0)
+    if (err || (err = patch_dirs_empty(&d, p, p->base_id, p->result_id)) != 0)
         return err;
     /* two chunks of a tensor share a byte of its directions unless a chunk is whole bytes */
     if (p->chunk_elems % 4)
@@ -319,7 +312,7 @@ int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const pulse_ckpt
         pulse_dirs_free(&d);
         return err;
     }
-    seal(d);
+    patch_dirs_seal(d);
     *out = d;
     return 0;
 }
@@ -331,7 +324,7 @@ int patch_dirs_of_undo(pulse_dirs **out, const struct patch_undo *u, const pulse
     const pulse_patch *p = u->p;
     *out = NULL;
     pulse_dirs *d;
-    int err = empty_dirs_of(&d, p);
+    int err = patch_dirs_empty(&d, p, p->base_id, p->result_id);
     if (err)
         return err;
     for (size_t i = 0; i < u->n; i++) {
@@ -344,10 +337,10 @@ int patch_dirs_of_undo(pulse_dirs **out, const struct patch_undo *u, const pulse
             uint16_t was, is;
             memcpy(&was, e->old + 2 * (size_t)m, 2);
             memcpy(&is, now + 2 * (size_t)e->idx[m], 2);
-            set_dir(d, c->tensor, c->first + e->idx[m], patch_ctx_dir(was, is));
+            patch_dirs_set(d, c->tensor, c->first + e->idx[m], patch_ctx_dir(was, is));
         }
     }
-    seal(d);
+    patch_dirs_seal(d);
     *out = d;
     return 0;
 }

@@ -35,6 +35,25 @@ static inline void patch_dirs_unpack(const pulse_dirs *d, size_t tensor, uint64_
         out[i] = (uint8_t)((p[(first + i) >> 2] >> (2 * ((first + i) & 3))) & 3);
 }
 
+/* Sets element j of tensor t's directions, its two bits still 0 (as patch_dirs_empty leaves
+ * them): two writers of one byte race, so elements of one byte are set by one thread. */
+static inline void patch_dirs_set(pulse_dirs *d, size_t t, uint64_t j, uint8_t dir)
+{
+    d->image[d->at[t] + (j >> 2)] |= (uint8_t)(dir << (2 * (j & 3)));
+}
+
+/* Directions of p's tensors (BF16 and F16 ones: the others hold none) from state from_id to
+ * to_id, every element unchanged; patch_dirs_seal once they are set. */
+int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32]);
+void patch_dirs_seal(pulse_dirs *d);
+
+/* pulse_patch_squash (node/patch/patch_squash.c) that also gives the directions of the composed
+ * step, from base to the last patch's result, read from each chunk's base and result as the
+ * squash makes it: what a follower keeps of the step it journals, with no second decode. dirs
+ * NULL: none asked (pulse_patch_squash). */
+int patch_squash_dirs(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
+                      const char *out_path, pulse_dirs **dirs);
+
 /* Whether d holds a direction for each BF16 and F16 element of p's tensors, or of c's, and none
  * for the others (PULSE_ERR_MISMATCH naming the first tensor that differs). */
 int patch_dirs_check_patch(const pulse_dirs *d, const pulse_patch *p);

@@ -6,6 +6,7 @@
 #include "base/fail.h"
 #include "node/parallel.h"
 #include "node/patch/patch_ctxcode.h"
+#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_internal.h"
 
 typedef struct squash_job {
@@ -17,6 +18,7 @@ typedef struct squash_job {
     uint64_t *chunk_start;
     size_t ntensors;
     patch_pool pool;
+    pulse_dirs *dirs;   /* where asked: the directions of the composed step, set chunk by chunk */
 } squash_job;
 
 /* The coded chunk `index` of tensor t in p, or NULL when that chunk is unchanged. */
@@ -47,6 +49,11 @@ static int squash_one_ulp(const squash_job *q, const patch_chunk *c, patch_scrat
     if (err || c->count == 0) {
         oc->count = 0;
         return err;
+    }
+    if (q->dirs && q->dirs->elems[c->tensor]) {
+        const uint16_t *z = (const uint16_t *)(const void *)s->vals;
+        for (uint32_t j = 0; j < c->count; j++)   /* a zigzag difference is odd where it steps down */
+            patch_dirs_set(q->dirs, c->tensor, c->first + s->idx[j], z[j] & 1u ? PATCH_DIR_DOWN : PATCH_DIR_UP);
     }
     const pulse_kernels *k = pulse_kernels_get();
     switch (unit) {
@@ -178,6 +185,11 @@ static int squash_chunk(void *ctx, size_t job)
             case 2: n = k->diff16((const uint16_t *)base, (const uint16_t *)s->dense, len, s->idx); break;
             default: n = k->diff32((const uint32_t *)base, (const uint32_t *)s->dense, len, s->idx); break;
             }
+            if (q->dirs && q->dirs->elems[lo]) {
+                const uint16_t *b16 = (const uint16_t *)(const void *)base, *r16 = (const uint16_t *)s->dense;
+                for (size_t j = 0; j < n; j++)
+                    patch_dirs_set(q->dirs, lo, first + s->idx[j], patch_ctx_dir(b16[s->idx[j]], r16[s->idx[j]]));
+            }
         } else {
             for (uint32_t j = 0; j < len; j++)
                 if (s->mark[j])
@@ -221,8 +233,9 @@ static int same_patch_layout(const pulse_patch *a, const pulse_patch *b, size_t 
     return 0;
 }
 
-int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads,
-                       int zstd_level, const char *out_path)
+/* pulse_patch_squash, and with dirs (a base given) the directions of the composed step too. */
+static int squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
+                  const char *out_path, pulse_dirs **dirs)
 {
     if (!p || n == 0 || !out_path)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_squash: no patches or no output");
@@ -262,6 +275,15 @@ int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, 
     }
 
     squash_job q = { .p = p, .n = n, .base = base, .level = zstd_level };
+    if (dirs) {
+        if (!base)
+            return pulse_fail(PULSE_ERR_INVALID, "the directions of a squash need its base");
+        if ((err = patch_dirs_empty(&q.dirs, p[0], p[0]->base_id, p[n - 1]->result_id)) != 0)
+            return err;
+        /* two chunks of a tensor share a byte of its directions unless a chunk is whole bytes */
+        if (p[0]->chunk_elems % 4)
+            threads = 1;
+    }
     q.ntensors = p[0]->ntensors;
     q.out = calloc(q.ntensors ? q.ntensors : 1, sizeof *q.out);
     q.chunk_start = calloc(q.ntensors + 1, sizeof *q.chunk_start);
@@ -305,5 +327,25 @@ int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, 
 done:
     patch_out_free(q.out, q.ntensors);
     free(q.chunk_start);
+    if (!err && dirs) {
+        patch_dirs_seal(q.dirs);
+        *dirs = q.dirs;
+    } else {
+        pulse_dirs_free(&q.dirs);
+    }
     return err;
+}
+
+int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
+                       const char *out_path)
+{
+    return squash(p, n, base, threads, zstd_level, out_path, NULL);
+}
+
+int patch_squash_dirs(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
+                      const char *out_path, pulse_dirs **dirs)
+{
+    if (dirs)
+        *dirs = NULL;
+    return squash(p, n, base, threads, zstd_level, out_path, dirs);
 }

@@ -17,6 +17,7 @@
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/sync/events.h"
+#include "node/patch/patch_dirs.h"
 #include "node/sync/follow_internal.h"
 #include "node/sync/journal.h"
 #include "node/sync/slices.h"
@@ -1004,15 +1005,14 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     /* The absolute form: squash of one patch against the weights (layout and base checked
      * there, every chunk decoded with its digest, so no separate verify pass), holding exactly
      * the positions the step changes with their final values. */
+    /* A run that publishes by direction: the squash also gives the step's directions, from
+     * each chunk's base and result as it makes the absolute form. */
     if (!r)
-        r = pulse_patch_squash(&p, 1, w, f->o.threads, 0, jpath);
+        r = patch_squash_dirs(&p, 1, w, f->o.threads, 0, jpath, by_direction_object(rec) ? &next : NULL);
+    pulse_ckpt_close(&w);
     /* The journal's patch reads back (header and table) before the weights depend on it. */
     if (!r)
         r = pulse_patch_open(&abs, jpath);
-    /* its absolute values against the base give the step's directions, read before the write */
-    if (!r && by_direction_object(rec))
-        r = pulse_dirs_of_patch(&next, abs, w, f->o.threads);
-    pulse_ckpt_close(&w);
     if (r) {
         pulse_patch_close(&abs);
         pulse_dirs_free(&next);
