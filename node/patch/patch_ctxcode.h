@@ -56,6 +56,13 @@ static inline uint8_t patch_ctx_dir(uint16_t a, uint16_t b)
     return d == 0 ? PATCH_DIR_NONE : d > 0 ? PATCH_DIR_UP : PATCH_DIR_DOWN;
 }
 
+/* The direction of a step coded as a zigzag ulp difference z (never 0): odd exactly where it
+ * steps down. */
+static inline uint8_t patch_ctx_dir_of_zigzag(uint16_t z)
+{
+    return z & 1u ? PATCH_DIR_DOWN : PATCH_DIR_UP;
+}
+
 /* dirs[0..n) of the step prev[0..n) -> old[0..n) (bit patterns of one 16-bit dtype). */
 static inline void patch_ctx_dirs(const uint16_t *prev, const uint16_t *old, uint32_t n, uint8_t *dirs)
 {

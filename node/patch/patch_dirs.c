@@ -279,8 +279,7 @@ static int chunk_dirs_job(void *ctx, size_t i)
         for (uint32_t j = 0; j < c->count; j++) {
             uint16_t old;
             memcpy(&old, base + 2 * (size_t)s->idx[j], 2);
-            /* a zigzag ulp difference is odd exactly when it steps down, and never 0 */
-            const uint8_t dir = ulp ? (v[j] & 1u ? PATCH_DIR_DOWN : PATCH_DIR_UP) : patch_ctx_dir(old, v[j]);
+            const uint8_t dir = ulp ? patch_ctx_dir_of_zigzag(v[j]) : patch_ctx_dir(old, v[j]);
             patch_dirs_set(q->d, c->tensor, c->first + s->idx[j], dir);
         }
     }

@@ -52,8 +52,8 @@ static int squash_one_ulp(const squash_job *q, const patch_chunk *c, patch_scrat
     }
     if (q->dirs && q->dirs->elems[c->tensor]) {
         const uint16_t *z = (const uint16_t *)(const void *)s->vals;
-        for (uint32_t j = 0; j < c->count; j++)   /* a zigzag difference is odd where it steps down */
-            patch_dirs_set(q->dirs, c->tensor, c->first + s->idx[j], z[j] & 1u ? PATCH_DIR_DOWN : PATCH_DIR_UP);
+        for (uint32_t j = 0; j < c->count; j++)
+            patch_dirs_set(q->dirs, c->tensor, c->first + s->idx[j], patch_ctx_dir_of_zigzag(z[j]));
     }
     const pulse_kernels *k = pulse_kernels_get();
     switch (unit) {
@@ -79,8 +79,7 @@ static void step_dirs(const uint16_t *dense, const patch_scratch *s, uint32_t co
     const uint16_t *v = (const uint16_t *)(const void *)s->vals;
     memset(dirs, 0, len);
     for (uint32_t j = 0; j < count; j++)
-        /* a zigzag ulp difference is odd exactly when it steps down, and never 0 */
-        dirs[s->idx[j]] = ulp ? (v[j] & 1u ? PATCH_DIR_DOWN : PATCH_DIR_UP) : patch_ctx_dir(dense[s->idx[j]], v[j]);
+        dirs[s->idx[j]] = ulp ? patch_ctx_dir_of_zigzag(v[j]) : patch_ctx_dir(dense[s->idx[j]], v[j]);
 }
 
 static int squash_chunk(void *ctx, size_t job)

@@ -167,15 +167,7 @@ class Patch(_lib.Closeable):
             held = _OpenCkpt(prev)
         else:
             held = Wrapped(as_tensors(prev, copy=True), writable=False)
-        try:
-            _lib.check(_lib.patch_set_prev(self._handle(), held.ptr, None))
-        except BaseException:
-            held.close()
-            raise
-        old = getattr(self, "_prev", None)
-        self._prev = held
-        if old is not None:
-            old.close()
+        self._hold_prev(held, lambda: _lib.patch_set_prev(self._handle(), held.ptr, None))
 
     def set_prev_dirs(self, path: PathLike) -> None:
         """As set_prev, given instead the directions of the step before the base: a directions file
@@ -183,8 +175,13 @@ class Patch(_lib.Closeable):
         the patch's base and starts at the state it names (PulseError PULSE_ERR_MISMATCH otherwise;
         PULSE_ERR_FORMAT for a damaged or truncated file). Held until the patch is closed."""
         held = _OpenDirs(path)
+        self._hold_prev(held, lambda: _lib.patch_set_prev_dirs(self._handle(), held.ptr))
+
+    def _hold_prev(self, held, give) -> None:
+        """give() hands held to the library; on success held replaces the previous step kept, on
+        failure it is closed and the previous one stays."""
         try:
-            _lib.check(_lib.patch_set_prev_dirs(self._handle(), held.ptr))
+            _lib.check(give())
         except BaseException:
             held.close()
             raise
