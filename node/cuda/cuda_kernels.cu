@@ -58,8 +58,10 @@ __global__ void scatter_add_kernel(float *acc, uint32_t limit, const uint32_t *i
 {
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < k; j += (size_t)gridDim.x * blockDim.x) {
         uint32_t i = idx[j];
-        if (i < limit)
-            acc[i] = __fadd_rn(acc[i], v[j]);
+        if (i < limit) {
+            float s = __fadd_rn(acc[i], v[j]);
+            acc[i] = s == s ? s : __uint_as_float(0x7fc00000u); /* the CPU's canonical NaN */
+        }
     }
 }
 

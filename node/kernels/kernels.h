@@ -125,7 +125,8 @@ typedef struct pulse_kernels {
                                         const float *val, size_t k, size_t *bad);
 
     /* Aggregation: acc[idx[j]] += v[j] for j = 0..k-1 in that order (FP32, one rounding per
-     * add; repeated positions add in order). Positions must be < the length of acc (the caller
+     * add; repeated positions add in order; a NaN sum is stored as 0x7fc00000, whatever the
+     * operands' payloads, as the gate's NaN). Positions must be < the length of acc (the caller
      * checked them with gate_check). */
     void (*scatter_add_f32)(float *acc, const uint32_t *idx, size_t k, const float *v);
 

@@ -568,6 +568,19 @@ DEFINE_GATE_AVX512(fp16, keep_fp16, )
 DEFINE_GATE_AVX512(bf16_insn, keep_bf16_insn, TARGET_BF16)
 #endif
 
+/* scatter_add_f32_c's adds for j in [from, to), in order, NaN sums canonical. */
+static void scatter_add_f32_tail(float *acc, const uint32_t *idx, size_t from, size_t to, const float *v)
+{
+    for (size_t j = from; j < to; j++) {
+        float s = acc[idx[j]] + v[j];
+        if (s != s) {
+            uint32_t u = 0x7fc00000u;
+            memcpy(&s, &u, 4);
+        }
+        acc[idx[j]] = s;
+    }
+}
+
 /* Aggregation: gather, add, scatter per 16 positions. Repeated positions inside one group
  * would lose an add, so groups that are not strictly ascending take the scalar path (shards
  * that passed gate_check are strictly ascending). */
@@ -578,15 +591,13 @@ static void scatter_add_f32_avx512(float *acc, const uint32_t *idx, size_t k, co
         __m512i vi = _mm512_loadu_si512(idx + j);
         __mmask16 up = _mm512_cmpgt_epu32_mask(vi, _mm512_alignr_epi32(vi, vi, 15));
         if ((up & 0xfffe) != 0xfffe) {
-            for (unsigned l = 0; l < 16; l++)
-                acc[idx[j + l]] += v[j + l];
+            scatter_add_f32_tail(acc, idx, j, j + 16, v);
             continue;
         }
         __m512 cur = _mm512_i32gather_ps(vi, acc, 4);
-        _mm512_i32scatter_ps(acc, vi, _mm512_add_ps(cur, _mm512_loadu_ps(v + j)), 4);
+        _mm512_i32scatter_ps(acc, vi, canonical_nan16(_mm512_add_ps(cur, _mm512_loadu_ps(v + j))), 4);
     }
-    for (; j < k; j++)
-        acc[idx[j]] += v[j];
+    scatter_add_f32_tail(acc, idx, j, k, v);
 }
 
 /* 64 bytes a step, the last (partial) step a masked load, so nothing at or past n is read:

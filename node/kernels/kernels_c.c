@@ -230,8 +230,10 @@ DEFINE_GATE(e5m2, e5m2_rne)
 
 static void scatter_add_f32_c(float *acc, const uint32_t *idx, size_t k, const float *v)
 {
-    for (size_t j = 0; j < k; j++)
-        acc[idx[j]] += v[j];
+    for (size_t j = 0; j < k; j++) {
+        float s = acc[idx[j]] + v[j];
+        acc[idx[j]] = s == s ? s : canonical_nan();
+    }
 }
 
 static size_t leb1_run_c(const uint8_t *src, size_t n, uint64_t *sum)

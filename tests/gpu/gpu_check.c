@@ -343,7 +343,11 @@ static void check_scatter_add(void)
         }
         from_dev(got, dacc, n * 4);
         if (!same(acc, got, n * 4)) {
-            fprintf(stderr, "  scatter_add_f32: n=%zu differs\n", n);
+            size_t i = 0;
+            while (bits_of(acc[i]) == bits_of(got[i]))
+                i++;
+            fprintf(stderr, "  scatter_add_f32: n=%zu differs first at %zu: device 0x%08x reference 0x%08x\n",
+                    n, i, bits_of(got[i]), bits_of(acc[i]));
             ok = 0;
         }
         cudaFree(dacc);

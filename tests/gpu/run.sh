@@ -7,12 +7,14 @@
 #
 # Env: PULSE_GPU_BUILD (build directory, default build-gpu in the source tree; an existing
 # build with tests/gpu/gpu_check is reused, so a machine with only the CUDA driver can run a
-# build made elsewhere), TMPDIR (the benchmark writes ~1 GB of checkpoints and patches there).
+# build made elsewhere), PULSE_PYTHON (the Python that has torch, default /usr/bin/python3),
+# TMPDIR (the benchmark writes ~1 GB of checkpoints and patches there).
 # Exit: 0 all PASS, 1 any mismatch or error, 77 no CUDA device (nothing run).
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${PULSE_GPU_BUILD:-$src/build-gpu}
 bench=--bench
+py=${PULSE_PYTHON:-/usr/bin/python3}
 [[ ${1:-} == --no-bench ]] && bench=
 
 if [[ ! -x $build/tests/gpu/gpu_check ]]; then
@@ -31,10 +33,12 @@ rc=0
 timeout 600 "$build/tests/gpu/gpu_check" $bench || rc=$?
 # Python tensors on the GPU (pulseweights.device: patches applied with torch ops on the device),
 # where torch sees one; the library itself is host code.
-if [[ $rc == 0 ]] && /usr/bin/python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    [[ -f $build/libpulseweights.so ]] || ninja -C "$build" libpulseweights.so >/dev/null
-    PYTHONPATH=$src/python PULSE_LIB=$build/libpulseweights.so timeout 300 /usr/bin/python3 \
+if [[ $rc == 0 ]] && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    [[ -f $build/libpulseweights.so ]] || ninja -C "$build" >/dev/null
+    PYTHONPATH=$src/python PULSE_LIB=$build/libpulseweights.so timeout 300 "$py" \
         "$src/tests/python/test_device.py" cuda || rc=$?
+elif [[ $rc == 0 ]]; then
+    echo "run.sh: $py has no torch that sees a CUDA device: test_device.py not run" >&2
 fi
 case $rc in
 0) echo "run.sh: PASS" ;;
