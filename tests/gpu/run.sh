@@ -7,7 +7,7 @@
 #
 # Env: PULSE_GPU_BUILD (build directory, default build-gpu in the source tree; an existing
 # build with tests/gpu/gpu_check is reused, so a machine with only the CUDA driver can run a
-# build made elsewhere), PULSE_PYTHON (the Python that has torch, default /usr/bin/python3),
+# build made elsewhere: tests/gpu/bundle.sh packs one with its libraries), PULSE_PYTHON (the Python that has torch, default /usr/bin/python3),
 # TMPDIR (the benchmark writes ~1 GB of checkpoints and patches there).
 # Exit: 0 all PASS, 1 any mismatch or error, 77 no CUDA device (nothing run).
 set -euo pipefail
@@ -26,6 +26,19 @@ if [[ ! -x $build/tests/gpu/gpu_check ]]; then
         PATH=$PATH:/usr/local/cuda/bin meson setup "$build" "$src" -Dcuda=enabled -Dbuildtype=release >/dev/null
     fi
     ninja -C "$build" tests/gpu/gpu_check >/dev/null
+fi
+
+# A bundle (tests/gpu/bundle.sh) brings the libraries it was built with: only those this machine
+# lacks are taken from it, so the system's own stay first.
+if [[ -d $build/libs ]]; then
+    own=$(mktemp -d)
+    trap 'rm -rf "$own"' EXIT
+    have=$(ldconfig -p 2>/dev/null | awk 'NR > 1 {print $1}' || true)
+    for so in "$build"/libs/*; do
+        grep -qxF "$(basename "$so")" <<<"$have" || ln -s "$(readlink -f "$so")" "$own/"
+    done
+    [[ -z $(ls "$own") ]] || echo "run.sh: from the bundle: $(ls "$own" | tr '\n' ' ')"
+    export LD_LIBRARY_PATH=$own${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 
 # The whole run is sized for under 5 minutes on one H100/H200; a hang is a failure.
