@@ -25,9 +25,10 @@ PULSE_API int pulse_cuda_device_count(int *count);
  * pulse_patch_apply_ex's trust_base_id + skip_result_check.
  *
  * First the whole patch is verified on the host (pulse_patch_verify on `threads` threads,
- * 0 = all cores); a patch that fails leaves every tensor untouched. Then each chunk is
- * decoded on the host into pinned staging buffers (two, so chunk k+1 decodes while chunk k
- * is copied and scattered on the stream) and written with the same contract as the CPU
+ * 0 = all cores); a patch that fails leaves every tensor untouched. Then the chunks are
+ * decoded on the host by up to `threads` workers (at most 16), each with a pinned staging
+ * slot sized for the patch's largest chunk, so that a worker decodes its next chunk while the
+ * stream copies and scatters its last one; they are written with the same contract as the CPU
  * apply's scatter step: absolute values stored, ulp values added modulo 2^width, OPAQUE
  * chunks copied whole. Returns when all of its work on the stream has completed.
  * Errors: PULSE_ERR_INVALID (arguments), the errors of pulse_patch_verify, PULSE_ERR_NOMEM,

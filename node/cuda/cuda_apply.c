@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* pulse_cuda_apply_patch: host decode into pinned double buffers, overlapped with copies and scatters on a stream. */
+/* pulse_cuda_apply_patch: host decode on several threads into pinned staging slots, overlapped with copies and scatters on a stream. */
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime.h>
 
 #include "base/fail.h"
 #include "node/cuda/cuda_kernels.h"
+#include "node/parallel.h"
 #include "node/patch/patch_internal.h"
 #include "pulseweights/cuda.h"
 
@@ -29,21 +32,34 @@ int pulse_cuda_device_count(int *count)
     return 0;
 }
 
-/* One staging slot: host pinned and device copies of a chunk's positions and values, and
- * the event after which both may be reused. */
+/* The most device workers: each holds a scratch and a pinned staging slot sized for the
+ * patch's largest chunk; past this the one stream, not the host decode, is the bound. */
+#define CUDA_APPLY_WORKERS_MOST 16
+
+/* One worker's staging slot: host pinned and device copies of a chunk's positions and values,
+ * and the event after which both may be refilled. */
 typedef struct stage {
     uint32_t *h_idx;
     uint8_t *h_val;
     uint32_t *d_idx;
     uint8_t *d_val;
     cudaEvent_t done;
+    int ready;          /* allocated */
     int pending;        /* done has been recorded and not yet waited for */
 } stage;
 
+static int stage_wait(stage *s)
+{
+    if (!s->pending)
+        return 0;
+    s->pending = 0;
+    int e = cudaEventSynchronize(s->done);
+    return e == cudaSuccess ? 0 : cuda_fail(e, "waiting for a staging buffer");
+}
+
 static void stage_free(stage *s)
 {
-    if (s->pending)
-        cudaEventSynchronize(s->done);
+    (void)stage_wait(s);
     if (s->done)
         cudaEventDestroy(s->done);
     cudaFreeHost(s->h_idx);
@@ -53,20 +69,19 @@ static void stage_free(stage *s)
     memset(s, 0, sizeof(*s));
 }
 
-static int stage_init(stage *s, uint32_t chunk_elems)
+static int stage_init(stage *s, size_t idx_bytes, size_t val_bytes)
 {
-    /* values: at most chunk_elems units of 4 bytes (OPAQUE chunks: chunk_elems bytes) */
-    size_t ib = (size_t)chunk_elems * sizeof(uint32_t), vb = (size_t)chunk_elems * 4u;
     int e;
     memset(s, 0, sizeof(*s));
-    if ((e = cudaMallocHost((void **)&s->h_idx, ib)) != cudaSuccess
-        || (e = cudaMallocHost((void **)&s->h_val, vb)) != cudaSuccess
-        || (e = cudaMalloc((void **)&s->d_idx, ib)) != cudaSuccess
-        || (e = cudaMalloc((void **)&s->d_val, vb)) != cudaSuccess
+    if ((e = cudaMallocHost((void **)&s->h_idx, idx_bytes)) != cudaSuccess
+        || (e = cudaMallocHost((void **)&s->h_val, val_bytes)) != cudaSuccess
+        || (e = cudaMalloc((void **)&s->d_idx, idx_bytes)) != cudaSuccess
+        || (e = cudaMalloc((void **)&s->d_val, val_bytes)) != cudaSuccess
         || (e = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming)) != cudaSuccess) {
         stage_free(s);
         return cuda_fail(e, "allocating staging buffers");
     }
+    s->ready = 1;
     return 0;
 }
 
@@ -75,13 +90,10 @@ static int queue_chunk(const pulse_patch *p, const patch_chunk *c, const patch_s
                        uint8_t *tensor, cudaStream_t stream)
 {
     const patch_tensor *t = &p->tensors[c->tensor];
-    int e;
-    if (st->pending) {
-        /* the copies out of this slot (two chunks ago) must be done before it is refilled */
-        if ((e = cudaEventSynchronize(st->done)) != cudaSuccess)
-            return cuda_fail(e, "waiting for a staging buffer");
-        st->pending = 0;
-    }
+    int e, rc;
+    /* the copies out of this slot (the worker's chunk before) must be done before it is refilled */
+    if ((rc = stage_wait(st)) < 0)
+        return rc;
     uint8_t *dst = tensor + c->first * t->unit;
     if (t->dtype == PULSE_DT_OPAQUE) {
         memcpy(st->h_val, scr->vals, c->len);
@@ -105,6 +117,46 @@ static int queue_chunk(const pulse_patch *p, const patch_chunk *c, const patch_s
         return cuda_fail(e, "recording an event");
     st->pending = 1;
     return 0;
+}
+
+/* The write: workers take chunks in turn, each decoding its next chunk on the host while the
+ * stream copies and scatters its last one. Chunks cover disjoint elements, so the order in
+ * which the workers queue them onto the one stream does not matter. */
+typedef struct apply_run {
+    const pulse_patch *p;
+    void *const *ptrs;
+    cudaStream_t stream;
+    int device;                 /* the caller's: a host thread's current device is its own */
+    size_t idx_bytes, val_bytes;
+    patch_pool pool;
+    stage *st;                  /* one per worker */
+    atomic_size_t next;         /* the next chunk to take */
+    atomic_int stop;            /* a worker failed: take no more */
+} apply_run;
+
+static int apply_worker(void *ctx, size_t w)
+{
+    apply_run *a = ctx;
+    int rc = 0, e = cudaSetDevice(a->device);
+    if (e != cudaSuccess)
+        rc = cuda_fail(e, "selecting the device");
+    patch_scratch *scr = rc ? NULL : patch_pool_take(&a->pool, &rc);
+    stage *st = &a->st[w];
+    while (scr && !atomic_load(&a->stop)) {
+        size_t k = atomic_fetch_add(&a->next, 1);
+        if (k >= a->p->nchunks)
+            break;
+        const patch_chunk *c = &a->p->chunks[k];
+        if ((!st->ready && (rc = stage_init(st, a->idx_bytes, a->val_bytes)) < 0)
+            || (rc = patch_decode_checked_chunk(a->p, c, scr)) < 0
+            || (rc = queue_chunk(a->p, c, scr, st, a->ptrs[c->tensor], a->stream)) < 0)
+            break;
+    }
+    if (rc < 0)
+        atomic_store(&a->stop, 1);
+    if (scr)
+        patch_pool_give(&a->pool, scr);
+    return rc;
 }
 
 int pulse_cuda_apply_patch(const pulse_patch *p, void *const *device_ptrs, size_t n, void *stream,
@@ -136,37 +188,46 @@ int pulse_cuda_apply_patch(const pulse_patch *p, void *const *device_ptrs, size_
     if (rc < 0 || p->nchunks == 0)
         return rc;
 
-    patch_pool pool;
-    if ((rc = patch_pool_init(&pool, 1, p->chunk_elems, 0)) < 0)
-        return rc;
-    patch_scratch *scr = patch_pool_take(&pool, &rc);
-    stage st[2];
-    memset(st, 0, sizeof(st));
-    if (!scr)
-        goto out;
-    if ((rc = stage_init(&st[0], p->chunk_elems)) < 0 || (rc = stage_init(&st[1], p->chunk_elems)) < 0)
-        goto out;
+    apply_run a;
+    memset(&a, 0, sizeof a);
+    a.p = p;
+    a.ptrs = device_ptrs;
+    a.stream = (cudaStream_t)stream;
+    int e = cudaGetDevice(&a.device);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "reading the current device");
+    /* staging for the largest chunk only: a sparse step's slots are small, so cheap to pin */
+    a.idx_bytes = a.val_bytes = 1;
     for (size_t k = 0; k < p->nchunks; k++) {
         const patch_chunk *c = &p->chunks[k];
-        /* the host decode of this chunk overlaps the stream's work on the previous one */
-        if ((rc = patch_decode_checked_chunk(p, c, scr)) < 0)
-            goto out;
-        if ((rc = queue_chunk(p, c, scr, &st[k & 1], device_ptrs[c->tensor], (cudaStream_t)stream)) < 0)
-            goto out;
+        const patch_tensor *t = &p->tensors[c->tensor];
+        size_t ib = (size_t)c->count * sizeof(uint32_t);
+        size_t vb = t->dtype == PULSE_DT_OPAQUE ? c->len : (size_t)c->count * t->unit;
+        a.idx_bytes = ib > a.idx_bytes ? ib : a.idx_bytes;
+        a.val_bytes = vb > a.val_bytes ? vb : a.val_bytes;
     }
-    for (int b = 0; b < 2; b++) {
-        if (st[b].pending) {
-            int e = cudaEventSynchronize(st[b].done);
-            st[b].pending = 0;
-            if (e != cudaSuccess && rc == 0)
-                rc = cuda_fail(e, "finishing the apply");
-        }
+    int workers = patch_threads(threads);
+    if (workers > CUDA_APPLY_WORKERS_MOST)
+        workers = CUDA_APPLY_WORKERS_MOST;
+    if ((size_t)workers > p->nchunks)
+        workers = (int)p->nchunks;
+    atomic_init(&a.next, 0);
+    atomic_init(&a.stop, 0);
+    if ((rc = patch_pool_init(&a.pool, workers, p->chunk_elems, 0)) < 0)
+        return rc;
+    if (!(a.st = calloc((size_t)workers, sizeof *a.st))) {
+        patch_pool_free(&a.pool);
+        return pulse_fail(PULSE_ERR_NOMEM, "cuda apply: %d staging slots", workers);
     }
-out:
-    stage_free(&st[0]);
-    stage_free(&st[1]);
-    if (scr)
-        patch_pool_give(&pool, scr);
-    patch_pool_free(&pool);
+    rc = pulse_parallel_for((size_t)workers, workers, apply_worker, &a);
+    /* the call returns when its work on the stream is complete: every slot's last chunk */
+    for (int w = 0; w < workers; w++) {
+        int r = stage_wait(&a.st[w]);
+        if (r < 0 && rc == 0)
+            rc = r;
+        stage_free(&a.st[w]);
+    }
+    free(a.st);
+    patch_pool_free(&a.pool);
     return rc;
 }

@@ -403,7 +403,7 @@ static double now(void)
 /* Applies old->new on the device; returns 1 when the device tensors equal new bit for bit.
  * *seconds gets the apply's wall time; *copy_seconds a device-to-device copy of the same bytes. */
 static int device_apply(const pulse_ckpt *old, const pulse_ckpt *new, pulse_value_code code,
-                        uint32_t chunk, double *seconds, double *copy_seconds, size_t *patch_bytes)
+                        uint32_t chunk, int threads, double *seconds, double *copy_seconds, size_t *patch_bytes)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/p-%d.patch", tmpdir, (int)code);
@@ -435,7 +435,7 @@ static int device_apply(const pulse_ckpt *old, const pulse_ckpt *new, pulse_valu
     CU(cudaStreamCreate(&st));
     CU(cudaDeviceSynchronize());
     double t0 = now();
-    rc = pulse_cuda_apply_patch(p, dev, n, st, 0);
+    rc = pulse_cuda_apply_patch(p, dev, n, st, threads);
     CU(cudaStreamSynchronize(st));
     *seconds = now() - t0;
     if (rc < 0)
@@ -476,13 +476,19 @@ static void check_apply(void)
     snprintf(p0, sizeof(p0), "%s/old.safetensors", tmpdir);
     snprintf(p1, sizeof(p1), "%s/new.safetensors", tmpdir);
     pulse_ckpt *old = make_ckpt(p0, specs, n, NULL, 0), *new = make_ckpt(p1, specs, n, old, 30);
-    for (int code = 0; code < 2; code++) {
-        double s, cs;
-        size_t pb = 0;
-        /* small chunks: many chunks, so both staging slots are reused many times */
-        int ok = device_apply(old, new, (pulse_value_code)code, 4096, &s, &cs, &pb);
-        report(code ? "apply_patch (ulp)" : "apply_patch (abs)", ok);
-    }
+    /* small chunks: many chunks, so every worker's staging slot is refilled many times; one
+     * worker, and several queueing onto the one stream */
+    static const int threads[] = {1, 4};
+    for (int code = 0; code < 2; code++)
+        for (int t = 0; t < 2; t++) {
+            double s, cs;
+            size_t pb = 0;
+            int ok = device_apply(old, new, (pulse_value_code)code, 4096, threads[t], &s, &cs, &pb);
+            char name[64];
+            snprintf(name, sizeof name, "apply_patch (%s, %d thread%s)", code ? "ulp" : "abs", threads[t],
+                     threads[t] > 1 ? "s" : "");
+            report(name, ok);
+        }
     pulse_ckpt_close(&old), pulse_ckpt_close(&new);
     unlink(p0), unlink(p1);
 }
@@ -498,21 +504,24 @@ static void bench(void)
     snprintf(p0, sizeof(p0), "%s/bench-old.safetensors", tmpdir);
     snprintf(p1, sizeof(p1), "%s/bench-new.safetensors", tmpdir);
     pulse_ckpt *old = make_ckpt(p0, specs, 4, NULL, 0);
-    printf("\n%-8s %-5s %12s %12s %12s %12s %10s\n", "changed", "code", "patch MB", "apply ms",
+    printf("\n%-8s %-5s %-8s %12s %12s %12s %12s %10s\n", "changed", "code", "threads", "patch MB", "apply ms",
            "d2d copy ms", "apply GB/s*", "vs copy");
     static const unsigned pm[] = {10, 50};
     for (int c = 0; c < 2; c++) {
         pulse_ckpt *new = make_ckpt(p1, specs, 4, old, pm[c]);
-        for (int code = 1; code >= 0; code--) {
-            double s, cs;
-            size_t pb = 0;
-            int ok = device_apply(old, new, (pulse_value_code)code, PULSE_PATCH_DEFAULT_CHUNK, &s, &cs, &pb);
-            if (!ok)
-                failures++;
-            double bytes = 100e6 * 2;
-            printf("%6.1f%%  %-5s %12.1f %12.2f %12.3f %12.1f %9.1fx%s\n", pm[c] / 10.0, code ? "ulp" : "abs",
-                   pb / 1e6, s * 1e3, cs * 1e3, bytes / s / 1e9, s / cs, ok ? "" : "  MISMATCH");
-        }
+        for (int code = 1; code >= 0; code--)
+            for (int threads = 1; threads >= 0; threads--) {   /* one, then all cores (0) */
+                double s, cs;
+                size_t pb = 0;
+                int ok = device_apply(old, new, (pulse_value_code)code, PULSE_PATCH_DEFAULT_CHUNK, threads, &s, &cs,
+                                      &pb);
+                if (!ok)
+                    failures++;
+                double bytes = 100e6 * 2;
+                printf("%6.1f%%  %-5s %-8s %12.1f %12.2f %12.3f %12.1f %9.1fx%s\n", pm[c] / 10.0, code ? "ulp" : "abs",
+                       threads ? "1" : "all", pb / 1e6, s * 1e3, cs * 1e3, bytes / s / 1e9, s / cs,
+                       ok ? "" : "  MISMATCH");
+            }
         pulse_ckpt_close(&new);
         unlink(p1);
     }
