@@ -43,8 +43,7 @@ typedef struct stage {
     uint8_t *h_val;
     uint32_t *d_idx;
     uint8_t *d_val;
-    cudaEvent_t done;
-    int ready;          /* allocated */
+    cudaEvent_t done;   /* created last: non-NULL once the slot is allocated */
     int pending;        /* done has been recorded and not yet waited for */
 } stage;
 
@@ -81,7 +80,6 @@ static int stage_init(stage *s, size_t idx_bytes, size_t val_bytes)
         stage_free(s);
         return cuda_fail(e, "allocating staging buffers");
     }
-    s->ready = 1;
     return 0;
 }
 
@@ -147,7 +145,7 @@ static int apply_worker(void *ctx, size_t w)
         if (k >= a->p->nchunks)
             break;
         const patch_chunk *c = &a->p->chunks[k];
-        if ((!st->ready && (rc = stage_init(st, a->idx_bytes, a->val_bytes)) < 0)
+        if ((!st->done && (rc = stage_init(st, a->idx_bytes, a->val_bytes)) < 0)
             || (rc = patch_decode_checked_chunk(a->p, c, scr)) < 0
             || (rc = queue_chunk(a->p, c, scr, st, a->ptrs[c->tensor], a->stream)) < 0)
             break;
@@ -225,7 +223,7 @@ int pulse_cuda_apply_patch(const pulse_patch *p, void *const *device_ptrs, size_
         int r = stage_wait(&a.st[w]);
         if (r < 0 && rc == 0)
             rc = r;
-        stage_free(&a.st[w]);
+        stage_free(&a.st[w]);   /* nothing left to wait for */
     }
     free(a.st);
     patch_pool_free(&a.pool);

@@ -486,14 +486,6 @@ static inline int nonfinite_bits(float x)
     return (u & 0x7f800000u) == 0x7f800000u;
 }
 
-/* emitted NaNs are all 0x7fc00000 (see canonical_nan in kernels_c.c) */
-static inline float canonical_nan(void)
-{
-    uint32_t u = 0x7fc00000u;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
 
 static inline uint32_t bf16_of(float x)
 {

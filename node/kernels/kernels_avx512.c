@@ -473,7 +473,7 @@ static inline __mmask16 nonfinite16(__m512i u)
     return _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, expo), expo);
 }
 
-/* NaN lanes become 0x7fc00000 (see canonical_nan in kernels_c.c: the add's NaN operand
+/* NaN lanes become 0x7fc00000 (see canonical_nan in kernels_tail.h: the add's NaN operand
  * order is not ours to choose). */
 static inline __m512 canonical_nan16(__m512 a)
 {
@@ -567,19 +567,6 @@ DEFINE_GATE_AVX512(fp16, keep_fp16, )
 #ifdef PULSE_HAVE_AVX512BF16_INSN
 DEFINE_GATE_AVX512(bf16_insn, keep_bf16_insn, TARGET_BF16)
 #endif
-
-/* scatter_add_f32_c's adds for j in [from, to), in order, NaN sums canonical. */
-static void scatter_add_f32_tail(float *acc, const uint32_t *idx, size_t from, size_t to, const float *v)
-{
-    for (size_t j = from; j < to; j++) {
-        float s = acc[idx[j]] + v[j];
-        if (s != s) {
-            uint32_t u = 0x7fc00000u;
-            memcpy(&s, &u, 4);
-        }
-        acc[idx[j]] = s;
-    }
-}
 
 /* Aggregation: gather, add, scatter per 16 positions. Repeated positions inside one group
  * would lose an add, so groups that are not strictly ascending take the scalar path (shards

@@ -93,19 +93,10 @@ static inline int f32_nonfinite(uint32_t u)
     return (u & 0x7f800000u) == 0x7f800000u;
 }
 
-/* A NaN's payload and sign depend on which operand the hardware propagates, and compilers
- * may swap the operands of a commutative add: an emitted NaN is therefore always this one. */
+/* NaN of any payload (emitted as canonical_nan(), kernels_tail.h). */
 static inline int f32_isnan(uint32_t u)
 {
     return (u & 0x7fffffffu) > 0x7f800000u;
-}
-
-static inline float canonical_nan(void)
-{
-    uint32_t u = 0x7fc00000u;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
 }
 
 /* BF16 = the top half of the FP32 pattern, rounded to nearest even by adding 0x7fff plus the
@@ -230,10 +221,7 @@ DEFINE_GATE(e5m2, e5m2_rne)
 
 static void scatter_add_f32_c(float *acc, const uint32_t *idx, size_t k, const float *v)
 {
-    for (size_t j = 0; j < k; j++) {
-        float s = acc[idx[j]] + v[j];
-        acc[idx[j]] = s == s ? s : canonical_nan();
-    }
+    scatter_add_f32_tail(acc, idx, 0, k, v);
 }
 
 static size_t leb1_run_c(const uint8_t *src, size_t n, uint64_t *sum)

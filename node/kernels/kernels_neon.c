@@ -238,14 +238,10 @@ static inline int changes_bf16(float t, float a, float x)
     return ((ux + 0x7fffu + ((ux >> 16) & 1u)) >> 16) != ((ut + 0x7fffu + ((ut >> 16) & 1u)) >> 16);
 }
 
-/* an emitted NaN is always 0x7fc00000 (see canonical_nan in kernels_c.c) */
+/* an emitted NaN is always canonical_nan() (kernels_tail.h) */
 static inline float emitted(float a)
 {
-    if (a != a) {
-        uint32_t u = 0x7fc00000u;
-        memcpy(&a, &u, 4);
-    }
-    return a;
+    return a != a ? canonical_nan() : a;
 }
 
 static size_t gate_bf16_neon(const float *theta, const float *delta, float *e, size_t n,

@@ -10,6 +10,25 @@
 #include "base/leb128.h"
 #include "node/kernels/kernels.h"
 
+/* A NaN's payload and sign depend on which operand the hardware propagates, and compilers
+ * may swap the operands of a commutative add: an emitted NaN is therefore always this one. */
+static inline float canonical_nan(void)
+{
+    uint32_t u = 0x7fc00000u;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* scatter_add_f32 for j in [from, to), in order, a NaN sum stored as canonical_nan(). */
+static inline void scatter_add_f32_tail(float *acc, const uint32_t *idx, size_t from, size_t to, const float *v)
+{
+    for (size_t j = from; j < to; j++) {
+        float s = acc[idx[j]] + v[j];
+        acc[idx[j]] = s == s ? s : canonical_nan();
+    }
+}
+
 /* Decodes gaps[j..k) into idx[j..k), starting from the running position NEXT (the position
  * after idx[j-1], 0 at the start). A 64-bit running position cannot wrap for any k that fits
  * in memory, and every stored position is < limit <= UINT32_MAX, so the single comparison

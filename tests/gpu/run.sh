@@ -7,8 +7,8 @@
 #
 # Env: PULSE_GPU_BUILD (build directory, default build-gpu in the source tree; an existing
 # build with tests/gpu/gpu_check is reused, so a machine with only the CUDA driver can run a
-# build made elsewhere: tests/gpu/bundle.sh packs one with its libraries), PULSE_PYTHON (the Python that has torch, default /usr/bin/python3),
-# TMPDIR (the benchmark writes ~1 GB of checkpoints and patches there).
+# build made elsewhere: tests/gpu/bundle.sh packs one with its libraries), PULSE_PYTHON (the
+# Python that has torch, default /usr/bin/python3), TMPDIR (the benchmark writes ~1 GB of checkpoints and patches there).
 # Exit: 0 all PASS, 1 any mismatch or error, 77 no CUDA device (nothing run).
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
