@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pulse_patch_diff: find the changes of every chunk of every tensor on all cores, encode them, write the patch. */
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +43,8 @@ static int same_layout(const pulse_ckpt *a, const pulse_ckpt *b)
     return 0;
 }
 
-/* Coded chunks reach the file in table order, straight to their final offsets. A job that
- * finishes before the jobs ahead of it keeps its bytes in memory (patch_out_keep) until they
- * are written, up to this many bytes over all such jobs (PULSE_DIFF_PARK=<bytes>[K|M|G] lowers
- * it); past it, it waits for them. So memory stays flat however the threads are scheduled. */
+/* The most coded bytes kept waiting for their turn in the output (patch_order;
+ * PULSE_DIFF_PARK=<bytes>[K|M|G] lowers it). */
 #define DIFF_PARKED_MAX ((size_t)64 << 20)
 
 typedef struct diff_job {
@@ -58,14 +54,7 @@ typedef struct diff_job {
     uint64_t *chunk_start;   /* ntensors + 1 prefix sums of chunk counts */
     size_t ntensors;
     patch_pool *pool;        /* kept between diffs (patch_pool_take_kept) */
-    patch_file_out file;
-    pthread_mutex_t lock;    /* guards the fields below */
-    pthread_cond_t moved;    /* next_job advanced, parked bytes freed, or a job failed */
-    size_t next_job;         /* the first job whose chunks are not yet placed in the file */
-    uint64_t data_end;       /* where the next placed chunk goes in the data section */
-    uint8_t *parked;         /* per job: finished, bytes kept in memory, waiting for its turn */
-    uint64_t parked_bytes, parked_max;
-    int failed;
+    patch_order order;       /* job j: global chunks 2j and 2j + 1 */
 } diff_job;
 
 /* Global chunk `job`: its tensor, its entry, and the spans of OLD and NEW it covers. */
@@ -100,111 +89,16 @@ static int plan_chunk(void *ctx, size_t job)
     return 0;
 }
 
-/* Bytes a chunk puts in the data section (none when unchanged). */
-static uint64_t coded_bytes(const patch_out_chunk *oc)
+/* Job j's chunks: global chunks 2j and 2j + 1 (when there is one). */
+static void pair_chunks(void *ctx, size_t j, patch_out_chunk **oc, size_t *n)
 {
-    return oc->count ? (uint64_t)oc->pos_len + oc->val_len : 0;
-}
-
-/* Places job j's chunks (staged in its slot, or kept) at the end of the data section. Called
- * with the lock held for the offsets only; the bytes are written after it is released. */
-static void place(diff_job *d, patch_out_chunk **oc, size_t n, uint64_t *at)
-{
-    for (size_t i = 0; i < n; i++) {
-        at[i] = d->data_end;
-        d->data_end += coded_bytes(oc[i]);
-    }
-}
-
-static int put_chunk(diff_job *d, patch_out_chunk *oc, uint64_t at)
-{
-    if (!oc->count)
-        return 0;
-    size_t len = (size_t)oc->pos_len + oc->val_len;
-    int err = patch_file_put(&d->file, at, oc->staged ? oc->staged : oc->bytes, len);
-    oc->staged = NULL;
-    free(oc->bytes);
-    oc->bytes = NULL;
-    return err;
-}
-
-static void pair_chunks(const diff_job *d, size_t j, patch_out_chunk **oc, size_t *n)
-{
+    const diff_job *d = ctx;
     size_t first = 2 * j, tensor, len;
     const uint8_t *pa, *pb;
     unsigned unit;
     *n = first + 1 < (size_t)d->chunk_start[d->ntensors] ? 2 : 1;
     for (size_t i = 0; i < *n; i++)
         oc[i] = chunk_span(d, first + i, &tensor, &pa, &pb, &len, &unit);
-}
-
-/* Job j's coded chunks go to the file in table order: written now when every job ahead of it
- * is placed (and then the parked jobs after it that were waiting for it), else kept in memory
- * for the job that reaches them. */
-static int commit_pair(diff_job *d, size_t j, patch_out_chunk **oc, size_t n)
-{
-    uint64_t mine = 0;
-    for (size_t i = 0; i < n; i++)
-        mine += coded_bytes(oc[i]);
-    pthread_mutex_lock(&d->lock);
-    while (!d->failed && j != d->next_job && d->parked_bytes + mine > d->parked_max && d->parked_bytes)
-        pthread_cond_wait(&d->moved, &d->lock);
-    if (d->failed) {   /* another job's error is the diff's: this one stops quietly */
-        pthread_mutex_unlock(&d->lock);
-        return 0;
-    }
-    if (j != d->next_job) {
-        int err = 0;
-        for (size_t i = 0; i < n && !err; i++)
-            err = patch_out_keep(oc[i]);
-        if (!err) {
-            d->parked[j] = 1;
-            d->parked_bytes += mine;
-        }
-        pthread_mutex_unlock(&d->lock);
-        return err;
-    }
-    uint64_t at[2];
-    place(d, oc, n, at);
-    d->next_job++;
-    pthread_mutex_unlock(&d->lock);
-    int err = 0;
-    for (size_t i = 0; i < n && !err; i++)
-        err = put_chunk(d, oc[i], at[i]);
-    /* Then the parked jobs right behind, one at a time (the offsets under the lock). */
-    while (!err) {
-        pthread_mutex_lock(&d->lock);
-        size_t k = d->next_job;
-        if (d->failed || k >= (size_t)((d->chunk_start[d->ntensors] + 1) / 2) || !d->parked[k]) {
-            pthread_cond_broadcast(&d->moved);
-            pthread_mutex_unlock(&d->lock);
-            break;
-        }
-        patch_out_chunk *po[2];
-        size_t pn;
-        pair_chunks(d, k, po, &pn);
-        uint64_t pat[2], bytes = 0;
-        place(d, po, pn, pat);
-        for (size_t i = 0; i < pn; i++)
-            bytes += coded_bytes(po[i]);
-        d->parked[k] = 0;
-        d->next_job++;
-        pthread_mutex_unlock(&d->lock);
-        for (size_t i = 0; i < pn && !err; i++)
-            err = put_chunk(d, po[i], pat[i]);
-        pthread_mutex_lock(&d->lock);
-        d->parked_bytes -= bytes;
-        pthread_mutex_unlock(&d->lock);
-    }
-    return err;
-}
-
-static void fail_all(diff_job *d)
-{
-    pthread_mutex_lock(&d->lock);
-    d->failed = 1;
-    pthread_cond_broadcast(&d->moved);
-    pthread_mutex_unlock(&d->lock);
 }
 
 /* Below this many changes a chunk is coded both ways and the smaller kept: the context coder's
@@ -387,7 +281,7 @@ static int diff_pair(void *ctx, size_t j)
     int err = 0;
     patch_scratch *s = patch_pool_take(d->pool, &err);
     if (!s) {
-        fail_all(d);
+        patch_order_fail(&d->order);
         return err;
     }
     patch_out_chunk *oc[2] = { NULL, NULL };
@@ -408,10 +302,10 @@ static int diff_pair(void *ctx, size_t j)
                             a->digest, b->digest);
         else if (a && a->staged)
             pulse_sha256(a->staged, (size_t)a->pos_len + a->val_len, a->digest);
-        err = commit_pair(d, j, oc, n);   /* before the slot (where the bytes are staged) is given back */
+        err = patch_order_commit(&d->order, j, oc, n);   /* before the slot (where they are staged) is given back */
     }
     if (err)
-        fail_all(d);
+        patch_order_fail(&d->order);
     patch_pool_give(d->pool, s);
     return err;
 }
@@ -477,10 +371,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     else if ((err = pulse_ckpt_state_id(new_ckpt, o.threads, result_id)) != 0)
         return err;
 
-    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .file = { .fd = -1 } };
-    d.parked_max = patch_env_bytes("PULSE_DIFF_PARK", DIFF_PARKED_MAX, DIFF_PARKED_MAX);
-    pthread_mutex_init(&d.lock, NULL);
-    pthread_cond_init(&d.moved, NULL);
+    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .order = { .file = { .fd = -1 } } };
     d.ntensors = pulse_ckpt_count(old_ckpt);
     d.out = calloc(d.ntensors ? d.ntensors : 1, sizeof *d.out);
     d.chunk_start = calloc(d.ntensors + 1, sizeof *d.chunk_start);
@@ -508,10 +399,9 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         d.chunk_start[i + 1] = d.chunk_start[i] + ot->nchunks;
     }
     size_t njobs = (size_t)((d.chunk_start[d.ntensors] + 1) / 2);
-    if (!(d.parked = calloc(njobs ? njobs : 1, 1))) {
-        err = pulse_fail(PULSE_ERR_NOMEM, "diff tables");
+    if ((err = patch_order_init(&d.order, njobs, patch_env_bytes("PULSE_DIFF_PARK", DIFF_PARKED_MAX, DIFF_PARKED_MAX),
+                                pair_chunks, &d)) != 0)
         goto done;
-    }
     uint64_t table_len = 0;
     const uint32_t version = !o.context || o.values != PULSE_VALUES_ULP ? PULSE_PATCH_VERSION
                              : o.prev || o.prev_dirs ? PULSE_PATCH_VERSION_PREV : PULSE_PATCH_VERSION_CONTEXT;
@@ -519,10 +409,10 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         memset(prev_id, 0, 32);
     if ((err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, plan_chunk, &d)) != 0
         || (err = patch_table_len(d.out, d.ntensors, 1, pulse_ckpt_metadata(new_ckpt), version, &table_len)) != 0
-        || (err = patch_file_create(&d.file, out_path, table_len, !o.scratch)) != 0)
+        || (err = patch_file_create(&d.order.file, out_path, table_len, !o.scratch)) != 0)
         goto done;
-    d.file.version = version;
-    memcpy(d.file.prev_id, prev_id, 32);
+    d.order.file.version = version;
+    memcpy(d.order.file.prev_id, prev_id, 32);
     patch_pool own;
     if (!(d.pool = patch_pool_take_kept(PATCH_KEPT_DIFF, o.threads, o.chunk_elems, &own, &err)))
         goto done;
@@ -536,14 +426,12 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     patch_pool_give_kept(d.pool, &own, most);
     if (err)
         goto done;
-    err = patch_file_commit(&d.file, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors,
+    err = patch_file_commit(&d.order.file, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors,
                             pulse_ckpt_metadata(new_ckpt));
 done:
-    patch_file_abort(&d.file);   /* nothing left to do after a commit */
+    patch_file_abort(&d.order.file);   /* nothing left to do after a commit */
+    patch_order_free(&d.order);
     patch_out_free(d.out, d.ntensors);
     free(d.chunk_start);
-    free(d.parked);
-    pthread_cond_destroy(&d.moved);
-    pthread_mutex_destroy(&d.lock);
     return err;
 }

@@ -516,6 +516,37 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
                       size_t n, const char *metadata);
 /* Closes and removes the temporary. */
 void patch_file_abort(patch_file_out *f);
+/* Coded chunks reach the file in table order, straight to their final offsets, from workers
+ * that finish in any order (patch_order.c). Work comes in jobs numbered in table order, each
+ * of up to PATCH_ORDER_MAX_CHUNKS chunks. A job that finishes before the jobs ahead of it keeps
+ * its bytes in memory (patch_out_keep) until they are written, up to parked_max bytes over all
+ * such jobs; past it, it waits for them. So memory stays flat however the threads are
+ * scheduled, given that jobs are handed out in order (pulse_parallel_for). */
+#define PATCH_ORDER_MAX_CHUNKS 2
+typedef void (*patch_order_chunks_fn)(void *ctx, size_t job, patch_out_chunk **oc, size_t *n);
+typedef struct patch_order {
+    patch_file_out file;     /* created by the caller (patch_file_create) */
+    pthread_mutex_t lock;    /* guards the fields below */
+    pthread_cond_t moved;    /* next_job advanced, parked bytes freed, or a job failed */
+    size_t next_job;         /* the first job whose chunks are not yet placed in the file */
+    size_t njobs;
+    uint64_t data_end;       /* where the next placed chunk goes in the data section */
+    uint8_t *parked;         /* per job: finished, bytes kept in memory, waiting for its turn */
+    uint64_t parked_bytes, parked_max;
+    int failed;
+    patch_order_chunks_fn chunks_of;   /* a parked job's chunks, to write them in its turn */
+    void *ctx;
+} patch_order;
+int patch_order_init(patch_order *o, size_t njobs, uint64_t parked_max, patch_order_chunks_fn chunks_of, void *ctx);
+/* Job j's n coded chunks (staged in the caller's slot, or kept): written now when every job
+ * ahead of it is placed (and then the parked jobs behind it that were waiting for it), else
+ * kept for the job that reaches them. Call it before the slot is given back. */
+int patch_order_commit(patch_order *o, size_t j, patch_out_chunk **oc, size_t n);
+/* A job failed: the others stop waiting and write nothing more. */
+void patch_order_fail(patch_order *o);
+/* Frees what init took (not the file); safe after a failed init. */
+void patch_order_free(patch_order *o);
+
 /* Frees t[0..n) (each chunk's kept bytes and its chunk array) and t itself; t may be NULL. */
 void patch_out_free(patch_out_tensor *t, size_t n);
 
