@@ -9,6 +9,9 @@
 #include "node/patch/patch_dirs.h"
 #include "node/patch/patch_internal.h"
 
+/* Streaming, the most coded bytes kept waiting for their turn in the file (as the diff's). */
+#define SQUASH_PARKED_MAX ((uint64_t)64 << 20)
+
 typedef struct squash_job {
     pulse_patch *const *p;
     size_t n;
@@ -19,6 +22,12 @@ typedef struct squash_job {
     size_t ntensors;
     patch_pool pool;
     pulse_dirs *dirs;   /* where asked: the directions of the composed step, set chunk by chunk */
+    /* One ulp patch against its base (a follower's journal step): which chunks the result
+     * changes is known before any is coded (those the patch changes, a ulp difference never
+     * being zero), so each goes to the file in its turn (order: job j = global chunk j) and the
+     * squash holds a bounded number of coded bytes instead of all of them. */
+    int stream;
+    patch_order order;
 } squash_job;
 
 /* The coded chunk `index` of tensor t in p, or NULL when that chunk is unchanged. */
@@ -82,9 +91,22 @@ static void step_dirs(const uint16_t *dense, const patch_scratch *s, uint32_t co
         dirs[s->idx[j]] = ulp ? patch_ctx_dir_of_zigzag(v[j]) : patch_ctx_dir(dense[s->idx[j]], v[j]);
 }
 
-static int squash_chunk(void *ctx, size_t job)
+/* Chunk `job`'s coded bytes, before its slot is given back: kept for the file written at the
+ * end, or, streaming, written now in table order or kept for their turn. */
+static int squash_out(squash_job *q, size_t job, patch_out_chunk *oc)
 {
-    squash_job *q = ctx;
+    if (!q->stream)
+        return patch_out_keep(oc);
+    if (oc->planned && !oc->count) {
+        size_t lo = patch_chunk_tensor(q->chunk_start, q->ntensors, job);
+        return pulse_fail(PULSE_ERR_CORRUPT, "tensor %s chunk %llu: the patch's chunk changes nothing",
+                          q->p[0]->tensors[lo].name, (unsigned long long)(job - q->chunk_start[lo]));
+    }
+    return patch_order_commit(&q->order, job, &oc, 1);
+}
+
+static int squash_code(squash_job *q, size_t job)
+{
     size_t lo = patch_chunk_tensor(q->chunk_start, q->ntensors, job);
     uint64_t ci = job - q->chunk_start[lo];
     patch_out_chunk *oc = &q->out[lo].chunks[ci];
@@ -93,7 +115,7 @@ static int squash_chunk(void *ctx, size_t job)
     for (size_t i = 0; i < q->n && !any; i++)
         any = find_chunk(q->p[i], lo, ci) != NULL;
     if (!any)
-        return 0;
+        return q->stream ? squash_out(q, job, oc) : 0;
 
     int err = 0;
     patch_scratch *s = patch_pool_take(&q->pool, &err);
@@ -119,7 +141,7 @@ static int squash_chunk(void *ctx, size_t job)
     if (base && q->n == 1 && !opaque && q->p[0]->values == PULSE_VALUES_ULP && q->p[0]->version < 5) {
         err = squash_one_ulp(q, find_chunk(q->p[0], lo, ci), s, base, unit, oc);
         if (!err)
-            err = patch_out_keep(oc);
+            err = squash_out(q, job, oc);
         patch_pool_give(&q->pool, s);
         return err;
     }
@@ -208,9 +230,27 @@ static int squash_chunk(void *ctx, size_t job)
         }
     }
     if (!err)
-        err = patch_out_keep(oc);   /* out of the slot before it is given back */
+        err = squash_out(q, job, oc);   /* out of the slot before it is given back */
     free(dirs);
     patch_pool_give(&q->pool, s);
+    return err;
+}
+
+/* Streaming: job j's one chunk, global chunk j. */
+static void squash_chunk_of(void *ctx, size_t job, patch_out_chunk **oc, size_t *n)
+{
+    const squash_job *q = ctx;
+    size_t lo = patch_chunk_tensor(q->chunk_start, q->ntensors, job);
+    oc[0] = &q->out[lo].chunks[job - q->chunk_start[lo]];
+    *n = 1;
+}
+
+static int squash_chunk(void *ctx, size_t job)
+{
+    squash_job *q = ctx;
+    int err = squash_code(q, job);
+    if (err && q->stream)
+        patch_order_fail(&q->order);
     return err;
 }
 
@@ -273,7 +313,8 @@ static int squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int t
                               pulse_id_hex(id, h1), pulse_id_hex(p[0]->base_id, h2));
     }
 
-    squash_job q = { .p = p, .n = n, .base = base, .level = zstd_level };
+    squash_job q = { .p = p, .n = n, .base = base, .level = zstd_level, .order = { .file = { .fd = -1 } } };
+    q.stream = n == 1 && base && p[0]->values == PULSE_VALUES_ULP;
     if (dirs) {
         if (!base)
             return pulse_fail(PULSE_ERR_INVALID, "the directions of a squash need its base");
@@ -308,22 +349,40 @@ static int squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int t
         }
         q.chunk_start[i + 1] = q.chunk_start[i] + t->nchunks;
     }
+    /* The result's metadata is the last one carried (patches of formats 2 and 3 carry none). */
+    const char *meta = NULL;
+    for (size_t i = n; i-- > 0 && !meta;)
+        meta = p[i]->metadata;
+    const size_t njobs = (size_t)q.chunk_start[q.ntensors];
+    if (q.stream) {
+        for (size_t i = 0; i < p[0]->nchunks; i++) {
+            const patch_chunk *c = &p[0]->chunks[i];
+            q.out[c->tensor].chunks[c->index].planned = c->count > 0;
+        }
+        uint64_t table_len = 0;
+        if ((err = patch_table_len(q.out, q.ntensors, 1, meta, 0, &table_len)) != 0
+            || (err = patch_order_init(&q.order, njobs, SQUASH_PARKED_MAX, squash_chunk_of, &q)) != 0
+            || (err = patch_file_create(&q.order.file, out_path, table_len, 1)) != 0)
+            goto done;
+    }
     if ((err = patch_pool_init(&q.pool, threads, p[0]->chunk_elems, 1)) != 0)
         goto done;
-    err = pulse_parallel_for((size_t)q.chunk_start[q.ntensors], threads, squash_chunk, &q);
+    err = pulse_parallel_for(njobs, threads, squash_chunk, &q);
     patch_pool_free(&q.pool);
     if (err)
         goto done;
     for (size_t i = 0; i < q.ntensors; i++)
         for (uint64_t c = 0; c < q.out[i].nchunks; c++)
             q.out[i].changes += q.out[i].chunks[c].count;
-    /* The result's metadata is the last one carried (patches of formats 2 and 3 carry none). */
-    const char *meta = NULL;
-    for (size_t i = n; i-- > 0 && !meta;)
-        meta = p[i]->metadata;
-    err = patch_write_file_meta(out_path, PULSE_VALUES_ABS, p[0]->chunk_elems, p[0]->base_id,
-                                p[n - 1]->result_id, q.out, q.ntensors, meta);
+    if (q.stream)
+        err = patch_file_commit(&q.order.file, PULSE_VALUES_ABS, p[0]->chunk_elems, p[0]->base_id, p[n - 1]->result_id,
+                                q.out, q.ntensors, meta);
+    else
+        err = patch_write_file_meta(out_path, PULSE_VALUES_ABS, p[0]->chunk_elems, p[0]->base_id,
+                                    p[n - 1]->result_id, q.out, q.ntensors, meta);
 done:
+    patch_file_abort(&q.order.file);   /* nothing left to do after a commit */
+    patch_order_free(&q.order);
     patch_out_free(q.out, q.ntensors);
     free(q.chunk_start);
     if (!err && dirs) {

@@ -1224,6 +1224,7 @@ int follower_recover(pulse_follower *f, int *did)
     f->recovered = 1;
     if (in_memory(f))
         return 0;   /* a journal in the directory speaks of a file, not of these buffers */
+    journal_sweep(f->o.state_dir);
     int r = journal_read(f->o.state_dir, &j, &found);
     if (r || !found)
         return r;

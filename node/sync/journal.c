@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The follower's step journal: a small text file written durably before an in-place apply starts. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -93,4 +94,17 @@ int journal_clear(const char *dir)
     if (!r && unlink(path) != 0 && errno != ENOENT)
         r = pulse_fail_errno(PULSE_ERR_IO, "remove %s", path);
     return r ? r : pulse_fsync_dir(dir);
+}
+
+void journal_sweep(const char *dir)
+{
+    static const char stem[] = "journal.patch.tmp.";
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    int fd = dirfd(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (!strncmp(e->d_name, stem, sizeof stem - 1))
+            (void)unlinkat(fd, e->d_name, 0);
+    closedir(d);
 }

@@ -34,6 +34,10 @@ int journal_write(const char *dir, const node_journal *j);
  * (PULSE_ERR_FORMAT) rather than silently ignored, since the weights may be torn. */
 int journal_read(const char *dir, node_journal *j, int *found);
 
+/* Removes the temporaries of a journal patch whose writing a killed process left (the squash
+ * writes the patch as it codes it, so one may be as large as the patch): best effort, at start. */
+void journal_sweep(const char *dir);
+
 /* Removes the journal, then its patch, then fsyncs DIR. */
 int journal_clear(const char *dir);
 

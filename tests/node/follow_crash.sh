@@ -22,13 +22,16 @@ cut=$((size / 2 + 1))
 { head -c "$cut" "$(ckpt 4)"; tail -c +$((cut + 1)) "$(ckpt 3)"; } >t/w.safetensors
 cmp -s t/w.safetensors "$(ckpt 4)" && fail "the torn file is not torn"
 cmp -s t/w.safetensors "$(ckpt 3)" && fail "the torn file is not torn"
+# and the temporary of a journal patch a process killed while writing it left behind
+head -c 4096 /dev/urandom >t/state/journal.patch.tmp.Zq81xA
 follow t --once 2>t2.log || fail "recovery: $(cat t2.log)"
+[ ! -e t/state/journal.patch.tmp.Zq81xA ] || fail "a killed squash's temporary left behind"
 grep -q 'recovered step=4 phase=applying' t2.log || fail "no recovery logged: $(cat t2.log)"
 cmp -s t/w.safetensors "$(ckpt 4)" || fail "recovered weights differ from step 4"
 [ ! -e t/state/journal ] || fail "journal left behind"
 [ "$("$check" applied t/state/index.db r | cut -d' ' -f1 | tr '\n' ' ')" = "0 1 2 3 4 " ] \
   || fail "applied rows after recovery: $("$check" applied t/state/index.db r)"
-ok "a torn step is finished from the journal's absolute patch; step 4 applied once"
+ok "a torn step is finished from the journal's absolute patch; step 4 applied once; a killed squash's temporary removed"
 
 # 2. kill -9 at random moments (listing, fetch, squash, apply, hook, receipt), restart each time.
 publish 5 7
@@ -46,6 +49,8 @@ done
 follow k --once --key follower.key 2>>k.log || fail "final run after $kills kills: $(tail -5 k.log)"
 cmp -s "$(ckpt 7)" k/w.safetensors || fail "weights after $kills kills differ from step 7"
 [ ! -e k/state/unsynced ] || fail "a clean exit left the unsynced note: $(cat k/state/unsynced)"
+left=$(ls k/state | grep '^journal\.patch\.tmp\.' || true)
+[ -z "$left" ] || fail "temporaries left after $kills kills: $left"
 rows=$("$check" applied k/state/index.db r | cut -d' ' -f1 | tr '\n' ' ')
 first=${rows%% *}
 want=$(seq "$first" 7 | tr '\n' ' ')
