@@ -12,6 +12,7 @@
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/patch/patch_internal.h"
+#include "node/patch/patch_take.h"
 
 /* A bounds-checked little-endian reader over the table. */
 typedef struct rd {
@@ -375,6 +376,22 @@ int pulse_patch_open_mem(pulse_patch **out, const void *buf, size_t len)
     if (len)
         memcpy(copy, buf, len);
     return open_owned(out, copy, len, len, -1);
+}
+
+int patch_open_mem_take(pulse_patch **out, void *buf, size_t len)
+{
+    if (!buf && !len)
+        return pulse_patch_open_mem(out, buf, len);   /* an empty object: refused as a patch */
+    if (!out || !buf) {
+        free(buf);
+        return pulse_fail(PULSE_ERR_INVALID, "patch_open_mem_take: NULL argument");
+    }
+    *out = NULL;
+    if (len > PULSE_PATCH_MAX_BYTES) {
+        free(buf);
+        return pulse_fail(PULSE_ERR_LIMIT, "patch of %zu bytes", len);
+    }
+    return open_owned(out, buf, len, len, -1);
 }
 
 int pulse_patch_open_head(pulse_patch **out, const void *head, size_t head_len, uint64_t patch_bytes)

@@ -18,6 +18,7 @@
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/sync/events.h"
 #include "node/patch/patch_dirs.h"
+#include "node/patch/patch_take.h"
 #include "node/sync/follow_internal.h"
 #include "node/sync/journal.h"
 #include "node/sync/slices.h"
@@ -894,8 +895,9 @@ static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *mov
         void *data = NULL;
         int r = sync_fetch_objects(f->st, f->run, o, 1, &data, moved);
         if (!r)
-            r = pulse_patch_open_mem(p, data, o->size);
-        pulse_store_free(data);
+            r = patch_open_mem_take(p, data, o->size);   /* the patch holds the fetched bytes */
+        else
+            pulse_store_free(data);
         if (r)
             return r;
         if (pass)
@@ -939,8 +941,9 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
         void *data = NULL;
         r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
         if (!r)
-            r = pulse_patch_open_mem(&p, data, rec->objects[0].size);
-        pulse_store_free(data);
+            r = patch_open_mem_take(&p, data, rec->objects[0].size);
+        else
+            pulse_store_free(data);
     }
     if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
