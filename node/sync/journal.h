@@ -35,7 +35,8 @@ int journal_write(const char *dir, const node_journal *j);
 int journal_read(const char *dir, node_journal *j, int *found);
 
 /* Removes the temporaries of a journal patch whose writing a killed process left (the squash
- * writes the patch as it codes it, so one may be as large as the patch): best effort, at start. */
+ * writes the patch as it codes it, so one may be as large as the patch): best effort, at start,
+ * under the state directory's lock, so that no live writer's temporary is among them. */
 void journal_sweep(const char *dir);
 
 /* Removes the journal, then its patch, then fsyncs DIR. */

@@ -48,6 +48,13 @@ lost "$P" diff "$T/s0.safetensors" "$T/s1.safetensors" -o "$T/keep" --chunk 6553
 check "cmp -s '$T/keep' '$T/p01' && [ -z \"\$(ls '$T' | grep 'keep.tmp')\" ]"
 lost "$P" squash "$T/p01" "$T/p12" -o "$T/sq"
 check "[ ! -e '$T/sq' ] && [ -z \"\$(ls '$T' | grep 'sq.tmp')\" ]"
+# One ulp patch with its base (a follower's journal step): written chunk by chunk as it is
+# coded, the same refusal and nothing left.
+ok "$P" diff "$T/s0.safetensors" "$T/s1.safetensors" -o "$T/u01" --chunk 65536
+for threads in 1 3; do
+  lost "$P" squash "$T/u01" -o "$T/sq1" --base "$T/s0.safetensors" --threads $threads
+  check "[ ! -e '$T/sq1' ] && [ -z \"\$(ls '$T' | grep 'sq1.tmp')\" ]"
+done
 
 echo "$n passed minus $fails failed"
 [ "$fails" -eq 0 ]
