@@ -486,7 +486,6 @@ static inline int nonfinite_bits(float x)
     return (u & 0x7f800000u) == 0x7f800000u;
 }
 
-
 static inline uint32_t bf16_of(float x)
 {
     uint32_t u;

@@ -375,14 +375,12 @@ int pulse_patch_open_mem(pulse_patch **out, const void *buf, size_t len)
         return pulse_fail(PULSE_ERR_NOMEM, "patch of %zu bytes", len);
     if (len)
         memcpy(copy, buf, len);
-    return open_owned(out, copy, len, len, -1);
+    return patch_open_mem_take(out, copy, len);
 }
 
 int patch_open_mem_take(pulse_patch **out, void *buf, size_t len)
 {
-    if (!buf && !len)
-        return pulse_patch_open_mem(out, buf, len);   /* an empty object: refused as a patch */
-    if (!out || !buf) {
+    if (!out || (!buf && len)) {
         free(buf);
         return pulse_fail(PULSE_ERR_INVALID, "patch_open_mem_take: NULL argument");
     }
@@ -391,6 +389,8 @@ int patch_open_mem_take(pulse_patch **out, void *buf, size_t len)
         free(buf);
         return pulse_fail(PULSE_ERR_LIMIT, "patch of %zu bytes", len);
     }
+    if (!buf && !(buf = malloc(1)))   /* an empty object: refused below as a patch */
+        return pulse_fail(PULSE_ERR_NOMEM, "patch of 0 bytes");
     return open_owned(out, buf, len, len, -1);
 }
 

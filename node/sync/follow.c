@@ -883,6 +883,19 @@ static const pulse_record_object *by_direction_object(const pulse_record *rec)
     return rec->n_objects == 3 ? &rec->objects[2] : NULL;
 }
 
+/* Fetches object o (its size and digest checked) and opens it as a patch over the fetched
+ * bytes, which the patch then holds. */
+static int fetch_open(pulse_follower *f, const pulse_record_object *o, uint64_t *moved, pulse_patch **p)
+{
+    void *data = NULL;
+    int r = sync_fetch_objects(f->st, f->run, o, 1, &data, moved);
+    if (r) {
+        pulse_store_free(data);
+        return r;
+    }
+    return patch_open_mem_take(p, data, o->size);
+}
+
 /* Fetches and opens the step's patch: the patch by direction where the record names one and
  * the directions held are those of the step it was coded after (*by_dir set), else the patch. */
 static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *moved, pulse_patch **p, int *by_dir)
@@ -892,12 +905,7 @@ static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *mov
     const pulse_dirs *d = bd ? held_dirs(f) : NULL;
     for (int pass = d ? 0 : 1; pass < 2; pass++) {
         const pulse_record_object *o = pass ? &rec->objects[0] : bd;
-        void *data = NULL;
-        int r = sync_fetch_objects(f->st, f->run, o, 1, &data, moved);
-        if (!r)
-            r = patch_open_mem_take(p, data, o->size);   /* the patch holds the fetched bytes */
-        else
-            pulse_store_free(data);
+        int r = fetch_open(f, o, moved, p);
         if (r)
             return r;
         if (pass)
@@ -938,12 +946,7 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
     } else if (!f->engine) {
         r = fetch_patch(f, rec, moved, &p, &by_dir);
     } else {
-        void *data = NULL;
-        r = sync_fetch_objects(f->st, f->run, rec->objects, 1, &data, moved);
-        if (!r)
-            r = patch_open_mem_take(&p, data, rec->objects[0].size);
-        else
-            pulse_store_free(data);
+        r = fetch_open(f, rec->objects, moved, &p);
     }
     if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
