@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/env_bytes.h"
 #include "base/fail.h"
 #include "node/patch/patch_internal.h"
 
@@ -18,20 +19,6 @@
 static atomic_flag kept_busy = ATOMIC_FLAG_INIT;
 static uint8_t *kept_mem;   /* guarded by kept_busy */
 static size_t kept_cap;
-
-size_t patch_env_bytes(const char *name, size_t dflt, size_t most)
-{
-    const char *e = getenv(name);
-    if (!e || !*e)
-        return dflt;
-    if (*e < '0' || *e > '9')
-        return dflt;   /* no number (strtoull would also take "-1" as 2^64 - 1): as if unset */
-    char *end;
-    unsigned long long v = strtoull(e, &end, 10);
-    unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
-                     : *end == 'G' || *end == 'g' ? 30 : 0;
-    return v > (most >> shift) ? most : (size_t)(v << shift);
-}
 
 /* Huge pages where the kernel gives them on request (THP "madvise" mode): one fault per
  * 2 MiB instead of one per 4 KiB page the first time the arena is filled, and fewer TLB
@@ -67,7 +54,7 @@ int patch_cache_open(patch_cache *cache, const pulse_patch *p)
 {
     memset(cache, 0, sizeof *cache);
     atomic_init(&cache->used, 0);
-    size_t cap = patch_env_bytes("PULSE_APPLY_CACHE", PATCH_CACHE_CAP, PATCH_CACHE_MOST);
+    size_t cap = pulse_env_bytes("PULSE_APPLY_CACHE", PATCH_CACHE_CAP, PATCH_CACHE_MOST);
     if (!cap || !p->nchunks)
         return 0;
     cache->ent = calloc(p->nchunks, sizeof *cache->ent);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env_bytes.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/parallel.h"
@@ -399,7 +400,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         d.chunk_start[i + 1] = d.chunk_start[i] + ot->nchunks;
     }
     size_t njobs = (size_t)((d.chunk_start[d.ntensors] + 1) / 2);
-    if ((err = patch_order_init(&d.order, njobs, patch_env_bytes("PULSE_DIFF_PARK", DIFF_PARKED_MAX, DIFF_PARKED_MAX),
+    if ((err = patch_order_init(&d.order, njobs, pulse_env_bytes("PULSE_DIFF_PARK", DIFF_PARKED_MAX, DIFF_PARKED_MAX),
                                 pair_chunks, &d)) != 0)
         goto done;
     uint64_t table_len = 0;

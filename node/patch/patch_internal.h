@@ -343,10 +343,6 @@ typedef struct patch_cache_entry {
  * follower applies patch after patch), so that only the first apply pays their first touch. */
 #define PATCH_CACHE_CAP (64u << 20)
 #define PATCH_CACHE_MOST ((size_t)64 << 30)
-/* The environment variable `name` as <bytes>[K|M|G] (0 allowed), at most `most`; `dflt`
- * when unset or not starting with a digit. How a cap that keeps memory flat is set (PULSE_APPLY_CACHE,
- * PULSE_DIFF_PARK, PULSE_PATCH_FLUSH; the last two only lowered, for tests). */
-size_t patch_env_bytes(const char *name, size_t dflt, size_t most);
 #define PATCH_CACHE_CONTEXT 0xFFu
 typedef struct patch_cache {
     uint8_t *mem;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/durable.h"
+#include "base/env_bytes.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/patch/patch_internal.h"
@@ -199,7 +200,7 @@ int patch_file_create(patch_file_out *f, const char *path, uint64_t table_len, i
         return e;
     }
     /* No flusher is no error: the final fsync then does all of it. */
-    f->flush_step = durable ? patch_env_bytes("PULSE_PATCH_FLUSH", PATCH_FLUSH_STEP, PATCH_FLUSH_STEP) : 0;
+    f->flush_step = durable ? pulse_env_bytes("PULSE_PATCH_FLUSH", PATCH_FLUSH_STEP, PATCH_FLUSH_STEP) : 0;
     atomic_store(&f->flush_next, f->flush_step);
     if (f->flush_step && pthread_mutex_init(&f->flush_lock, NULL) == 0) {
         if (pthread_cond_init(&f->flush_wake, NULL) != 0)

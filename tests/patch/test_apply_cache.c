@@ -8,6 +8,7 @@
 
 #include <zstd.h>
 
+#include "base/env_bytes.h"
 #include "pulseweights.h"
 #include "crypto/sha256.h"
 #include "pulseweights/patch.h"
@@ -549,7 +550,7 @@ static void test_env_bytes(void)
             setenv("PULSE_TEST_BYTES", cases[i].v, 1);
         else
             unsetenv("PULSE_TEST_BYTES");
-        size_t got = patch_env_bytes("PULSE_TEST_BYTES", 64u << 20, (size_t)8 << 30);
+        size_t got = pulse_env_bytes("PULSE_TEST_BYTES", 64u << 20, (size_t)8 << 30);
         if (got != cases[i].want)
             fprintf(stderr, "PULSE_TEST_BYTES=%s: %zu, wanted %zu\n", cases[i].v ? cases[i].v : "(unset)", got,
                     cases[i].want);
