@@ -97,6 +97,21 @@ int store_put_path(pulse_store *st, const char *key, const char *path, unsigned 
     return rc;
 }
 
+int store_get_fd(pulse_store *st, const char *key, uint64_t offset, uint64_t length, int fd,
+                 pulse_object_info *info)
+{
+    if (!st || fd < 0)
+        return pulse_fail(PULSE_ERR_INVALID, "get: no store or no output file");
+    int rc = store_check_key("get", key);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "get", key);
+    if (rc)
+        return rc;
+    pulse_object_info tinfo;
+    struct store_dst dst = { fd, 0, NULL, NULL };
+    return st->ops->get(st, key, offset, length, NULL, &dst, info ? info : &tinfo);
+}
+
 int store_get_path(pulse_store *st, const char *key, uint64_t offset, uint64_t length,
                    const char *path, pulse_object_info *info)
 {
@@ -124,10 +139,8 @@ int store_get_path(pulse_store *st, const char *key, uint64_t offset, uint64_t l
     umask(um);
     if (fchmod(fd, 0666 & ~um))
         rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: chmod %s", key, tmp);
-    pulse_object_info tinfo;
-    struct store_dst dst = { fd, 0, NULL, NULL };
     if (!rc)
-        rc = st->ops->get(st, key, offset, length, NULL, &dst, info ? info : &tinfo);
+        rc = store_get_fd(st, key, offset, length, fd, info);
     if (!rc && fsync(fd))
         rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: fsync %s", key, path);
     if (close(fd) && !rc)

@@ -67,12 +67,14 @@ int store_check_key(const char *op, const char *key);
 /* Prefix check used by list (prefix may be "" and may end in '/'). */
 int store_check_prefix(const char *prefix);
 
-/* The put and get behind pulse_store_put, _put_file and _get_file (store/backend.c), less the
+/* The put and get behind pulse_store_put, _put_file, _get_file and _get_fd (store/backend.c), less the
  * clearing of the last error: the public calls and a backend's batch both run these, so a
  * backend never calls back into the public API. */
 int store_put_data(pulse_store *st, const char *key, const void *data, size_t len, unsigned flags);
 int store_put_path(pulse_store *st, const char *key, const char *path, unsigned flags);
 int store_get_path(pulse_store *st, const char *key, uint64_t offset, uint64_t length,
                    const char *path, pulse_object_info *info);
+int store_get_fd(pulse_store *st, const char *key, uint64_t offset, uint64_t length, int fd,
+                 pulse_object_info *info);
 
 #endif

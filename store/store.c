@@ -250,6 +250,13 @@ int pulse_store_get_file(pulse_store *st, const char *key, uint64_t offset, uint
     return store_get_path(st, key, offset, length, path, info);
 }
 
+int pulse_store_get_fd(pulse_store *st, const char *key, uint64_t offset, uint64_t length, int fd,
+                       pulse_object_info *info)
+{
+    pulse_clear_error();
+    return store_get_fd(st, key, offset, length, fd, info);
+}
+
 int pulse_store_head(pulse_store *st, const char *key, pulse_object_info *info)
 {
     pulse_clear_error();

@@ -102,6 +102,13 @@ PULSE_API int pulse_store_get_if_none_match(pulse_store *st, const char *key, co
 PULSE_API int pulse_store_get_file(pulse_store *st, const char *key, uint64_t offset, uint64_t length,
                                    const char *path, pulse_object_info *info);
 
+/* Writes the range into the open file fd at offsets from 0 (pwrite: fd's own position is not
+ * used), as pulse_store_get_file does, but neither syncs nor renames anything: for a caller whose
+ * file is a temporary of its own (a follower's fetched step). On failure fd may hold part of the
+ * range. */
+PULSE_API int pulse_store_get_fd(pulse_store *st, const char *key, uint64_t offset, uint64_t length, int fd,
+                                 pulse_object_info *info);
+
 PULSE_API int pulse_store_head(pulse_store *st, const char *key, pulse_object_info *info);
 
 /* Deletes key. PULSE_ERR_NOTFOUND on file:// when absent; s3 servers answer success. */

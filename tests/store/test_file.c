@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The file:// backend end to end: round trips, ranges, conditional get, lists, races of writers, symlinks refused. */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sodium.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,6 +114,16 @@ static void files(void)
         fclose(f);
     CHECK_EQ_INT(got, 2u << 20);
     CHECK(!memcmp(back, data + 1000, 2u << 20));
+    /* Into a file of the caller's: at offsets from 0, one byte past the end asked for. */
+    int ofd = open(out, O_RDWR | O_TRUNC);
+    CHECK(ofd >= 0 && lseek(ofd, 7, SEEK_SET) == 7);
+    CHECK_OK(pulse_store_get_fd(st, "big/file.bin", 0, n + 1, ofd, &info));
+    CHECK_EQ_INT(info.size, n);
+    struct stat sb;
+    CHECK(fstat(ofd, &sb) == 0 && (size_t)sb.st_size == n);
+    CHECK(pread(ofd, back, n, 0) == (ssize_t)n && !memcmp(back, data, n));
+    CHECK_ERR(pulse_store_get_fd(st, "nope", 0, PULSE_TO_END, ofd, NULL), PULSE_ERR_NOTFOUND);
+    close(ofd);
     /* A failed get leaves nothing at the output path. */
     unlink(out);
     CHECK_ERR(pulse_store_get_file(st, "nope", 0, PULSE_TO_END, out, NULL), PULSE_ERR_NOTFOUND);

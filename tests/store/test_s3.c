@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The s3:// backend against a real server (Ceph RGW from tests/s3/rgw.sh): every operation round-trips. */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,22 @@ static void multipart(void)
     CHECK(file_equals(out, d, n));
     CHECK_OK(pulse_store_get_file(st, "big/multi part", 5000, 7u << 20, out, NULL));
     CHECK(file_equals(out, d + 5000, 7u << 20));
+    /* Into a file of the caller's, as parallel ranges, at offsets from 0 whatever its
+     * position; one byte past the end asked for, the object's own bytes come. */
+    int ofd = open(out, O_RDWR | O_TRUNC);
+    CHECK(ofd >= 0 && lseek(ofd, 100, SEEK_SET) == 100);
+    CHECK_OK(pulse_store_get_fd(st, "big/multi part", 0, n + 1, ofd, &info));
+    CHECK_EQ_INT(info.size, n);
+    close(ofd);
+    CHECK(file_equals(out, d, n));
+    ofd = open(out, O_RDWR | O_TRUNC);
+    CHECK_OK(pulse_store_get_fd(st, "big/multi part", 3, 10, ofd, NULL));   /* one GET */
+    close(ofd);
+    CHECK(file_equals(out, d + 3, 10));
+    ofd = open(out, O_RDWR | O_TRUNC);
+    CHECK_ERR(pulse_store_get_fd(st, "big/nope", 0, PULSE_TO_END, ofd, NULL), PULSE_ERR_NOTFOUND);
+    close(ofd);
+    CHECK_ERR(pulse_store_get_fd(st, "big/multi part", 0, PULSE_TO_END, -1, NULL), PULSE_ERR_INVALID);
     CHECK(same("big/multi part", d, n));
     /* Multipart from memory, and if-absent on a multipart put. */
     CHECK_OK(pulse_store_put(st, "big/mem", d, n, PULSE_PUT_IF_ABSENT));
