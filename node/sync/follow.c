@@ -30,6 +30,9 @@
 struct pulse_follower {
     pulse_follow_opts o;
     char *run;
+    /* Copies of the caller's strings, which f->o points at: the follower uses them for as long
+     * as it is open, and a caller may free or reuse its own after pulse_follower_open. */
+    char *store_url, *state_dir, *weights_path;
     pulse_store *st;
     pulse_index *ix;
     /* The state the weights hold, tracked once known: only this handle writes them. */
@@ -145,6 +148,9 @@ PULSE_API void pulse_follower_close(pulse_follower **pf)
     state_dir_close(&f->dir);
     free(f->pend);
     free(f->run);
+    free(f->store_url);
+    free(f->state_dir);
+    free(f->weights_path);
     pulse_dirs_free(&f->dirs);
     sync_slices_free(&f->slices);
     free(f);
@@ -206,14 +212,25 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     f->o.size = sizeof f->o;
     f->o.weights = weights;
     f->engine = engine;
+    f->o.store_url = f->store_url = strdup(opts->store_url);
+    f->o.state_dir = f->state_dir = strdup(opts->state_dir);
+    f->o.weights_path = f->weights_path = opts->weights_path ? strdup(opts->weights_path) : NULL;
     int has_slices = opts->size >= offsetof(pulse_follow_opts, n_slices) + sizeof opts->n_slices && opts->n_slices;
-    int r = has_slices && !engine ? pulse_fail(PULSE_ERR_INVALID, "slices are for a follower of engine-held weights "
-                                               "(on_patch): weights pulse holds are whole")
-                                  : has_slices ? sync_slices_copy(&f->slices, opts->slices, opts->n_slices) : 0;
+    int r = 0;
+    if (!f->store_url || !f->state_dir || (opts->weights_path && !f->weights_path))
+        r = pulse_fail(PULSE_ERR_NOMEM, "follower");
+    else if (has_slices && !engine)
+        r = pulse_fail(PULSE_ERR_INVALID, "slices are for a follower of engine-held weights (on_patch): weights pulse "
+                       "holds are whole");
+    else if (has_slices)
+        r = sync_slices_copy(&f->slices, opts->slices, opts->n_slices);
     f->o.slices = NULL;   /* the copy in f->slices is the one used */
     f->o.n_slices = 0;
     if (r) {
         free(f->run);
+        free(f->store_url);
+        free(f->state_dir);
+        free(f->weights_path);
         free(f);
         return r;
     }

@@ -303,6 +303,37 @@ static void test_sync(void)
         CHECK(!memcmp(held.result, ids[step], 32));
         CHECK(same(&inference, &trainer));
     }
+    /* The follower keeps its own copies of the option strings: a buffer the caller reuses after
+     * pulse_follower_open (as at() does, and as follower()'s URL goes out of scope) changes
+     * nothing. Here the state directory's name is overwritten with one that cannot be made, and
+     * a fresh follower still restores the keyframe through its state directory and applies the
+     * patches. */
+    {
+        static model third;
+        memset(&third, 0x33, sizeof third);
+        pulse_mem_tensor t3[4];
+        describe(&third, t3, "F32");
+        pulse_ckpt *c3 = NULL;
+        CHECK_OK(pulse_ckpt_wrap(&c3, t3, 4, PULSE_CKPT_WRITE));
+        char sd[512];
+        snprintf(sd, sizeof sd, "%s", at("fol3"));
+        pulse_follower *f3 = NULL;
+        CHECK_OK(follower(&f3, trust, sd, c3));
+        snprintf(sd, sizeof sd, "/nonexistent/state");
+        size_t applied = 0;
+        CHECK_OK(pulse_follower_pull(f3, &applied, NULL));
+        CHECK_EQ_INT(applied, 3);
+        CHECK(same(&third, &trainer));
+        pulse_follower_close(&f3);
+        pulse_ckpt_close(&c3);
+        DIR *d = opendir(at("fol3"));
+        int temporaries = 0;
+        for (struct dirent *e; d && (e = readdir(d));)
+            temporaries += !strncmp(e->d_name, "fetch", 5) || !strncmp(e->d_name, "keyframe", 8);
+        CHECK(d != NULL && temporaries == 0);
+        if (d)
+            closedir(d);
+    }
     /* Publishing the same state again is a no-op; the copy in the state dir is named by the id. */
     pulse_sync_step s;
     CHECK_OK(pulse_publisher_publish_ckpt(pub, ct, -1, 0, &s));
