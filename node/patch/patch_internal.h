@@ -64,6 +64,7 @@ struct pulse_patch {
                              * 6 values coded by the step before the base */
     char *metadata;         /* format 4: the result's __metadata__ (compact JSON), NULL when not carried */
     uint8_t *buf;           /* private copy: the whole patch (in memory), or header + table + digest (file) */
+    size_t mapped;          /* buf is a read-only mapping of this many bytes, not malloc'd (0: malloc'd) */
     size_t len;             /* the whole patch */
     int fd;                 /* the patch file, chunk data read from it by chunk; -1 in memory */
     uint64_t data_off;      /* file offset of the data section */

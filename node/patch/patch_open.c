@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -242,22 +243,33 @@ static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, s
     return 0;
 }
 
-/* Takes ownership of buf (malloc'd, buf_len bytes) and of fd (-1 for a patch in memory).
- * len is the patch's total length. In memory, buf is the whole patch (buf_len == len); from
- * a file, buf holds the fixed header, table and header digest when the declared table fits
- * the file (else just the fixed header, which the size check below then refuses), and the
- * chunk data stays in the file, read chunk by chunk (patch_chunk_bytes). */
-static int open_owned(pulse_patch **out, uint8_t *buf, size_t buf_len, size_t len, int fd)
+/* Frees a patch's buf: malloc'd, or a read-only mapping of `mapped` bytes. */
+static void buf_release(uint8_t *buf, size_t mapped)
+{
+    if (mapped)
+        munmap(buf, mapped);
+    else
+        free(buf);
+}
+
+/* Takes ownership of buf (malloc'd, buf_len bytes, or a mapping of `mapped` bytes) and of fd
+ * (-1 for a patch in memory). len is the patch's total length. In memory, buf is the whole
+ * patch (buf_len == len); from a file, buf holds the fixed header, table and header digest
+ * when the declared table fits the file (else just the fixed header, which the size check
+ * below then refuses), and the chunk data stays in the file, read chunk by chunk
+ * (patch_chunk_bytes). */
+static int open_owned(pulse_patch **out, uint8_t *buf, size_t buf_len, size_t len, int fd, size_t mapped)
 {
     *out = NULL;
     pulse_patch *p = calloc(1, sizeof *p);
     if (!p) {
-        free(buf);
+        buf_release(buf, mapped);
         if (fd >= 0)
             close(fd);
         return pulse_fail(PULSE_ERR_NOMEM, "patch");
     }
     p->buf = buf;
+    p->mapped = mapped;
     p->len = len;
     p->fd = fd;
     int err;
@@ -391,7 +403,22 @@ int patch_open_mem_take(pulse_patch **out, void *buf, size_t len)
     }
     if (!buf && !(buf = malloc(1)))   /* an empty object: refused below as a patch */
         return pulse_fail(PULSE_ERR_NOMEM, "patch of 0 bytes");
-    return open_owned(out, buf, len, len, -1);
+    return open_owned(out, buf, len, len, -1, 0);
+}
+
+int patch_open_map_take(pulse_patch **out, void *map, size_t len)
+{
+    if (!out || !map || !len) {
+        if (map && len)
+            munmap(map, len);
+        return pulse_fail(PULSE_ERR_INVALID, "patch_open_map_take: no mapping");
+    }
+    *out = NULL;
+    if (len > PULSE_PATCH_MAX_BYTES) {
+        munmap(map, len);
+        return pulse_fail(PULSE_ERR_LIMIT, "patch of %zu bytes", len);
+    }
+    return open_owned(out, map, len, len, -1, len);
 }
 
 int pulse_patch_open_head(pulse_patch **out, const void *head, size_t head_len, uint64_t patch_bytes)
@@ -407,7 +434,7 @@ int pulse_patch_open_head(pulse_patch **out, const void *head, size_t head_len, 
         return pulse_fail(PULSE_ERR_NOMEM, "patch head of %zu bytes", head_len);
     memcpy(copy, head, head_len);
     pulse_patch *p = NULL;
-    int err = open_owned(&p, copy, head_len, (size_t)patch_bytes, -1);
+    int err = open_owned(&p, copy, head_len, (size_t)patch_bytes, -1, 0);
     if (err)
         return err;
     /* Exactly the head: a longer buffer would be data this handle does not track. */
@@ -495,7 +522,7 @@ int pulse_patch_open(pulse_patch **out, const char *path)
         snprintf(detail, sizeof detail, "%s", pulse_last_error());
         return pulse_fail(err, "%s: %s", path, detail);
     }
-    err = open_owned(out, buf, want, len, fd);
+    err = open_owned(out, buf, want, len, fd, 0);
     if (err) {
         char detail[512];
         snprintf(detail, sizeof detail, "%s", pulse_last_error());
@@ -617,7 +644,7 @@ void pulse_patch_close(pulse_patch **pp)
     free(p->chunks);
     free(p->metadata);
     patch_slice_free(p);
-    free(p->buf);
+    buf_release(p->buf, p->mapped);
     if (p->fd >= 0)
         close(p->fd);
     free(p);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/env_bytes.h"
 #include "base/fail.h"
 #include "base/names.h"
 #include "manifest/layout.h"
@@ -900,10 +901,22 @@ static const pulse_record_object *by_direction_object(const pulse_record *rec)
     return rec->n_objects == 3 ? &rec->objects[2] : NULL;
 }
 
+/* The largest fetched step held in the process's memory; a larger one is fetched into an
+ * unlinked temporary in the state directory and read mapped, so a follower's anonymous memory
+ * does not grow with the step (a 7B step at RL densities is several hundred MB). Below it, one
+ * GET into memory saves s3's HEAD before a GET to a file (a round trip) and the temporary's
+ * page-cache writes. PULSE_FETCH_MEMORY sets it (0: every step through a file). */
+#define FETCH_MEMORY_CAP (64u << 20)
+
 /* Fetches object o (its size and digest checked) and opens it as a patch over the fetched
  * bytes, which the patch then holds. */
 static int fetch_open(pulse_follower *f, const pulse_record_object *o, uint64_t *moved, pulse_patch **p)
 {
+    if (o->size > pulse_env_bytes("PULSE_FETCH_MEMORY", FETCH_MEMORY_CAP, SIZE_MAX)) {
+        void *map = NULL;
+        int r = sync_fetch_object_mapped(f->st, f->run, o, f->o.state_dir, &map, moved);
+        return r ? r : patch_open_map_take(p, map, (size_t)o->size);
+    }
     void *data = NULL;
     int r = sync_fetch_objects(f->st, f->run, o, 1, &data, moved);
     if (r) {

@@ -57,6 +57,15 @@ void sync_progress_end(void);
 int sync_fetch_objects(pulse_store *st, const char *run, const pulse_record_object *o, size_t n,
                        void **data, uint64_t *moved);
 
+/* Fetches object o into a temporary in dir that is unlinked at once (a crash leaves nothing
+ * there), checks its size and SHA-256 as sync_fetch_objects does, and returns it mapped
+ * read-only in *map (o->size bytes, o->size > 0; munmap, or hand to patch_open_map_take).
+ * The bytes are page cache the kernel may write back and drop, not the process's anonymous
+ * memory: how a follower holds a step larger than its cap in memory (PULSE_FETCH_MEMORY).
+ * On failure nothing is returned and the detail names the object (or dir's full disk). */
+int sync_fetch_object_mapped(pulse_store *st, const char *run, const pulse_record_object *o, const char *dir,
+                             void **map, uint64_t *moved);
+
 /* Copies C (sharded, or tensors in caller memory) into one new safetensors file at PATH, opened
  * writable and not yet committed (closing without commit removes it): a keyframe is always one
  * file, and the publisher snapshots tensors in memory this way. */

@@ -110,6 +110,27 @@ rm -f full/filler
 ok pull full/fst full/w.safetensors
 check "[ \"\$(hash_of full/w.safetensors)\" = \"\$(hash_of '$s2')\" ]"
 
+# A step fetched through a temporary in the state directory (PULSE_FETCH_MEMORY=0: the road of
+# a step over 64 MiB) with room for the index but not for the patch (~430 kB at lr 3e-4): the
+# fetch is refused, naming the object; the weights as they were, no temporary left; taken once
+# there is room.
+rm -rf full/store full/fst full/w.safetensors full/filler
+"$P" synth --params 1M --steps 1 --lr 3e-4 --out wide >/dev/null || { echo "FAIL: synth"; exit 1; }
+pub3() { "$P" publish --store "file://$T/store3" --run r3 --key tr.key --state st3 "$1"; }
+pull3() { "$P" pull --store "file://$T/store3" --run r3 --trust tr.pub --state full/fst3 --weights full/w3.safetensors; }
+ok pub3 wide/step-000000.safetensors
+ok pull3
+ok pub3 wide/step-000001.safetensors
+fill 200000
+PULSE_FETCH_MEMORY=0 full pull3
+check "grep -q '^pulse pull: .*object .*No space left on device' err"
+check "[ \"\$(hash_of full/w3.safetensors)\" = \"\$(hash_of wide/step-000000.safetensors)\" ]"
+check "[ -z \"\$(ls -A full/fst3 | grep -v -x -e index.db -e index.db-wal -e index.db-shm -e lock -e unsynced)\" ]"
+rm -f full/filler
+PULSE_FETCH_MEMORY=0 ok pull3
+check "[ \"\$(hash_of full/w3.safetensors)\" = \"\$(hash_of wide/step-000001.safetensors)\" ]"
+rm -rf full/fst3 full/w3.safetensors
+
 # The long-running follower (pulse node follow), weights and state on the tmpfs, its store on
 # the normal disk: running at step 0 when the disk fills and step 1 appears, it logs the step it
 # cannot take, keeps running with its weights as they were, takes the step once there is room,
