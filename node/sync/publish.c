@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The publisher: diff against the last published state, upload objects, commit a signed record, move the head. */
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -224,12 +226,14 @@ static uint64_t elems_of(const pulse_ckpt *c)
 }
 
 /* The patch from last to c (the record's two states), coded by the directions prev_dirs where
- * given (format 6), read back into *buf (the file deleted). */
-static int diff_to_memory(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c, const pulse_record *rec,
-                          const pulse_dirs *prev_dirs, void **buf, pulse_patch_stats *stats)
+ * given (format 6), mapped read-only in *map (stats->file_bytes bytes; the file deleted): the
+ * upload reads page cache the kernel may drop, not a copy in the process's memory, so a
+ * publisher's memory does not grow with the step (~290 MB at 1B and lr 3e-5). */
+static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c, const pulse_record *rec,
+                       const pulse_dirs *prev_dirs, void **map, pulse_patch_stats *stats)
 {
     /* Both state ids are known (the record's base and result): the diff need not hash again.
-     * The file is read back, uploaded and deleted: the uploaded object is the durable copy, and
+     * The file is mapped, uploaded and deleted: the uploaded object is the durable copy, and
      * a publisher that stops before the record is written diffs again, so no fsync. */
     char path[4096];
     snprintf(path, sizeof path, "%s/pending.patch", p->state_dir);
@@ -247,7 +251,7 @@ static int diff_to_memory(pulse_publisher *p, const pulse_ckpt *last, const puls
     /* a patch by direction is context-coded whatever the plain patch is */
     d.context = (p->o.context || prev_dirs) && p->o.values == PULSE_VALUES_ULP;
     d.prev_dirs = d.context ? prev_dirs : NULL;
-    *buf = NULL;
+    *map = NULL;
     int r = pulse_patch_diff(last, c, &d, path);
     pulse_patch *patch = NULL;
     if (!r)
@@ -256,20 +260,22 @@ static int diff_to_memory(pulse_publisher *p, const pulse_ckpt *last, const puls
         r = pulse_patch_info(patch, 0, stats);
     pulse_patch_close(&patch);
 
-    FILE *f = r ? NULL : fopen(path, "rb");
-    if (!r && !f)
+    int fd = r ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (!r && (fd < 0 || fstat(fd, &sb) != 0))
         r = pulse_fail_errno(PULSE_ERR_IO, "%s", path);
+    else if (!r && (uint64_t)sb.st_size != stats->file_bytes)
+        r = pulse_fail(PULSE_ERR_IO, "%s: %lld bytes, the patch written has %llu", path, (long long)sb.st_size,
+                       (unsigned long long)stats->file_bytes);
     if (!r) {
-        *buf = malloc(stats->file_bytes ? stats->file_bytes : 1);
-        if (!*buf || fread(*buf, 1, stats->file_bytes, f) != stats->file_bytes)
-            r = pulse_fail_errno(PULSE_ERR_IO, "reading %s", path);
+        void *m = mmap(NULL, (size_t)stats->file_bytes, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED)
+            r = pulse_fail_errno(PULSE_ERR_IO, "mapping %s", path);
+        else
+            *map = m;
     }
-    if (f)
-        fclose(f);
-    if (r) {
-        free(*buf);
-        *buf = NULL;
-    }
+    if (fd >= 0)
+        close(fd);
     unlink(path);
     return r;
 }
@@ -282,13 +288,13 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
 {
     void *buf = NULL, *buf6 = NULL;
     pulse_patch_stats stats, stats6;
-    int r = diff_to_memory(p, last, c, rec, NULL, &buf, &stats);
+    int r = diff_mapped(p, last, c, rec, NULL, &buf, &stats);
     const int by_dir = p->o.by_direction && p->o.values == PULSE_VALUES_ULP;
     if (!r && by_dir)
         r = pulse_dirs_of_step(next, last, c, rec->base, rec->result, p->o.threads);
     const int with6 = by_dir && p->dirs && !memcmp(pulse_dirs_to_id(p->dirs), rec->base, 32);
     if (!r && with6)
-        r = diff_to_memory(p, last, c, rec, p->dirs, &buf6, &stats6);
+        r = diff_mapped(p, last, c, rec, p->dirs, &buf6, &stats6);
     /* The patch, and its head again as an object of its own: the record's digest of the head
      * binds the chunk table, so a follower holding part of each tensor can check the table,
      * then fetch only its chunks by range and check each against its digest there. */
@@ -311,8 +317,10 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
         rec->changes = stats.changes + stats.opaque_changes;
         rec->patch_bytes = blob[0].len + blob[1].len + blob[2].len;
     }
-    free(buf);
-    free(buf6);
+    if (buf)
+        munmap(buf, (size_t)stats.file_bytes);
+    if (buf6)
+        munmap(buf6, (size_t)stats6.file_bytes);
     if (r)
         pulse_dirs_free(next);
     return r;
