@@ -56,7 +56,12 @@ static void usage(FILE *f)
         "  --deadline S         a pull or poll gives up after S seconds, every request and retry\n"
         "                       included (default 3600; 0: no bound); the next poll starts afresh\n"
         "  --log FORMAT         text (default) or json\n"
-        "  --threads N          threads (default: all cores)\n");
+        "  --threads N          threads (default: all cores)\n"
+        "\n"
+        "Environment: PULSE_FETCH_MEMORY=<bytes>[K|M|G] is the largest patch fetched into memory\n"
+        "(default 64M); a larger one goes to a temporary file in the state directory, unlinked as\n"
+        "soon as it is created (a crash leaves nothing), so the directory needs room for one patch\n"
+        "(0: every step so).\n");
 }
 
 static int parse_u32(const char *val, uint64_t lo, uint64_t hi, unsigned *out)

@@ -28,7 +28,7 @@ static void usage(FILE *f)
         "  --store URL     file:///dir or s3://bucket/prefix\n"
         "  --run R         run name\n"
         "  --trust P       a .pub file or a directory of them (repeatable)\n"
-        "  --state DIR     this follower's state (index.db)\n"
+        "  --state DIR     this follower's state (index.db, the step journal)\n"
         "  --weights FILE  the local checkpoint to keep current\n"
         "  --threads N     threads (default: all cores)\n"
         "  --deadline S    give up after S seconds, every request and retry included (default 3600;\n"
@@ -37,7 +37,11 @@ static void usage(FILE *f)
         "                  state (64 hex digits), applied (count), bytes (fetched in all), and\n"
         "                  steps: one object per applied step (as pulse publish --json prints)\n"
         "\n"
-        "On a terminal, each step's download shows bytes done, rate and ETA on stderr.\n");
+        "On a terminal, each step's download shows bytes done, rate and ETA on stderr.\n"
+        "\n"
+        "Environment: PULSE_FETCH_MEMORY=<bytes>[K|M|G] is the largest patch fetched into memory\n"
+        "(default 64M); a larger one goes to a temporary file in DIR, unlinked as soon as it is\n"
+        "created (a crash leaves nothing), so DIR needs room for one patch (0: every step so).\n");
 }
 
 /* The progress meter of the step in hand, ended before its line. */
