@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Content-addressed objects: parallel create-if-absent uploads, and bounded, digest-checked downloads (to memory, or mapped from an unlinked temporary). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +138,18 @@ int sync_fetch_object_mapped(pulse_store *st, const char *run, const pulse_recor
     if (fd < 0)
         return fd;
     unlink(name);   /* open, not named: its blocks go with the last close or the process */
+    /* Room for the object before any of it is fetched: a full disk is said at once, not after a
+     * download it cannot keep (each poll again). Its size stays 0, so a short object is seen. */
+    int fr;
+    do
+        fr = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)o->size);
+    while (fr != 0 && errno == EINTR);
+    if (fr != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
+        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: no room for its %llu bytes in %s", key,
+                             (unsigned long long)o->size, dir);
+        close(fd);
+        return r;
+    }
     pulse_object_info info;
     /* One byte more than declared: a longer object shows itself without being read whole. */
     r = pulse_store_get_fd(st, key, 0, o->size + 1, fd, &info);
