@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,11 +47,20 @@ static size_t packed_bytes(uint64_t elems)
     return (size_t)((elems + 3) / 4);
 }
 
+/* Frees an image: malloc'd, or a read-only mapping of `mapped` bytes. */
+static void image_release(uint8_t *image, size_t mapped)
+{
+    if (mapped)
+        munmap(image, mapped);
+    else
+        free(image);
+}
+
 void pulse_dirs_free(pulse_dirs **d)
 {
     if (!d || !*d)
         return;
-    free((*d)->image);
+    image_release((*d)->image, (*d)->mapped);
     free((*d)->elems);
     free((*d)->at);
     free(*d);
@@ -58,19 +68,21 @@ void pulse_dirs_free(pulse_dirs **d)
 }
 
 /* A directions object of ntensors tensors with elems[i] each (taken either way) around image
- * (taken; NULL: a zeroed one, every element PATCH_DIR_NONE, is made with its head written). */
-static int dirs_make(pulse_dirs **out, size_t ntensors, uint64_t *elems, uint8_t *image, const uint8_t from_id[32],
-                     const uint8_t to_id[32])
+ * (taken: malloc'd, or a read-only mapping of `mapped` bytes; NULL: a zeroed one, every element
+ * PATCH_DIR_NONE, is made with its head written). */
+static int dirs_make(pulse_dirs **out, size_t ntensors, uint64_t *elems, uint8_t *image, size_t mapped,
+                     const uint8_t from_id[32], const uint8_t to_id[32])
 {
     pulse_dirs *d = calloc(1, sizeof *d);
     if (!d) {
         free(elems);
-        free(image);
+        image_release(image, mapped);
         return pulse_fail(PULSE_ERR_NOMEM, "directions of a step");
     }
     d->ntensors = ntensors;
     d->elems = elems;
     d->image = image;
+    d->mapped = mapped;
     d->at = calloc(ntensors ? ntensors : 1, sizeof *d->at);
     size_t len = DIRS_HEAD + 8 * ntensors;
     for (size_t i = 0; d->at && i < ntensors; i++) {
@@ -227,7 +239,7 @@ int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckp
         block_start[i + 1] = block_start[i] + (elems[i] + DIRS_BLOCK - 1) / DIRS_BLOCK;
     }
     pulse_dirs *d;
-    if ((err = dirs_make(&d, n, elems, NULL, from_id ? from_id : ids[0], to_id ? to_id : ids[1])) != 0) {
+    if ((err = dirs_make(&d, n, elems, NULL, 0, from_id ? from_id : ids[0], to_id ? to_id : ids[1])) != 0) {
         free(block_start);
         return err;
     }
@@ -252,7 +264,7 @@ int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id
         return pulse_fail(PULSE_ERR_NOMEM, "directions of a step");
     for (size_t i = 0; i < p->ntensors; i++)
         elems[i] = has_dirs(p->tensors[i].dtype) ? p->tensors[i].units : 0;
-    return dirs_make(d, p->ntensors, elems, NULL, from_id, to_id);
+    return dirs_make(d, p->ntensors, elems, NULL, 0, from_id, to_id);
 }
 
 typedef struct patch_job {
@@ -359,27 +371,28 @@ static int bad(const char *path, const char *what)
     return pulse_fail(PULSE_ERR_FORMAT, "directions file %s: %s", path, what);
 }
 
-/* Parses the n bytes read from path into a directions object (image taken either way). */
-static int parse(pulse_dirs **out, const char *path, uint8_t *image, size_t n)
+/* Parses the n bytes read from path into a directions object (image taken either way: malloc'd,
+ * or, mapped != 0, a read-only mapping of the n bytes). */
+static int parse(pulse_dirs **out, const char *path, uint8_t *image, size_t n, size_t mapped)
 {
     if (n < DIRS_HEAD + DIRS_DIGEST || memcmp(image, DIRS_MAGIC, 8) != 0) {
         const int magic = n >= 8 && memcmp(image, DIRS_MAGIC, 8) == 0;
-        free(image);
+        image_release(image, mapped);
         return bad(path, magic ? "truncated header" : "not a directions file (no PULSEDIR magic)");
     }
     const uint64_t version = get_le(image + 8, 4), ntensors = get_le(image + 12, 4);
     if (version != DIRS_VERSION) {
-        free(image);
+        image_release(image, mapped);
         return pulse_fail(PULSE_ERR_FORMAT, "directions file %s: version %llu unknown (this build reads %u)", path,
                           (unsigned long long)version, DIRS_VERSION);
     }
     if (ntensors > (n - DIRS_HEAD - DIRS_DIGEST) / 8) {
-        free(image);
+        image_release(image, mapped);
         return bad(path, "truncated tensor table");
     }
     uint64_t *elems = calloc(ntensors ? ntensors : 1, sizeof *elems);
     if (!elems) {
-        free(image);
+        image_release(image, mapped);
         return pulse_fail(PULSE_ERR_NOMEM, "directions of a step");
     }
     /* the table's sizes are summed only while they fit in the file: a count no file holds is
@@ -390,7 +403,7 @@ static int parse(pulse_dirs **out, const char *path, uint8_t *image, size_t n)
         want = elems[i] / 4 > n - want ? (uint64_t)n + 1 : want + packed_bytes(elems[i]);
     }
     if (want != n) {
-        free(image);
+        image_release(image, mapped);
         free(elems);
         if (want > n)
             return pulse_fail(PULSE_ERR_FORMAT, "directions file %s: %zu bytes, its table says more (truncated or "
@@ -401,11 +414,11 @@ static int parse(pulse_dirs **out, const char *path, uint8_t *image, size_t n)
     uint8_t digest[32];
     pulse_sha256(image, n - DIRS_DIGEST, digest);
     if (memcmp(digest, image + n - DIRS_DIGEST, 32) != 0) {
-        free(image);
+        image_release(image, mapped);
         free(elems);
         return bad(path, "digest mismatch (the file is damaged)");
     }
-    return dirs_make(out, (size_t)ntensors, elems, image, NULL, NULL);
+    return dirs_make(out, (size_t)ntensors, elems, image, mapped, NULL, NULL);
 }
 
 int pulse_dirs_load(pulse_dirs **out, const char *path)
@@ -442,7 +455,64 @@ int pulse_dirs_load(pulse_dirs **out, const char *path)
         got += (size_t)r;
     }
     close(fd);
-    return parse(out, path, image, n);
+    return parse(out, path, image, n, 0);
+}
+
+/* The regular file at path, opened read-only, no symlink followed, with its size. */
+static int open_regular(const char *path, int *fd, size_t *n)
+{
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (*fd < 0)
+        return pulse_fail_errno(errno == ENOENT ? PULSE_ERR_NOTFOUND : PULSE_ERR_IO, "directions file %s", path);
+    struct stat st;
+    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        return pulse_fail(PULSE_ERR_IO, "directions file %s: not a regular file", path);
+    }
+    *n = (size_t)st.st_size;
+    return 0;
+}
+
+int patch_dirs_load_mapped(pulse_dirs **out, const char *path)
+{
+    pulse_clear_error();
+    *out = NULL;
+    int fd;
+    size_t n;
+    int err = open_regular(path, &fd, &n);
+    if (err)
+        return err;
+    if (n < DIRS_HEAD + DIRS_DIGEST) {   /* nothing worth mapping: the parse says what it is */
+        close(fd);
+        return pulse_dirs_load(out, path);
+    }
+    void *m = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return pulse_fail_errno(PULSE_ERR_IO, "directions file %s: mmap", path);
+    return parse(out, path, m, n, n);
+}
+
+int patch_dirs_save_mapped(pulse_dirs *d, const char *path, int durable)
+{
+    int err = pulse_dirs_save(d, path, durable);
+    if (err || d->mapped)
+        return err;
+    int fd;
+    size_t n;
+    if (open_regular(path, &fd, &n) != 0) {
+        pulse_clear_error();
+        return 0;   /* written; held in memory as it was */
+    }
+    void *m = n == d->len ? mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (m == MAP_FAILED)
+        return 0;
+    free(d->image);
+    d->image = m;
+    d->mapped = n;
+    return 0;
 }
 
 /* ---- the patch after the step ---- */

@@ -10,6 +10,7 @@
 
 struct pulse_dirs {
     uint8_t *image;     /* the file's bytes, whole (docs/patch-format.md, "Directions file") */
+    size_t mapped;      /* image is a read-only mapping of the file, this many bytes (0: malloc'd) */
     size_t len;
     size_t ntensors;
     uint64_t *elems;    /* per tensor: elements with a direction (0: not BF16 or F16) */
@@ -53,6 +54,15 @@ void patch_dirs_seal(pulse_dirs *d);
  * NULL: none asked (pulse_patch_squash). */
 int patch_squash_dirs(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
                       const char *out_path, pulse_dirs **dirs);
+
+/* A node's own directions file held mapped instead of in memory: its bytes are page cache, not
+ * the process's (two bits a weight, ~1.75 GB at 7B). Only for a file no other process writes or
+ * truncates while the object lives, a node's own in its locked state directory: its digest is
+ * checked at load, not at each read. patch_dirs_load_mapped is pulse_dirs_load over the mapping;
+ * patch_dirs_save_mapped is pulse_dirs_save, after which d holds the file just written from it,
+ * not hashed again (where the file cannot be mapped, d stays in memory: not an error). */
+int patch_dirs_load_mapped(pulse_dirs **out, const char *path);
+int patch_dirs_save_mapped(pulse_dirs *d, const char *path, int durable);
 
 /* Whether d holds a direction for each BF16 and F16 element of p's tensors, or of c's, and none
  * for the others (PULSE_ERR_MISMATCH naming the first tensor that differs). */

@@ -862,7 +862,7 @@ static const pulse_dirs *held_dirs(pulse_follower *f)
         f->dirs_looked = 1;
         char path[4096];
         dirs_path(f, path);
-        int r = pulse_dirs_load(&f->dirs, path);
+        int r = patch_dirs_load_mapped(&f->dirs, path);
         if (r && r != PULSE_ERR_NOTFOUND) {
             follow_log(f, "directions-dropped", "file", path, "reason", pulse_last_error(), NULL);
             unlink(path);
@@ -885,7 +885,9 @@ static void keep_dirs(pulse_follower *f, pulse_dirs *d)
         f->dirs = d;
         return;
     }
-    if (pulse_dirs_save(d, path, sync_each_step(f)) != 0) {
+    /* held from the file it is written to, mapped: two bits a weight of page cache, not of this
+     * process's memory */
+    if (patch_dirs_save_mapped(d, path, sync_each_step(f)) != 0) {
         follow_log(f, "directions-not-kept", "file", path, "reason", pulse_last_error(), NULL);
         unlink(path);
         pulse_clear_error();

@@ -14,6 +14,7 @@
 #include "base/names.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
+#include "node/patch/patch_dirs.h"
 #include "node/sync/unsynced.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/manifest.h"
@@ -339,7 +340,7 @@ static void save_dirs(pulse_publisher *p)
 {
     char path[4096];
     dirs_path(p, path);
-    if (pulse_dirs_save(p->dirs, path, sync_each_publish(p)) != 0) {
+    if (patch_dirs_save_mapped(p->dirs, path, sync_each_publish(p)) != 0) {   /* then held mapped */
         fprintf(stderr, "pulse: %s: %s; the next step is published without its patch by direction\n", path,
                 pulse_last_error());
         unlink(path);
@@ -353,7 +354,7 @@ static void load_dirs(pulse_publisher *p)
 {
     char path[4096];
     dirs_path(p, path);
-    int r = pulse_dirs_load(&p->dirs, path);
+    int r = patch_dirs_load_mapped(&p->dirs, path);
     if (r && r != PULSE_ERR_NOTFOUND) {
         fprintf(stderr, "pulse: %s: %s; removed\n", path, pulse_last_error());
         unlink(path);

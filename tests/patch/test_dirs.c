@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests of a step's directions (pulse_dirs): the file's bits checked element by element against the step, the same file from the two checkpoints and from ulp and abs patches (chunks that split a byte, tensors not 2-byte aligned, odd lengths, an F32 tensor without directions), and every malformed file refused by name. */
+/* Unit tests of a step's directions (pulse_dirs): the file's bits checked element by element against the step, the same file from the two checkpoints and from ulp and abs patches (chunks that split a byte, tensors not 2-byte aligned, odd lengths, an F32 tensor without directions), and every malformed file refused by name, read into memory and mapped. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +8,7 @@
 #include "pulseweights.h"
 #include "pulseweights/patch.h"
 #include "crypto/sha256.h"
+#include "node/patch/patch_dirs.h"
 #include "check.h"
 
 #define NA 7      /* BF16, fewer than a byte's four and odd */
@@ -124,12 +125,14 @@ static void check_file(const uint8_t *b, size_t len, const uint8_t from[32], con
 static void refused(const char *path, const uint8_t *b, size_t len, const char *why)
 {
     write_all(path, b, len);
-    pulse_dirs *d = NULL;
-    CHECK_ERR(pulse_dirs_load(&d, path), PULSE_ERR_FORMAT);
-    CHECK(d == NULL);
-    if (!strstr(pulse_last_error(), why))
-        fprintf(stderr, "detail '%s' lacks '%s'\n", pulse_last_error(), why);
-    CHECK(strstr(pulse_last_error(), why) != NULL);
+    for (int mapped = 0; mapped < 2; mapped++) {   /* read into memory, and a node's own, mapped */
+        pulse_dirs *d = NULL;
+        CHECK_ERR(mapped ? patch_dirs_load_mapped(&d, path) : pulse_dirs_load(&d, path), PULSE_ERR_FORMAT);
+        CHECK(d == NULL);
+        if (!strstr(pulse_last_error(), why))
+            fprintf(stderr, "detail '%s' lacks '%s'\n", pulse_last_error(), why);
+        CHECK(strstr(pulse_last_error(), why) != NULL);
+    }
 }
 
 /* A copy of b (len bytes) with its digest made right again. */
@@ -208,6 +211,27 @@ int main(void)
     pulse_dirs *dl = NULL;
     CHECK_OK(pulse_dirs_load(&dl, p1));
     CHECK(dl && !memcmp(pulse_dirs_to_id(dl), idb, 32));
+    /* A node's own file held mapped: loaded (digest checked), or kept from the save that wrote
+     * it; the same bytes and tables either way, the image a mapping of the file. */
+    pulse_dirs *dm = NULL;
+    CHECK_OK(patch_dirs_load_mapped(&dm, p1));
+    CHECK(dm && dm->mapped == len1 && dm->len == len1 && !memcmp(dm->image, f1, len1));
+    CHECK(dm && dm->ntensors == dl->ntensors && !memcmp(dm->at, dl->at, dl->ntensors * sizeof *dl->at));
+    pulse_dirs_free(&dm);
+    pulse_dirs *dk = NULL;
+    CHECK_OK(pulse_dirs_of_step(&dk, a, b, NULL, NULL, 1));
+    snprintf(p2, sizeof p2, "%s/kept.dirs", dir);
+    CHECK_OK(patch_dirs_save_mapped(dk, p2, 1));
+    size_t lenk;
+    uint8_t *fk = read_all(p2, &lenk);
+    CHECK(lenk == len1 && !memcmp(fk, f1, len1));
+    CHECK(dk->mapped == len1 && !memcmp(dk->image, f1, len1));
+    CHECK_OK(patch_dirs_save_mapped(dk, p2, 0));   /* saved again from its own mapping */
+    free(fk);
+    fk = read_all(p2, &lenk);
+    CHECK(lenk == len1 && !memcmp(fk, f1, len1) && !memcmp(dk->image, f1, len1));
+    free(fk);
+    pulse_dirs_free(&dk);
     pulse_patch *p0 = NULL;
     snprintf(path, sizeof path, "%s/p0", dir);
     CHECK_OK(pulse_patch_open(&p0, path));
@@ -256,6 +280,7 @@ int main(void)
     pulse_dirs *dn = NULL;
     snprintf(path, sizeof path, "%s/none", dir);
     CHECK_ERR(pulse_dirs_load(&dn, path), PULSE_ERR_NOTFOUND);
+    CHECK_ERR(patch_dirs_load_mapped(&dn, path), PULSE_ERR_NOTFOUND);
 
     free(m);
     free(f1);
