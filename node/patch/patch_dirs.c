@@ -2,6 +2,7 @@
 /* A step's directions: two bits an element of each BF16 and F16 tensor, bound to the state ids of the step's two ends, which is all of the checkpoint before its base that a format-6 patch is coded by. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,6 +12,7 @@
 #include "base/durable.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
+#include "node/checkpoint/filespace.h"
 #include "node/parallel.h"
 #include "node/patch/patch_ctxcode.h"
 #include "node/patch/patch_dirs.h"
@@ -61,6 +63,9 @@ void pulse_dirs_free(pulse_dirs **d)
     if (!d || !*d)
         return;
     image_release((*d)->image, (*d)->mapped);
+    if ((*d)->tmp)
+        unlink((*d)->tmp);
+    free((*d)->tmp);
     free((*d)->elems);
     free((*d)->at);
     free(*d);
@@ -265,6 +270,57 @@ int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id
     for (size_t i = 0; i < p->ntensors; i++)
         elems[i] = has_dirs(p->tensors[i].dtype) ? p->tensors[i].units : 0;
     return dirs_make(d, p->ntensors, elems, NULL, 0, from_id, to_id);
+}
+
+/* Moves d's image (its head written, the rest zero) into a new temporary beside path, mapped
+ * read-write, its blocks reserved so that no store into the map can meet a full disk. */
+static int back_with_file(pulse_dirs *d, const char *path)
+{
+    char tmp[4096];
+    int fd = pulse_create_temp(path, ".tmp.", 0644, tmp, sizeof tmp);
+    if (fd < 0)
+        return fd;
+    int err = pulse_file_reserve(fd, d->len, tmp);
+    void *m = MAP_FAILED;
+    if (!err && (m = mmap(NULL, d->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        err = pulse_fail_errno(PULSE_ERR_IO, "%s: mmap", tmp);
+    close(fd);
+    char *name = err ? NULL : strdup(tmp);
+    if (err || !name) {
+        if (m != MAP_FAILED)
+            munmap(m, d->len);
+        unlink(tmp);
+        return err ? err : pulse_fail(PULSE_ERR_NOMEM, "directions file name");
+    }
+    /* only the head and the table: the packed directions are zero in both (calloc, a new file) */
+    memcpy(m, d->image, d->at && d->ntensors ? d->at[0] : DIRS_HEAD);
+    free(d->image);
+    d->image = m;
+    d->mapped = d->len;
+    d->tmp = name;
+    return 0;
+}
+
+int patch_dirs_empty_at(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32],
+                        const char *path)
+{
+    int err = patch_dirs_empty(d, p, from_id, to_id);
+    if (!err && path && back_with_file(*d, path) != 0)
+        pulse_clear_error();   /* in memory, as patch_dirs_empty builds them */
+    return err;
+}
+
+int patch_dirs_commit(pulse_dirs *d, const char *path, int durable)
+{
+    if (!d->tmp)
+        return patch_dirs_save_mapped(d, path, durable);
+    if (durable && msync(d->image, d->mapped, MS_SYNC) != 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "directions file %s: msync", d->tmp);
+    if (rename(d->tmp, path) != 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "directions file: rename %s to %s", d->tmp, path);
+    free(d->tmp);
+    d->tmp = NULL;
+    return durable ? pulse_fsync_parent(path) : 0;
 }
 
 typedef struct patch_job {

@@ -10,7 +10,8 @@
 
 struct pulse_dirs {
     uint8_t *image;     /* the file's bytes, whole (docs/patch-format.md, "Directions file") */
-    size_t mapped;      /* image is a read-only mapping of the file, this many bytes (0: malloc'd) */
+    size_t mapped;      /* image is a mapping of a file, this many bytes (0: malloc'd) */
+    char *tmp;          /* being built in this temporary (mapped), not yet renamed into place */
     size_t len;
     size_t ntensors;
     uint64_t *elems;    /* per tensor: elements with a direction (0: not BF16 or F16) */
@@ -46,14 +47,21 @@ static inline void patch_dirs_set(pulse_dirs *d, size_t t, uint64_t j, uint8_t d
 /* Directions of p's tensors (BF16 and F16 ones: the others hold none) from state from_id to
  * to_id, every element unchanged; patch_dirs_seal once they are set. */
 int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32]);
+/* The same built in a temporary beside path (PATH.tmp.XXXXXX, its space reserved, mapped), so
+ * that its bytes are page cache, not the process's; patch_dirs_commit puts it in place, and
+ * pulse_dirs_free of one not put there removes it. Where no such file can be made (a full disk,
+ * no shared maps), the directions are built in memory as patch_dirs_empty does. */
+int patch_dirs_empty_at(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32],
+                        const char *path);
 void patch_dirs_seal(pulse_dirs *d);
 
 /* pulse_patch_squash (node/patch/patch_squash.c) that also gives the directions of the composed
  * step, from base to the last patch's result, read from each chunk's base and result as the
  * squash makes it: what a follower keeps of the step it journals, with no second decode. dirs
- * NULL: none asked (pulse_patch_squash). */
+ * NULL: none asked (pulse_patch_squash). dirs_path: built beside that file (patch_dirs_empty_at),
+ * NULL: in memory. */
 int patch_squash_dirs(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
-                      const char *out_path, pulse_dirs **dirs);
+                      const char *out_path, pulse_dirs **dirs, const char *dirs_path);
 
 /* A node's own directions file held mapped instead of in memory: its bytes are page cache, not
  * the process's (two bits a weight, ~1.75 GB at 7B). Only for a file no other process writes or
@@ -63,6 +71,10 @@ int patch_squash_dirs(pulse_patch *const *p, size_t n, const pulse_ckpt *base, i
  * not hashed again (where the file cannot be mapped, d stays in memory: not an error). */
 int patch_dirs_load_mapped(pulse_dirs **out, const char *path);
 int patch_dirs_save_mapped(pulse_dirs *d, const char *path, int durable);
+/* patch_dirs_save_mapped, or for directions built beside path (patch_dirs_empty_at) their
+ * temporary renamed there (msynced first, and the directory after, with durable): no second
+ * copy of the bytes. */
+int patch_dirs_commit(pulse_dirs *d, const char *path, int durable);
 
 /* Whether d holds a direction for each BF16 and F16 element of p's tensors, or of c's, and none
  * for the others (PULSE_ERR_MISMATCH naming the first tensor that differs). */

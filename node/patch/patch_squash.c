@@ -274,7 +274,7 @@ static int same_patch_layout(const pulse_patch *a, const pulse_patch *b, size_t 
 
 /* pulse_patch_squash, and with dirs (a base given) the directions of the composed step too. */
 static int squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
-                  const char *out_path, pulse_dirs **dirs)
+                  const char *out_path, pulse_dirs **dirs, const char *dirs_path)
 {
     if (!p || n == 0 || !out_path)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_squash: no patches or no output");
@@ -318,7 +318,7 @@ static int squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int t
     if (dirs) {
         if (!base)
             return pulse_fail(PULSE_ERR_INVALID, "the directions of a squash need its base");
-        if ((err = patch_dirs_empty(&q.dirs, p[0], p[0]->base_id, p[n - 1]->result_id)) != 0)
+        if ((err = patch_dirs_empty_at(&q.dirs, p[0], p[0]->base_id, p[n - 1]->result_id, dirs_path)) != 0)
             return err;
         /* two chunks of a tensor share a byte of its directions unless a chunk is whole bytes */
         if (p[0]->chunk_elems % 4)
@@ -397,13 +397,13 @@ done:
 int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
                        const char *out_path)
 {
-    return squash(p, n, base, threads, zstd_level, out_path, NULL);
+    return squash(p, n, base, threads, zstd_level, out_path, NULL, NULL);
 }
 
 int patch_squash_dirs(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
-                      const char *out_path, pulse_dirs **dirs)
+                      const char *out_path, pulse_dirs **dirs, const char *dirs_path)
 {
     if (dirs)
         *dirs = NULL;
-    return squash(p, n, base, threads, zstd_level, out_path, dirs);
+    return squash(p, n, base, threads, zstd_level, out_path, dirs, dirs_path);
 }

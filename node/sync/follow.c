@@ -885,9 +885,9 @@ static void keep_dirs(pulse_follower *f, pulse_dirs *d)
         f->dirs = d;
         return;
     }
-    /* held from the file it is written to, mapped: two bits a weight of page cache, not of this
-     * process's memory */
-    if (patch_dirs_save_mapped(d, path, sync_each_step(f)) != 0) {
+    /* held from the file it is written to (or was built in, beside it), mapped: two bits a
+     * weight of page cache, not of this process's memory */
+    if (patch_dirs_commit(d, path, sync_each_step(f)) != 0) {
         follow_log(f, "directions-not-kept", "file", path, "reason", pulse_last_error(), NULL);
         unlink(path);
         pulse_clear_error();
@@ -1028,8 +1028,9 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
         return pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold");
     if (in_memory(f))
         return apply_patch_memory(f, rec, rel, moved);
-    char jpath[4096];
+    char jpath[4096], dpath[4096];
     int r = journal_patch_path(f->o.state_dir, jpath, sizeof jpath);
+    dirs_path(f, dpath);
     pulse_patch *p = NULL, *abs = NULL;
     pulse_dirs *next = NULL;   /* a run that publishes by direction: this step's directions */
     int by_dir = 0;
@@ -1046,7 +1047,7 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     /* A run that publishes by direction: the squash also gives the step's directions, from
      * each chunk's base and result as it makes the absolute form. */
     if (!r)
-        r = patch_squash_dirs(&p, 1, w, f->o.threads, 0, jpath, by_direction_object(rec) ? &next : NULL);
+        r = patch_squash_dirs(&p, 1, w, f->o.threads, 0, jpath, by_direction_object(rec) ? &next : NULL, dpath);
     pulse_ckpt_close(&w);
     /* The journal's patch reads back (header and table) before the weights depend on it. */
     if (!r)

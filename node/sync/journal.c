@@ -98,13 +98,16 @@ int journal_clear(const char *dir)
 
 void journal_sweep(const char *dir)
 {
-    static const char stem[] = "journal.patch.tmp.";
+    /* the journal patch's, and the directions' (built beside their file during a step, or
+     * written there after it): "directions" itself has no dot */
+    static const char *const stems[] = { "journal.patch.tmp.", "directions." };
     DIR *d = opendir(dir);
     if (!d)
         return;
     int fd = dirfd(d);
     for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (!strncmp(e->d_name, stem, sizeof stem - 1))
-            (void)unlinkat(fd, e->d_name, 0);
+        for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++)
+            if (!strncmp(e->d_name, stems[i], strlen(stems[i])))
+                (void)unlinkat(fd, e->d_name, 0);
     closedir(d);
 }

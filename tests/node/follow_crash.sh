@@ -22,10 +22,15 @@ cut=$((size / 2 + 1))
 { head -c "$cut" "$(ckpt 4)"; tail -c +$((cut + 1)) "$(ckpt 3)"; } >t/w.safetensors
 cmp -s t/w.safetensors "$(ckpt 4)" && fail "the torn file is not torn"
 cmp -s t/w.safetensors "$(ckpt 3)" && fail "the torn file is not torn"
-# and the temporary of a journal patch a process killed while writing it left behind
+# and the temporaries a process killed mid-step left behind: of a journal patch, of the step's
+# directions (built beside their file) and of their write
 head -c 4096 /dev/urandom >t/state/journal.patch.tmp.Zq81xA
+head -c 4096 /dev/urandom >t/state/directions.tmp.Qw3rT9
+head -c 4096 /dev/urandom >t/state/directions.Er5tY7
 follow t --once 2>t2.log || fail "recovery: $(cat t2.log)"
 [ ! -e t/state/journal.patch.tmp.Zq81xA ] || fail "a killed squash's temporary left behind"
+[ ! -e t/state/directions.tmp.Qw3rT9 ] || fail "a killed step's directions temporary left behind"
+[ ! -e t/state/directions.Er5tY7 ] || fail "a killed write's directions temporary left behind"
 grep -q 'recovered step=4 phase=applying' t2.log || fail "no recovery logged: $(cat t2.log)"
 cmp -s t/w.safetensors "$(ckpt 4)" || fail "recovered weights differ from step 4"
 [ ! -e t/state/journal ] || fail "journal left behind"

@@ -236,6 +236,34 @@ int main(void)
     snprintf(path, sizeof path, "%s/p0", dir);
     CHECK_OK(pulse_patch_open(&p0, path));
     CHECK_ERR(pulse_patch_set_prev_dirs(p0, dl), PULSE_ERR_INVALID);
+    /* Built in a temporary beside their file, as a follower's squash builds them: the same bytes
+     * as the step's once put in place; freed before that, the temporary goes and nothing is
+     * left at the file. */
+    snprintf(p2, sizeof p2, "%s/built.dirs", dir);
+    for (int commit = 0; commit < 2; commit++) {
+        pulse_dirs *db = NULL;
+        char sq[4096], tmpname[4096];
+        snprintf(sq, sizeof sq, "%s/squash%d", dir, commit);
+        CHECK_OK(patch_squash_dirs(&p0, 1, a, 2, 0, sq, &db, p2));
+        CHECK(db && db->tmp && db->mapped == len1 && access(db->tmp, F_OK) == 0);
+        snprintf(tmpname, sizeof tmpname, "%s", db && db->tmp ? db->tmp : "");
+        if (commit && db) {
+            CHECK_OK(patch_dirs_commit(db, p2, 1));
+            CHECK(db->tmp == NULL && access(tmpname, F_OK) != 0);
+            size_t lenb;
+            uint8_t *fb = read_all(p2, &lenb);
+            CHECK(lenb == len1 && !memcmp(fb, f1, len1) && !memcmp(db->image, f1, len1));
+            free(fb);
+        }
+        pulse_dirs_free(&db);
+        CHECK(access(tmpname, F_OK) != 0);
+        CHECK((access(p2, F_OK) == 0) == commit);
+    }
+    /* No file can be made there: built in memory instead, not an error. */
+    pulse_dirs *dmem = NULL;
+    CHECK_OK(patch_dirs_empty_at(&dmem, p0, ida, idb, "/nonexistent/dir/x.dirs"));
+    CHECK(dmem && !dmem->tmp && !dmem->mapped);
+    pulse_dirs_free(&dmem);
     pulse_patch_close(&p0);
     /* Another layout: the two checkpoints swapped tensor for tensor are refused. */
     pulse_dirs *dx = NULL;
