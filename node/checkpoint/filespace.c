@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Sizing a checkpoint file that is about to be written through a shared map, with its disk space reserved. */
+/* Disk space reserved before a file is written: a checkpoint written through a shared map, a fetched object. */
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -7,10 +7,8 @@
 #include "base/fail.h"
 #include "node/checkpoint/filespace.h"
 
-int pulse_file_reserve(int fd, uint64_t size, const char *what)
+int pulse_file_allocate(int fd, int mode, uint64_t size)
 {
-    if (ftruncate(fd, (off_t)size) != 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "%s: cannot size to %llu bytes", what, (unsigned long long)size);
     if (size == 0)
         return 0;
     /* fallocate, not posix_fallocate: where the file system has no fallocate, glibc's
@@ -18,9 +16,16 @@ int pulse_file_reserve(int fd, uint64_t size, const char *what)
      * the caller writes every byte anyway. */
     int r;
     do
-        r = fallocate(fd, 0, 0, (off_t)size);
+        r = fallocate(fd, mode, 0, (off_t)size);
     while (r != 0 && errno == EINTR);
-    if (r != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+    return r != 0 && errno != EOPNOTSUPP && errno != ENOSYS ? -1 : 0;
+}
+
+int pulse_file_reserve(int fd, uint64_t size, const char *what)
+{
+    if (ftruncate(fd, (off_t)size) != 0)
+        return pulse_fail_errno(PULSE_ERR_IO, "%s: cannot size to %llu bytes", what, (unsigned long long)size);
+    if (pulse_file_allocate(fd, 0, size) != 0)
         return pulse_fail_errno(PULSE_ERR_IO, "%s: cannot reserve %llu bytes", what, (unsigned long long)size);
     return 0;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal: sizing a checkpoint file that is about to be written through a shared map, with its disk space reserved. */
+/* Internal: disk space reserved before a file is written (a checkpoint through a shared map, a fetched object). */
 #ifndef PULSE_CKPT_FILESPACE_H
 #define PULSE_CKPT_FILESPACE_H
 
@@ -11,5 +11,10 @@
  * cannot allocate ahead (no fallocate), it falls back to ftruncate alone. `what` names the
  * file in the error. Returns 0 or a negative pulse error. */
 int pulse_file_reserve(int fd, uint64_t size, const char *what);
+
+/* fallocate(fd, mode, 0, size), retried when interrupted: 0 also where the file system cannot
+ * allocate ahead (nothing is reserved then), else -1 with errno set (ENOSPC: no room). mode
+ * FALLOC_FL_KEEP_SIZE reserves the blocks and leaves the file's size as it is. */
+int pulse_file_allocate(int fd, int mode, uint64_t size);
 
 #endif

@@ -477,21 +477,33 @@ static int parse(pulse_dirs **out, const char *path, uint8_t *image, size_t n, s
     return dirs_make(out, (size_t)ntensors, elems, image, mapped, NULL, NULL);
 }
 
+/* The directions file at path, opened read-only (a regular file), with its size. */
+static int open_regular(const char *path, int *fd, size_t *n)
+{
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
+        return pulse_fail_errno(errno == ENOENT ? PULSE_ERR_NOTFOUND : PULSE_ERR_IO, "directions file %s", path);
+    struct stat st;
+    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        return pulse_fail(PULSE_ERR_IO, "directions file %s: not a regular file", path);
+    }
+    *n = (size_t)st.st_size;
+    return 0;
+}
+
 int pulse_dirs_load(pulse_dirs **out, const char *path)
 {
     pulse_clear_error();
     if (!out || !path)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_dirs_load: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return pulse_fail_errno(errno == ENOENT ? PULSE_ERR_NOTFOUND : PULSE_ERR_IO, "directions file %s", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return pulse_fail(PULSE_ERR_IO, "directions file %s: not a regular file", path);
-    }
-    const size_t n = (size_t)st.st_size;
+    int fd;
+    size_t n;
+    int err = open_regular(path, &fd, &n);
+    if (err)
+        return err;
     uint8_t *image = malloc(n ? n : 1);
     if (!image) {
         close(fd);
@@ -512,22 +524,6 @@ int pulse_dirs_load(pulse_dirs **out, const char *path)
     }
     close(fd);
     return parse(out, path, image, n, 0);
-}
-
-/* The regular file at path, opened read-only, no symlink followed, with its size. */
-static int open_regular(const char *path, int *fd, size_t *n)
-{
-    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (*fd < 0)
-        return pulse_fail_errno(errno == ENOENT ? PULSE_ERR_NOTFOUND : PULSE_ERR_IO, "directions file %s", path);
-    struct stat st;
-    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(*fd);
-        *fd = -1;
-        return pulse_fail(PULSE_ERR_IO, "directions file %s: not a regular file", path);
-    }
-    *n = (size_t)st.st_size;
-    return 0;
 }
 
 int patch_dirs_load_mapped(pulse_dirs **out, const char *path)

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Content-addressed objects: parallel create-if-absent uploads, and bounded, digest-checked downloads (to memory, or mapped from an unlinked temporary). */
-#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include "base/durable.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
+#include "node/checkpoint/filespace.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/keys.h"
 
@@ -77,6 +77,19 @@ int sync_put_objects(pulse_store *st, const char *run, const sync_blob *blobs, s
     return r;
 }
 
+/* The fetched bytes of object o are the ones its record names: its size, then its SHA-256. */
+static int object_bytes_check(const char *key, const pulse_record_object *o, const void *bytes, uint64_t len)
+{
+    if (len != o->size)
+        return pulse_fail(PULSE_ERR_CORRUPT, "object %s: %s than the %llu bytes the record declares", key,
+                          len > o->size ? "longer" : "shorter", (unsigned long long)o->size);
+    uint8_t d[32];
+    pulse_sha256(bytes, (size_t)len, d);
+    if (memcmp(d, o->digest, 32) != 0)
+        return pulse_fail(PULSE_ERR_CORRUPT, "object %s: SHA-256 does not match its digest", key);
+    return 0;
+}
+
 int sync_fetch_objects(pulse_store *st, const char *run, const pulse_record_object *o, size_t n,
                        void **data, uint64_t *moved)
 {
@@ -100,16 +113,7 @@ int sync_fetch_objects(pulse_store *st, const char *run, const pulse_record_obje
             }
             *moved += x[i].len;
             sync_progress_add(x[i].len);
-            if (x[i].len != o[i].size) {
-                r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: %s than the %llu bytes the record declares",
-                               keys[i], x[i].len > o[i].size ? "longer" : "shorter",
-                               (unsigned long long)o[i].size);
-                break;
-            }
-            uint8_t d[32];
-            pulse_sha256(x[i].out, x[i].len, d);
-            if (memcmp(d, o[i].digest, 32) != 0)
-                r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: SHA-256 does not match its digest", keys[i]);
+            r = object_bytes_check(keys[i], &o[i], x[i].out, x[i].len);
         }
     }
     for (size_t i = 0; x && i < n; i++) {
@@ -140,11 +144,7 @@ int sync_fetch_object_mapped(pulse_store *st, const char *run, const pulse_recor
     unlink(name);   /* open, not named: its blocks go with the last close or the process */
     /* Room for the object before any of it is fetched: a full disk is said at once, not after a
      * download it cannot keep (each poll again). Its size stays 0, so a short object is seen. */
-    int fr;
-    do
-        fr = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)o->size);
-    while (fr != 0 && errno == EINTR);
-    if (fr != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
+    if (pulse_file_allocate(fd, FALLOC_FL_KEEP_SIZE, o->size) != 0) {
         r = pulse_fail_errno(PULSE_ERR_IO, "object %s: no room for its %llu bytes in %s", key,
                              (unsigned long long)o->size, dir);
         close(fd);
@@ -160,26 +160,22 @@ int sync_fetch_object_mapped(pulse_store *st, const char *run, const pulse_recor
         r = pulse_fail(r, "object %s: %s", key, detail);
     } else if (fstat(fd, &sb) != 0)
         r = pulse_fail_errno(PULSE_ERR_IO, "object %s: fstat of its temporary in %s", key, dir);
+    /* What came is mapped whole (at most one byte more than declared), then checked as a fetch
+     * into memory is: no check reads past the end of the file. */
+    const uint64_t got = r ? 0 : (uint64_t)sb.st_size;
     if (!r) {
-        *moved += (uint64_t)sb.st_size;
-        sync_progress_add((uint64_t)sb.st_size);
-        if ((uint64_t)sb.st_size != o->size)
-            r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: %s than the %llu bytes the record declares", key,
-                           (uint64_t)sb.st_size > o->size ? "longer" : "shorter", (unsigned long long)o->size);
+        *moved += got;
+        sync_progress_add(got);
     }
     void *m = MAP_FAILED;
-    if (!r && (m = mmap(NULL, (size_t)o->size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
+    if (!r && got && (m = mmap(NULL, (size_t)got, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
         r = pulse_fail_errno(PULSE_ERR_IO, "object %s: mapping its temporary in %s", key, dir);
     close(fd);
-    if (!r) {
-        uint8_t d[32];
-        pulse_sha256(m, (size_t)o->size, d);
-        if (memcmp(d, o->digest, 32) != 0)
-            r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: SHA-256 does not match its digest", key);
-    }
+    if (!r)
+        r = object_bytes_check(key, o, m == MAP_FAILED ? NULL : m, got);
     if (r) {
         if (m != MAP_FAILED)
-            munmap(m, (size_t)o->size);
+            munmap(m, (size_t)got);
         return r;
     }
     *map = m;
