@@ -2,6 +2,8 @@
 # Context-coded patches (format 5) through Python: Publisher(context=True), a Follower holding the weights follows bit for bit (BF16 and F16 tensors), an EngineFollower's Patch.updates() is refused without the base and given with it; Publisher(by_direction=True) adds format-6 patches beside format 4 that a Follower of a weights file and one in memory both take.
 import os
 import sys
+import atexit
+import shutil
 import tempfile
 
 import numpy as np
@@ -28,6 +30,7 @@ def f32(h):
 
 
 tmp = tempfile.mkdtemp(prefix="pulse-context-py.")
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 store = "file://" + os.path.join(tmp, "store")
 pw.keygen(os.path.join(tmp, "t"))
 rng = np.random.default_rng(5)

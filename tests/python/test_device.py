@@ -2,6 +2,8 @@
 # pulseweights.device.DeviceFollower: torch tensors kept at a run's newest step by keyframe copies and patches applied with torch ops on their device (CPU here; tests/gpu/run.sh runs it on CUDA when a device is there), and Follower(weights=...) dispatching tensors off the host to it.
 import os
 import sys
+import atexit
+import shutil
 import tempfile
 
 import numpy as np
@@ -26,6 +28,7 @@ except ImportError:
 
 dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 tmp = tempfile.mkdtemp(prefix="pulse-device-py.")
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 store = "file://" + os.path.join(tmp, "store")
 pw.keygen(os.path.join(tmp, "t"))
 g = torch.Generator().manual_seed(1)

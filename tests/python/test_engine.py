@@ -2,6 +2,8 @@
 # pulseweights.engine.EngineFollower: verified steps delivered to callbacks (a keyframe file, then patches) with no weights held; a callback's exception refuses the step and the next pull delivers it again.
 import os
 import sys
+import atexit
+import shutil
 import tempfile
 
 import numpy as np
@@ -19,6 +21,7 @@ def check(cond, what):
 
 
 tmp = tempfile.mkdtemp(prefix="pulse-engine-py.")
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 store = "file://" + os.path.join(tmp, "store")
 pw.keygen(os.path.join(tmp, "t"))
 rng = np.random.default_rng(3)

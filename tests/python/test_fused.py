@@ -138,13 +138,16 @@ except ValueError as e:
 
 # apply_patch: a real patch of old -> new (published through a file:// store in chunks of 256
 # elements), written by the library straight into the shards, whole and sliced, bit for bit.
+import atexit
 import os
+import shutil
 import tempfile
 
 import pulseweights as pw
 from pulseweights.updates import Patch
 
 tmp = tempfile.mkdtemp(prefix="pulse-fused-py.")
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 store = "file://" + os.path.join(tmp, "store")
 pw.keygen(os.path.join(tmp, "t"))
 with pw.Publisher(store, "r", os.path.join(tmp, "t.key"), os.path.join(tmp, "pub"), chunk_elems=256) as pub:

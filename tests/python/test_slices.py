@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Slices from Python: an EngineFollower holding a tensor-parallel rank's rows fetches fewer bytes than a whole one and stays bit-identical on them; Patch.from_head / want / missing / supply by hand, with a damaged range refused; fused.slices of a layout.
 import os
+import atexit
+import shutil
 import tempfile
 
 import numpy as np
@@ -20,6 +22,7 @@ def check(cond, what):
 
 
 tmp = tempfile.mkdtemp(prefix="pulse-slices-py.")
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 store = "file://" + os.path.join(tmp, "store")
 pw.keygen(os.path.join(tmp, "t"))
 rng = np.random.default_rng(5)
