@@ -216,8 +216,12 @@ static int same_tensors(const pulse_ckpt *a, const pulse_ckpt *b)
     return 0;
 }
 
-int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckpt *to, const uint8_t *from_id,
-                       const uint8_t *to_id, int threads)
+static int back_with_file(pulse_dirs *d, const char *path);
+
+/* pulse_dirs_of_step, built beside path (a temporary, mapped) when path is given and such a
+ * file can be made, else in memory. */
+static int dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckpt *to, const uint8_t *from_id,
+                        const uint8_t *to_id, int threads, const char *path)
 {
     pulse_clear_error();
     if (!out || !from || !to)
@@ -248,6 +252,8 @@ int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckp
         free(block_start);
         return err;
     }
+    if (path && back_with_file(d, path) != 0)
+        pulse_clear_error();   /* in memory, as without a path */
     step_job q = { .d = d, .from = from, .to = to, .block_start = block_start };
     err = pulse_parallel_for((size_t)block_start[n], threads, pack_block, &q);
     free(block_start);
@@ -258,6 +264,18 @@ int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckp
     patch_dirs_seal(d);
     *out = d;
     return 0;
+}
+
+int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckpt *to, const uint8_t *from_id,
+                       const uint8_t *to_id, int threads)
+{
+    return dirs_of_step(out, from, to, from_id, to_id, threads, NULL);
+}
+
+int patch_dirs_of_step_at(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckpt *to, const uint8_t from_id[32],
+                          const uint8_t to_id[32], int threads, const char *path)
+{
+    return dirs_of_step(out, from, to, from_id, to_id, threads, path);
 }
 
 /* ---- from a patch and its base ---- */

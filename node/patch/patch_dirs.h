@@ -54,6 +54,10 @@ int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id
 int patch_dirs_empty_at(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32],
                         const char *path);
 void patch_dirs_seal(pulse_dirs *d);
+/* pulse_dirs_of_step built beside path as patch_dirs_empty_at builds them: what a publisher
+ * by direction keeps of the step it publishes, for the step after it. */
+int patch_dirs_of_step_at(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckpt *to, const uint8_t from_id[32],
+                          const uint8_t to_id[32], int threads, const char *path);
 
 /* pulse_patch_squash (node/patch/patch_squash.c) that also gives the directions of the composed
  * step, from base to the last patch's result, read from each chunk's base and result as the

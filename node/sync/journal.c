@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The follower's step journal: a small text file written durably before an in-place apply starts. */
 #define _POSIX_C_SOURCE 200809L
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -13,6 +12,7 @@
 #include "base/durable.h"
 #include "base/fail.h"
 #include "node/sync/journal.h"
+#include "node/sync/sync_internal.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/record.h"
 
@@ -101,13 +101,5 @@ void journal_sweep(const char *dir)
     /* the journal patch's, and the directions' (built beside their file during a step, or
      * written there after it): "directions" itself has no dot */
     static const char *const stems[] = { "journal.patch.tmp.", "directions." };
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    int fd = dirfd(d);
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++)
-            if (!strncmp(e->d_name, stems[i], strlen(stems[i])))
-                (void)unlinkat(fd, e->d_name, 0);
-    closedir(d);
+    state_dir_sweep(dir, stems, sizeof stems / sizeof stems[0]);
 }

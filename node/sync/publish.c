@@ -35,6 +35,7 @@ struct pulse_publisher {
 static void updating_path(const pulse_publisher *p, char out[4096]);
 static void last_path(const pulse_publisher *p, const uint8_t state[32], char out[4096]);
 static void load_dirs(pulse_publisher *p);
+static void dirs_path(const pulse_publisher *p, char out[4096]);
 
 /* The copy of the head's state (the next diff's base): 1 with its path in out, 0 when there is
  * no head or no copy, or an error. */
@@ -162,6 +163,13 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     if (!r) {
         pulse_key_public(p->key, p->node);
         r = state_dir_open(opts->state_dir, &p->dir);
+    }
+    if (!r) {
+        /* a step's patch (or its temporary) and the temporaries of last.dirs (built for the
+         * step after it, or being written), left by a publisher that stopped mid-step: the
+         * next step makes them again */
+        static const char *const stems[] = { "pending.patch", "last.dirs." };
+        state_dir_sweep(opts->state_dir, stems, sizeof stems / sizeof stems[0]);
     }
     if (!r)
         r = pulse_store_open(&p->st, opts->store_url, NULL);
@@ -291,8 +299,11 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
     pulse_patch_stats stats, stats6;
     int r = diff_mapped(p, last, c, rec, NULL, &buf, &stats);
     const int by_dir = p->o.by_direction && p->o.values == PULSE_VALUES_ULP;
-    if (!r && by_dir)
-        r = pulse_dirs_of_step(next, last, c, rec->base, rec->result, p->o.threads);
+    if (!r && by_dir) {
+        char path[4096];
+        dirs_path(p, path);
+        r = patch_dirs_of_step_at(next, last, c, rec->base, rec->result, p->o.threads, path);
+    }
     const int with6 = by_dir && p->dirs && !memcmp(pulse_dirs_to_id(p->dirs), rec->base, 32);
     if (!r && with6)
         r = diff_mapped(p, last, c, rec, p->dirs, &buf6, &stats6);
@@ -340,7 +351,7 @@ static void save_dirs(pulse_publisher *p)
 {
     char path[4096];
     dirs_path(p, path);
-    if (patch_dirs_save_mapped(p->dirs, path, sync_each_publish(p)) != 0) {   /* then held mapped */
+    if (patch_dirs_commit(p->dirs, path, sync_each_publish(p)) != 0) {   /* then held mapped */
         fprintf(stderr, "pulse: %s: %s; the next step is published without its patch by direction\n", path,
                 pulse_last_error());
         unlink(path);

@@ -3,6 +3,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC, flock */
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -135,4 +136,19 @@ void state_dir_close(state_dir *d)
     if (d->fd >= 0)
         close(d->fd);
     d->fd = -1;
+}
+
+void state_dir_sweep(const char *dir, const char *const *stems, size_t n)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    int fd = dirfd(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        for (size_t i = 0; i < n; i++)
+            if (!strncmp(e->d_name, stems[i], strlen(stems[i]))) {
+                (void)unlinkat(fd, e->d_name, 0);
+                break;
+            }
+    closedir(d);
 }

@@ -49,6 +49,10 @@ two_followers() {
 pullf() { pull "pullf.$1" "pullf.$1.safetensors"; }
 two_followers pub pullf 6 97
 check "[ -s pullf.1/directions ] && [ -s st/last.dirs ]"
+# The publisher's directions, built in a temporary beside last.dirs and renamed there, are those
+# `pulse diff --dirs-out` writes of the same step, and no temporary is left.
+"$P" diff "$(step 5)" "$(step 6)" -o ref6.p --dirs-out ref6.dirs >/dev/null 2>&1
+check "cmp -s st/last.dirs ref6.dirs && [ -z \"\$(ls st | grep -E '^(last[.]dirs[.]|pending[.]patch)')\" ]"
 # The store holds the plain patches of steps 1 to 6 and their heads (format 5) and the patches by
 # direction of steps 2 to 6 (format 6).
 check "[ '$(versions)' = '5:12 6:5 ' ]"
@@ -56,7 +60,14 @@ check "[ '$(versions)' = '5:12 6:5 ' ]"
 # A damaged directions file is dropped (logged) and the plain patch fetched; a stale one (of an
 # earlier step) is not used; either way the step lands bit for bit.
 "$P" synth --params 4M --steps 9 --lr 3e-5 --out syn --threads 2 >/dev/null || { echo "FAIL: synth 2"; exit 1; }
+# What a publisher killed mid-step leaves in its state directory (the patch's temporary, the
+# directions' temporaries) is removed by the next one, which publishes the step.
+head -c 4096 /dev/urandom > st/last.dirs.tmp.Ab12Cd
+head -c 4096 /dev/urandom > st/last.dirs.Ef34Gh
+head -c 4096 /dev/urandom > st/pending.patch.tmp.Ij56Kl
 pub "$(step 7)"
+"$P" diff "$(step 6)" "$(step 7)" -o ref7.p --dirs-out ref7.dirs >/dev/null 2>&1
+check "cmp -s st/last.dirs ref7.dirs && [ -z \"\$(ls st | grep -E '^(last[.]dirs[.]|pending[.]patch)')\" ]"
 python3 -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[len(b)//2]^=0x01; open(sys.argv[1],"wb").write(b)' pullf.1/directions
 pullf 1
 check "grep -q 'directions' err && [ \"\$(id pullf.1.safetensors)\" = \"\$(id $(step 7))\" ]"
