@@ -175,11 +175,9 @@ static int apply_opened(pulse_patch *p, const char *const paths[2], const char *
         r = pulse_patch_apply(p, target, threads);
         /* the directions are written before OUT is: OUT exists only with them */
         if (!r && dirs_out
-            && ((r = pulse_dirs_of_step(&dirs, base, target, pulse_patch_base_id(p), pulse_patch_result_id(p),
-                                        threads)) != 0
-                || (r = pulse_dirs_save(dirs, dirs_out, 1)) != 0))
+            && (r = pulse_dirs_write_step(base, target, pulse_patch_base_id(p), pulse_patch_result_id(p), threads,
+                                          dirs_out, 1)) != 0)
             pulse_fail(r, "the directions %s: %s", dirs_out, pulse_last_error());
-        pulse_dirs_free(&dirs);
         if (!r)
             r = pulse_ckpt_commit(target);
         pulse_ckpt_close(&target);   /* without commit this removes the temporary files */

@@ -147,10 +147,8 @@ int cmd_diff(int argc, char **argv)
         return cli_fail("diff", r, out);
     }
     /* the step's state ids are the patch's: neither checkpoint is hashed again */
-    if (dirs_out && ((r = pulse_dirs_of_step(&dirs_c, old_c, new_c, pulse_patch_base_id(p), pulse_patch_result_id(p),
-                                             o.threads)) != 0
-                     || (r = pulse_dirs_save(dirs_c, dirs_out, 1)) != 0)) {
-        pulse_dirs_free(&dirs_c);
+    if (dirs_out && (r = pulse_dirs_write_step(old_c, new_c, pulse_patch_base_id(p), pulse_patch_result_id(p),
+                                               o.threads, dirs_out, 1)) != 0) {
         pulse_patch_close(&p);
         pulse_ckpt_close(&old_c);
         pulse_ckpt_close(&new_c);
@@ -158,7 +156,6 @@ int cmd_diff(int argc, char **argv)
         snprintf(what, sizeof what, "the patch %s is written, the directions %s are not", out, dirs_out);
         return cli_fail("diff", r, what);
     }
-    pulse_dirs_free(&dirs_c);
     pulse_ckpt_close(&old_c);
     pulse_ckpt_close(&new_c);
     uint64_t elementwise = cli_patch_elementwise(p);   /* as `pulse inspect` counts */

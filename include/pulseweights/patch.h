@@ -145,6 +145,12 @@ PULSE_API int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const 
  * temporary is fsynced before the rename and the directory after it. A file torn by a machine
  * crash without durable fails its digest when read, so it is never used. */
 PULSE_API int pulse_dirs_save(const pulse_dirs *d, const char *path, int durable);
+/* pulse_dirs_of_step then pulse_dirs_save to path, without holding the directions in memory
+ * (~1.75 GB for a 7B model): they are built in a temporary beside path (PATH.tmp.XXXXXX, its
+ * space reserved first, mapped), then renamed over path; in memory only where no such file can
+ * be made. Nothing is left beside path on an error. */
+PULSE_API int pulse_dirs_write_step(const pulse_ckpt *from, const pulse_ckpt *to, const uint8_t *from_id,
+                                    const uint8_t *to_id, int threads, const char *path, int durable);
 /* Reads a directions file: PULSE_ERR_FORMAT naming what is wrong for a file that is not one,
  * is truncated or damaged (digest), PULSE_ERR_NOTFOUND where there is none. */
 PULSE_API int pulse_dirs_load(pulse_dirs **out, const char *path);

@@ -278,6 +278,19 @@ int patch_dirs_of_step_at(pulse_dirs **out, const pulse_ckpt *from, const pulse_
     return dirs_of_step(out, from, to, from_id, to_id, threads, path);
 }
 
+int pulse_dirs_write_step(const pulse_ckpt *from, const pulse_ckpt *to, const uint8_t *from_id,
+                          const uint8_t *to_id, int threads, const char *path, int durable)
+{
+    if (!path)
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_dirs_write_step: NULL path");
+    pulse_dirs *d = NULL;
+    int err = dirs_of_step(&d, from, to, from_id, to_id, threads, path);
+    if (!err)
+        err = patch_dirs_commit(d, path, durable);
+    pulse_dirs_free(&d);   /* and its temporary, where it was not renamed */
+    return err;
+}
+
 /* ---- from a patch and its base ---- */
 
 int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32])

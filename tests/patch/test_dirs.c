@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests of a step's directions (pulse_dirs): the file's bits checked element by element against the step, the same file from the two checkpoints and from ulp and abs patches (chunks that split a byte, tensors not 2-byte aligned, odd lengths, an F32 tensor without directions), and every malformed file refused by name, read into memory and mapped. */
+/* Unit tests of a step's directions (pulse_dirs): the file's bits checked element by element against the step, the same file from the two checkpoints and from ulp and abs patches (chunks that split a byte, tensors not 2-byte aligned, odd lengths, an F32 tensor without directions), and every malformed file refused by name, read into memory and mapped; the directions built in a temporary beside their file (a squash, a publisher, pulse_dirs_write_step). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pulseweights.h"
@@ -59,6 +61,19 @@ static pulse_ckpt *wrap(uint8_t *s16, float *f)
     pulse_ckpt *c = NULL;
     CHECK_OK(pulse_ckpt_wrap(&c, mt, 4, PULSE_CKPT_READ));
     return c;
+}
+
+/* The entries of a directory but . and .. (-1: it cannot be read). */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
 }
 
 static uint8_t *read_all(const char *path, size_t *len)
@@ -264,6 +279,32 @@ int main(void)
     CHECK_OK(patch_dirs_empty_at(&dmem, p0, ida, idb, "/nonexistent/dir/x.dirs"));
     CHECK(dmem && !dmem->tmp && !dmem->mapped);
     pulse_dirs_free(&dmem);
+    /* From the two checkpoints, built beside their file as a publisher builds them: the step's
+     * bytes, mapped from a temporary, gone when freed before it is put in place. */
+    pulse_dirs *dsa = NULL;
+    CHECK_OK(patch_dirs_of_step_at(&dsa, a, b, ida, idb, 2, p2));
+    CHECK(dsa && dsa->tmp && dsa->mapped == len1 && !memcmp(dsa->image, f1, len1));
+    char tmp_sa[4096];
+    snprintf(tmp_sa, sizeof tmp_sa, "%s", dsa && dsa->tmp ? dsa->tmp : "");
+    pulse_dirs_free(&dsa);
+    CHECK(access(tmp_sa, F_OK) != 0);
+    CHECK_OK(patch_dirs_of_step_at(&dsa, a, b, ida, idb, 1, "/nonexistent/dir/x.dirs"));
+    CHECK(dsa && !dsa->tmp && !dsa->mapped && !memcmp(dsa->image, f1, len1));
+    pulse_dirs_free(&dsa);
+    /* ... and written by the public call: the file pulse_dirs_save writes, nothing else left in
+     * the directory; where it cannot be written, an error and no file. */
+    char wdir[4096], wpath[4200];
+    snprintf(wdir, sizeof wdir, "%s/write_step", dir);
+    CHECK(mkdir(wdir, 0700) == 0);
+    snprintf(wpath, sizeof wpath, "%s/w.dirs", wdir);
+    CHECK_OK(pulse_dirs_write_step(a, b, NULL, NULL, 2, wpath, 1));
+    size_t lenw;
+    uint8_t *fw = read_all(wpath, &lenw);
+    CHECK(fw && lenw == len1 && !memcmp(fw, f1, len1));
+    free(fw);
+    CHECK(count_entries(wdir) == 1);
+    CHECK_ERR(pulse_dirs_write_step(a, b, ida, idb, 1, "/nonexistent/dir/x.dirs", 0), PULSE_ERR_IO);
+    CHECK_ERR(pulse_dirs_write_step(a, b, ida, idb, 1, NULL, 0), PULSE_ERR_INVALID);
     pulse_patch_close(&p0);
     /* Another layout: the two checkpoints swapped tensor for tensor are refused. */
     pulse_dirs *dx = NULL;
