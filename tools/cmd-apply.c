@@ -21,8 +21,10 @@ static void usage(FILE *f)
         "Checks that the checkpoint is the patch's base state and that every chunk of the patch\n"
         "is intact before writing anything, applies it, and checks the result's state id.\n"
         "With -o, OUT is created only on success. With --in-place, CKPT is left as it was when the\n"
-        "patch is refused: the bytes at every position the patch writes are saved first (in memory,\n"
-        "~4 + element size bytes a change) and put back if the result is not the patch's result.\n"
+        "patch is refused: the bytes at every position the patch writes are saved first (~4 +\n"
+        "element size bytes a change; past PULSE_UNDO_MEMORY, 64M by default, in an unlinked\n"
+        "temporary CKPT.undo.XXXXXX beside CKPT, so its directory needs that room) and put back\n"
+        "if the result is not the patch's result.\n"
         "An in-place apply that is killed part-way leaves CKPT torn (pulse pull and pulse node\n"
         "follow journal each step and finish it after a crash).\n"
         "\n"
@@ -138,15 +140,17 @@ static int apply_opened(pulse_patch *p, const char *const paths[2], const char *
         /* Every check but the result's can be made before the first write (pass 1); the
          * result's only after, so the old bytes are kept to put back. */
         patch_undo undo;
-        r = patch_undo_save(&undo, p, target, threads);
+        char stem[4200];   /* a large undo goes beside CKPT (page cache), not into memory */
+        snprintf(stem, sizeof stem, "%s.undo", paths[0]);
+        r = patch_undo_save(&undo, p, target, threads, stem);
         if (!r) {
             r = pulse_patch_apply(p, target, threads);
             /* the step's directions from the old bytes the undo keeps; the weights and their
              * directions move together: a directions file that cannot be written puts the
              * weights back */
             if (!r && (r = pulse_ckpt_sync(target)) == 0 && dirs_out
-                && ((r = patch_dirs_of_undo(&dirs, &undo, target)) != 0
-                    || (r = pulse_dirs_save(dirs, dirs_out, 1)) != 0))
+                && ((r = patch_dirs_of_undo(&dirs, &undo, target, dirs_out)) != 0
+                    || (r = patch_dirs_commit(dirs, dirs_out, 1)) != 0))
                 pulse_fail(r, "writing the directions: %s", pulse_last_error());
             if (r) {
                 char detail[1024];

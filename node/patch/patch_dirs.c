@@ -72,11 +72,14 @@ void pulse_dirs_free(pulse_dirs **d)
     *d = NULL;
 }
 
+static int map_new_file(pulse_dirs *d, const char *path);
+
 /* A directions object of ntensors tensors with elems[i] each (taken either way) around image
  * (taken: malloc'd, or a read-only mapping of `mapped` bytes; NULL: a zeroed one, every element
- * PATCH_DIR_NONE, is made with its head written). */
+ * PATCH_DIR_NONE, is made with its head written: in a temporary beside path where path is given
+ * and such a file can be made, else in memory). */
 static int dirs_make(pulse_dirs **out, size_t ntensors, uint64_t *elems, uint8_t *image, size_t mapped,
-                     const uint8_t from_id[32], const uint8_t to_id[32])
+                     const uint8_t from_id[32], const uint8_t to_id[32], const char *path)
 {
     pulse_dirs *d = calloc(1, sizeof *d);
     if (!d) {
@@ -95,7 +98,9 @@ static int dirs_make(pulse_dirs **out, size_t ntensors, uint64_t *elems, uint8_t
         len += packed_bytes(elems[i]);
     }
     d->len = len + DIRS_DIGEST;
-    if (!d->at || (!image && !(d->image = calloc(1, d->len)))) {
+    if (d->at && !image && path && map_new_file(d, path) != 0)
+        pulse_clear_error();   /* in memory, as without a path */
+    if (!d->at || (!d->image && !(d->image = calloc(1, d->len)))) {
         pulse_dirs_free(&d);
         return pulse_fail(PULSE_ERR_NOMEM, "directions of a step (%zu bytes)", len);
     }
@@ -216,8 +221,6 @@ static int same_tensors(const pulse_ckpt *a, const pulse_ckpt *b)
     return 0;
 }
 
-static int back_with_file(pulse_dirs *d, const char *path);
-
 /* pulse_dirs_of_step, built beside path (a temporary, mapped) when path is given and such a
  * file can be made, else in memory. */
 static int dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckpt *to, const uint8_t *from_id,
@@ -248,12 +251,10 @@ static int dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ck
         block_start[i + 1] = block_start[i] + (elems[i] + DIRS_BLOCK - 1) / DIRS_BLOCK;
     }
     pulse_dirs *d;
-    if ((err = dirs_make(&d, n, elems, NULL, 0, from_id ? from_id : ids[0], to_id ? to_id : ids[1])) != 0) {
+    if ((err = dirs_make(&d, n, elems, NULL, 0, from_id ? from_id : ids[0], to_id ? to_id : ids[1], path)) != 0) {
         free(block_start);
         return err;
     }
-    if (path && back_with_file(d, path) != 0)
-        pulse_clear_error();   /* in memory, as without a path */
     step_job q = { .d = d, .from = from, .to = to, .block_start = block_start };
     err = pulse_parallel_for((size_t)block_start[n], threads, pack_block, &q);
     free(block_start);
@@ -293,19 +294,25 @@ int pulse_dirs_write_step(const pulse_ckpt *from, const pulse_ckpt *to, const ui
 
 /* ---- from a patch and its base ---- */
 
-int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32])
+static int dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32],
+                      const char *path)
 {
     uint64_t *elems = calloc(p->ntensors ? p->ntensors : 1, sizeof *elems);
     if (!elems)
         return pulse_fail(PULSE_ERR_NOMEM, "directions of a step");
     for (size_t i = 0; i < p->ntensors; i++)
         elems[i] = has_dirs(p->tensors[i].dtype) ? p->tensors[i].units : 0;
-    return dirs_make(d, p->ntensors, elems, NULL, 0, from_id, to_id);
+    return dirs_make(d, p->ntensors, elems, NULL, 0, from_id, to_id, path);
 }
 
-/* Moves d's image (its head written, the rest zero) into a new temporary beside path, mapped
- * read-write, its blocks reserved so that no store into the map can meet a full disk. */
-static int back_with_file(pulse_dirs *d, const char *path)
+int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32])
+{
+    return dirs_empty(d, p, from_id, to_id, NULL);
+}
+
+/* d's image (d->len bytes, none yet) as a new temporary beside path, zero, mapped read-write,
+ * its blocks reserved so that no store into the map can meet a full disk. */
+static int map_new_file(pulse_dirs *d, const char *path)
 {
     char tmp[4096];
     int fd = pulse_create_temp(path, ".tmp.", 0644, tmp, sizeof tmp);
@@ -323,9 +330,6 @@ static int back_with_file(pulse_dirs *d, const char *path)
         unlink(tmp);
         return err ? err : pulse_fail(PULSE_ERR_NOMEM, "directions file name");
     }
-    /* only the head and the table: the packed directions are zero in both (calloc, a new file) */
-    memcpy(m, d->image, d->at && d->ntensors ? d->at[0] : DIRS_HEAD);
-    free(d->image);
     d->image = m;
     d->mapped = d->len;
     d->tmp = name;
@@ -335,10 +339,7 @@ static int back_with_file(pulse_dirs *d, const char *path)
 int patch_dirs_empty_at(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32],
                         const char *path)
 {
-    int err = patch_dirs_empty(d, p, from_id, to_id);
-    if (!err && path && back_with_file(*d, path) != 0)
-        pulse_clear_error();   /* in memory, as patch_dirs_empty builds them */
-    return err;
+    return dirs_empty(d, p, from_id, to_id, path);
 }
 
 int patch_dirs_commit(pulse_dirs *d, const char *path, int durable)
@@ -417,12 +418,12 @@ int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const pulse_ckpt
 
 /* ---- from an in-place apply's undo ---- */
 
-int patch_dirs_of_undo(pulse_dirs **out, const struct patch_undo *u, const pulse_ckpt *target)
+int patch_dirs_of_undo(pulse_dirs **out, const struct patch_undo *u, const pulse_ckpt *target, const char *path)
 {
     const pulse_patch *p = u->p;
     *out = NULL;
     pulse_dirs *d;
-    int err = patch_dirs_empty(&d, p, p->base_id, p->result_id);
+    int err = patch_dirs_empty_at(&d, p, p->base_id, p->result_id, path);
     if (err)
         return err;
     for (size_t i = 0; i < u->n; i++) {
@@ -505,7 +506,7 @@ static int parse(pulse_dirs **out, const char *path, uint8_t *image, size_t n, s
         free(elems);
         return bad(path, "digest mismatch (the file is damaged)");
     }
-    return dirs_make(out, (size_t)ntensors, elems, image, mapped, NULL, NULL);
+    return dirs_make(out, (size_t)ntensors, elems, image, mapped, NULL, NULL, NULL);
 }
 
 /* The directions file at path, opened read-only (a regular file), with its size. */

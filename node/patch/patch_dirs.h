@@ -87,8 +87,9 @@ int patch_dirs_check_ckpt(const pulse_dirs *d, const pulse_ckpt *c);
 
 /* The directions of the step an in-place apply just took (node/patch/patch_undo.h): from the
  * old bytes u saved and target's new ones, with no second decode of the patch; target must hold
- * the patch's result (its state id checked by the apply). */
+ * the patch's result (its state id checked by the apply). path: built beside that file
+ * (patch_dirs_empty_at; patch_dirs_commit puts them there), NULL: in memory. */
 struct patch_undo;
-int patch_dirs_of_undo(pulse_dirs **out, const struct patch_undo *u, const pulse_ckpt *target);
+int patch_dirs_of_undo(pulse_dirs **out, const struct patch_undo *u, const pulse_ckpt *target, const char *path);
 
 #endif

@@ -1,9 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The undo of `pulse apply --in-place`: the old bytes at every position a patch writes, saved before it writes, put back when the result is refused. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "base/durable.h"
+#include "base/env_bytes.h"
 #include "base/fail.h"
+#include "node/checkpoint/filespace.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/parallel.h"
 #include "node/patch/patch_internal.h"
@@ -33,16 +39,19 @@ static int save_chunk(void *ctx, size_t i)
     if (!s)
         return err;
     err = patch_decode_chunk_base(p, c, s, src);
+    const int mapped = j->u->map != NULL;   /* then e's arrays are already carved out of it */
     if (!err && p->tensors[c->tensor].dtype == PULSE_DT_OPAQUE) {
         e->k = c->len;
-        if (!(e->old = malloc(c->len ? c->len : 1)))
+        if (!mapped && !(e->old = malloc(c->len ? c->len : 1)))
             err = pulse_fail(PULSE_ERR_NOMEM, "undo of chunk %zu", i);
         else
             memcpy(e->old, src, c->len);
     } else if (!err) {
         e->k = c->count;
-        e->idx = malloc((size_t)c->count * sizeof *e->idx);
-        e->old = malloc((size_t)c->count * unit);
+        if (!mapped) {
+            e->idx = malloc((size_t)c->count * sizeof *e->idx);
+            e->old = malloc((size_t)c->count * unit);
+        }
         if (!e->idx || !e->old) {
             err = pulse_fail(PULSE_ERR_NOMEM, "undo of chunk %zu (%u changes)", i, c->count);
         } else {
@@ -55,7 +64,49 @@ static int save_chunk(void *ctx, size_t i)
     return err;
 }
 
-int patch_undo_save(patch_undo *u, const pulse_patch *p, const pulse_ckpt *target, int threads)
+/* Bytes chunk c's saved bytes take (8-aligned, so that every chunk's positions are aligned). */
+static size_t chunk_bytes(const pulse_patch *p, const patch_chunk *c)
+{
+    const size_t n = p->tensors[c->tensor].dtype == PULSE_DT_OPAQUE
+                         ? c->len
+                         : (size_t)c->count * (sizeof(uint32_t) + p->tensors[c->tensor].unit);
+    return (n + 7) & ~(size_t)7;
+}
+
+/* The undo's arrays carved out of one temporary beside stem, mapped; 0, or an error (nothing
+ * mapped then, and the caller keeps them in memory). */
+static int map_undo(patch_undo *u, size_t total, const char *stem)
+{
+    char name[4200];
+    int fd = pulse_create_temp(stem, ".", 0600, name, sizeof name);
+    if (fd < 0)
+        return fd;
+    unlink(name);   /* open, not named: its blocks go with the mapping */
+    int err = pulse_file_reserve(fd, total, name);
+    void *m = MAP_FAILED;
+    if (!err && (m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        err = pulse_fail_errno(PULSE_ERR_IO, "%s: mmap", name);
+    close(fd);
+    if (err)
+        return err;
+    u->map = m;
+    u->map_len = total;
+    size_t at = 0;
+    for (size_t i = 0; i < u->n; i++) {
+        const patch_chunk *c = &u->p->chunks[i];
+        patch_undo_chunk *e = &u->ent[i];
+        if (u->p->tensors[c->tensor].dtype != PULSE_DT_OPAQUE) {
+            e->idx = (uint32_t *)(void *)(u->map + at);
+            e->old = u->map + at + (size_t)c->count * sizeof *e->idx;
+        } else {
+            e->old = u->map + at;
+        }
+        at += chunk_bytes(u->p, c);
+    }
+    return 0;
+}
+
+int patch_undo_save(patch_undo *u, const pulse_patch *p, const pulse_ckpt *target, int threads, const char *stem)
 {
     memset(u, 0, sizeof *u);
     u->p = p;
@@ -70,6 +121,12 @@ int patch_undo_save(patch_undo *u, const pulse_patch *p, const pulse_ckpt *targe
     if (!(u->ent = calloc(p->nchunks, sizeof *u->ent)))
         return pulse_fail(PULSE_ERR_NOMEM, "undo (%zu chunks)", p->nchunks);
     u->n = p->nchunks;
+    size_t total = 0;
+    for (size_t i = 0; i < p->nchunks; i++)
+        total += chunk_bytes(p, &p->chunks[i]);
+    if (stem && total && total > pulse_env_bytes("PULSE_UNDO_MEMORY", (size_t)64 << 20, SIZE_MAX) &&
+        map_undo(u, total, stem) != 0)
+        pulse_clear_error();   /* in memory, as a small undo is */
     patch_pool pool;
     if ((err = patch_pool_init(&pool, threads, p->chunk_elems, 0)) != 0) {
         patch_undo_free(u);
@@ -105,7 +162,9 @@ void patch_undo_restore(const patch_undo *u, pulse_ckpt *target)
 
 void patch_undo_free(patch_undo *u)
 {
-    for (size_t i = 0; i < u->n; i++) {
+    if (u->map)
+        munmap(u->map, u->map_len);
+    for (size_t i = 0; i < u->n && !u->map; i++) {
         free(u->ent[i].idx);
         free(u->ent[i].old);
     }

@@ -67,6 +67,13 @@ cp "$s0" full/w.safetensors
 fill 0
 ok "$P" apply --in-place full/w.safetensors p01
 check "cmp -s full/w.safetensors '$s1'"
+# So does one whose undo would go to a temporary beside the target (PULSE_UNDO_MEMORY=0): there
+# is no room for it, so it is kept in memory.
+rm -f full/filler
+cp "$s0" full/w.safetensors
+fill 0
+ok env PULSE_UNDO_MEMORY=0 "$P" apply --in-place full/w.safetensors p01
+check "cmp -s full/w.safetensors '$s1' && [ -z \"\$(ls full | grep -F '.undo.')\" ]"
 
 # keygen: no half-written key.
 rm -f full/w.safetensors

@@ -60,4 +60,6 @@ done
 echo "variants $total: refused $refused, accepted $applied, refused but the target changed: $changed"
 [ "$refused" -gt $((total / 2)) ] || fail "too few refusals ($refused of $total): the mutations do not bite"
 [ "$changed" = 0 ] || fail "$changed refused in-place applies left the target changed"
+# A large undo (PULSE_UNDO_MEMORY) lives in a temporary unlinked as soon as it is made.
+[ -z "$(ls | grep -F '.undo.')" ] || fail "an undo temporary was left beside the target"
 echo "ok   every refused in-place apply left the target byte-identical"

@@ -47,6 +47,8 @@ for view in bf16 fp16; do
     check "cmp -s '$T/$view.w' '$(step "$R" $((k+1)))' && cmp -s '$T/$view.dirs' '$T/$view.d01'"
   done
 done
+# Every directions file above was built in a temporary beside it and renamed there: none is left.
+check "[ -z \"\$(ls '$T' | grep -F '.tmp.')\" ]"
 
 R=$T/bf16
 S1=$(step "$R" 1) S2=$(step "$R" 2) S3=$(step "$R" 3)
