@@ -72,7 +72,31 @@ void pulse_dirs_free(pulse_dirs **d)
     *d = NULL;
 }
 
-static int map_new_file(pulse_dirs *d, const char *path);
+/* d's image (d->len bytes, none yet) as a new temporary beside path, zero, mapped read-write,
+ * its blocks reserved so that no store into the map can meet a full disk. */
+static int map_new_file(pulse_dirs *d, const char *path)
+{
+    char tmp[4096];
+    int fd = pulse_create_temp(path, ".tmp.", 0644, tmp, sizeof tmp);
+    if (fd < 0)
+        return fd;
+    int err = pulse_file_reserve(fd, d->len, tmp);
+    void *m = MAP_FAILED;
+    if (!err && (m = mmap(NULL, d->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        err = pulse_fail_errno(PULSE_ERR_IO, "%s: mmap", tmp);
+    close(fd);
+    char *name = err ? NULL : strdup(tmp);
+    if (err || !name) {
+        if (m != MAP_FAILED)
+            munmap(m, d->len);
+        unlink(tmp);
+        return err ? err : pulse_fail(PULSE_ERR_NOMEM, "directions file name");
+    }
+    d->image = m;
+    d->mapped = d->len;
+    d->tmp = name;
+    return 0;
+}
 
 /* A directions object of ntensors tensors with elems[i] each (taken either way) around image
  * (taken: malloc'd, or a read-only mapping of `mapped` bytes; NULL: a zeroed one, every element
@@ -308,32 +332,6 @@ static int dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_i
 int patch_dirs_empty(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32])
 {
     return dirs_empty(d, p, from_id, to_id, NULL);
-}
-
-/* d's image (d->len bytes, none yet) as a new temporary beside path, zero, mapped read-write,
- * its blocks reserved so that no store into the map can meet a full disk. */
-static int map_new_file(pulse_dirs *d, const char *path)
-{
-    char tmp[4096];
-    int fd = pulse_create_temp(path, ".tmp.", 0644, tmp, sizeof tmp);
-    if (fd < 0)
-        return fd;
-    int err = pulse_file_reserve(fd, d->len, tmp);
-    void *m = MAP_FAILED;
-    if (!err && (m = mmap(NULL, d->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-        err = pulse_fail_errno(PULSE_ERR_IO, "%s: mmap", tmp);
-    close(fd);
-    char *name = err ? NULL : strdup(tmp);
-    if (err || !name) {
-        if (m != MAP_FAILED)
-            munmap(m, d->len);
-        unlink(tmp);
-        return err ? err : pulse_fail(PULSE_ERR_NOMEM, "directions file name");
-    }
-    d->image = m;
-    d->mapped = d->len;
-    d->tmp = name;
-    return 0;
 }
 
 int patch_dirs_empty_at(pulse_dirs **d, const pulse_patch *p, const uint8_t from_id[32], const uint8_t to_id[32],

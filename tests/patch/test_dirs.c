@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of a step's directions (pulse_dirs): the file's bits checked element by element against the step, the same file from the two checkpoints and from ulp and abs patches (chunks that split a byte, tensors not 2-byte aligned, odd lengths, an F32 tensor without directions), and every malformed file refused by name, read into memory and mapped; the directions built in a temporary beside their file (a squash, a publisher, pulse_dirs_write_step). */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include "crypto/sha256.h"
 #include "node/patch/patch_dirs.h"
 #include "check.h"
+#include "dir_entries.h"
 
 #define NA 7      /* BF16, fewer than a byte's four and odd */
 #define NB 5      /* F32: no directions */
@@ -61,19 +61,6 @@ static pulse_ckpt *wrap(uint8_t *s16, float *f)
     pulse_ckpt *c = NULL;
     CHECK_OK(pulse_ckpt_wrap(&c, mt, 4, PULSE_CKPT_READ));
     return c;
-}
-
-/* The entries of a directory but . and .. (-1: it cannot be read). */
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
 }
 
 static uint8_t *read_all(const char *path, size_t *len)
@@ -302,7 +289,7 @@ int main(void)
     uint8_t *fw = read_all(wpath, &lenw);
     CHECK(fw && lenw == len1 && !memcmp(fw, f1, len1));
     free(fw);
-    CHECK(count_entries(wdir) == 1);
+    CHECK(dir_entries(wdir) == 1);
     CHECK_ERR(pulse_dirs_write_step(a, b, ida, idb, 1, "/nonexistent/dir/x.dirs", 0), PULSE_ERR_IO);
     CHECK_ERR(pulse_dirs_write_step(a, b, ida, idb, 1, NULL, 0), PULSE_ERR_INVALID);
     pulse_patch_close(&p0);

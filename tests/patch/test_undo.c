@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of an in-place apply's undo (node/patch/patch_undo.c): in memory, and past PULSE_UNDO_MEMORY in an unlinked temporary beside the target, mapped (or in memory where none can be made); either way the bytes it saved put the target back as it was, and nothing is left beside it. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "pulseweights/patch.h"
 #include "node/patch/patch_undo.h"
 #include "check.h"
+#include "dir_entries.h"
 
 #define NA 70001   /* BF16, several 4K-element chunks */
 #define NB 333     /* I64 token table: an OPAQUE tensor, replaced whole */
@@ -26,19 +26,6 @@ static pulse_ckpt *wrap(uint16_t *a, int64_t *b, int flags)
     pulse_ckpt *c = NULL;
     CHECK_OK(pulse_ckpt_wrap(&c, t, 2, flags));
     return c;
-}
-
-/* The entries of a directory but . and .. */
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
 }
 
 /* Save, apply, then put back: the target as it was; `mapped` says which road the undo took. */
@@ -90,7 +77,7 @@ int main(void)
     /* Past it: in a temporary beside the target, unlinked at once (only the patch is there). */
     setenv("PULSE_UNDO_MEMORY", "0", 1);
     round_trip(p, stem, 1);
-    CHECK_EQ_INT(count_entries(dir), 1);
+    CHECK_EQ_INT(dir_entries(dir), 1);
     /* No temporary can be made there: in memory instead, not an error. */
     round_trip(p, "/nonexistent/dir/ckpt.undo", 0);
     /* No place given: in memory. */
