@@ -77,20 +77,15 @@ void pulse_dirs_free(pulse_dirs **d)
 static int map_new_file(pulse_dirs *d, const char *path)
 {
     char tmp[4096];
-    int fd = pulse_create_temp(path, ".tmp.", 0644, tmp, sizeof tmp);
-    if (fd < 0)
-        return fd;
-    int err = pulse_file_reserve(fd, d->len, tmp);
-    void *m = MAP_FAILED;
-    if (!err && (m = mmap(NULL, d->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-        err = pulse_fail_errno(PULSE_ERR_IO, "%s: mmap", tmp);
-    close(fd);
-    char *name = err ? NULL : strdup(tmp);
-    if (err || !name) {
-        if (m != MAP_FAILED)
-            munmap(m, d->len);
+    void *m;
+    int err = pulse_map_new_temp(path, ".tmp.", 0644, d->len, tmp, sizeof tmp, &m);
+    if (err)
+        return err;
+    char *name = strdup(tmp);
+    if (!name) {
+        munmap(m, d->len);
         unlink(tmp);
-        return err ? err : pulse_fail(PULSE_ERR_NOMEM, "directions file name");
+        return pulse_fail(PULSE_ERR_NOMEM, "directions file name");
     }
     d->image = m;
     d->mapped = d->len;

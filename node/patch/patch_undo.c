@@ -4,9 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
-#include "base/durable.h"
 #include "base/env_bytes.h"
 #include "base/fail.h"
 #include "node/checkpoint/filespace.h"
@@ -77,16 +75,8 @@ static size_t chunk_bytes(const pulse_patch *p, const patch_chunk *c)
  * mapped then, and the caller keeps them in memory). */
 static int map_undo(patch_undo *u, size_t total, const char *stem)
 {
-    char name[4200];
-    int fd = pulse_create_temp(stem, ".", 0600, name, sizeof name);
-    if (fd < 0)
-        return fd;
-    unlink(name);   /* open, not named: its blocks go with the mapping */
-    int err = pulse_file_reserve(fd, total, name);
-    void *m = MAP_FAILED;
-    if (!err && (m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-        err = pulse_fail_errno(PULSE_ERR_IO, "%s: mmap", name);
-    close(fd);
+    void *m;
+    int err = pulse_map_new_temp(stem, ".", 0600, total, NULL, 0, &m);   /* unlinked at once */
     if (err)
         return err;
     u->map = m;
@@ -162,12 +152,13 @@ void patch_undo_restore(const patch_undo *u, pulse_ckpt *target)
 
 void patch_undo_free(patch_undo *u)
 {
-    if (u->map)
+    if (u->map)   /* every chunk's arrays are in it */
         munmap(u->map, u->map_len);
-    for (size_t i = 0; i < u->n && !u->map; i++) {
-        free(u->ent[i].idx);
-        free(u->ent[i].old);
-    }
+    else
+        for (size_t i = 0; i < u->n; i++) {
+            free(u->ent[i].idx);
+            free(u->ent[i].old);
+        }
     free(u->ent);
     memset(u, 0, sizeof *u);
 }
