@@ -416,24 +416,21 @@ static int parallel_get(struct s3_store *s, const char *key, const char *fk, uin
     uint64_t nparts = (n + part - 1) / part;
     struct s3_req *rs = calloc(nparts, sizeof *rs);
     struct s3_req **rp = calloc(nparts, sizeof *rp);
-    char (*range)[64] = calloc(nparts, sizeof *range);
     char etag[140];
     snprintf(etag, sizeof etag, "\"%s\"", info->etag);
     int rc = 0;
-    if (!rs || !rp || !range) {
+    if (!rs || !rp) {
         rc = pulse_fail(PULSE_ERR_NOMEM, "get %s: out of memory", key);
         goto out;
     }
     for (uint64_t i = 0; i < nparts; i++) {
         uint64_t off = i * part, len = n - off < part ? n - off : part;
-        snprintf(range[i], sizeof range[i], "bytes=%llu-%llu", (unsigned long long)(offset + off),
-                 (unsigned long long)(offset + off + len - 1));
         if ((rc = s3_req_init(s, &rs[i], "get (range)", "GET", fk, key)))
             goto out;
-        rs[i].hdr[0] = (struct sigv4_kv){ "Range", range[i] };
+        s3_req_range(&rs[i], offset + off, len);
         /* Every range from the same version of the object. */
-        rs[i].hdr[1] = (struct sigv4_kv){ "If-Match", etag };
-        rs[i].nhdr = info->etag[0] ? 2 : 1;
+        if (info->etag[0])
+            rs[i].hdr[rs[i].nhdr++] = (struct sigv4_kv){ "If-Match", etag };
         rs[i].sink = SINK_FD;
         rs[i].sink_fd = fd;
         rs[i].sink_off = off;
@@ -469,7 +466,6 @@ out:
         s3_req_free(&rs[i]);
     free(rs);
     free(rp);
-    free(range);
     return rc;
 }
 
@@ -482,8 +478,13 @@ static int s3_get(pulse_store *st, const char *key, uint64_t offset, uint64_t le
         return pulse_fail(PULSE_ERR_NOMEM, "get %s: out of memory", key);
     int rc = 0;
     uint64_t expect = UINT64_MAX;
-    if (dst->fd >= 0 && !if_none_match) {
-        /* To a file: learn the size first, so large objects come as parallel ranges. */
+    /* A range that one GET fetches whatever the object's size goes without a HEAD first (a
+     * round trip less for every fetch of a known size; the answer's Content-Range gives the
+     * size). To a file, a range of unknown extent asks first, so that a large object comes
+     * as parallel ranges. */
+    int one_get = length != PULSE_TO_END &&
+                  (length < s->settings->multipart_threshold || length <= s->settings->part_size);
+    if (dst->fd >= 0 && !if_none_match && !one_get) {
         struct s3_req h, *hp = &h;
         rc = s3_req_init(s, &h, "get", "HEAD", fk, key);
         if (!rc)
@@ -511,7 +512,7 @@ static int s3_get(pulse_store *st, const char *key, uint64_t offset, uint64_t le
         length = n;
     }
     struct s3_req r, *rp = &r;
-    char range[64], inm[140];
+    char inm[140];
     if ((rc = s3_req_init(s, &r, "get", "GET", fk, key)))
         goto out;
     int ranged = offset > 0 || length != PULSE_TO_END;
@@ -526,19 +527,13 @@ static int s3_get(pulse_store *st, const char *key, uint64_t offset, uint64_t le
         }
         goto out;
     }
-    if (ranged) {
-        if (length == PULSE_TO_END || offset + length - 1 < offset)
-            snprintf(range, sizeof range, "bytes=%llu-", (unsigned long long)offset);
-        else
-            snprintf(range, sizeof range, "bytes=%llu-%llu", (unsigned long long)offset,
-                     (unsigned long long)(offset + length - 1));
-        r.hdr[r.nhdr++] = (struct sigv4_kv){ "Range", range };
-    }
+    if (ranged)
+        s3_req_range(&r, offset, length);
     if (if_none_match) {
         snprintf(inm, sizeof inm, "\"%s\"", if_none_match);
         r.hdr[r.nhdr++] = (struct sigv4_kv){ "If-None-Match", inm };
     }
-    r.verify_sha = !ranged;
+    r.verify_sha = offset == 0;
     r.expect_len = expect;
     if (dst->fd >= 0) {
         r.sink = SINK_FD;
@@ -547,14 +542,16 @@ static int s3_get(pulse_store *st, const char *key, uint64_t offset, uint64_t le
         r.sink = SINK_BUF;
         r.max = dst->max;
     }
-    s3_progress_begin(s, expect != UINT64_MAX ? expect : 0);
+    s3_progress_begin(s, expect != UINT64_MAX ? expect : one_get && dst->fd >= 0 ? length : 0);
     rc = s3_run(s, &rp, 1);
     s3_progress_end(s);
-    if (rc == PULSE_ERR_INVALID && r.status == 416 && offset == 0) {
-        /* S3 refuses any Range on an empty object; that is an empty answer for us. */
+    if (rc == PULSE_ERR_INVALID && r.status == 416) {
+        /* S3 answers 416 to a range starting at or past the end, and to any Range on an empty
+         * object (from 0, an empty answer for us); the object's size tells which. */
         rc = s3_head(st, key, info);
-        if (!rc && info->size != 0)
-            rc = pulse_fail(PULSE_ERR_INVALID, "get %s: range outside the object (HTTP 416)", key);
+        if (!rc && (offset > 0 || info->size != 0))
+            rc = pulse_fail(PULSE_ERR_INVALID, "get %s: range starts at %llu, object has %llu bytes", key,
+                            (unsigned long long)offset, (unsigned long long)info->size);
         if (!rc && dst->fd < 0) {
             *dst->data = malloc(1);
             *dst->len = 0;
@@ -751,10 +748,9 @@ static int s3_batch(pulse_store *st, pulse_transfer *x, size_t n)
     struct s3_req *rs = calloc(n ? n : 1, sizeof *rs);
     struct s3_req **rp = calloc(n ? n : 1, sizeof *rp);
     char **fks = calloc(n ? n : 1, sizeof *fks);
-    char (*range)[64] = calloc(n ? n : 1, sizeof *range);
     size_t *map = calloc(n ? n : 1, sizeof *map);
-    if (!rs || !rp || !fks || !range || !map) {
-        free(rs); free(rp); free(fks); free(range); free(map);
+    if (!rs || !rp || !fks || !map) {
+        free(rs); free(rp); free(fks); free(map);
         return pulse_fail(PULSE_ERR_NOMEM, "batch: out of memory");
     }
     size_t m = 0;
@@ -797,17 +793,9 @@ static int s3_batch(pulse_store *st, pulse_transfer *x, size_t n)
             r->sink = SINK_BUF;
             r->max = 1 << 20;
         } else {
-            int ranged = t->offset > 0 || t->length != PULSE_TO_END;
-            if (ranged) {
-                if (t->length == PULSE_TO_END || t->length == 0)
-                    snprintf(range[m], sizeof range[m], "bytes=%llu-", (unsigned long long)t->offset);
-                else
-                    snprintf(range[m], sizeof range[m], "bytes=%llu-%llu",
-                             (unsigned long long)t->offset,
-                             (unsigned long long)(t->offset + t->length - 1));
-                r->hdr[r->nhdr++] = (struct sigv4_kv){ "Range", range[m] };
-            }
-            r->verify_sha = !ranged;
+            if (t->offset > 0 || t->length != PULSE_TO_END)
+                s3_req_range(r, t->offset, t->length ? t->length : PULSE_TO_END);
+            r->verify_sha = t->offset == 0;
             r->sink = SINK_BUF;
             r->max = t->max_size;
         }
@@ -835,7 +823,7 @@ static int s3_batch(pulse_store *st, pulse_transfer *x, size_t n)
         s3_req_free(r);
         free(fks[j]);
     }
-    free(rs); free(rp); free(fks); free(range); free(map);
+    free(rs); free(rp); free(fks); free(map);
     return 0;
 }
 

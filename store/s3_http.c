@@ -28,6 +28,7 @@ int s3_req_init(struct s3_store *s, struct s3_req *r, const char *op, const char
     r->body_fd = -1;
     r->sink_fd = -1;
     r->expect_len = UINT64_MAX;
+    r->range_from = r->range_len = UINT64_MAX;
     memcpy(r->payload_hash, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", 65);
     struct buf p = { 0 };
     buf_adds(&p, s->base_path);
@@ -37,6 +38,20 @@ int s3_req_init(struct s3_store *s, struct s3_req *r, const char *op, const char
         buf_adds(&p, key);
     r->path = buf_take(&p);
     return r->path ? 0 : pulse_fail(PULSE_ERR_NOMEM, "%s: out of memory", op);
+}
+
+void s3_req_range(struct s3_req *r, uint64_t offset, uint64_t length)
+{
+    if (length == PULSE_TO_END || offset + length - 1 < offset) {
+        snprintf(r->range, sizeof r->range, "bytes=%llu-", (unsigned long long)offset);
+        length = UINT64_MAX;
+    } else {
+        snprintf(r->range, sizeof r->range, "bytes=%llu-%llu", (unsigned long long)offset,
+                 (unsigned long long)(offset + length - 1));
+    }
+    r->hdr[r->nhdr++] = (struct sigv4_kv){ "Range", r->range };
+    r->range_from = offset;
+    r->range_len = length;
 }
 
 void s3_req_free(struct s3_req *r)
@@ -138,7 +153,12 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
             buf_add(&r->body_out, p, n < ERR_BODY_MAX - r->body_out.len ? n : ERR_BODY_MAX - r->body_out.len);
         return n;
     }
-    if (r->expect_len != UINT64_MAX && r->received + n > r->expect_len) {
+    if (code == 200 && r->range_from != UINT64_MAX && r->range_from > 0) {
+        r->over_limit = 5;   /* the whole object, not the range: not a byte of it is ours */
+        return 0;
+    }
+    if ((r->expect_len != UINT64_MAX && r->received + n > r->expect_len) ||
+        (r->range_len != UINT64_MAX && r->received + n > r->range_len)) {
         r->over_limit = 2;
         return 0;
     }
@@ -403,6 +423,8 @@ static void fail_final(struct s3_req *r, int err, const char *fmt, ...)
     r->done = 1;
 }
 
+#define IGNORED_RANGE "%s %s: the server ignored the Range header (HTTP 200 with the whole object)"
+
 /* Decides what an attempt's outcome means: success, final failure, or another try. */
 static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
 {
@@ -421,6 +443,8 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
             return fail_final(r, PULSE_ERR_IO, "%s %s: writing the output failed", r->op, k);
         if (r->over_limit == 4)
             return fail_final(r, PULSE_ERR_NOMEM, "%s %s: out of memory", r->op, k);
+        if (r->over_limit == 5)
+            return fail_final(r, PULSE_ERR_SERVER, IGNORED_RANGE, r->op, k);
         if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE ||
             cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_SSL_ISSUER_ERROR || cc == CURLE_SSL_CRL_BADFILE ||
             cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
@@ -436,6 +460,11 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
                                         : r->curl_err[0] ? r->curl_err : curl_easy_strerror(cc));
     } else if (st >= 200 && st < 300) {
         int head = !strcmp(r->method, "HEAD");
+        /* A 200 carries the whole object: for a range from 0 that is what was asked (the range
+         * covers it, or the body was cut above), for a range from anywhere else the wrong bytes. */
+        if (r->range_from != UINT64_MAX && r->range_from > 0 && st == 200)
+            return fail_final(r, PULSE_ERR_SERVER, IGNORED_RANGE, r->op, k);
+        int whole = r->range_from == UINT64_MAX || st == 200 || (r->range_from == 0 && r->total == r->received);
         if (r->expect_len != UINT64_MAX && r->received != r->expect_len) {
             transient_err = PULSE_ERR_CORRUPT;
             snprintf(why, sizeof why, "body of %llu bytes, expected %llu",
@@ -445,7 +474,7 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
             transient_err = PULSE_ERR_CORRUPT;
             snprintf(why, sizeof why, "body of %llu bytes, Content-Length %llu",
                      (unsigned long long)r->received, (unsigned long long)r->content_length);
-        } else if (r->verify_sha && r->meta_sha[0]) {
+        } else if (r->verify_sha && r->meta_sha[0] && whole) {
             unsigned char h[32];
             char hex[65];
             pulse_sha256_final(&r->hs, h);

@@ -65,7 +65,11 @@ struct s3_req {
     int sink_fd;
     uint64_t sink_off;
     uint64_t expect_len;     /* exact body length wanted, or UINT64_MAX */
-    int verify_sha;          /* check the body against x-amz-meta-pulse-sha256 when present */
+    int verify_sha;          /* check the body against x-amz-meta-pulse-sha256 when present and
+                              * the body is the whole object (a range from 0 may turn out so) */
+    uint64_t range_from;     /* the Range sent (s3_req_range): first byte, or UINT64_MAX: none */
+    uint64_t range_len;      /* its length, or UINT64_MAX: to the end */
+    char range[64];          /* the Range header's value */
 
     /* Results. */
     long status;
@@ -96,6 +100,11 @@ struct s3_req {
 int s3_req_init(struct s3_store *s, struct s3_req *r, const char *op, const char *method,
                 const char *key, const char *user_key);
 void s3_req_free(struct s3_req *r);
+
+/* Asks for bytes [offset, offset + length) (PULSE_TO_END: to the end) with a Range header. A
+ * body longer than the range, or a 200 with the whole object for a range that does not start
+ * at 0, is refused rather than taken for the range. */
+void s3_req_range(struct s3_req *r, uint64_t offset, uint64_t length);
 
 /* Runs the requests, at most settings->concurrency at once; each gets its own result. Each
  * attempt ends after settings->request_timeout_s, or at the handle's deadline when that comes

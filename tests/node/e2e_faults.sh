@@ -92,4 +92,9 @@ done
 # The mapped fetch's temporary has no name once it is made: no kill leaves one behind.
 left=$(find "$work/f3.state" -name 'fetch.tmp.*' | wc -l)
 [ "$left" = 0 ] || fail "f3's state directory holds $left fetched temporaries"
+# A fetch knows its object's size from the record: one GET each, no HEAD first (f3 fetches every
+# step to a file, where a HEAD for the size would show).
+object_requests() { awk -v m="$1" '$1 ~ /^[0-9]+$/ && $2 == m && index($3, "/objects/")' "$work/proxy.log" | wc -l; }
+[ "$(object_requests GET)" -ge $((3 * steps)) ] || fail "only $(object_requests GET) object GETs in the log"
+[ "$(object_requests HEAD)" = 0 ] || fail "$(object_requests HEAD) HEAD requests for objects"
 ok "every follower bit-identical after $(awk '$4 != "pass"' "$work/proxy.log" | wc -l) injected faults and $kills kills"

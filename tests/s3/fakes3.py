@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# A fake S3 server on 127.0.0.1 whose ListObjectsV2 answers are broken or hostile in one chosen
-# way (answers RGW would never give); every request is logged, one line each.
+# A fake S3 server on 127.0.0.1 whose answers are broken or hostile in one chosen way (answers RGW
+# would never give); every request is logged, one line each.
 """Usage: fakes3.py --mode MODE --port-file F [--log F] [--time-limit S] [--headers-log F]
                   [--tls-cert PEM --tls-key PEM]
 
@@ -22,6 +22,8 @@ Modes (GET on a bucket = ListObjectsV2, keys under the prefix asked for; anythin
   repeat      page 2 is page 1 again, under a new token
   trickle     an honest page of ~400 KB sent at 2 KB/s
   503         always HTTP 503 SlowDown
+  norange     a GET or HEAD of any key answers 200 with the same 1000-byte object, Range or not
+              (a server that ignores Range); lists as in "ok"
 """
 import argparse
 import json
@@ -50,6 +52,10 @@ def page(keys, truncated, token=None):
     return (body + "</ListBucketResult>").encode()
 
 
+# The one object of mode "norange": bytes 0, 1, ..., 255, 0, 1, ... (1000 of them).
+OBJECT = bytes(i % 256 for i in range(1000))
+
+
 class State:
     lock = threading.Lock()
     pages = 0
@@ -66,7 +72,7 @@ def answer(mode, query):
     with State.lock:
         State.pages += 1
         n = State.pages
-    if mode == "ok":
+    if mode in ("ok", "norange"):
         if token is None:
             return 200, listing(["k000", "k001"], True, "page2"), 0
         return 200, listing(["k002", "k003"], False), 0
@@ -143,19 +149,25 @@ def main():
             q = parse_qs(u.query)
             record(self)
             if "list-type" not in q:
+                if args.mode == "norange":
+                    return self.send(200, OBJECT)
                 return self.send(404, b"<Error><Code>NoSuchKey</Code></Error>")
             status, body, pace = answer(args.mode, q)
             self.send(status, body, pace)
 
         def do_HEAD(self):
             record(self)
+            if args.mode == "norange":
+                return self.send(200, OBJECT, head=True)
             self.send(404, b"")
 
-        def send(self, status, body, pace=0):
+        def send(self, status, body, pace=0, head=False):
             self.send_response(status)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            if head:
+                return
             try:
                 if not pace:
                     self.wfile.write(body)

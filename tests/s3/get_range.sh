@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Ranged gets to a file: a range one GET can fetch goes without a HEAD first and gives exactly its
+# bytes, checked against the object's SHA-256 when it covers the object; a range past the end, an
+# empty object and a server that ignores Range (tests/s3/fakes3.py) each give the bytes or one line.
+# shellcheck source=tests/s3/lib.sh disable=SC2154  # work, bucket, prefix come from lib.sh
+. "$(dirname "$0")/lib.sh"
+start_proxy
+
+url="s3://$bucket/$prefix"
+head -c 300000 /dev/urandom >"$work/obj"
+pulse_store put "$url/obj" "$work/obj" || fail "setup put"
+: >"$work/empty"
+pulse_store put "$url/empty" "$work/empty" || fail "setup put of the empty object"
+
+# requests: the proxy's log since the last set_rules, as "METHOD STATUS" lines.
+requests() { awk '$1 ~ /^[0-9]+$/ { print $2, $5 }' "$work/proxy.log" | tr '\n' ';'; }
+
+# A range inside the object: one GET, answered 206, exactly bytes 1000..1999.
+set_rules
+via_proxy pulse_store get "$url/obj" -o "$work/got" --range 1000-1999 || fail "get --range 1000-1999"
+dd if="$work/obj" of="$work/want" bs=1000 skip=1 count=1 status=none
+cmp -s "$work/got" "$work/want" || fail "--range 1000-1999: wrong bytes"
+[ "$(requests)" = "GET 206;" ] || fail "--range 1000-1999 sent: $(requests)"
+ok "a range inside the object: one GET, its 1000 bytes"
+
+# A range past the end of the object from 0: one GET, the whole object.
+set_rules
+via_proxy pulse_store get "$url/obj" -o "$work/got" --range 0-999999 || fail "get --range 0-999999"
+cmp -s "$work/got" "$work/obj" || fail "--range 0-999999: not the object"
+[ "$(requests)" = "GET 206;" ] || fail "--range 0-999999 sent: $(requests)"
+ok "a range covering the object: one GET, the whole object"
+
+# To the end: the extent is unknown, so a HEAD first decides between one GET and parallel ranges.
+set_rules
+via_proxy pulse_store get "$url/obj" -o "$work/got" --range 100- || fail "get --range 100-"
+tail -c +101 "$work/obj" >"$work/want"
+cmp -s "$work/got" "$work/want" || fail "--range 100-: wrong bytes"
+[ "$(requests)" = "HEAD 200;GET 206;" ] || fail "--range 100- sent: $(requests)"
+ok "a range to the end: HEAD, then one GET"
+
+# A range starting at the end: one line naming the size, no output file.
+rm -f "$work/got"
+rc=0
+via_proxy pulse_store get "$url/obj" -o "$work/got" --range 300000-300009 2>"$work/err" || rc=$?
+[ "$rc" = 1 ] || fail "a range past the end: exit $rc"
+one_line_error "$work/err"
+grep -q "range starts at 300000, object has 300000 bytes" "$work/err" || fail "past the end: $(cat "$work/err")"
+[ ! -e "$work/got" ] || fail "a range past the end left an output file"
+ok "a range past the end: $(cat "$work/err")"
+
+# An empty object: S3 answers a Range on it with 416; from 0 that is an empty file.
+via_proxy pulse_store get "$url/empty" -o "$work/got" --range 0-9 || fail "get --range 0-9 of an empty object"
+{ [ -f "$work/got" ] && [ ! -s "$work/got" ]; } || fail "an empty object's range is not an empty file"
+ok "a range of an empty object: an empty file"
+
+# An object whose stored digest does not match its bytes: a range that covers it is checked and
+# refused; a part of it has no digest to be checked against and comes as it is.
+sha_of_other=$(printf 'other bytes' | sha256sum | cut -d' ' -f1)
+s3 PUT "/$bucket/$prefix/liar" -d "$work/obj" -H "x-amz-meta-pulse-sha256: $sha_of_other" >/dev/null
+rm -f "$work/got"
+rc=0
+via_proxy pulse_store get "$url/liar" -o "$work/got" --range 0-999999 2>"$work/err" || rc=$?
+[ "$rc" = 1 ] || fail "a covering range of an object failing its digest: exit $rc"
+one_line_error "$work/err"
+grep -q "SHA-256" "$work/err" || fail "digest failure not named: $(cat "$work/err")"
+via_proxy pulse_store get "$url/liar" -o "$work/got" --range 10-19 || fail "a part of the object"
+dd if="$work/obj" of="$work/want" bs=1 skip=10 count=10 status=none
+cmp -s "$work/got" "$work/want" || fail "--range 10-19 of liar: wrong bytes"
+ok "a covering range is checked against the stored SHA-256: $(cat "$work/err")"
+
+# A server that ignores Range and answers 200 with the whole object (fakes3.py --mode norange).
+python3 "$s3_dir/fakes3.py" --mode norange --port-file "$work/fake.port" --log "$work/fake.log" \
+  --time-limit 300 &
+fake_pid=$!
+trap 'kill "$fake_pid" 2>/dev/null || true; cleanup' EXIT
+for _ in $(seq 1 600); do
+  [ -s "$work/fake.port" ] && break
+  sleep 0.05
+done
+[ -s "$work/fake.port" ] || fail "fakes3.py did not start"
+fake="http://127.0.0.1:$(cat "$work/fake.port")"
+python3 -c 'import sys; sys.stdout.buffer.write(bytes(i % 256 for i in range(1000)))' >"$work/fake.obj"
+rm -f "$work/got"
+rc=0
+AWS_ENDPOINT_URL=$fake pulse_store get "s3://b/k" -o "$work/got" --range 10-19 2>"$work/err" || rc=$?
+[ "$rc" = 1 ] || fail "a 200 for a range from 10: exit $rc"
+one_line_error "$work/err"
+grep -q "ignored the Range header" "$work/err" || fail "a 200 for a range from 10: $(cat "$work/err")"
+[ ! -e "$work/got" ] || fail "a 200 for a range from 10 left an output file"
+[ "$(grep -c '^GET ' "$work/fake.log")" = 1 ] || fail "a 200 for a range from 10 was retried"
+rm -f "$work/got"
+rc=0
+AWS_ENDPOINT_URL=$fake pulse_store get "s3://b/k" -o "$work/got" --range 0-9 2>"$work/err" || rc=$?
+[ "$rc" = 1 ] || fail "a 200 with more than a range from 0: exit $rc"
+one_line_error "$work/err"
+[ ! -e "$work/got" ] || fail "a 200 with more than the range left an output file"
+AWS_ENDPOINT_URL=$fake pulse_store get "s3://b/k" -o "$work/got" --range 0-4999 || fail "a 200 within the range"
+cmp -s "$work/got" "$work/fake.obj" || fail "a 200 within a range from 0: not the object"
+ok "a server that ignores Range: a range from 10 refused, a 200 longer than 0-9 refused, the whole object within 0-4999"
