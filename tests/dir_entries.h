@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* What a C test sees of a directory: how many entries it holds, to check that nothing was left there. */
+/* What a C test sees of a directory: how many entries it holds, and their names. */
 #ifndef PULSE_TESTS_DIR_ENTRIES_H
 #define PULSE_TESTS_DIR_ENTRIES_H
 
 #include <dirent.h>
+#include <stdio.h>
 #include <string.h>
 
 /* The entries of dir but . and .. (-1: it cannot be read). */
@@ -16,6 +17,20 @@ static inline int dir_entries(const char *dir)
     for (struct dirent *e; (e = readdir(d)) != NULL;)
         n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     closedir(d);
+    return n;
+}
+
+/* Up to cap names in dir, . and .. and other hidden ones left out, in the order readdir gives
+ * them; 0 when it cannot be read. */
+static inline int dir_names(const char *dir, char names[][300], int cap)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && n < cap && (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.')
+            snprintf(names[n++], 300, "%s", e->d_name);
+    if (d)
+        closedir(d);
     return n;
 }
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dir_entries.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/patch.h"
@@ -155,20 +156,12 @@ static int weight_files(const char *d)
     return n;
 }
 
-/* Names of the run's objects. */
+/* Names of the run's objects, to find the ones a publish added. */
 static int list_objects(const char *run_dir, char names[][300], int cap)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/objects", run_dir);
-    DIR *h = opendir(path);
-    int n = 0;
-    struct dirent *x;
-    while (h && (x = readdir(h)) && n < cap)
-        if (x->d_name[0] != '.')
-            snprintf(names[n++], 300, "%s", x->d_name);
-    if (h)
-        closedir(h);
-    return n;
+    return dir_names(path, names, cap);
 }
 
 /* Flips a byte near the end of the largest object that is in AFTER and not in BEFORE (a step

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dir_entries.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/patch.h"
@@ -202,20 +203,12 @@ static void test_wrap(void)
     pulse_ckpt_close(&c);
 }
 
-/* Names of the objects of the run, to find the one a publish added. */
+/* Names of the run's objects, to find the ones a publish added. */
 static int list_objects(const char *run_dir, char names[][300], int cap)
 {
-    char path[256];
+    char path[512];
     snprintf(path, sizeof path, "%s/objects", run_dir);
-    DIR *d = opendir(path);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)) && n < cap)
-        if (e->d_name[0] != '.')
-            snprintf(names[n++], 300, "%s", e->d_name);
-    if (d)
-        closedir(d);
-    return n;
+    return dir_names(path, names, cap);
 }
 
 static int follower(pulse_follower **out, pulse_trust *trust, const char *state, pulse_ckpt *w)
