@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # Checks that faultproxy.py injects each fault it claims (seen from a plain client) and passes signed
 # requests through untouched, so the store e2e tests really exercise what they say they do.
+import atexit
 import http.client
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,7 @@ def main():
     check(st == 200, f"direct PUT -> 200 (got {st})")
 
     tmp = tempfile.mkdtemp(prefix="pulse-proxy-")
+    atexit.register(shutil.rmtree, tmp, True)
     control = os.path.join(tmp, "rules")
     portfile = os.path.join(tmp, "port")
     log = os.path.join(tmp, "log")
