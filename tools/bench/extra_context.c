@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Benchmark: how far context beside each weight's old exponent (its neighbours' changes in the same step, its own change in the previous step) would take a BF16 step's conditional entropy below the exponent bound. */
+/* Benchmark: how far context beside each weight's old exponent (its neighbours' changes in the same step, its own changes in the previous steps) would take a BF16 step's conditional entropy below the exponent bound. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,11 +10,12 @@
 #include "pulseweights/checkpoint.h"
 
 /* Classes of a context beside the exponent, at most this many. */
-#define NCLS 17u
+#define NCLS 51u
 
-/* What a context sees of element i: the three checkpoints and the tensor's row width. */
+/* What a context sees of element i: the checkpoints (PP, the one before PREV, may be NULL) and
+ * the tensor's row width. */
 typedef struct {
-    const uint16_t *P, *O, *N;
+    const uint16_t *PP, *P, *O, *N;
     size_t i, width;
 } element;
 
@@ -78,18 +79,38 @@ static unsigned ctx_prev_class(const element *e)
     return ulp_class(ulps(e->O[e->i], e->P[e->i]));
 }
 
+/* The sign of the change two steps back (PP -> P): 0, 1 up, 2 down. */
+static unsigned sign_before(const element *e)
+{
+    int d = ulps(e->P[e->i], e->PP[e->i]);
+    return d == 0 ? 0u : d > 0 ? 1u : 2u;
+}
+
+static unsigned ctx_prev2_sign(const element *e)
+{
+    return ctx_prev_sign(e) * 3u + sign_before(e);
+}
+
+static unsigned ctx_prev_class_prev2_sign(const element *e)
+{
+    return ctx_prev_class(e) * 3u + sign_before(e);
+}
+
 typedef struct {
     const char *name;
     unsigned (*cls)(const element *);
+    int needs_pp;   /* reads the checkpoint two steps back */
 } context;
 
 static const context contexts[] = {
-    {"exponent of old", ctx_none},
-    {"+ left neighbour's change (this step)", ctx_left},
-    {"+ the row above's change (this step)", ctx_above},
-    {"+ both neighbours' changes", ctx_both},
-    {"+ previous change's sign", ctx_prev_sign},
-    {"+ previous change's class", ctx_prev_class},
+    {"exponent of old", ctx_none, 0},
+    {"+ left neighbour's change (this step)", ctx_left, 0},
+    {"+ the row above's change (this step)", ctx_above, 0},
+    {"+ both neighbours' changes", ctx_both, 0},
+    {"+ previous change's sign", ctx_prev_sign, 0},
+    {"+ previous change's class", ctx_prev_class, 0},
+    {"+ previous two changes' signs", ctx_prev2_sign, 1},
+    {"+ previous change's class, sign before", ctx_prev_class_prev2_sign, 1},
 };
 #define NCTX (sizeof contexts / sizeof contexts[0])
 
@@ -160,12 +181,15 @@ typedef struct {
 
 static tally tallies[NCTX];
 
-static void count_tensor(const pulse_tensor *to, const uint16_t *P, const uint16_t *O, const uint16_t *N)
+static void count_tensor(const pulse_tensor *to, const uint16_t *PP, const uint16_t *P, const uint16_t *O,
+                         const uint16_t *N)
 {
-    element e = {P, O, N, 0, to->ndim >= 2 ? (size_t)to->shape[to->ndim - 1] : (size_t)to->nelems};
+    element e = {PP, P, O, N, 0, to->ndim >= 2 ? (size_t)to->shape[to->ndim - 1] : (size_t)to->nelems};
     if (!e.width)
         return;
     for (size_t c = 0; c < NCTX; c++) {
+        if (contexts[c].needs_pp && !PP)
+            continue;
         tally *t = &tallies[c];
         memset(t->c0, 0, sizeof t->c0);
         memset(t->c1, 0, sizeof t->c1);
@@ -187,38 +211,44 @@ static void count_tensor(const pulse_tensor *to, const uint16_t *P, const uint16
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: extra_context PREV OLD NEW   (three consecutive BF16 checkpoints of one run)\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: extra_context [PREV2] PREV OLD NEW   (consecutive BF16 checkpoints of one run;\n"
+                        "       with PREV2 the contexts of the change before the previous one too)\n");
         return 2;
     }
-    pulse_ckpt *c[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < 3; i++)
-        if (pulse_ckpt_open(&c[i], argv[i + 1], PULSE_CKPT_READ) != 0) {
-            fprintf(stderr, "extra_context: cannot open %s\n", argv[i + 1]);
+    /* c[0] PREV2 (or NULL), c[1] PREV, c[2] OLD, c[3] NEW */
+    pulse_ckpt *c[4] = {NULL, NULL, NULL, NULL};
+    int first = argc == 5 ? 0 : 1;
+    for (int i = first; i < 4; i++)
+        if (pulse_ckpt_open(&c[i], argv[i + 1 - first], PULSE_CKPT_READ) != 0) {
+            fprintf(stderr, "extra_context: cannot open %s\n", argv[i + 1 - first]);
             return 1;
         }
-    size_t nt = pulse_ckpt_count(c[1]);
-    if (pulse_ckpt_count(c[0]) != nt || pulse_ckpt_count(c[2]) != nt) {
-        fprintf(stderr, "extra_context: the checkpoints' tensors differ\n");
-        return 1;
-    }
+    size_t nt = pulse_ckpt_count(c[2]);
+    for (int i = first; i < 4; i++)
+        if (pulse_ckpt_count(c[i]) != nt) {
+            fprintf(stderr, "extra_context: the checkpoints' tensors differ\n");
+            return 1;
+        }
     uint64_t elems = 0, changes = 0;
     for (size_t t = 0; t < nt; t++) {
-        const pulse_tensor *tp = pulse_ckpt_tensor(c[0], t), *to = pulse_ckpt_tensor(c[1], t),
-                           *tn = pulse_ckpt_tensor(c[2], t);
-        if (strcmp(tp->name, to->name) || strcmp(tn->name, to->name) || tp->dtype != to->dtype ||
-            tn->dtype != to->dtype || tp->nelems != to->nelems || tn->nelems != to->nelems) {
-            fprintf(stderr, "extra_context: tensor %s differs in name, dtype or shape\n", to->name);
-            return 1;
+        const pulse_tensor *to = pulse_ckpt_tensor(c[2], t);
+        const uint16_t *v[4] = {NULL, NULL, NULL, NULL};
+        for (int i = first; i < 4; i++) {
+            const pulse_tensor *x = pulse_ckpt_tensor(c[i], t);
+            if (strcmp(x->name, to->name) || x->dtype != to->dtype || x->nelems != to->nelems) {
+                fprintf(stderr, "extra_context: tensor %s differs in name, dtype or shape\n", to->name);
+                return 1;
+            }
+            v[i] = (const uint16_t *)(const void *)x->data;
         }
         if (to->dtype != PULSE_DT_BF16)
             continue;
-        const uint16_t *P = (const uint16_t *)(const void *)tp->data, *O = (const uint16_t *)(const void *)to->data,
-                       *N = (const uint16_t *)(const void *)tn->data;
+        const uint16_t *O = v[2], *N = v[3];
         for (size_t i = 0; i < to->nelems; i++)
             changes += N[i] != O[i];
         elems += to->nelems;
-        count_tensor(to, P, O, N);
+        count_tensor(to, v[0], v[1], O, N);
     }
     if (!changes) {
         printf("no BF16 weight changed from OLD to NEW\n");
@@ -231,6 +261,8 @@ int main(int argc, char **argv)
     printf("  context                                  positions         values            total            vs exponent\n");
     double base = 0, base_model = 0;
     for (size_t i = 0; i < NCTX; i++) {
+        if (contexts[i].needs_pp && first)
+            continue;
         tally *t = &tallies[i];
         double v, vm, r, rm;
         cond_entropy(&t->val, &v, &vm);
@@ -248,7 +280,7 @@ int main(int argc, char **argv)
         patch_counts_free(&t->val);
         patch_counts_free(&t->val_rel);
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = first; i < 4; i++)
         pulse_ckpt_close(&c[i]);
     return 0;
 }
