@@ -13,6 +13,18 @@ pulse_store put "$url/obj" "$work/obj" || fail "setup put"
 : >"$work/empty"
 pulse_store put "$url/empty" "$work/empty" || fail "setup put of the empty object"
 
+# refused WHAT PATTERN CMD...: CMD exits 1 with one line matching PATTERN, and no output file.
+refused() {
+  local what=$1 pattern=$2 rc=0
+  shift 2
+  rm -f "$work/got"
+  "$@" 2>"$work/err" || rc=$?
+  [ "$rc" = 1 ] || fail "$what: exit $rc"
+  one_line_error "$work/err"
+  grep -q "$pattern" "$work/err" || fail "$what: $(cat "$work/err")"
+  [ ! -e "$work/got" ] || fail "$what left an output file"
+}
+
 # requests: the proxy's log since the last set_rules, as "METHOD STATUS" lines.
 requests() { awk '$1 ~ /^[0-9]+$/ { print $2, $5 }' "$work/proxy.log" | tr '\n' ';'; }
 
@@ -40,13 +52,8 @@ cmp -s "$work/got" "$work/want" || fail "--range 100-: wrong bytes"
 ok "a range to the end: HEAD, then one GET"
 
 # A range starting at the end: one line naming the size, no output file.
-rm -f "$work/got"
-rc=0
-via_proxy pulse_store get "$url/obj" -o "$work/got" --range 300000-300009 2>"$work/err" || rc=$?
-[ "$rc" = 1 ] || fail "a range past the end: exit $rc"
-one_line_error "$work/err"
-grep -q "range starts at 300000, object has 300000 bytes" "$work/err" || fail "past the end: $(cat "$work/err")"
-[ ! -e "$work/got" ] || fail "a range past the end left an output file"
+refused "a range past the end" "range starts at 300000, object has 300000 bytes" \
+  via_proxy pulse_store get "$url/obj" -o "$work/got" --range 300000-300009
 ok "a range past the end: $(cat "$work/err")"
 
 # An empty object: S3 answers a Range on it with 416; from 0 that is an empty file.
@@ -58,12 +65,8 @@ ok "a range of an empty object: an empty file"
 # refused; a part of it has no digest to be checked against and comes as it is.
 sha_of_other=$(printf 'other bytes' | sha256sum | cut -d' ' -f1)
 s3 PUT "/$bucket/$prefix/liar" -d "$work/obj" -H "x-amz-meta-pulse-sha256: $sha_of_other" >/dev/null
-rm -f "$work/got"
-rc=0
-via_proxy pulse_store get "$url/liar" -o "$work/got" --range 0-999999 2>"$work/err" || rc=$?
-[ "$rc" = 1 ] || fail "a covering range of an object failing its digest: exit $rc"
-one_line_error "$work/err"
-grep -q "SHA-256" "$work/err" || fail "digest failure not named: $(cat "$work/err")"
+refused "a covering range of an object failing its digest" "body fails its SHA-256" \
+  via_proxy pulse_store get "$url/liar" -o "$work/got" --range 0-999999
 via_proxy pulse_store get "$url/liar" -o "$work/got" --range 10-19 || fail "a part of the object"
 dd if="$work/obj" of="$work/want" bs=1 skip=10 count=10 status=none
 cmp -s "$work/got" "$work/want" || fail "--range 10-19 of liar: wrong bytes"
@@ -81,20 +84,12 @@ done
 [ -s "$work/fake.port" ] || fail "fakes3.py did not start"
 fake="http://127.0.0.1:$(cat "$work/fake.port")"
 python3 -c 'import sys; sys.stdout.buffer.write(bytes(i % 256 for i in range(1000)))' >"$work/fake.obj"
-rm -f "$work/got"
-rc=0
-AWS_ENDPOINT_URL=$fake pulse_store get "s3://b/k" -o "$work/got" --range 10-19 2>"$work/err" || rc=$?
-[ "$rc" = 1 ] || fail "a 200 for a range from 10: exit $rc"
-one_line_error "$work/err"
-grep -q "ignored the Range header" "$work/err" || fail "a 200 for a range from 10: $(cat "$work/err")"
-[ ! -e "$work/got" ] || fail "a 200 for a range from 10 left an output file"
+via_fake() { AWS_ENDPOINT_URL=$fake "$@"; }
+refused "a 200 for a range from 10" "ignored the Range header" \
+  via_fake pulse_store get "s3://b/k" -o "$work/got" --range 10-19
 [ "$(grep -c '^GET ' "$work/fake.log")" = 1 ] || fail "a 200 for a range from 10 was retried"
-rm -f "$work/got"
-rc=0
-AWS_ENDPOINT_URL=$fake pulse_store get "s3://b/k" -o "$work/got" --range 0-9 2>"$work/err" || rc=$?
-[ "$rc" = 1 ] || fail "a 200 with more than a range from 0: exit $rc"
-one_line_error "$work/err"
-[ ! -e "$work/got" ] || fail "a 200 with more than the range left an output file"
-AWS_ENDPOINT_URL=$fake pulse_store get "s3://b/k" -o "$work/got" --range 0-4999 || fail "a 200 within the range"
+refused "a 200 with more than a range from 0" "more bytes than the range" \
+  via_fake pulse_store get "s3://b/k" -o "$work/got" --range 0-9
+via_fake pulse_store get "s3://b/k" -o "$work/got" --range 0-4999 || fail "a 200 within the range"
 cmp -s "$work/got" "$work/fake.obj" || fail "a 200 within a range from 0: not the object"
 ok "a server that ignores Range: a range from 10 refused, a 200 longer than 0-9 refused, the whole object within 0-4999"
