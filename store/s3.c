@@ -542,7 +542,8 @@ static int s3_get(pulse_store *st, const char *key, uint64_t offset, uint64_t le
         r.sink = SINK_BUF;
         r.max = dst->max;
     }
-    s3_progress_begin(s, expect != UINT64_MAX ? expect : one_get && dst->fd >= 0 ? length : 0);
+    r.progress_from_length = expect == UINT64_MAX && dst->fd >= 0;
+    s3_progress_begin(s, expect != UINT64_MAX ? expect : 0);
     rc = s3_run(s, &rp, 1);
     s3_progress_end(s);
     if (rc == PULSE_ERR_INVALID && r.status == 416) {

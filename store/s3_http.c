@@ -153,6 +153,8 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
             buf_add(&r->body_out, p, n < ERR_BODY_MAX - r->body_out.len ? n : ERR_BODY_MAX - r->body_out.len);
         return n;
     }
+    if (r->progress_from_length && r->received == 0 && r->have_length)
+        c->s->prog_total = r->content_length;
     if (code == 200 && r->range_from != UINT64_MAX && r->range_from > 0) {
         r->over_limit = 5;   /* the whole object, not the range: not a byte of it is ours */
         return 0;
@@ -225,6 +227,9 @@ static int on_seek(void *ud, curl_off_t offset, int origin)
     struct cb_ctx *c = ud;
     if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > c->r->body_len)
         return CURL_SEEKFUNC_CANTSEEK;
+    /* Bytes sent again are progress once: the meter forgets those it is about to see twice. */
+    uint64_t back = c->r->read_pos - (uint64_t)offset <= c->r->read_pos ? c->r->read_pos - (uint64_t)offset : 0;
+    c->s->prog_done -= back <= c->s->prog_done ? back : c->s->prog_done;
     c->r->read_pos = (uint64_t)offset;
     return CURL_SEEKFUNC_OK;
 }
@@ -264,7 +269,10 @@ static const char *user_agent(void)
 
 static int start(struct s3_store *s, struct s3_req *r)
 {
-    /* Fresh results for this attempt; the body buffer keeps its memory. */
+    /* Fresh results for this attempt; the body buffer keeps its memory. What the last attempt
+     * moved leaves the progress line's count, so a retried transfer never shows more than all. */
+    uint64_t moved = r->received + r->read_pos;
+    s->prog_done -= moved <= s->prog_done ? moved : s->prog_done;
     r->status = 0;
     r->body_out.len = 0;
     if (r->body_out.data)

@@ -70,6 +70,7 @@ struct s3_req {
     uint64_t range_from;     /* the Range sent (s3_req_range): first byte, or UINT64_MAX: none */
     uint64_t range_len;      /* its length, or UINT64_MAX: to the end */
     char range[64];          /* the Range header's value */
+    int progress_from_length; /* the 2xx answer's Content-Length is the progress line's total */
 
     /* Results. */
     long status;
