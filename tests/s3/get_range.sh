@@ -72,6 +72,22 @@ dd if="$work/obj" of="$work/want" bs=1 skip=10 count=10 status=none
 cmp -s "$work/got" "$work/want" || fail "--range 10-19 of liar: wrong bytes"
 ok "a covering range is checked against the stored SHA-256: $(cat "$work/err")"
 
+# The progress line of a one-GET fetch, on a terminal: its total is the object, not the range asked
+# for, and a retried transfer never counts past it (the first answer is cut after half its body).
+head -c 20000000 /dev/urandom >"$work/big"
+pulse_store put "$url/big" "$work/big" || fail "setup put of big"
+set_rules "1 GET /$bucket/$prefix/big truncate"
+PULSE_PROGRESS_AFTER_MS=0 AWS_ENDPOINT_URL=$proxy_url script -qec \
+  "timeout 60 $PULSE_BIN store get $url/big -o $work/got --range 0-49999999" "$work/tty.txt" >/dev/null \
+  || fail "get of big through a truncated first answer"
+cmp -s "$work/got" "$work/big" || fail "big: not the object"
+[ "$(injected truncate)" = 1 ] || fail "the proxy truncated $(injected truncate) answers, not 1"
+shown=$(tr '\r' '\n' <"$work/tty.txt" | grep -ao '[0-9.]* / [0-9.]* MiB' | sort -u | tr '\n' ';')
+[ -n "$shown" ] || fail "no progress line on a terminal"
+echo "$shown" | tr ';' '\n' | awk 'NF { if ($3 != "19.1" || $1 + 0 > $3 + 0) bad = 1 } END { exit bad }' \
+  || fail "progress past its total, or not the object's 19.1 MiB: $shown"
+ok "a retried one-GET fetch's progress stays within the object's 19.1 MiB: $shown"
+
 # A server that ignores Range and answers 200 with the whole object (fakes3.py --mode norange).
 python3 "$s3_dir/fakes3.py" --mode norange --port-file "$work/fake.port" --log "$work/fake.log" \
   --time-limit 300 &
