@@ -109,7 +109,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
         r->meta_sha[0] = 0;
         r->have_length = 0;
         r->mtime = 0;
-        r->total = UINT64_MAX;
+        r->total = r->range_got = UINT64_MAX;
         return n;
     }
     char *colon = strchr(line, ':');
@@ -133,6 +133,8 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
         const char *slash = strrchr(v, '/');
         if (slash && slash[1] != '*')
             r->total = strtoull(slash + 1, NULL, 10);
+        if (!strncasecmp(v, "bytes ", 6) && v[6] >= '0' && v[6] <= '9')
+            r->range_got = strtoull(v + 6, NULL, 10);
     } else if (!strcasecmp(line, "last-modified")) {
         r->mtime = (int64_t)curl_getdate(v, NULL);
     } else if (!strcasecmp(line, "x-amz-meta-pulse-sha256") && strlen(v) == 64) {
@@ -285,7 +287,7 @@ static int start(struct s3_store *s, struct s3_req *r)
     r->deadline_cut = 0;
     r->etag[0] = r->meta_sha[0] = 0;
     r->have_length = 0;
-    r->total = UINT64_MAX;
+    r->total = r->range_got = UINT64_MAX;
     pulse_sha256_init(&r->hs);
     if (r->slist) {
         curl_slist_free_all(r->slist);
@@ -472,6 +474,14 @@ static void finish(struct s3_store *s, struct s3_req *r, CURLcode cc)
          * covers it, or the body was cut above), for a range from anywhere else the wrong bytes. */
         if (r->range_from != UINT64_MAX && r->range_from > 0 && st == 200)
             return fail_final(r, PULSE_ERR_SERVER, IGNORED_RANGE, r->op, k);
+        /* A 206 must say which bytes it carries, and they must be the ones asked for. */
+        if (r->range_from != UINT64_MAX && st == 206 && r->range_got == UINT64_MAX)
+            return fail_final(r, PULSE_ERR_SERVER, "%s %s: a partial answer (HTTP 206) without a readable "
+                              "Content-Range", r->op, k);
+        if (r->range_from != UINT64_MAX && st == 206 && r->range_got != r->range_from)
+            return fail_final(r, PULSE_ERR_SERVER, "%s %s: asked for bytes from %llu, the answer's Content-Range "
+                              "starts at %llu", r->op, k, (unsigned long long)r->range_from,
+                              (unsigned long long)r->range_got);
         int whole = r->range_from == UINT64_MAX || st == 200 || (r->range_from == 0 && r->total == r->received);
         if (r->expect_len != UINT64_MAX && r->received != r->expect_len) {
             transient_err = PULSE_ERR_CORRUPT;

@@ -78,6 +78,7 @@ struct s3_req {
     uint64_t received;       /* stored atomically: a verifier thread follows it */
     uint64_t content_length;
     uint64_t total;          /* object size from Content-Range, or UINT64_MAX */
+    uint64_t range_got;      /* the first byte Content-Range says the body starts at, or UINT64_MAX */
     int have_length;
     char etag[132];
     char meta_sha[65];

@@ -24,6 +24,8 @@ Modes (GET on a bucket = ListObjectsV2, keys under the prefix asked for; anythin
   503         always HTTP 503 SlowDown
   norange     a GET or HEAD of any key answers 200 with the same 1000-byte object, Range or not
               (a server that ignores Range); lists as in "ok"
+  wrongrange  a ranged GET of any key answers 206 with as many bytes as asked, but from byte 0 of
+              that object (Content-Range says so); lists as in "ok"
 """
 import argparse
 import json
@@ -72,7 +74,7 @@ def answer(mode, query):
     with State.lock:
         State.pages += 1
         n = State.pages
-    if mode in ("ok", "norange"):
+    if mode in ("ok", "norange", "wrongrange"):
         if token is None:
             return 200, listing(["k000", "k001"], True, "page2"), 0
         return 200, listing(["k002", "k003"], False), 0
@@ -151,6 +153,12 @@ def main():
             if "list-type" not in q:
                 if args.mode == "norange":
                     return self.send(200, OBJECT)
+                if args.mode == "wrongrange":
+                    first, _, last = self.headers.get("Range", "bytes=0-").partition("=")[2].partition("-")
+                    n = min(len(OBJECT), int(last) + 1 if last else len(OBJECT)) - int(first)
+                    n = max(n, 1)
+                    return self.send(206, OBJECT[:n],
+                                     headers={"Content-Range": "bytes 0-%d/%d" % (n - 1, len(OBJECT))})
                 return self.send(404, b"<Error><Code>NoSuchKey</Code></Error>")
             status, body, pace = answer(args.mode, q)
             self.send(status, body, pace)
@@ -161,10 +169,12 @@ def main():
                 return self.send(200, OBJECT, head=True)
             self.send(404, b"")
 
-        def send(self, status, body, pace=0, head=False):
+        def send(self, status, body, pace=0, head=False, headers=None):
             self.send_response(status)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             if head:
                 return

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Ranged gets to a file: a range one GET can fetch goes without a HEAD first and gives exactly its
 # bytes, checked against the object's SHA-256 when it covers the object; a range past the end, an
-# empty object and a server that ignores Range (tests/s3/fakes3.py) each give the bytes or one line.
+# empty object, a server that ignores Range and one that answers other bytes (tests/s3/fakes3.py)
+# each give the bytes or one line.
 # shellcheck source=tests/s3/lib.sh disable=SC2154  # work, bucket, prefix come from lib.sh
 . "$(dirname "$0")/lib.sh"
 start_proxy
@@ -88,19 +89,30 @@ echo "$shown" | tr ';' '\n' | awk 'NF { if ($3 != "19.1" || $1 + 0 > $3 + 0) bad
   || fail "progress past its total, or not the object's 19.1 MiB: $shown"
 ok "a retried one-GET fetch's progress stays within the object's 19.1 MiB: $shown"
 
-# A server that ignores Range and answers 200 with the whole object (fakes3.py --mode norange).
-python3 "$s3_dir/fakes3.py" --mode norange --port-file "$work/fake.port" --log "$work/fake.log" \
-  --time-limit 300 &
-fake_pid=$!
+# start_fake MODE: tests/s3/fakes3.py in MODE (the one before it stopped); sets $fake to its URL.
+fake_pid=""
 trap 'kill "$fake_pid" 2>/dev/null || true; cleanup' EXIT
-for _ in $(seq 1 600); do
-  [ -s "$work/fake.port" ] && break
-  sleep 0.05
-done
-[ -s "$work/fake.port" ] || fail "fakes3.py did not start"
-fake="http://127.0.0.1:$(cat "$work/fake.port")"
-python3 -c 'import sys; sys.stdout.buffer.write(bytes(i % 256 for i in range(1000)))' >"$work/fake.obj"
+start_fake() {
+  if [ -n "$fake_pid" ]; then
+    kill "$fake_pid" 2>/dev/null || true
+    wait "$fake_pid" 2>/dev/null || true
+  fi
+  rm -f "$work/fake.port"
+  python3 "$s3_dir/fakes3.py" --mode "$1" --port-file "$work/fake.port" --log "$work/fake.log" \
+    --time-limit 300 &
+  fake_pid=$!
+  for _ in $(seq 1 600); do
+    [ -s "$work/fake.port" ] && break
+    sleep 0.05
+  done
+  [ -s "$work/fake.port" ] || fail "fakes3.py --mode $1 did not start"
+  fake="http://127.0.0.1:$(cat "$work/fake.port")"
+}
 via_fake() { AWS_ENDPOINT_URL=$fake "$@"; }
+python3 -c 'import sys; sys.stdout.buffer.write(bytes(i % 256 for i in range(1000)))' >"$work/fake.obj"
+
+# A server that ignores Range and answers 200 with the whole object (fakes3.py --mode norange).
+start_fake norange
 refused "a 200 for a range from 10" "ignored the Range header" \
   via_fake pulse_store get "s3://b/k" -o "$work/got" --range 10-19
 [ "$(grep -c '^GET ' "$work/fake.log")" = 1 ] || fail "a 200 for a range from 10 was retried"
@@ -109,3 +121,11 @@ refused "a 200 with more than a range from 0" "more bytes than the range" \
 via_fake pulse_store get "s3://b/k" -o "$work/got" --range 0-4999 || fail "a 200 within the range"
 cmp -s "$work/got" "$work/fake.obj" || fail "a 200 within a range from 0: not the object"
 ok "a server that ignores Range: a range from 10 refused, a 200 longer than 0-9 refused, the whole object within 0-4999"
+
+# A server that answers 206 with bytes from elsewhere (fakes3.py --mode wrongrange: always from 0).
+start_fake wrongrange
+refused "a 206 from byte 0 for a range from 10" "asked for bytes from 10, the answer's Content-Range starts at 0" \
+  via_fake pulse_store get "s3://b/k" -o "$work/got" --range 10-19
+via_fake pulse_store get "s3://b/k" -o "$work/got" --range 0-9 || fail "a 206 from 0 for a range from 0"
+head -c 10 "$work/fake.obj" | cmp -s - "$work/got" || fail "a 206 for 0-9: wrong bytes"
+ok "a 206 whose Content-Range starts elsewhere than asked is refused: $(cat "$work/err")"
