@@ -469,6 +469,12 @@ out:
     return rc;
 }
 
+/* Whether n bytes into a file come as parallel ranged GETs rather than one. */
+static int parallel_worth(const struct s3_store *s, uint64_t n)
+{
+    return n >= s->settings->multipart_threshold && n > s->settings->part_size;
+}
+
 static int s3_get(pulse_store *st, const char *key, uint64_t offset, uint64_t length,
                   const char *if_none_match, const struct store_dst *dst, pulse_object_info *info)
 {
@@ -482,8 +488,10 @@ static int s3_get(pulse_store *st, const char *key, uint64_t offset, uint64_t le
      * round trip less for every fetch of a known size; the answer's Content-Range gives the
      * size). To a file, a range of unknown extent asks first, so that a large object comes
      * as parallel ranges. */
-    int one_get = length != PULSE_TO_END &&
-                  (length < s->settings->multipart_threshold || length <= s->settings->part_size);
+    int one_get = length != PULSE_TO_END && !parallel_worth(s, length);
+    /* The stored digest is checked where the caller asked for the whole object; a range it
+     * names is its own to check (a follower checks size + 1 bytes against its record). */
+    const int whole_asked = offset == 0 && length == PULSE_TO_END;
     if (dst->fd >= 0 && !if_none_match && !one_get) {
         struct s3_req h, *hp = &h;
         rc = s3_req_init(s, &h, "get", "HEAD", fk, key);
@@ -502,8 +510,8 @@ static int s3_get(pulse_store *st, const char *key, uint64_t offset, uint64_t le
             goto out;
         }
         uint64_t n = info->size - offset < length ? info->size - offset : length;
-        if (n >= s->settings->multipart_threshold && n > s->settings->part_size) {
-            rc = parallel_get(s, key, fk, offset, n, info, meta, dst->fd);
+        if (parallel_worth(s, n)) {
+            rc = parallel_get(s, key, fk, offset, n, info, whole_asked ? meta : "", dst->fd);
             goto out;
         }
         if (n == 0)
@@ -533,7 +541,7 @@ static int s3_get(pulse_store *st, const char *key, uint64_t offset, uint64_t le
         snprintf(inm, sizeof inm, "\"%s\"", if_none_match);
         r.hdr[r.nhdr++] = (struct sigv4_kv){ "If-None-Match", inm };
     }
-    r.verify_sha = offset == 0;
+    r.verify_sha = whole_asked;
     r.expect_len = expect;
     if (dst->fd >= 0) {
         r.sink = SINK_FD;
@@ -796,7 +804,7 @@ static int s3_batch(pulse_store *st, pulse_transfer *x, size_t n)
         } else {
             if (t->offset > 0 || t->length != PULSE_TO_END)
                 s3_req_range(r, t->offset, t->length ? t->length : PULSE_TO_END);
-            r->verify_sha = t->offset == 0;
+            r->verify_sha = t->offset == 0 && (t->length == PULSE_TO_END || t->length == 0);   /* as s3_get */
             r->sink = SINK_BUF;
             r->max = t->max_size;
         }

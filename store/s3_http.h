@@ -66,7 +66,7 @@ struct s3_req {
     uint64_t sink_off;
     uint64_t expect_len;     /* exact body length wanted, or UINT64_MAX */
     int verify_sha;          /* check the body against x-amz-meta-pulse-sha256 when present and
-                              * the body is the whole object (a range from 0 may turn out so) */
+                              * the body is the whole object (a range from 0 answered whole) */
     uint64_t range_from;     /* the Range sent (s3_req_range): first byte, or UINT64_MAX: none */
     uint64_t range_len;      /* its length, or UINT64_MAX: to the end */
     char range[64];          /* the Range header's value */

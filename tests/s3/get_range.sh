@@ -62,16 +62,29 @@ via_proxy pulse_store get "$url/empty" -o "$work/got" --range 0-9 || fail "get -
 { [ -f "$work/got" ] && [ ! -s "$work/got" ]; } || fail "an empty object's range is not an empty file"
 ok "a range of an empty object: an empty file"
 
-# An object whose stored digest does not match its bytes: a range that covers it is checked and
-# refused; a part of it has no digest to be checked against and comes as it is.
+# An object whose stored digest does not match its bytes: a get of the whole object is checked
+# against it and refused, on one GET and on parallel ranges; a range the caller names, even one
+# that covers the object, is the caller's to check and comes as it is.
 sha_of_other=$(printf 'other bytes' | sha256sum | cut -d' ' -f1)
 s3 PUT "/$bucket/$prefix/liar" -d "$work/obj" -H "x-amz-meta-pulse-sha256: $sha_of_other" >/dev/null
-refused "a covering range of an object failing its digest" "body fails its SHA-256" \
-  via_proxy pulse_store get "$url/liar" -o "$work/got" --range 0-999999
-via_proxy pulse_store get "$url/liar" -o "$work/got" --range 10-19 || fail "a part of the object"
+refused "a whole get of an object failing its digest" "fails its SHA-256" \
+  via_proxy pulse_store get "$url/liar" -o "$work/got"
+PULSE_S3_MULTIPART_THRESHOLD=100000 PULSE_S3_PART_SIZE=50000 \
+  refused "a whole get in parallel ranges of an object failing its digest" "fail the object's SHA-256" \
+  via_proxy pulse_store get "$url/liar" -o "$work/got"
+via_proxy pulse_store get "$url/liar" -o "$work/got" --range 0-999999 || fail "a covering range of liar"
+cmp -s "$work/got" "$work/obj" || fail "--range 0-999999 of liar: not its bytes"
+via_proxy pulse_store get "$url/liar" -o "$work/got" --range 10-19 || fail "a part of liar"
 dd if="$work/obj" of="$work/want" bs=1 skip=10 count=10 status=none
 cmp -s "$work/got" "$work/want" || fail "--range 10-19 of liar: wrong bytes"
-ok "a covering range is checked against the stored SHA-256: $(cat "$work/err")"
+ok "the stored SHA-256 is checked on whole gets ($(cat "$work/err")), not on named ranges"
+
+# A range from 0 short of the end, in parallel ranges: its bytes, not checked against the whole
+# object's digest.
+PULSE_S3_MULTIPART_THRESHOLD=100000 PULSE_S3_PART_SIZE=50000 \
+  via_proxy pulse_store get "$url/obj" -o "$work/got" --range 0-199999 || fail "--range 0-199999 in parallel ranges"
+head -c 200000 "$work/obj" | cmp -s - "$work/got" || fail "--range 0-199999 in parallel ranges: wrong bytes"
+ok "a range from 0 short of the end in parallel ranges: its 200000 bytes"
 
 # The progress line of a one-GET fetch, on a terminal: its total is the object, not the range asked
 # for, and a retried transfer never counts past it (the first answer is cut after half its body).
