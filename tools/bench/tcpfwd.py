@@ -1,14 +1,17 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-# A byte-for-byte TCP forwarder between a TCP address and a unix socket (either way round), so that
-# tools/bench/sync.sh can reach the loopback RGW from inside a network namespace: namespaces do not
-# share 127.0.0.1, but they do share the file system a unix socket lives in.
+# A byte-for-byte TCP forwarder (TCP or unix socket on either side) that can hold every byte a fixed
+# time in each direction: tools/bench/wan.sh's round trip, since this kernel has no netem.
 """
-usage: tcpfwd.py --listen HOST:PORT|unix:PATH --connect HOST:PORT|unix:PATH [--time-limit S]
+usage: tcpfwd.py --listen HOST:PORT|unix:PATH --connect HOST:PORT|unix:PATH [--delay-ms D]
+                 [--time-limit S]
 Every accepted connection gets its own upstream connection; bytes are copied both ways unchanged
-(HTTP Host headers included, so SigV4 signatures still verify). Exits after --time-limit seconds.
+(HTTP Host headers included, so SigV4 signatures still verify). With --delay-ms each byte leaves
+D ms after it arrived, in both directions, so a request and its answer take 2D ms more: a round
+trip of 2D over a link whose rate the caller shapes (tc tbf). Exits after --time-limit seconds.
 """
 import argparse
+import collections
 import os
 import socket
 import sys
@@ -40,13 +43,58 @@ def pump(src, dst):
                 pass
 
 
+def delayed_pump(src, dst, delay):
+    """As pump, each block sent DELAY seconds after it was received (a reader and a sender thread,
+    so the reader keeps draining while blocks wait: the delay adds latency, not a rate cap)."""
+    q = collections.deque()
+    cv = threading.Condition()
+
+    def sender():
+        try:
+            while True:
+                with cv:
+                    while not q:
+                        cv.wait()
+                    due, data = q.popleft()
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                if data is None:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=sender, daemon=True)
+    t.start()
+    try:
+        while True:
+            data = src.recv(1 << 18)
+            with cv:
+                q.append((time.monotonic() + delay, data or None))
+                cv.notify()
+            if not data:
+                break
+    except OSError:
+        with cv:
+            q.append((time.monotonic() + delay, None))
+            cv.notify()
+    t.join()
+
+
 def nodelay(s):
     # Small HTTP heads must not wait for Nagle + delayed ACK (40 ms a request).
     if s.family == socket.AF_INET:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def serve(conn, target):
+def serve(conn, target, delay):
     family, addr = target
     up = socket.socket(family, socket.SOCK_STREAM)
     nodelay(conn)
@@ -56,8 +104,12 @@ def serve(conn, target):
     except OSError:
         conn.close()
         return
-    threads = [threading.Thread(target=pump, args=(conn, up), daemon=True),
-               threading.Thread(target=pump, args=(up, conn), daemon=True)]
+    if delay > 0:
+        threads = [threading.Thread(target=delayed_pump, args=(conn, up, delay), daemon=True),
+                   threading.Thread(target=delayed_pump, args=(up, conn, delay), daemon=True)]
+    else:
+        threads = [threading.Thread(target=pump, args=(conn, up), daemon=True),
+                   threading.Thread(target=pump, args=(up, conn), daemon=True)]
     for t in threads:
         t.start()
     for t in threads:
@@ -70,6 +122,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--listen", required=True)
     ap.add_argument("--connect", required=True)
+    ap.add_argument("--delay-ms", type=float, default=0)
     ap.add_argument("--time-limit", type=float, default=3600)
     a = ap.parse_args()
     family, addr = address(a.listen)
@@ -90,7 +143,7 @@ def main():
             conn, _ = ls.accept()
         except socket.timeout:
             continue
-        threading.Thread(target=serve, args=(conn, target), daemon=True).start()
+        threading.Thread(target=serve, args=(conn, target, a.delay_ms / 1e3), daemon=True).start()
     return 0
 
 
