@@ -79,6 +79,10 @@ typedef struct pulse_diff_opts {
      * pulse_dirs whose "to" state is OLD's), which is all of PREV the coding uses; the patch
      * names their "from" state as PREV's. The patch is the same, byte for byte. */
     const struct pulse_dirs *prev_dirs;
+    /* Where NEW's state id goes (32 bytes; NULL: nowhere) when new_id is not given: the diff
+     * hashes NEW as it scans it, so a caller that needs the id (a publisher, for its record)
+     * gets it without a pass of its own. */
+    uint8_t *new_id_out;
 } pulse_diff_opts;
 
 PULSE_API void pulse_diff_opts_default(pulse_diff_opts *o);

@@ -82,50 +82,97 @@ int pulse_tensor_hash(const pulse_tensor *t, uint8_t out[32])
     return 0;
 }
 
-typedef struct job {
-    const pulse_ckpt *c;
-    const uint64_t *first;   /* first[i]: global index of tensor i's first chunk; first[n] total */
-    uint8_t *hashes;         /* total * 32 */
-} job;
-
-/* The tensor holding global chunk g: the last i with first[i] <= g (empty tensors share
- * their first index with the next one: skip forward to the one that really owns g). */
-static size_t owner_of(const job *j, uint64_t g)
+int ckpt_chunk_ids_open(ckpt_chunk_ids *ids, const pulse_ckpt *c)
 {
-    size_t lo = 0, hi = j->c->n;
+    memset(ids, 0, sizeof *ids);
+    ids->c = c;
+    if (!(ids->first = malloc((c->n + 1) * sizeof *ids->first)))
+        return pulse_fail(PULSE_ERR_NOMEM, "chunk table");
+    uint64_t total = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        ids->first[i] = total;
+        total += chunks_of(&c->t[i]);
+    }
+    ids->first[c->n] = total;
+    ids->total = total;
+    if (total > SIZE_MAX / 32 || !(ids->hash = malloc(total ? (size_t)total * 32 : 1))) {
+        ckpt_chunk_ids_close(ids);
+        return pulse_fail(total > SIZE_MAX / 32 ? PULSE_ERR_LIMIT : PULSE_ERR_NOMEM, "chunk hashes");
+    }
+    return 0;
+}
+
+void ckpt_chunk_ids_close(ckpt_chunk_ids *ids)
+{
+    free(ids->first);
+    free(ids->hash);
+    memset(ids, 0, sizeof *ids);
+}
+
+size_t ckpt_chunk_owner(const ckpt_chunk_ids *ids, uint64_t g)
+{
+    size_t lo = 0, hi = ids->c->n;
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
-        if (j->first[mid] <= g)
+        if (ids->first[mid] <= g)
             lo = mid;
         else
             hi = mid;
     }
-    while (j->first[lo + 1] <= g)
+    /* empty tensors share their first index with the next one: the one with chunks owns g */
+    while (ids->first[lo + 1] <= g)
         lo++;
     return lo;
 }
 
-/* Leaves a job: sixteen fill the AVX-512 lanes of pulse_sha256_many (else eight SHA-NI pairs),
- * and 16 MiB a job still leaves many jobs a thread on any model worth threads. */
-#define LEAVES_A_JOB 16
+size_t ckpt_chunk_bytes(const ckpt_chunk_ids *ids, uint64_t g, size_t *tensor, const uint8_t **data)
+{
+    size_t t = ckpt_chunk_owner(ids, g);
+    *tensor = t;
+    return chunk_span(&ids->c->t[t], g - ids->first[t], data);
+}
 
-/* Job p hashes global chunks LEAVES_A_JOB * p onwards, all at once. */
+void ckpt_chunk_ids_state(const ckpt_chunk_ids *ids, uint8_t out[PULSE_STATE_ID_BYTES], uint8_t *tensor_hashes)
+{
+    const pulse_ckpt *c = ids->c;
+    pulse_sha256_ctx h;
+    pulse_sha256_init(&h);
+    pulse_sha256_update(&h, STATE_TAG, sizeof STATE_TAG - 1);
+    put_u64(&h, c->n);
+    for (size_t i = 0; i < c->n; i++) {
+        uint8_t th[32];
+        tensor_hash_from(&c->t[i], ids->hash[ids->first[i]], th);
+        pulse_sha256_update(&h, th, 32);
+        if (tensor_hashes)
+            memcpy(tensor_hashes + i * 32, th, 32);
+    }
+    pulse_sha256_final(&h, out);
+}
+
+void ckpt_chunk_ids_hash_run(ckpt_chunk_ids *ids, uint64_t g, size_t n)
+{
+    const void *data[CKPT_CHUNKS_A_RUN];
+    size_t len[CKPT_CHUNKS_A_RUN];
+    while (n > 0) {
+        size_t m = n < CKPT_CHUNKS_A_RUN ? n : CKPT_CHUNKS_A_RUN;
+        for (size_t i = 0; i < m; i++) {
+            size_t t;
+            const uint8_t *d;
+            len[i] = ckpt_chunk_bytes(ids, g + i, &t, &d);
+            data[i] = d;
+        }
+        pulse_sha256_many(m, data, len, ids->hash + g);
+        g += m;
+        n -= m;
+    }
+}
+
+/* Job p hashes global chunks CKPT_CHUNKS_A_RUN * p onwards, all at once. */
 static int hash_chunk_group(void *ctx, size_t p)
 {
-    job *j = ctx;
-    uint64_t g = LEAVES_A_JOB * (uint64_t)p, total = j->first[j->c->n];
-    size_t n = total - g < LEAVES_A_JOB ? (size_t)(total - g) : LEAVES_A_JOB;
-    const void *data[LEAVES_A_JOB];
-    size_t len[LEAVES_A_JOB];
-    size_t ti = owner_of(j, g);
-    for (size_t i = 0; i < n; i++) {
-        while (j->first[ti + 1] <= g + i)   /* the next tensor with chunks owns it */
-            ti++;
-        const uint8_t *d;
-        len[i] = chunk_span(&j->c->t[ti], g + i - j->first[ti], &d);
-        data[i] = d;
-    }
-    pulse_sha256_many(n, data, len, (uint8_t(*)[32])(j->hashes + (size_t)g * 32));
+    ckpt_chunk_ids *ids = ctx;
+    uint64_t g = CKPT_CHUNKS_A_RUN * (uint64_t)p;
+    ckpt_chunk_ids_hash_run(ids, g, ids->total - g < CKPT_CHUNKS_A_RUN ? (size_t)(ids->total - g) : CKPT_CHUNKS_A_RUN);
     return 0;
 }
 
@@ -139,42 +186,15 @@ int ckpt_state_id_tensors(const pulse_ckpt *c, int threads, uint8_t out[PULSE_ST
 {
     if (!c || !out || threads < 0)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_ckpt_state_id: bad arguments");
-    uint64_t *first = malloc((c->n + 1) * sizeof *first);
-    if (!first)
-        return pulse_fail(PULSE_ERR_NOMEM, "chunk table");
-    uint64_t total = 0;
-    for (size_t i = 0; i < c->n; i++) {
-        first[i] = total;
-        total += chunks_of(&c->t[i]);
-    }
-    first[c->n] = total;
-    if (total > SIZE_MAX / 32) {
-        free(first);
-        return pulse_fail(PULSE_ERR_LIMIT, "too many chunks");
-    }
-    uint8_t *hashes = malloc(total ? (size_t)total * 32 : 1);
-    if (!hashes) {
-        free(first);
-        return pulse_fail(PULSE_ERR_NOMEM, "chunk hashes");
-    }
-    job j = { c, first, hashes };
-    int r = total ? pulse_parallel_for((size_t)((total + LEAVES_A_JOB - 1) / LEAVES_A_JOB), threads, hash_chunk_group, &j) : 0;
-    if (!r) {
-        pulse_sha256_ctx h;
-        pulse_sha256_init(&h);
-        pulse_sha256_update(&h, STATE_TAG, sizeof STATE_TAG - 1);
-        put_u64(&h, c->n);
-        for (size_t i = 0; i < c->n; i++) {
-            uint8_t th[32];
-            tensor_hash_from(&c->t[i], hashes + first[i] * 32, th);
-            pulse_sha256_update(&h, th, 32);
-            if (tensor_hashes)
-                memcpy(tensor_hashes + i * 32, th, 32);
-        }
-        pulse_sha256_final(&h, out);
-    }
-    free(hashes);
-    free(first);
+    ckpt_chunk_ids ids;
+    int r = ckpt_chunk_ids_open(&ids, c);
+    if (r)
+        return r;
+    size_t groups = (size_t)((ids.total + CKPT_CHUNKS_A_RUN - 1) / CKPT_CHUNKS_A_RUN);
+    r = groups ? pulse_parallel_for(groups, threads, hash_chunk_group, &ids) : 0;
+    if (!r)
+        ckpt_chunk_ids_state(&ids, out, tensor_hashes);
+    ckpt_chunk_ids_close(&ids);
     return r;
 }
 

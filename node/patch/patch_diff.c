@@ -9,6 +9,7 @@
 #include "base/env_bytes.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
+#include "node/checkpoint/ckpt_internal.h"
 #include "node/parallel.h"
 #include "node/patch/patch_ctxcode.h"
 #include "node/patch/patch_dirs.h"
@@ -56,6 +57,7 @@ typedef struct diff_job {
     size_t ntensors;
     patch_pool *pool;        /* kept between diffs (patch_pool_take_kept) */
     patch_order order;       /* job j: global chunks 2j and 2j + 1 */
+    ckpt_chunk_ids *new_ids; /* NEW's state id hashed as it is scanned; NULL: given */
 } diff_job;
 
 /* Global chunk `job`: its tensor, its entry, and the spans of OLD and NEW it covers. */
@@ -271,6 +273,22 @@ coded:
     return err;
 }
 
+/* NEW's state chunks that start inside global chunk `job`, hashed while its bytes are still in
+ * cache from the diff (a state chunk reaching into the next chunk's span reads on into NEW,
+ * which nothing writes): NEW's state id costs no pass of its own. */
+static void hash_new_chunks(const diff_job *d, size_t job)
+{
+    size_t tensor, len;
+    const uint8_t *pa, *pb;
+    unsigned unit;
+    chunk_span(d, job, &tensor, &pa, &pb, &len, &unit);
+    const uint64_t u = unit ? unit : 1, first = (uint64_t)(pb - pulse_ckpt_tensor(d->b, tensor)->data);
+    const uint64_t k0 = (first + PULSE_STATE_CHUNK - 1) / PULSE_STATE_CHUNK;
+    const uint64_t k1 = (first + len * u + PULSE_STATE_CHUNK - 1) / PULSE_STATE_CHUNK;
+    if (k1 > k0)
+        ckpt_chunk_ids_hash_run(d->new_ids, d->new_ids->first[tensor] + k0, (size_t)(k1 - k0));
+}
+
 /* Job j: global chunks 2j and 2j + 1 (when there is one), the second coded into the slot's
  * other output buffer, so that both are staged at once and their digests computed in one
  * interleaved pass (pulse_sha256_x2); then both go to the file (or are kept for their turn)
@@ -305,6 +323,8 @@ static int diff_pair(void *ctx, size_t j)
             pulse_sha256(a->staged, (size_t)a->pos_len + a->val_len, a->digest);
         err = patch_order_commit(&d->order, j, oc, n);   /* before the slot (where they are staged) is given back */
     }
+    for (size_t i = 0; i < n && !err && d->new_ids; i++)
+        hash_new_chunks(d, first + i);
     if (err)
         patch_order_fail(&d->order);
     patch_pool_give(d->pool, s);
@@ -367,12 +387,14 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
         return pulse_fail(PULSE_ERR_MISMATCH, "the directions are of a step to state %.16s.., OLD is %.16s..",
                           pulse_id_hex(pulse_dirs_to_id(o.prev_dirs), h1), pulse_id_hex(base_id, h2));
     }
+    ckpt_chunk_ids new_ids = { 0 };
     if (o.new_id)
         memcpy(result_id, o.new_id, 32);
-    else if ((err = pulse_ckpt_state_id(new_ckpt, o.threads, result_id)) != 0)
+    else if ((err = ckpt_chunk_ids_open(&new_ids, new_ckpt)) != 0)
         return err;
 
-    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .order = { .file = { .fd = -1 } } };
+    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .order = { .file = { .fd = -1 } },
+                   .new_ids = o.new_id ? NULL : &new_ids };
     d.ntensors = pulse_ckpt_count(old_ckpt);
     d.out = calloc(d.ntensors ? d.ntensors : 1, sizeof *d.out);
     d.chunk_start = calloc(d.ntensors + 1, sizeof *d.chunk_start);
@@ -427,6 +449,11 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     patch_pool_give_kept(d.pool, &own, most);
     if (err)
         goto done;
+    if (d.new_ids) {
+        ckpt_chunk_ids_state(d.new_ids, result_id, NULL);
+        if (o.new_id_out)
+            memcpy(o.new_id_out, result_id, 32);
+    }
     err = patch_file_commit(&d.order.file, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors,
                             pulse_ckpt_metadata(new_ckpt));
 done:
@@ -434,5 +461,6 @@ done:
     patch_order_free(&d.order);
     patch_out_free(d.out, d.ntensors);
     free(d.chunk_start);
+    ckpt_chunk_ids_close(&new_ids);
     return err;
 }
