@@ -55,16 +55,50 @@ int ckpt_create_shaped_like(pulse_ckpt **out, const char *path, const pulse_ckpt
  * caller keeps buf alive until close). Same validation as pulse_ckpt_open. */
 int pulse_ckpt_open_memory(pulse_ckpt **out, const uint8_t *buf, size_t size);
 
+/* A state id computed chunk by chunk: every PULSE_STATE_CHUNK-byte chunk of every tensor has a
+ * global index (tensor i's chunk k is first[i] + k) and a slot for its SHA-256, which any pass
+ * that has the chunk's final bytes in cache may fill, from any thread; the tree is then combined
+ * without reading a tensor (the diff hashes NEW as it scans it, an apply its result as it writes). */
+typedef struct ckpt_chunk_ids {
+    const pulse_ckpt *c;
+    uint64_t *first;        /* n + 1 prefix sums of the tensors' chunk counts */
+    uint8_t (*hash)[32];    /* total slots */
+    uint64_t total;
+} ckpt_chunk_ids;
+/* Chunks one job hashes at once: sixteen fill the AVX-512 lanes of pulse_sha256_many (else eight
+ * SHA-NI pairs), and 16 MiB a job still leaves many jobs a thread on any model worth threads. */
+#define CKPT_CHUNKS_A_RUN 16
+int ckpt_chunk_ids_open(ckpt_chunk_ids *ids, const pulse_ckpt *c);
+void ckpt_chunk_ids_close(ckpt_chunk_ids *ids);
+/* The tensor that holds global chunk g. */
+size_t ckpt_chunk_owner(const ckpt_chunk_ids *ids, uint64_t g);
+/* Global chunk g's bytes in the checkpoint: its tensor in *tensor, its first byte in *data; returns its length. */
+size_t ckpt_chunk_bytes(const ckpt_chunk_ids *ids, uint64_t g, size_t *tensor, const uint8_t **data);
+/* Hashes global chunks g .. g + n - 1 from the checkpoint's bytes into their slots. */
+void ckpt_chunk_ids_hash_run(ckpt_chunk_ids *ids, uint64_t g, size_t n);
+/* The state id (and, when tensor_hashes is not NULL, each tensor's hash in canonical order) from
+ * the slots, every one of which the caller filled. */
+void ckpt_chunk_ids_state(const ckpt_chunk_ids *ids, uint8_t out[PULSE_STATE_ID_BYTES], uint8_t *tensor_hashes);
+
 /* pulse_ckpt_state_id that also stores each tensor's hash (canonical order) in
  * tensor_hashes (count * 32 bytes) when it is not NULL: one pass over the data. */
 int ckpt_state_id_tensors(const pulse_ckpt *c, int threads, uint8_t out[PULSE_STATE_ID_BYTES],
                           uint8_t *tensor_hashes);
 
+/* Bytes [off, off + len) of tensor `tensor` (canonical index). */
+typedef struct ckpt_span {
+    size_t tensor;
+    uint64_t off, len;
+} ckpt_span;
+
 /* Makes DST's tensor bytes equal to SRC's in place (DST open PULSE_CKPT_WRITE; the same tensor
  * names, dtypes and shapes, else PULSE_ERR_MISMATCH before anything is written), writing only the
  * 4 KiB blocks that differ, on `threads` threads; *written (may be NULL) gets the bytes copied.
+ * With SPANS (nspans of them), only those are looked at: a caller that knows where SRC differs
+ * (the diff that found it) updates in O(changes), not a pass over the model. NULL: every byte.
  * Not durable until pulse_ckpt_sync. */
-int ckpt_update_from(pulse_ckpt *dst, const pulse_ckpt *src, int threads, uint64_t *written);
+int ckpt_update_from(pulse_ckpt *dst, const pulse_ckpt *src, const ckpt_span *spans, size_t nspans, int threads,
+                     uint64_t *written);
 
 /* Compact JSON text of the string->string object OBJ of D (malloc'd into *out): the form
  * pulse_ckpt_metadata gives. LABEL names the file in errors. */

@@ -460,7 +460,7 @@ static void test_update_from(void)
     CHECK(memcmp(before, id_src, 32) != 0);
     CHECK_OK(pulse_ckpt_open(&dst, at("u-old.safetensors"), PULSE_CKPT_READ));
     if (dst)   /* read-only: refused */
-        CHECK_ERR(ckpt_update_from(dst, src, 1, NULL), PULSE_ERR_INVALID);
+        CHECK_ERR(ckpt_update_from(dst, src, NULL, 0, 1, NULL), PULSE_ERR_INVALID);
     pulse_ckpt_close(&dst);
 
     /* another layout: refused, nothing written */
@@ -472,19 +472,37 @@ static void test_update_from(void)
     CHECK_OK(pulse_ckpt_open(&o, at("u-other.safetensors"), PULSE_CKPT_READ));
     CHECK_OK(pulse_ckpt_open(&dst, at("u-old.safetensors"), PULSE_CKPT_WRITE));
     if (o && dst)
-        CHECK_ERR(ckpt_update_from(dst, o, 2, NULL), PULSE_ERR_MISMATCH);
+        CHECK_ERR(ckpt_update_from(dst, o, NULL, 0, 2, NULL), PULSE_ERR_MISMATCH);
     pulse_ckpt_close(&o);
     pulse_ckpt_close(&dst);
     state_id(at("u-old.safetensors"), 1, after);
     CHECK(memcmp(before, after, 32) == 0);
+
+    /* spans: only what they name is looked at (the publisher's copy updated where its diff found
+     * changes); a span past its tensor is refused before anything is written */
+    CHECK_OK(pulse_ckpt_open(&dst, at("u-old.safetensors"), PULSE_CKPT_WRITE));
+    if (dst) {
+        size_t bi = 0;
+        while (strcmp(pulse_ckpt_tensor(src, bi)->name, "big"))
+            bi++;
+        ckpt_span bad = { bi, big->nbytes - 10, 11 }, first = { bi, 0, 4096 };
+        CHECK_ERR(ckpt_update_from(dst, src, &bad, 1, 2, NULL), PULSE_ERR_INVALID);
+        uint64_t written = 0;
+        CHECK_OK(ckpt_update_from(dst, src, &first, 1, 2, &written));
+        CHECK_EQ_INT(written, 4096);
+        const pulse_tensor *db = pulse_ckpt_find(dst, "big"), *ds = pulse_ckpt_find(dst, "step");
+        CHECK(db->data[5] == big->data[5] && db->data[big->nbytes - 1] != big->data[big->nbytes - 1]);
+        CHECK(ds->data[0] != step->data[0]);
+    }
+    pulse_ckpt_close(&dst);
 
     for (int threads = 1; threads <= 3; threads += 2) {
         CHECK_OK(pulse_ckpt_open(&dst, at("u-old.safetensors"), PULSE_CKPT_WRITE));
         if (!dst)
             break;
         uint64_t written = 12345;
-        CHECK_OK(ckpt_update_from(dst, src, threads, &written));
-        CHECK_EQ_INT(written, threads == 1 ? want : 0);   /* the second time there is nothing to do */
+        CHECK_OK(ckpt_update_from(dst, src, NULL, 0, threads, &written));
+        CHECK_EQ_INT(written, threads == 1 ? want - 4096 : 0);   /* the second time there is nothing to do */
         CHECK_OK(pulse_ckpt_sync(dst));
         pulse_ckpt_close(&dst);
         state_id(at("u-old.safetensors"), 1, after);
