@@ -469,6 +469,41 @@ out:
     return rc;
 }
 
+static int s3_get_ranges(pulse_store *st, const char *key, pulse_store_range *x, size_t n, int fd)
+{
+    struct s3_store *s = s3_of(st);
+    char *fk = full_key(s, key);
+    struct s3_req *rs = calloc(n, sizeof *rs);
+    struct s3_req **rp = calloc(n, sizeof *rp);
+    int rc = 0;
+    uint64_t total = 0;
+    if (!fk || !rs || !rp)
+        rc = pulse_fail(PULSE_ERR_NOMEM, "get %s: out of memory", key);
+    for (size_t i = 0; !rc && i < n; i++) {
+        if ((rc = s3_req_init(s, &rs[i], "get (range)", "GET", fk, key)))
+            break;
+        s3_req_range(&rs[i], x[i].offset, x[i].length);
+        rs[i].sink = SINK_FD;
+        rs[i].sink_fd = fd;
+        rs[i].sink_off = x[i].offset;
+        rs[i].expect_len = x[i].length;
+        rs[i].received_to = &x[i].done;
+        rp[i] = &rs[i];
+        total += x[i].length;
+    }
+    if (!rc) {
+        s3_progress_begin(s, total);
+        rc = s3_run(s, rp, n);
+        s3_progress_end(s);
+    }
+    for (size_t i = 0; rs && i < n; i++)
+        s3_req_free(&rs[i]);
+    free(rs);
+    free(rp);
+    free(fk);
+    return rc;
+}
+
 /* Whether n bytes into a file come as parallel ranged GETs rather than one. */
 static int parallel_worth(const struct s3_store *s, uint64_t n)
 {
@@ -856,7 +891,7 @@ static void s3_close(pulse_store *st)
 }
 
 static const struct store_ops s3_ops = {
-    .put = s3_put, .get = s3_get, .head = s3_head, .del = s3_del, .list = s3_list,
+    .put = s3_put, .get = s3_get, .get_ranges = s3_get_ranges, .head = s3_head, .del = s3_del, .list = s3_list,
     .presign = s3_presign, .batch = s3_batch, .close = s3_close,
 };
 

@@ -197,6 +197,8 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
         pulse_sha256_update(&r->hs, p, n);
     /* Release: the bytes are in the file before another thread sees them counted. */
     __atomic_store_n(&r->received, r->received + n, __ATOMIC_RELEASE);
+    if (r->received_to)
+        __atomic_store_n(r->received_to, r->received, __ATOMIC_RELEASE);
     c->s->prog_done += n;
     return n;
 }
@@ -280,6 +282,8 @@ static int start(struct s3_store *s, struct s3_req *r)
     if (r->body_out.data)
         r->body_out.data[0] = 0;
     __atomic_store_n(&r->received, 0, __ATOMIC_RELEASE);
+    if (r->received_to)
+        __atomic_store_n(r->received_to, 0, __ATOMIC_RELEASE);
     r->read_pos = 0;
     if (r->payload_hash_of)
         memcpy(r->payload_hash, r->payload_hash_of, 65);

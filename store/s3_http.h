@@ -76,6 +76,7 @@ struct s3_req {
     long status;
     struct buf body_out;     /* SINK_BUF body, or the error body (bounded) */
     uint64_t received;       /* stored atomically: a verifier thread follows it */
+    uint64_t *received_to;   /* NULL, or the caller's copy of received (pulse_store_range.done) */
     uint64_t content_length;
     uint64_t total;          /* object size from Content-Range, or UINT64_MAX */
     uint64_t range_got;      /* the first byte Content-Range says the body starts at, or UINT64_MAX */

@@ -85,6 +85,20 @@ static void ranges_and_limits(void)
     CHECK_ERR(pulse_store_get(st, "r", 0, PULSE_TO_END, 9, &p, &n, NULL), PULSE_ERR_LIMIT);
     CHECK_ERR(pulse_store_get(st, "missing", 0, PULSE_TO_END, 9, &p, &n, NULL), PULSE_ERR_NOTFOUND);
     CHECK(strstr(pulse_last_error(), "missing") != NULL);
+    /* Named ranges into a file, each counted whole; past the end refused. */
+    char tmp[] = "/tmp/pulse-ranges-XXXXXX";
+    int fd = mkstemp(tmp);
+    pulse_store_range rg[2] = { { 1, 2, 0 }, { 6, 4, 0 } };
+    CHECK_OK(pulse_store_get_ranges(st, "r", rg, 2, fd));
+    char b[10] = { 0 };
+    CHECK(pread(fd, b, 10, 0) == 10 && !memcmp(b, "\0" "12\0\0\0" "6789", 10));
+    CHECK(rg[0].done == 2 && rg[1].done == 4);
+    pulse_store_range past = { 8, 3, 0 }, none = { 0, 0, 0 };
+    CHECK_ERR(pulse_store_get_ranges(st, "r", &past, 1, fd), PULSE_ERR_INVALID);
+    CHECK_ERR(pulse_store_get_ranges(st, "r", &none, 1, fd), PULSE_ERR_INVALID);
+    CHECK_ERR(pulse_store_get_ranges(st, "missing", rg, 1, fd), PULSE_ERR_NOTFOUND);
+    close(fd);
+    unlink(tmp);
     /* An empty object is a real, empty object. */
     CHECK_OK(pulse_store_get(st, "empty", 0, PULSE_TO_END, 0, &p, &n, NULL));
     CHECK(p != NULL && n == 0);
