@@ -65,7 +65,7 @@ typedef struct apply_job {
     const size_t *runs; /* pass 1: run j is chunks runs[j] .. runs[j + 1] - 1 */
 } apply_job;
 
-static void scatter(const pulse_patch *p, const patch_chunk *c, const patch_scratch *s, uint8_t *dst)
+void patch_chunk_scatter(const pulse_patch *p, const patch_chunk *c, const patch_scratch *s, uint8_t *dst)
 {
     const pulse_kernels *k = pulse_kernels_get();
     const patch_tensor *t = &p->tensors[c->tensor];
@@ -130,7 +130,7 @@ static int write_chunk(apply_job *a, size_t i, patch_scratch *s, uint8_t *dst)
         const uint8_t *bytes;
         if ((err = patch_chunk_bytes(a->p, c, s, 0, &bytes)) == 0
             && (err = patch_decode_bytes_base(a->p, c, s, bytes, dst)) == 0)
-            scatter(a->p, c, s, dst);
+            patch_chunk_scatter(a->p, c, s, dst);
         return err;
     }
     err = patch_apply_checked_chunk(a->p, c, s, dst);
@@ -141,7 +141,7 @@ static int write_chunk(apply_job *a, size_t i, patch_scratch *s, uint8_t *dst)
     else
         return err;
     if (!err)
-        scatter(a->p, c, s, dst);
+        patch_chunk_scatter(a->p, c, s, dst);
     return err;
 }
 
@@ -209,7 +209,7 @@ static int apply_chunk(void *ctx, size_t i)
     if (!a->checked) {
         /* Decode (digests checked) then scatter: a benchmark's unfused reference. */
         if ((err = patch_decode_chunk_base(a->p, c, s, dst)) == 0)
-            scatter(a->p, c, s, dst);
+            patch_chunk_scatter(a->p, c, s, dst);
     } else {
         size_t pages = span / 4096;
         /* Populating only pays where nearly every page gets a write (a change per page on

@@ -286,6 +286,10 @@ int patch_decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch
  * else 0 or an error (patch_apply_fused.c). */
 int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, uint8_t *dst);
 
+/* Adds (ulp) or stores (abs) decoded chunk c (positions s->idx, values s->vals) into dst, the
+ * chunk's first element (aligned); an OPAQUE chunk's bytes are copied whole (patch_apply.c). */
+void patch_chunk_scatter(const pulse_patch *p, const patch_chunk *c, const patch_scratch *s, uint8_t *dst);
+
 /* ---- decoding pieces shared by the chunk decoder and the apply passes ---------------- */
 
 /* Reads the ulp value stream's first byte, the symbol width (2, 4 or 8 bits), and steps past it;
