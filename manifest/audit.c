@@ -17,7 +17,7 @@
 #include "manifest/layout.h"
 #include "pulseweights/audit.h"
 
-#define HEAD_MAX_BYTES 4096u           /* a head is one key and a newline */
+#define HEAD_MAX_BYTES PULSE_LAYOUT_HEAD_MAX   /* a key line, a time line and a record (manifest/layout.h) */
 #define RECORD_BATCH 256u              /* records or heads fetched per batch */
 #define OBJECT_BATCH 256u              /* objects per batch (and at most memory_bytes of them) */
 #define SIGNATURE_FIELD (1u + 4u + PULSE_SIGNATURE_BYTES)  /* tag, length, signature: the tail of every record */
@@ -39,7 +39,8 @@ struct naming {
 struct head {
     char key[PULSE_AUDIT_MAX_KEY];     /* relative to the run */
     uint64_t size;
-    char *content;                     /* NUL-terminated, or NULL when it could not be read */
+    char *content;                     /* as read (NUL added), or NULL when it could not be read */
+    size_t content_len;
 };
 
 struct audit {
@@ -278,7 +279,7 @@ static int fetch_records_and_heads(struct audit *a)
             if (listed > cap) {
                 if (is_head)
                     problem(a, NULL, "%s: %llu bytes, a head is at most %u", rel, (unsigned long long)listed,
-                            HEAD_MAX_BYTES);
+                            (unsigned)HEAD_MAX_BYTES);
                 else
                     problem(a, &a->entries[g], "%llu bytes, more than a record may have (%u)",
                             (unsigned long long)listed, PULSE_RECORD_MAX_BYTES);
@@ -303,6 +304,7 @@ static int fetch_records_and_heads(struct audit *a)
                 } else if ((h->content = malloc(x[j].len + 1)) != NULL) {
                     memcpy(h->content, x[j].out, x[j].len);
                     h->content[x[j].len] = 0;
+                    h->content_len = x[j].len;
                 } else {
                     a->oom = 1;
                 }
@@ -772,16 +774,37 @@ static void check_heads(struct audit *a)
         }
         if (!hd->content)
             continue;  /* unreadable: reported */
-        size_t len = strlen(hd->content);
-        if (len && hd->content[len - 1] == '\n')
-            hd->content[--len] = 0;
+        char rel[PULSE_AUDIT_MAX_KEY];
+        uint64_t ms;
+        const uint8_t *carried;
+        size_t carried_len;
         int kind;
         uint64_t step;
-        if (len == 0 || strchr(hd->content, '\n') || classify_record_key(hd->content, &kind, &step)
-            || !is_chain_kind(kind) || strcmp(hd->content + len - 64, node_hex)) {
-            problem(a, NULL, "%s: does not name a sync record of its node ('%.80s')", hd->key, hd->content);
+        size_t len = 0;
+        if (pulse_layout_parse_head_content(hd->content, hd->content_len, rel, sizeof rel, &ms, &carried,
+                                            &carried_len) || classify_record_key(rel, &kind, &step)
+            || !is_chain_kind(kind) || (len = strlen(rel)) < 64 || strcmp(rel + len - 64, node_hex)) {
+            problem(a, NULL, "%s: does not name a sync record of its node ('%.*s')", hd->key,
+                    (int)(strcspn(hd->content, "\r\n") < 80 ? strcspn(hd->content, "\r\n") : 80), hd->content);
             continue;
         }
+        if (carried_len) {
+            /* the record a head carries is the one it names, signed as any other */
+            pulse_record cr;
+            char want[PULSE_AUDIT_MAX_KEY];
+            int same = pulse_record_parse(carried, carried_len, &cr) == 0;
+            if (same) {
+                same = !pulse_record_key(&cr, want, sizeof want) && !strcmp(want, rel) && !strcmp(cr.run, a->run)
+                       && (carried_len < SIGNATURE_FIELD
+                           ? 0 : !pulse_verify(cr.node, carried, carried_len - SIGNATURE_FIELD, cr.signature));
+                pulse_record_clear(&cr);
+            }
+            pulse_clear_error();
+            if (!same)
+                problem(a, NULL, "%s: carries a record that is not %s, signed (%zu bytes)", hd->key, rel,
+                        carried_len);
+        }
+        hd->content[strlen(rel)] = 0;   /* the key, for the lines below */
         const pulse_audit_entry *target = NULL, *newest = NULL;
         for (size_t i = 0; i < a->n_entries; i++) {
             const pulse_audit_entry *e = &a->entries[i];
@@ -863,9 +886,11 @@ static void estimate(struct audit *a)
             newest_kf = i;
         else {
             patch_steps++;
-            patch_gets += 2;                               /* head poll + record */
-            for (uint32_t k = 0; k < a->recs[i].n_objects; k++)
-                patch_gets += object_gets(a, a->recs[i].objects[k].size);
+            /* the head poll, which carries the record, then the patch (the first object; the
+             * others are its head again and older publishers' extras, fetched by slices only) */
+            patch_gets += 1;
+            if (a->recs[i].n_objects)
+                patch_gets += object_gets(a, a->recs[i].objects[0].size);
         }
     }
     if (newest_kf != SIZE_MAX) {

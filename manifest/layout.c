@@ -2,6 +2,7 @@
 /* A run's bucket keys (manifest/layout.h): each kind formatted and parsed in this one place. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/fail.h"
@@ -9,6 +10,8 @@
 #include "manifest/layout.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/record.h"
+
+#define SYNC_HEAD_LINES 1100   /* a key line and a time line */
 
 static int put(char *out, size_t cap, int n)
 {
@@ -54,6 +57,57 @@ int pulse_layout_head(char *out, size_t cap, const uint8_t node[32])
     char hex[65];
     hex32(node, hex);
     return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_HEADS_SYNC "%s", hex));
+}
+
+int pulse_layout_head_content(uint8_t **out, size_t *len, const char *rel, uint64_t unix_ms, const uint8_t *record,
+                              size_t record_len)
+{
+    char lines[SYNC_HEAD_LINES];
+    int n = snprintf(lines, sizeof lines, "%s\n%" PRIu64 "\n", rel, unix_ms);
+    if (n < 0 || (size_t)n >= sizeof lines || strchr(rel, '\n') || !*rel)
+        return pulse_fail(PULSE_ERR_LIMIT, "head: record key %.80s does not fit one line", rel);
+    if (record_len > PULSE_LAYOUT_HEAD_MAX - (size_t)n)
+        return pulse_fail(PULSE_ERR_LIMIT, "head: a record of %zu bytes", record_len);
+    uint8_t *b = malloc((size_t)n + record_len + 1);
+    if (!b)
+        return pulse_fail(PULSE_ERR_NOMEM, "head");
+    memcpy(b, lines, (size_t)n);
+    if (record_len)
+        memcpy(b + n, record, record_len);
+    *out = b;
+    *len = (size_t)n + record_len;
+    return 0;
+}
+
+int pulse_layout_parse_head_content(const void *data, size_t len, char *rel, size_t cap, uint64_t *unix_ms,
+                                    const uint8_t **record, size_t *record_len)
+{
+    const uint8_t *b = data, *nl = memchr(b, '\n', len);
+    size_t k = nl ? (size_t)(nl - b) : len;
+    if (k > 0 && b[k - 1] == '\r')
+        k--;
+    if (k == 0 || k >= cap || memchr(b, '\0', k))
+        return -1;
+    memcpy(rel, b, k);
+    rel[k] = '\0';
+    *unix_ms = 0;
+    *record = NULL;
+    *record_len = 0;
+    if (!nl)
+        return 0;
+    const uint8_t *p = nl + 1, *end = b + len, *nl2 = memchr(p, '\n', (size_t)(end - p));
+    if (!nl2)
+        return p == end ? 0 : -1;   /* "REL\n" alone, as heads were before they carried the record */
+    uint64_t ms = 0;
+    for (const uint8_t *q = p; q < nl2; q++) {
+        if (*q < '0' || *q > '9' || nl2 - p > 19)
+            return -1;
+        ms = ms * 10 + (uint64_t)(*q - '0');
+    }
+    *unix_ms = ms;
+    *record = nl2 + 1;
+    *record_len = (size_t)(end - (nl2 + 1));
+    return 0;
 }
 
 int pulse_layout_object(char *out, size_t cap, const uint8_t *digest)

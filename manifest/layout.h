@@ -10,7 +10,8 @@
 /* Keys relative to the run ("REL"; the store key is "<run>/REL", pulse_layout_join):
  *   records/<kind>/<step:012>/<node-hex>   a signed record of any kind but a receipt
  *   receipts/<node-hex>/<step:012>         a follower's receipt
- *   heads/sync/<node-hex>                  a node's head: one line, its newest record's REL
+ *   heads/sync/<node-hex>                  a node's head: its newest record's REL on the first line
+ *                                          (then the record itself, pulse_layout_head_content)
  *   objects/<sha256-hex>                   a content-addressed object
  *   loco-rs/<round:012>/<attempt:02>/<name> a LoCo reduce-scatter key (name: "plan" or a node-hex)
  * Steps and rounds are 12 decimal digits, hex is 64 lower-case digits; a parser takes exactly
@@ -59,6 +60,21 @@ int pulse_layout_parse_object(const char *rel, uint8_t digest[32]);
 int pulse_layout_parse_loco_rs_tail(const char *tail, unsigned *attempt, int *is_plan, uint8_t node[32]);
 /* S is exactly 64 lower-case hex digits (a node id or digest): decoded into OUT. */
 int pulse_layout_parse_hex32(const char *s, size_t n, uint8_t out[32]);
+
+/* A head's content: the REL of the node's newest record on the first line; then the unix time in
+ * milliseconds when the head was written, on the second; then that record's signed bytes, so a
+ * follower polling the head holds the record without a second request (a round trip less per
+ * step). A reader of the first line alone (older followers, `pulse status`) sees what it always
+ * did. Nothing in a head is trusted: the record in it is verified as any other, and the time is
+ * only for the "seen" figure of a follower's step. *out is malloc'd. */
+#define PULSE_LAYOUT_HEAD_MAX (1024u + (16u << 20))   /* a key line, a time line, a record */
+int pulse_layout_head_content(uint8_t **out, size_t *len, const char *rel, uint64_t unix_ms, const uint8_t *record,
+                              size_t record_len);
+/* Parses a head's content: its first line (without '\n') into REL[0..CAP) (a line that does not
+ * fit, holds a NUL or is empty: -1); the time (0 when absent) and the record bytes (pointer into
+ * DATA; length 0 when absent, as in a head of one line). 0, or -1 (no error detail). */
+int pulse_layout_parse_head_content(const void *data, size_t len, char *rel, size_t cap, uint64_t *unix_ms,
+                                    const uint8_t **record, size_t *record_len);
 
 /* The loose shape a record key may have, for retention (node/daemon/retention.c), which judges a
  * record by its content and never by its key: "records/<kind>/<digits>/<name>" with KIND any

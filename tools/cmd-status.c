@@ -16,7 +16,6 @@
 #include "tools/verbs.h"
 
 #define KEY_MAX 1100
-#define HEAD_MAX 4096   /* bytes of a head object: one key and a newline */
 
 static void usage(FILE *f)
 {
@@ -174,21 +173,20 @@ static void fill_row(status *s, node_row *row)
         size_t len = 0;
         int r = pulse_layout_join(key, sizeof key, s->run, row->key);
         if (!r)
-            r = pulse_store_get(s->st, key, 0, PULSE_TO_END, HEAD_MAX, &data, &len, NULL);
+            r = pulse_store_get(s->st, key, 0, PULSE_TO_END, PULSE_LAYOUT_HEAD_MAX, &data, &len, NULL);
         if (r) {
             snprintf(row->error, sizeof row->error, "head: %s", pulse_strerror(r));
             return;
         }
-        while (len && (((char *)data)[len - 1] == '\n' || ((char *)data)[len - 1] == '\r'))
-            len--;
-        if (len == 0 || len >= sizeof rel || memchr(data, '\n', len) ||
-            strncmp(data, PULSE_LAYOUT_RECORDS, strlen(PULSE_LAYOUT_RECORDS))) {
+        uint64_t ms;
+        const uint8_t *carried;
+        size_t carried_len;
+        if (pulse_layout_parse_head_content(data, len, rel, sizeof rel, &ms, &carried, &carried_len) ||
+            strncmp(rel, PULSE_LAYOUT_RECORDS, strlen(PULSE_LAYOUT_RECORDS))) {
             snprintf(row->error, sizeof row->error, "head: not a record key");
             pulse_store_free(data);
             return;
         }
-        memcpy(rel, data, len);
-        rel[len] = '\0';
         pulse_store_free(data);
         snprintf(row->key, sizeof row->key, "%s", rel);
     }

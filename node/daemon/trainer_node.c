@@ -13,6 +13,7 @@
 #include "node/daemon/signals.h"
 #include "node/daemon/trainer_node.h"
 #include "node/daemon/trainer_watch.h"
+#include "node/sync/phases.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/manifest.h"
 #include "pulseweights/record.h"
@@ -159,6 +160,8 @@ static int publish_entry(trainer *t, const watch_entry *e)
         flags |= PULSE_PUBLISH_KEYFRAME;
     pulse_sync_step s;
     double t0 = now_ms();
+    /* how long the checkpoint stood finished before this node took it (scans, the stability wait) */
+    double detect = 1e3 * pulse_realtime_s() - (double)e->changed_ns / 1e6;
     /* SIGTERM waits for the publish: an interrupted store call would only fail the step. */
     node_signals_hold(1);
     int r = pulse_publisher_publish(t->pub, path, (int64_t)e->step, flags, &s);
@@ -187,8 +190,15 @@ static int publish_entry(trainer *t, const watch_entry *e)
     const char *kind = pulse_record_kind_name(s.kind);
     if (s.kind == PULSE_RECORD_SYNC_PATCH && (flags & PULSE_PUBLISH_KEYFRAME))
         kind = "sync-patch+keyframe";
+    const publish_phases *ph = publisher_phases(t->pub);
+    char pm[6][24];
+    const double pv[6] = { detect > 0 ? detect : 0, ph->state_id, ph->diff, ph->upload, ph->record, ph->keep };
+    for (int i = 0; i < 6; i++)
+        snprintf(pm[i], sizeof pm[i], "%.1f", pv[i]);
     node_log("published", "step", step_s, "kind", kind, "bytes", moved, "objects", objb, "dense", dense, "ms", ms,
-             "file", e->name, "state", pulse_id_hex(s.result, hex), "record", s.record_key, (char *)NULL);
+             "detect_ms", pm[0], "state_id_ms", pm[1], "diff_ms", pm[2], "upload_ms", pm[3], "record_ms", pm[4],
+             "keep_ms", pm[5], "file", e->name, "state", pulse_id_hex(s.result, hex), "record", s.record_key,
+             (char *)NULL);
     t->have_last = 1;
     t->last_step = s.step;
     retain(t);

@@ -170,7 +170,12 @@ static long dir_contents(int dfd, const char *name, uint64_t fp[4])
     return weights;
 }
 
-static int push(watch_set *s, const char *name, uint64_t step, int is_dir, const uint64_t fp[4])
+static uint64_t ctime_ns(const struct stat *st)
+{
+    return (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+}
+
+static int push(watch_set *s, const char *name, uint64_t step, int is_dir, const uint64_t fp[4], uint64_t changed)
 {
     if (s->n == s->cap) {
         if (s->cap >= WATCH_MAX_ENTRIES)
@@ -190,6 +195,7 @@ static int push(watch_set *s, const char *name, uint64_t step, int is_dir, const
         return pulse_fail(PULSE_ERR_NOMEM, "watch list");
     e->step = step;
     e->is_dir = is_dir;
+    e->changed_ns = changed;
     memcpy(e->fp, fp, sizeof e->fp);
     s->n++;
     return 0;
@@ -287,14 +293,14 @@ static int classify(int dfd, const watch_rules *rules, const char *name, watch_s
     }
     fingerprint(&st, fp);
     if (!is_dir)
-        return push(out, name, step, 0, fp);
+        return push(out, name, step, 0, fp, ctime_ns(&st));
     char marker[512];
     if (n + 6 <= sizeof marker) {
         memcpy(marker, name, n);
         memcpy(marker + n, ".done", 6);
         if (fstatat(dfd, marker, &mk, 0) == 0) {
             fingerprint(&mk, fp + 2);
-            return push(out, name, step, 1, fp);
+            return push(out, name, step, 1, fp, ctime_ns(&mk) > ctime_ns(&st) ? ctime_ns(&mk) : ctime_ns(&st));
         }
     }
     if (!whole) {
@@ -308,7 +314,7 @@ static int classify(int dfd, const watch_rules *rules, const char *name, watch_s
                        "(subdirectories are not searched)";
         return 0;
     }
-    return push(out, name, step, 1, fp);
+    return push(out, name, step, 1, fp, ctime_ns(&st));
 }
 
 int watch_scan(const char *dir, watch_rules *rules, const watch_set *prev, watch_set *out)

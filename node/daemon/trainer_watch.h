@@ -16,6 +16,8 @@ typedef struct watch_entry {
     int is_dir;
     uint64_t fp[4];      /* fingerprint */
     int stable;          /* same fingerprint in the previous scan: finished, safe to read */
+    uint64_t changed_ns; /* unix ns of its last change (ctime: a rename into place counts; for a
+                          * directory, the newer of its own and its .done marker's) */
 } watch_entry;
 
 typedef struct watch_set {

@@ -10,11 +10,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fail.h"
 #include "base/names.h"
+#include "manifest/layout.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/patch/patch_dirs.h"
+#include "node/patch/patch_spans.h"
+#include "node/sync/phases.h"
 #include "node/sync/unsynced.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/manifest.h"
@@ -29,6 +33,7 @@ struct pulse_publisher {
     pulse_index *ix;
     unsynced_note note;        /* the copy of the last state's (node/sync/unsynced.h) */
     state_dir dir;             /* locked while open: one process publishes from this state */
+    publish_phases phases;     /* of the last publish */
     pulse_dirs *dirs;          /* by_direction: the directions of the step to the last published state */
 };
 
@@ -203,14 +208,20 @@ static void last_path(const pulse_publisher *p, const uint8_t state[32], char ou
     snprintf(out, 4096, "%s/last-%s.safetensors", p->state_dir, hex);
 }
 
+/* The head names the record and carries it (manifest/layout.h), so a follower that polls the head
+ * has the record without fetching it. */
 static int move_head_and_index(pulse_publisher *p, const char *rel, const uint8_t *bytes, size_t len)
 {
-    char head_rel[SYNC_KEY_MAX], head[SYNC_KEY_MAX], line[SYNC_KEY_MAX + 2];
+    char head_rel[SYNC_KEY_MAX], head[SYNC_KEY_MAX];
     sync_head_rel(p->node, head_rel);
+    uint8_t *content = NULL;
+    size_t n = 0;
     int r = sync_run_key(p->run, head_rel, head);
-    int n = snprintf(line, sizeof line, "%s\n", rel);
     if (!r)
-        r = pulse_store_put(p->st, head, line, (size_t)n, 0);
+        r = pulse_layout_head_content(&content, &n, rel, (uint64_t)(1e3 * pulse_realtime_s()), bytes, len);
+    if (!r)
+        r = pulse_store_put(p->st, head, content, n, 0);
+    free(content);
     if (!r)
         r = pulse_index_put_record(p->ix, rel, bytes, len, (uint64_t)time(NULL), NULL, NULL);
     if (!r)
@@ -234,24 +245,47 @@ static uint64_t elems_of(const pulse_ckpt *c)
     return n;
 }
 
-/* The patch from last to c (the record's two states), coded by the directions prev_dirs where
- * given (format 6), mapped read-only in *map (stats->file_bytes bytes; the file deleted): the
- * upload reads page cache the kernel may drop, not a copy in the process's memory, so a
- * publisher's memory does not grow with the step (~290 MB at 1B and lr 3e-5). */
-static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c, const pulse_record *rec,
-                       const pulse_dirs *prev_dirs, void **map, pulse_patch_stats *stats)
+static double ms_since(double t0)
 {
-    /* Both state ids are known (the record's base and result): the diff need not hash again.
-     * The file is mapped, uploaded and deleted: the uploaded object is the durable copy, and
+    return 1e3 * (pulse_monotonic_s() - t0);
+}
+
+/* A step's patch between its diff and its upload: mapped read-only (the file deleted), so the
+ * upload reads page cache the kernel may drop, not a copy in the process's memory, and a
+ * publisher's memory does not grow with the step (~290 MB at 1B and lr 3e-5). */
+typedef struct step_patch {
+    void *map;
+    pulse_patch_stats stats;
+    uint8_t result[32];      /* NEW's state id, hashed by the diff as it read NEW */
+    ckpt_span *spans;        /* where NEW differs from the base: the copy's update after the record */
+    size_t nspans;
+} step_patch;
+
+static void step_patch_free(step_patch *sp)
+{
+    if (sp->map)
+        munmap(sp->map, (size_t)sp->stats.file_bytes);
+    free(sp->spans);
+    memset(sp, 0, sizeof *sp);
+}
+
+/* The patch from last (state BASE) to c, coded by the directions prev_dirs where given (format
+ * 6), into *sp. NEW's state id is RESULT when known, else hashed by the diff in its own scan. */
+static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c, const uint8_t base[32],
+                       const uint8_t *result, const pulse_dirs *prev_dirs, step_patch *sp)
+{
+    /* The file is mapped, uploaded and deleted: the uploaded object is the durable copy, and
      * a publisher that stops before the record is written diffs again, so no fsync. */
     char path[4096];
     snprintf(path, sizeof path, "%s/pending.patch", p->state_dir);
+    memset(sp, 0, sizeof *sp);
     pulse_diff_opts d;
     pulse_diff_opts_default(&d);
     d.values = p->o.values;
     d.threads = p->o.threads;
-    d.old_id = rec->base;
-    d.new_id = rec->result;
+    d.old_id = base;
+    d.new_id = result;
+    d.new_id_out = sp->result;
     d.scratch = 1;
     if (p->o.zstd_level > 0)
         d.zstd_level = p->o.zstd_level;
@@ -260,65 +294,71 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
     /* a patch by direction is context-coded whatever the plain patch is */
     d.context = (p->o.context || prev_dirs) && p->o.values == PULSE_VALUES_ULP;
     d.prev_dirs = d.context ? prev_dirs : NULL;
-    *map = NULL;
     int r = pulse_patch_diff(last, c, &d, path);
+    if (!r && result)
+        memcpy(sp->result, result, 32);
     pulse_patch *patch = NULL;
     if (!r)
         r = pulse_patch_open(&patch, path);
     if (!r)
-        r = pulse_patch_info(patch, 0, stats);
+        r = pulse_patch_info(patch, 0, &sp->stats);
+    if (!r)
+        r = patch_changed_spans(patch, &sp->spans, &sp->nspans);
     pulse_patch_close(&patch);
 
     int fd = r ? -1 : open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (!r && (fd < 0 || fstat(fd, &sb) != 0))
         r = pulse_fail_errno(PULSE_ERR_IO, "%s", path);
-    else if (!r && (uint64_t)sb.st_size != stats->file_bytes)
+    else if (!r && (uint64_t)sb.st_size != sp->stats.file_bytes)
         r = pulse_fail(PULSE_ERR_IO, "%s: %lld bytes, the patch written has %llu", path, (long long)sb.st_size,
-                       (unsigned long long)stats->file_bytes);
+                       (unsigned long long)sp->stats.file_bytes);
     if (!r) {
-        void *m = mmap(NULL, (size_t)stats->file_bytes, PROT_READ, MAP_SHARED, fd, 0);
+        void *m = mmap(NULL, (size_t)sp->stats.file_bytes, PROT_READ, MAP_SHARED, fd, 0);
         if (m == MAP_FAILED)
             r = pulse_fail_errno(PULSE_ERR_IO, "mapping %s", path);
         else
-            *map = m;
+            sp->map = m;
     }
     if (fd >= 0)
         close(fd);
     unlink(path);
+    if (r)
+        step_patch_free(sp);
     return r;
 }
 
-/* Patch from the last published checkpoint: the patch and its head; by direction, the same
- * step coded by the directions of the step before it (when this publisher published that step)
- * as a third object, and the directions of this step in *next for the step after it. */
+/* The step's patch (diffed already, in sp) and its head; by direction, the same step coded by
+ * the directions of the step before it (when this publisher published that step) as a third
+ * object, and the directions of this step in *next for the step after it. */
 static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c,
-                         pulse_record *rec, pulse_sync_step *s, pulse_dirs **next)
+                         pulse_record *rec, pulse_sync_step *s, pulse_dirs **next, const step_patch *sp)
 {
-    void *buf = NULL, *buf6 = NULL;
-    pulse_patch_stats stats, stats6;
-    int r = diff_mapped(p, last, c, rec, NULL, &buf, &stats);
+    step_patch sp6 = { 0 };
+    int r = 0;
     const int by_dir = p->o.by_direction && p->o.values == PULSE_VALUES_ULP;
-    if (!r && by_dir) {
+    if (by_dir) {
         char path[4096];
         dirs_path(p, path);
         r = patch_dirs_of_step_at(next, last, c, rec->base, rec->result, p->o.threads, path);
     }
     const int with6 = by_dir && p->dirs && !memcmp(pulse_dirs_to_id(p->dirs), rec->base, 32);
     if (!r && with6)
-        r = diff_mapped(p, last, c, rec, p->dirs, &buf6, &stats6);
+        r = diff_mapped(p, last, c, rec->base, rec->result, p->dirs, &sp6);
     /* The patch, and its head again as an object of its own: the record's digest of the head
      * binds the chunk table, so a follower holding part of each tensor can check the table,
      * then fetch only its chunks by range and check each against its digest there. */
-    sync_blob blob[3] = { { .data = buf, .len = r ? 0 : (size_t)stats.file_bytes },
-                          { .data = buf, .len = r ? 0 : (size_t)stats.header_bytes },
-                          { .data = buf6, .len = r || !with6 ? 0 : (size_t)stats6.file_bytes } };
+    sync_blob blob[3] = { { .data = sp->map, .len = (size_t)sp->stats.file_bytes },
+                          { .data = sp->map, .len = (size_t)sp->stats.header_bytes },
+                          { .data = sp6.map, .len = r || !with6 ? 0 : (size_t)sp6.stats.file_bytes } };
     const size_t nblobs = with6 ? 3 : 2;
+    double t0 = pulse_monotonic_s();
     if (!r) {
         for (size_t i = 0; i < nblobs; i++)
             pulse_sha256(blob[i].data, blob[i].len, blob[i].digest);
         r = sync_put_objects(p->st, p->run, blob, nblobs, &s->moved_bytes);
     }
+    p->phases.upload += ms_since(t0);
     if (!r)
         r = pulse_record_add_object(rec, blob[0].digest, blob[0].len, "patch", "", 0, 0);
     if (!r)
@@ -326,13 +366,10 @@ static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse
     if (!r && with6)
         r = pulse_record_add_object(rec, blob[2].digest, blob[2].len, SYNC_PATCH_BY_DIRECTION_ROLE, "", 0, 0);
     if (!r) {
-        rec->changes = stats.changes + stats.opaque_changes;
+        rec->changes = sp->stats.changes + sp->stats.opaque_changes;
         rec->patch_bytes = blob[0].len + blob[1].len + blob[2].len;
     }
-    if (buf)
-        munmap(buf, (size_t)stats.file_bytes);
-    if (buf6)
-        munmap(buf6, (size_t)stats6.file_bytes);
+    step_patch_free(&sp6);
     if (r)
         pulse_dirs_free(next);
     return r;
@@ -374,7 +411,8 @@ static void load_dirs(pulse_publisher *p)
 }
 
 static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, const uint8_t last_state[32],
-                       const pulse_ckpt *c, const uint8_t state[32], uint64_t step, pulse_sync_step *s)
+                       const pulse_ckpt *c, const uint8_t state[32], uint64_t step, pulse_sync_step *s,
+                       const step_patch *sp)
 {
     pulse_record rec;
     pulse_dirs *next = NULL;   /* by direction: this step's directions, kept once it is published */
@@ -386,10 +424,12 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
     rec.dense_bytes = dense_bytes_of(c);
     if (kind == PULSE_RECORD_SYNC_PATCH) {
         memcpy(rec.base, last_state, 32);
-        r = publish_patch(p, last, c, &rec, s, &next);
+        r = publish_patch(p, last, c, &rec, s, &next, sp);
     } else {
+        double t0 = pulse_monotonic_s();
         r = sync_keyframe_publish(p->st, p->run, c, p->o.threads, p->o.zstd_level > 0 ? p->o.zstd_level : 3,
                                   &rec, &s->moved_bytes);
+        p->phases.upload += ms_since(t0);
         rec.changes = elems_of(c);
         for (uint32_t i = 0; i < rec.n_objects; i++)
             rec.patch_bytes += rec.objects[i].size;
@@ -397,11 +437,13 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
     uint8_t *bytes = NULL;
     size_t len = 0;
     char rel[SYNC_KEY_MAX];
+    double t0 = pulse_monotonic_s();
     if (!r)
         r = sync_commit_record(p->st, p->run, p->key, &rec, sync_same_transition, rel, &bytes, &len,
                                &s->moved_bytes);
     if (!r)
         r = move_head_and_index(p, rel, bytes, len);
+    p->phases.record += ms_since(t0);
     if (!r && next) {
         pulse_dirs_free(&p->dirs);
         p->dirs = next;
@@ -455,20 +497,17 @@ static int check_head_is_ours(pulse_publisher *p, int have_last, uint64_t last_s
     void *data = NULL;
     size_t len = 0;
     if (!r)
-        r = pulse_store_get(p->st, head, 0, PULSE_TO_END, SYNC_KEY_MAX, &data, &len, NULL);
+        r = pulse_store_get(p->st, head, 0, PULSE_TO_END, PULSE_LAYOUT_HEAD_MAX, &data, &len, NULL);
     if (r == PULSE_ERR_NOTFOUND || r == PULSE_ERR_LIMIT) {
         pulse_clear_error();
         return 0;
     }
     if (r)
         return r;
-    if (len && ((char *)data)[len - 1] == '\n')
-        len--;
-    int usable = len > 0 && len < SYNC_KEY_MAX && !memchr(data, '\n', len) && !memchr(data, '\0', len);
-    if (usable) {
-        memcpy(rel, data, len);
-        rel[len] = '\0';
-    }
+    uint64_t ms;
+    const uint8_t *rb;
+    size_t rl;
+    int usable = pulse_layout_parse_head_content(data, len, rel, sizeof rel, &ms, &rb, &rl) == 0;
     pulse_store_free(data);
     if (!usable || sync_run_key(p->run, rel, key)) {
         pulse_clear_error();
@@ -547,13 +586,14 @@ static int keyframe_exists(pulse_publisher *p, uint64_t step, int *err)
     return *err == 0;
 }
 
-/* The previous copy OLD_PATH brought to C's bytes in place, then renamed to PATH: only the
- * blocks that changed are written (a 197 MB copy took 0.41 s a step on the VMs measured, copy,
- * msync and freeing the old one; docs/sync.md). It is first renamed to a name no head can match,
- * so a crash midway leaves no file claiming a state it does not hold: the next publish then
- * finds no copy of the head and publishes a keyframe, as after any lost copy. Returns 1, with
- * nothing changed, where C's layout is not the copy's (or the copy is sharded): then copy. */
-static int update_last(pulse_publisher *p, const pulse_ckpt *c, const char *old_path, const char *path)
+/* The previous copy OLD_PATH brought to C's bytes in place, then renamed to PATH: only the spans
+ * the step's diff found changed are looked at (SPANS, NSPANS), and in them only the blocks that
+ * differ are written. It is first renamed to a name no head can match, so a crash midway leaves no
+ * file claiming a state it does not hold: the next publish then finds no copy of the head and
+ * publishes a keyframe, as after any lost copy. Returns 1, with nothing changed, where C's layout
+ * is not the copy's (or the copy is sharded): then copy. */
+static int update_last(pulse_publisher *p, const pulse_ckpt *c, const char *old_path, const char *path,
+                       const ckpt_span *spans, size_t nspans)
 {
     pulse_ckpt *last = NULL;
     if (pulse_ckpt_open(&last, old_path, PULSE_CKPT_WRITE) != 0) {
@@ -568,7 +608,7 @@ static int update_last(pulse_publisher *p, const pulse_ckpt *c, const char *old_
             /* nothing written */
         } else if (rename(old_path, work) != 0) {
             r = pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", old_path, work);
-        } else if ((r = ckpt_update_from(last, c, p->o.threads, NULL)) == PULSE_ERR_MISMATCH) {
+        } else if ((r = ckpt_update_from(last, c, spans, nspans, p->o.threads, NULL)) == PULSE_ERR_MISMATCH) {
             /* nothing was written: the copy gets its name back, and the caller copies */
             pulse_clear_error();
             r = rename(work, old_path) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "rename %s to %s", work, old_path) : 1;
@@ -584,16 +624,18 @@ static int update_last(pulse_publisher *p, const pulse_ckpt *c, const char *old_
  * crash between the index and this copy is noticed (the name would not match the head).
  * SNAP, when given, is C itself: an uncommitted single-file copy of tensors in memory, which
  * is committed under that name instead of being copied once more. Otherwise the previous copy
- * is updated in place where it can be (update_last). */
+ * is updated in place where the step's patch (SP) says where (update_last). */
 static int keep_last(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, const uint8_t state[32],
-                     const char *old_path)
+                     const char *old_path, const step_patch *sp)
 {
     char path[4096];
     last_path(p, state, path);
     if (old_path && !strcmp(old_path, path))
         return 0;
     int r;
-    if (!snap && old_path && (r = update_last(p, c, old_path, path)) != 1)
+    if (!snap && !old_path && access(path, F_OK) == 0)
+        return 0;   /* the copy of this very state is there (a step published again) */
+    if (!snap && old_path && sp && (r = update_last(p, c, old_path, path, sp->spans, sp->nspans)) != 1)
         return r;
     char work[4096];   /* what a crash during an update left, if anything */
     updating_path(p, work);
@@ -628,7 +670,15 @@ static int snapshot(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt **out)
     return sync_copy_to_file(c, path, out);
 }
 
-/* One publish of C, a checkpoint with files (SNAP: C is the uncommitted copy of tensors in memory). */
+const publish_phases *publisher_phases(const pulse_publisher *p)
+{
+    return &p->phases;
+}
+
+/* One publish of C, a checkpoint with files (SNAP: C is the uncommitted copy of tensors in memory).
+ * With a copy of the last published state to diff against, C is read once: the diff hashes it for
+ * its state id as it compares it, and the copy is brought up to it afterwards from the spans the
+ * diff found changed. Without one, C is hashed first (the keyframe reads it again anyway). */
 static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, int64_t step,
                          unsigned flags, pulse_sync_step *out)
 {
@@ -638,15 +688,34 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
     uint64_t last_step = 0;
     char lpath[4096] = "";
     int have_last = 0;
+    step_patch sp = { 0 };
+    int diffed = 0;
+    memset(&p->phases, 0, sizeof p->phases);
 
-    int r = pulse_ckpt_state_id(c, p->o.threads, state);
-    if (!r) {
-        int h = pulse_index_head(p->ix, p->run, &last_step, last_state);
-        if (h == 0) {
-            have_last = 1;
-        } else if (h != PULSE_ERR_NOTFOUND) {
-            r = h;
+    int r = 0;
+    int h = pulse_index_head(p->ix, p->run, &last_step, last_state);
+    if (h == 0)
+        have_last = 1;
+    else if (h != PULSE_ERR_NOTFOUND)
+        r = h;
+    if (!r && have_last) {
+        last_path(p, last_state, lpath);
+        if (access(lpath, F_OK) == 0) {
+            r = pulse_ckpt_open(&last, lpath, PULSE_CKPT_READ);
+            double t0 = pulse_monotonic_s();
+            if (!r)
+                r = diff_mapped(p, last, c, last_state, NULL, NULL, &sp);
+            p->phases.diff = ms_since(t0);
+            if (!r) {
+                diffed = 1;
+                memcpy(state, sp.result, 32);
+            }
         }
+    }
+    if (!r && !diffed) {
+        double t0 = pulse_monotonic_s();
+        r = pulse_ckpt_state_id(c, p->o.threads, state);
+        p->phases.state_id = ms_since(t0);
     }
     if (!r && have_last && !memcmp(state, last_state, 32)) {
         /* Already published: make sure the head says so (a crash may have come before it),
@@ -674,14 +743,14 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
         /* A crash between this step's patch record and its keyframe record: finish the keyframe. */
         if (!r && (flags & PULSE_PUBLISH_KEYFRAME) && !keyframe_exists(p, last_step, &r) && !r) {
             pulse_sync_step k = { 0 };
-            r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, NULL, c, state, last_step, &k);
+            r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, NULL, c, state, last_step, &k, NULL);
             if (!r) {
                 s = k;
                 s.already = 0;
             }
         }
         if (!r)
-            r = keep_last(p, c, snap, state, NULL);
+            r = keep_last(p, c, snap, state, NULL, NULL);
         goto done;
     }
     if (!r) {
@@ -693,32 +762,31 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
     }
     if (!r)
         r = check_head_is_ours(p, have_last, last_step, last_state, (uint64_t)step, state);
-    if (!r && have_last) {
-        last_path(p, last_state, lpath);
-        if (access(lpath, F_OK) != 0) {
-            fprintf(stderr, "pulse: %s is missing: publishing step %lld as a keyframe only\n", lpath,
-                    (long long)step);
-            have_last = 0;
-            lpath[0] = '\0';
-        } else {
-            r = pulse_ckpt_open(&last, lpath, PULSE_CKPT_READ);
-        }
+    if (!r && have_last && !diffed) {
+        fprintf(stderr, "pulse: %s is missing: publishing step %lld as a keyframe only\n", lpath, (long long)step);
+        have_last = 0;
+        lpath[0] = '\0';
     }
     if (!r && have_last)
-        r = publish_one(p, PULSE_RECORD_SYNC_PATCH, last, last_state, c, state, (uint64_t)step, &s);
+        r = publish_one(p, PULSE_RECORD_SYNC_PATCH, last, last_state, c, state, (uint64_t)step, &s, &sp);
     if (!r && (!have_last || (flags & PULSE_PUBLISH_KEYFRAME))) {
         pulse_sync_step k = { 0 };
         k.moved_bytes = s.moved_bytes;
-        r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, NULL, c, state, (uint64_t)step, &k);
+        r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, NULL, c, state, (uint64_t)step, &k, NULL);
         if (!r && !have_last)
             s = k;
         else if (!r)
             s.moved_bytes = k.moved_bytes;
     }
     pulse_ckpt_close(&last);
-    if (!r)
-        r = keep_last(p, c, snap, state, lpath[0] ? lpath : NULL);
+    if (!r) {
+        double t0 = pulse_monotonic_s();
+        r = keep_last(p, c, snap, state, lpath[0] ? lpath : NULL, diffed ? &sp : NULL);
+        p->phases.keep = ms_since(t0);
+    }
 done:
+    pulse_ckpt_close(&last);
+    step_patch_free(&sp);
     if (!r && out)
         *out = s;
     return r;
@@ -732,7 +800,16 @@ PULSE_API int pulse_publisher_publish_ckpt(pulse_publisher *p, const pulse_ckpt 
         return pulse_fail(PULSE_ERR_INVALID, "pulse_publisher_publish_ckpt: no publisher or no checkpoint");
     sync_progress_begin(p->o.on_progress, p->o.progress_ctx, 0);
     int r;
-    if (pulse_ckpt_nfiles(c) > 0) {
+    char lpath[4096];
+    uint8_t head_state[32];
+    /* Tensors in memory are read in place where a copy of the last state is there to diff
+     * against and no keyframe is due (one read of the tensors, as for a file): the copy is then
+     * brought up to them from the spans the diff found. A keyframe is cut from one file, and a
+     * first publish makes the copy: those go through a snapshot. */
+    int direct = pulse_ckpt_nfiles(c) > 0 ||
+                 (!(flags & PULSE_PUBLISH_KEYFRAME) && head_copy(p, lpath, head_state) == 1);
+    pulse_clear_error();
+    if (direct) {
         r = publish_files(p, c, NULL, step, flags, out);
     } else {
         pulse_ckpt *snap = NULL;
