@@ -459,7 +459,8 @@ out:
 }
 
 /* The ranges one after another, each in CHUNK steps counted as they land. */
-static int file_get_ranges(pulse_store *st, const char *key, pulse_store_range *x, size_t n, int out)
+static int file_get_ranges(pulse_store *st, const char *key, pulse_store_range *x, size_t n, int out,
+                           pulse_object_info *pinfo)
 {
     int fd = -1, rc = open_object(st, "get", key, &fd, NULL);
     if (rc)
@@ -467,6 +468,8 @@ static int file_get_ranges(pulse_store *st, const char *key, pulse_store_range *
     pulse_object_info info;
     char *chunk = malloc(CHUNK);
     rc = chunk ? info_of(fd, "get", key, &info) : pulse_fail(PULSE_ERR_NOMEM, "get %s: out of memory", key);
+    if (!rc)
+        *pinfo = info;
     for (size_t i = 0; !rc && i < n; i++) {
         if (x[i].offset >= info.size || x[i].length > info.size - x[i].offset) {
             rc = pulse_fail(PULSE_ERR_INVALID, "get %s: range %llu-%llu, object has %llu bytes", key,

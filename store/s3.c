@@ -469,7 +469,8 @@ out:
     return rc;
 }
 
-static int s3_get_ranges(pulse_store *st, const char *key, pulse_store_range *x, size_t n, int fd)
+static int s3_get_ranges(pulse_store *st, const char *key, pulse_store_range *x, size_t n, int fd,
+                         pulse_object_info *info)
 {
     struct s3_store *s = s3_of(st);
     char *fk = full_key(s, key);
@@ -496,6 +497,8 @@ static int s3_get_ranges(pulse_store *st, const char *key, pulse_store_range *x,
         rc = s3_run(s, rp, n);
         s3_progress_end(s);
     }
+    if (!rc)
+        info_from(&rs[0], info, 1);
     for (size_t i = 0; rs && i < n; i++)
         s3_req_free(&rs[i]);
     free(rs);

@@ -257,8 +257,10 @@ int pulse_store_get_fd(pulse_store *st, const char *key, uint64_t offset, uint64
     return store_get_fd(st, key, offset, length, fd, info);
 }
 
-int pulse_store_get_ranges(pulse_store *st, const char *key, pulse_store_range *ranges, size_t n, int fd)
+int pulse_store_get_ranges(pulse_store *st, const char *key, pulse_store_range *ranges, size_t n, int fd,
+                           pulse_object_info *info)
 {
+    pulse_object_info tmp;
     pulse_clear_error();
     if (!st || fd < 0 || (n && !ranges))
         return pulse_fail(PULSE_ERR_INVALID, "get: no store, no output file or no ranges");
@@ -270,7 +272,7 @@ int pulse_store_get_ranges(pulse_store *st, const char *key, pulse_store_range *
     }
     if (!rc)
         rc = store_deadline_check(&st->deadline, "get", key);
-    return rc || !n ? rc : st->ops->get_ranges(st, key, ranges, n, fd);
+    return rc || !n ? rc : st->ops->get_ranges(st, key, ranges, n, fd, info ? info : &tmp);
 }
 
 int pulse_store_head(pulse_store *st, const char *key, pulse_object_info *info)

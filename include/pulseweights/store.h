@@ -124,8 +124,10 @@ typedef struct pulse_store_range {
  * concurrency in flight, each one GET, no HEAD), counting each range's progress in its `done`:
  * a caller can check and use the first bytes while the rest arrive (a follower decoding a step
  * as it downloads). 0 when every range arrived whole; on failure fd may hold part of them. The
- * store checks no digest: the caller checks the ranges it named. */
-PULSE_API int pulse_store_get_ranges(pulse_store *st, const char *key, pulse_store_range *ranges, size_t n, int fd);
+ * store checks no digest: the caller checks the ranges it named. info (may be NULL) receives the
+ * object's metadata as the answers give it (its whole size, from a ranged answer's Content-Range). */
+PULSE_API int pulse_store_get_ranges(pulse_store *st, const char *key, pulse_store_range *ranges, size_t n, int fd,
+                                     pulse_object_info *info);
 
 PULSE_API int pulse_store_head(pulse_store *st, const char *key, pulse_object_info *info);
 

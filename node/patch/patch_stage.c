@@ -8,6 +8,7 @@
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
+#include "node/checkpoint/filespace.h"
 #include "node/parallel.h"
 #include "node/patch/patch_internal.h"
 #include "node/patch/patch_stage.h"
@@ -173,8 +174,9 @@ int patch_stage_open(patch_stage **out, const pulse_patch *p, const pulse_ckpt *
         h[16 + i] = (uint8_t)(st->jbytes >> (8 * i));
         h[24 + i] = (uint8_t)((p->header_bytes + p->data_len) >> (8 * i));
     }
-    if (!r && ftruncate(journal_fd, (off_t)st->jbytes) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "sizing the step journal (%llu bytes)", (unsigned long long)st->jbytes);
+    /* room for the whole journal first: a full disk is said before a byte of it is written */
+    if (!r && (pulse_file_allocate(journal_fd, 0, st->jbytes) != 0 || ftruncate(journal_fd, (off_t)st->jbytes) != 0))
+        r = pulse_fail_errno(PULSE_ERR_IO, "no room for the step journal (%llu bytes)", (unsigned long long)st->jbytes);
     if (!r)
         r = pwrite_all(journal_fd, h, sizeof h, 0);
     if (!r)
@@ -500,6 +502,9 @@ static int write_from(const pulse_patch *p, int jfd, const uint64_t *joff, pulse
         err = pulse_fail(PULSE_ERR_NOMEM, "stage write");
     if (!err)
         err = pulse_parallel_for(p->nchunks, threads, write_chunk, &w);
+    /* last: the header of a target whose tensors are not the result is never touched */
+    if (!err && p->metadata && (err = ckpt_set_metadata(target, p->metadata)) != 0)
+        err = pulse_fail(err, "writing the result's metadata: %s (the weights were written)", pulse_last_error());
     for (size_t i = 0; w.part && i < pool.n; i++)
         free(w.part[i]);
     free(w.part);

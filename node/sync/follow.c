@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The follower: list a run's records, pick the cheapest verified path, then apply each step in place, journalled. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/durable.h"
 #include "base/env_bytes.h"
 #include "base/fail.h"
 #include "base/names.h"
@@ -18,6 +20,8 @@
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/sync/events.h"
+#include "node/sync/fetch_stage.h"
+#include "node/sync/phases.h"
 #include "node/patch/patch_dirs.h"
 #include "node/patch/patch_take.h"
 #include "node/sync/follow_internal.h"
@@ -64,6 +68,7 @@ struct pulse_follower {
     pulse_dirs *dirs;
     int dirs_looked;
     char last_step_refusal[SYNC_KEY_MAX + 512];   /* the last step refusal logged (once, not every poll) */
+    apply_phases ph;           /* of the step being applied (its "applied" event) */
 };
 
 /* At most this many refused records are logged one by one per pull; the rest in one line. */
@@ -620,12 +625,12 @@ static const char *weights_name(const pulse_follower *f)
  * outlive the crash, so in memory nothing is journalled. */
 static int step_journal_write(pulse_follower *f, const node_journal *j)
 {
-    return in_memory(f) ? 0 : journal_write(f->o.state_dir, j);
+    return in_memory(f) ? 0 : journal_write(f->o.state_dir, j, sync_each_step(f));
 }
 
 static int step_journal_clear(pulse_follower *f)
 {
-    return in_memory(f) ? 0 : journal_clear(f->o.state_dir);
+    return in_memory(f) ? 0 : journal_clear(f->o.state_dir, sync_each_step(f));
 }
 
 static int hash_weights(pulse_follower *f, uint8_t state[32])
@@ -1016,6 +1021,88 @@ static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const 
     return finish_step(f, &j, &s);
 }
 
+static double ms_since(double t0)
+{
+    return 1e3 * (pulse_monotonic_s() - t0);
+}
+
+/* A step of a weights file or of tensors in memory, in one pass over the weights: the patch
+ * fetched as ranges and each chunk staged against the weights as it arrives (digest, decode,
+ * the result's span beside the weights, its changes into the journal, the state chunks hashed),
+ * so the result's state id is known, and checked against the record's, before a byte of the
+ * weights is written; this checks the base too (weights that are not the base give another
+ * result). Then the journal entry, and one scatter of the changes into the weights. A crash
+ * during it is mended by replaying the journal (follower_recover). */
+static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
+{
+    const int file = !in_memory(f);
+    pulse_ckpt *w = NULL;
+    char jpath[4096], stem[4096], name[4096];
+    int jfd = -1, r = 0;
+    if (file) {
+        /* the journal's file is kept from step to step: its pages are reused, not made again */
+        r = journal_data_path(f->o.state_dir, jpath, sizeof jpath);
+        if (!r && (jfd = open(jpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+            r = pulse_fail_errno(PULSE_ERR_IO, "open %s", jpath);
+        if (!r)
+            r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
+    } else {
+        /* memory does not outlive a crash: the changes are kept only until they are written */
+        snprintf(stem, sizeof stem, "%s/staged", f->o.state_dir);
+        if ((jfd = pulse_create_temp(stem, ".tmp.", 0600, name, sizeof name)) < 0)
+            r = jfd;
+        else
+            unlink(name);
+    }
+    pulse_ckpt *target = file ? w : f->o.weights;
+    sync_staged sg;
+    memset(&sg, 0, sizeof sg);
+    if (!r)
+        r = sync_fetch_stage(f->st, f->run, rec, f->o.state_dir, target, jfd, f->o.threads, &sg, moved);
+    f->ph.fetch = sg.fetch_ms;
+    f->ph.verify = sg.verify_ms;
+    char h1[65], h2[65];
+    if (!r && memcmp(sg.result, rec->result, 32) != 0)
+        r = pulse_fail(PULSE_ERR_MISMATCH, "these weights with the patch would be state %.16s.., the record's result is "
+                       "%.16s..: they are not its base (nothing was written)", pulse_id_hex(sg.result, h1),
+                       pulse_id_hex(rec->result, h2));
+    node_journal j = journal_applying(rec, rel);
+    double t0 = pulse_monotonic_s();
+    if (!r && file) {
+        j.staged = 1;
+        memcpy(j.head, sg.head_digest, 32);
+        r = unsynced_before_write(&f->note, f->o.state_dir, f->o.durable);
+        if (!r && sync_each_step(f) && fdatasync(jfd) != 0)
+            r = pulse_fail_errno(PULSE_ERR_IO, "fdatasync %s", jpath);
+        if (!r)
+            r = journal_write(f->o.state_dir, &j, sync_each_step(f));
+    }
+    f->ph.journal = ms_since(t0);
+    t0 = pulse_monotonic_s();
+    int written = !r;   /* from here the journal names the data file */
+    if (!r)
+        r = patch_stage_write(sg.stage, target, f->o.threads);
+    if (!r && file && sync_each_step(f))
+        r = pulse_ckpt_sync(w);
+    f->ph.apply = ms_since(t0);
+    sync_staged_close(&sg);
+    pulse_ckpt_close(&w);
+    if (jfd >= 0)
+        close(jfd);
+    if (r && file && !written)
+        unlink(jpath);   /* scratch until the journal names it: its room goes back */
+    if (r) {
+        /* Not written: the weights are as they were, but maybe not the base after all (changed
+         * behind this node's back), so the next pull hashes them. Written in part: the journal
+         * stays and the next start (or pull) replays it. */
+        f->known = 0;
+        return r;
+    }
+    pulse_sync_step s;
+    sync_step_of(rec, rel, *moved, &s);
+    return finish_step(f, &j, &s);
+}
+
 static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
     if (rec->n_objects < 1 || rec->n_objects > 3 || strcmp(rec->objects[0].role, "patch") != 0
@@ -1026,6 +1113,8 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
                           rec->n_objects);
     if (memcmp(rec->base, f->state, 32) != 0)
         return pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold");
+    if (!f->engine && !by_direction_object(rec))
+        return apply_patch_staged(f, rec, rel, moved);
     if (in_memory(f))
         return apply_patch_memory(f, rec, rel, moved);
     char jpath[4096], dpath[4096];
@@ -1066,7 +1155,7 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
     node_journal j = journal_applying(rec, rel);
     r = unsynced_before_write(&f->note, f->o.state_dir, f->o.durable);
     if (!r)
-        r = journal_write(f->o.state_dir, &j);
+        r = journal_write(f->o.state_dir, &j, sync_each_step(f));
     if (!r)
         r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
     if (!r) {
@@ -1170,12 +1259,12 @@ static int apply_keyframe_step(pulse_follower *f, const pulse_record *rec, const
     if (in_memory(f))
         return apply_keyframe_memory(f, rec, rel, moved);
     node_journal j = journal_applying(rec, rel);
-    int r = journal_write(f->o.state_dir, &j);
+    int r = journal_write(f->o.state_dir, &j, sync_each_step(f));
     if (!r)
         r = sync_keyframe_restore(f->st, f->run, rec, f->o.threads, f->o.weights_path, moved);
     if (r) {
         f->known = 0;
-        journal_clear(f->o.state_dir);   /* restore is temp + rename: the weights are unchanged */
+        journal_clear(f->o.state_dir, sync_each_step(f));   /* restore is temp + rename: the weights are unchanged */
         return r;
     }
     /* The restored file is on disk (synced, renamed, its directory synced): whatever the note
@@ -1250,6 +1339,10 @@ static int journal_vouched(pulse_follower *f, const node_journal *j)
         (j->kind == PULSE_RECORD_SYNC_PATCH && memcmp(rec.base, j->base, 32) != 0))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the record %s is not the step the journal says (kind, step, base or result)",
                        j->rel);
+    /* a staged step's patch head is the one the record names, where it names one */
+    else if (j->staged && rec.n_objects >= 2 && !strcmp(rec.objects[1].role, SYNC_PATCH_INDEX_ROLE) &&
+             memcmp(rec.objects[1].digest, j->head, 32) != 0)
+        r = pulse_fail(PULSE_ERR_MISMATCH, "the journal's patch head is not the one the record %s names", j->rel);
     pulse_record_clear(&rec);
     return r;
 }
@@ -1283,7 +1376,7 @@ int follower_recover(pulse_follower *f, int *did)
         pulse_clear_error();
         f->known = 0;
         f->suspect = 1;
-        return journal_clear(f->o.state_dir);
+        return journal_clear(f->o.state_dir, sync_each_step(f));
     }
     if (j.phase == JOURNAL_APPLYING && j.kind == PULSE_RECORD_SYNC_PATCH) {
         /* The weights may be torn: every position the absolute patch names gets its final
@@ -1292,15 +1385,35 @@ int follower_recover(pulse_follower *f, int *did)
         char jpath[4096];
         pulse_patch *p = NULL;
         pulse_ckpt *w = NULL;
-        r = journal_patch_path(f->o.state_dir, jpath, sizeof jpath);
-        if (!r)
+        r = j.staged ? journal_data_path(f->o.state_dir, jpath, sizeof jpath)
+                     : journal_patch_path(f->o.state_dir, jpath, sizeof jpath);
+        if (!r && j.staged) {
+            /* the staged step's changes written again, then the result hashed whole */
+            int jfd = open(jpath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            uint8_t id[32];
+            char h1[65], h2[65];
+            if (jfd < 0)
+                r = pulse_fail_errno(PULSE_ERR_IO, "open %s", jpath);
+            if (!r)
+                r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
+            if (!r)
+                r = patch_stage_replay(jfd, j.head, w, f->o.threads);
+            if (jfd >= 0)
+                close(jfd);
+            if (!r)
+                r = pulse_ckpt_state_id(w, f->o.threads, id);
+            if (!r && memcmp(id, j.result, 32) != 0)
+                r = pulse_fail(PULSE_ERR_CORRUPT, "the weights replayed from %s are state %.16s.., not the step's "
+                               "result %.16s..", jpath, pulse_id_hex(id, h1), pulse_id_hex(j.result, h2));
+        } else if (!r) {
             r = pulse_patch_open(&p, jpath);
-        if (!r && (pulse_patch_values(p) != PULSE_VALUES_ABS || memcmp(pulse_patch_base_id(p), j.base, 32) ||
+        }
+        if (!r && !j.staged && (pulse_patch_values(p) != PULSE_VALUES_ABS || memcmp(pulse_patch_base_id(p), j.base, 32) ||
                    memcmp(pulse_patch_result_id(p), j.result, 32)))
             r = pulse_fail(PULSE_ERR_FORMAT, "journal patch %s is not the absolute patch of step %s", jpath, st);
-        if (!r)
+        if (!r && !j.staged)
             r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
-        if (!r) {
+        if (!r && !j.staged) {
             pulse_patch_apply_opts ao;
             pulse_patch_apply_opts_default(&ao);
             ao.threads = f->o.threads;
@@ -1315,7 +1428,7 @@ int follower_recover(pulse_follower *f, int *did)
             /* Torn by a restart of the machine, beyond this one step: a keyframe mends it. */
             pulse_clear_error();
             weights_lost(f, "journal-recovery-failed");
-            return journal_clear(f->o.state_dir);
+            return journal_clear(f->o.state_dir, sync_each_step(f));
         }
         if (r)
         {
@@ -1332,7 +1445,7 @@ int follower_recover(pulse_follower *f, int *did)
         if (access(f->o.weights_path, F_OK) != 0 || hash_weights(f, state) != 0 || memcmp(state, j.result, 32)) {
             pulse_clear_error();
             weights_lost(f, "no-state");
-            return journal_clear(f->o.state_dir);
+            return journal_clear(f->o.state_dir, sync_each_step(f));
         }
         if ((r = note_settled(f)) != 0)
             return r;
@@ -1342,7 +1455,7 @@ int follower_recover(pulse_follower *f, int *did)
         if (access(f->o.weights_path, F_OK) != 0 || hash_weights(f, state) != 0 || memcmp(state, j.result, 32)) {
             if (f->log)
                 follow_log(f, "recovered", "step", st, "action", "keyframe-not-reached", NULL);
-            return journal_clear(f->o.state_dir);
+            return journal_clear(f->o.state_dir, sync_each_step(f));
         }
     }
     if (f->log)

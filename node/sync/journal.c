@@ -31,21 +31,28 @@ int journal_patch_path(const char *dir, char *out, size_t cap)
     return path_in(dir, "journal.patch", out, cap);
 }
 
-int journal_write(const char *dir, const node_journal *j)
+int journal_data_path(const char *dir, char *out, size_t cap)
+{
+    return path_in(dir, "journal.data", out, cap);
+}
+
+int journal_write(const char *dir, const node_journal *j, int durable)
 {
     char path[4096], tmp[4200], b[65], res[65];
     int r = path_in(dir, "journal", path, sizeof path);
     if (r)
         return r;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    char text[1024];
+    char text[1024], hd[65];
     int n = snprintf(text, sizeof text, "%s\nphase %s\nkind %s\nstep %" PRIu64 "\nbase %s\nresult %s\nrecord %s\n",
                      JOURNAL_MAGIC, j->phase == JOURNAL_APPLIED ? "applied" : "applying",
                      pulse_record_kind_name(j->kind), j->step, pulse_id_hex(j->base, b),
                      pulse_id_hex(j->result, res), j->rel);
+    if (n >= 0 && (size_t)n < sizeof text && j->staged)
+        n += snprintf(text + n, sizeof text - (size_t)n, "head %s\n", pulse_id_hex(j->head, hd));
     if (n < 0 || (size_t)n >= sizeof text)
         return pulse_fail(PULSE_ERR_LIMIT, "journal entry too long");
-    return pulse_replace_file(path, tmp, text, (size_t)n, 1);
+    return pulse_replace_file(path, tmp, text, (size_t)n, durable);
 }
 
 int journal_read(const char *dir, node_journal *j, int *found)
@@ -66,13 +73,15 @@ int journal_read(const char *dir, node_journal *j, int *found)
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = '\0';
-    char phase[16] = "", kind[32] = "", base[80] = "", result[80] = "", rel[600] = "";
+    char phase[16] = "", kind[32] = "", base[80] = "", result[80] = "", rel[600] = "", head[80] = "";
     char magic[32];
     unsigned long long step;
-    int ok = sscanf(text, "%31[^\n]\nphase %15s\nkind %31s\nstep %llu\nbase %79s\nresult %79s\nrecord %599s\n",
-                    magic, phase, kind, &step, base, result, rel) == 7 &&
-             !strcmp(magic, JOURNAL_MAGIC) && strlen(rel) < sizeof j->rel &&
-             pulse_id_parse(base, j->base) == 0 && pulse_id_parse(result, j->result) == 0;
+    int fields = sscanf(text, "%31[^\n]\nphase %15s\nkind %31s\nstep %llu\nbase %79s\nresult %79s\nrecord %599s\n"
+                        "head %79s\n", magic, phase, kind, &step, base, result, rel, head);
+    int ok = (fields == 7 || fields == 8) && !strcmp(magic, JOURNAL_MAGIC) && strlen(rel) < sizeof j->rel &&
+             pulse_id_parse(base, j->base) == 0 && pulse_id_parse(result, j->result) == 0 &&
+             (fields == 7 || pulse_id_parse(head, j->head) == 0);
+    j->staged = fields == 8;
     j->kind = ok ? pulse_record_kind_from_name(kind) : 0;
     j->phase = !strcmp(phase, "applied") ? JOURNAL_APPLIED : !strcmp(phase, "applying") ? JOURNAL_APPLYING : 0;
     if (!ok || !j->phase || (j->kind != PULSE_RECORD_SYNC_PATCH && j->kind != PULSE_RECORD_KEYFRAME))
@@ -83,7 +92,7 @@ int journal_read(const char *dir, node_journal *j, int *found)
     return 0;
 }
 
-int journal_clear(const char *dir)
+int journal_clear(const char *dir, int durable)
 {
     char path[4096];
     int r = path_in(dir, "journal", path, sizeof path);
@@ -93,7 +102,7 @@ int journal_clear(const char *dir)
         r = journal_patch_path(dir, path, sizeof path);
     if (!r && unlink(path) != 0 && errno != ENOENT)
         r = pulse_fail_errno(PULSE_ERR_IO, "remove %s", path);
-    return r ? r : pulse_fsync_dir(dir);
+    return r || !durable ? r : pulse_fsync_dir(dir);
 }
 
 void journal_sweep(const char *dir)

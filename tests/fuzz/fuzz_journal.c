@@ -46,9 +46,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!found || (j.phase != JOURNAL_APPLYING && j.phase != JOURNAL_APPLIED) || memchr(j.rel, 0, sizeof j.rel) == NULL)
         abort();
     /* What was accepted is an entry: written back, it reads as the same one. */
-    if (journal_write(dir, &j) != 0 || journal_read(dir, &again, &found) != 0 || !found ||
+    if (journal_write(dir, &j, 0) != 0 || journal_read(dir, &again, &found) != 0 || !found ||
         again.phase != j.phase || again.kind != j.kind || again.step != j.step ||
-        memcmp(again.base, j.base, 32) || memcmp(again.result, j.result, 32) || strcmp(again.rel, j.rel))
+        memcmp(again.base, j.base, 32) || memcmp(again.result, j.result, 32) || strcmp(again.rel, j.rel) ||
+        again.staged != j.staged || (j.staged && memcmp(again.head, j.head, 32)))
         abort();
     return 0;
 }

@@ -89,14 +89,16 @@ static void ranges_and_limits(void)
     char tmp[] = "/tmp/pulse-ranges-XXXXXX";
     int fd = mkstemp(tmp);
     pulse_store_range rg[2] = { { 1, 2, 0 }, { 6, 4, 0 } };
-    CHECK_OK(pulse_store_get_ranges(st, "r", rg, 2, fd));
+    pulse_object_info info;
+    CHECK_OK(pulse_store_get_ranges(st, "r", rg, 2, fd, &info));
+    CHECK(info.size == 10);
     char b[10] = { 0 };
     CHECK(pread(fd, b, 10, 0) == 10 && !memcmp(b, "\0" "12\0\0\0" "6789", 10));
     CHECK(rg[0].done == 2 && rg[1].done == 4);
     pulse_store_range past = { 8, 3, 0 }, none = { 0, 0, 0 };
-    CHECK_ERR(pulse_store_get_ranges(st, "r", &past, 1, fd), PULSE_ERR_INVALID);
-    CHECK_ERR(pulse_store_get_ranges(st, "r", &none, 1, fd), PULSE_ERR_INVALID);
-    CHECK_ERR(pulse_store_get_ranges(st, "missing", rg, 1, fd), PULSE_ERR_NOTFOUND);
+    CHECK_ERR(pulse_store_get_ranges(st, "r", &past, 1, fd, NULL), PULSE_ERR_INVALID);
+    CHECK_ERR(pulse_store_get_ranges(st, "r", &none, 1, fd, NULL), PULSE_ERR_INVALID);
+    CHECK_ERR(pulse_store_get_ranges(st, "missing", rg, 1, fd, NULL), PULSE_ERR_NOTFOUND);
     close(fd);
     unlink(tmp);
     /* An empty object is a real, empty object. */

@@ -131,7 +131,8 @@ static void multipart(void)
      * between them are not fetched; a range past the end is refused. */
     pulse_store_range rg[3] = { { 0, 1u << 20, 0 }, { 3u << 20, 5u << 20, 0 }, { n - 7, 7, 0 } };
     ofd = open(out, O_RDWR | O_TRUNC);
-    CHECK_OK(pulse_store_get_ranges(st, "big/multi part", rg, 3, ofd));
+    CHECK_OK(pulse_store_get_ranges(st, "big/multi part", rg, 3, ofd, &info));
+    CHECK_EQ_INT(info.size, n);
     for (int i = 0; i < 3; i++) {
         CHECK_EQ_INT(rg[i].done, rg[i].length);
         unsigned char *b = malloc(rg[i].length);
@@ -142,8 +143,8 @@ static void multipart(void)
     unsigned char hole = 1;
     CHECK(pread(ofd, &hole, 1, 2u << 20) == 1 && hole == 0);
     pulse_store_range past = { n - 3, 7, 0 };
-    CHECK(pulse_store_get_ranges(st, "big/multi part", &past, 1, ofd) != 0);
-    CHECK_ERR(pulse_store_get_ranges(st, "big/nope", rg, 1, ofd), PULSE_ERR_NOTFOUND);
+    CHECK(pulse_store_get_ranges(st, "big/multi part", &past, 1, ofd, NULL) != 0);
+    CHECK_ERR(pulse_store_get_ranges(st, "big/nope", rg, 1, ofd, NULL), PULSE_ERR_NOTFOUND);
     close(ofd);
     /* Multipart from memory, and if-absent on a multipart put. */
     CHECK_OK(pulse_store_put(st, "big/mem", d, n, PULSE_PUT_IF_ABSENT));

@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A step's patch fetched as parallel ranges into an unlinked temporary, each chunk staged against the weights as soon as its bytes are in. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/durable.h"
+#include "base/fail.h"
+#include "crypto/sha256.h"
+#include "node/checkpoint/filespace.h"
+#include "node/patch/patch_stage.h"
+#include "node/parallel.h"
+#include "node/sync/fetch_stage.h"
+#include "node/sync/sync_internal.h"
+
+/* Ranges of about a sixteenth of the patch (one concurrent wave of the store's default 16), at
+ * least FETCH_RANGE_MIN: a range is one stream staged in order, so several let every worker
+ * stage while the bytes arrive, and none is so small that its round trip outweighs its bytes. */
+#define FETCH_RANGES 16
+#define FETCH_RANGE_MIN ((uint64_t)4 << 20)
+
+typedef struct fetch_job {
+    const pulse_record_object *obj, *head_obj;   /* head_obj NULL: a record of older publishers */
+    const pulse_record *rec;
+    const char *key;
+    const uint8_t *map;
+    pulse_store_range *rg;
+    size_t nrg;
+    const pulse_ckpt *target;
+    int jfd, threads;
+    pthread_mutex_t lock;        /* guards head, st's creation, next[] */
+    pulse_patch *head;
+    patch_stage *_Atomic st;     /* set once the head is checked and the stage open */
+    size_t *next, *end;          /* per range: the next chunk to stage starting in it, and past its last */
+    atomic_size_t staged;
+    atomic_int fetched;          /* 0 downloading, 1 every byte in, -1 the download failed */
+    atomic_int failed;
+    int err;                     /* the first failure, its detail below (under lock) */
+    char detail[512];
+} fetch_job;
+
+static void fail_job(fetch_job *j, int err)
+{
+    pthread_mutex_lock(&j->lock);
+    if (!j->err) {
+        j->err = err;
+        snprintf(j->detail, sizeof j->detail, "%s", pulse_last_error());
+    }
+    pthread_mutex_unlock(&j->lock);
+    atomic_store(&j->failed, 1);
+}
+
+/* Bytes [a, b) of the object are all in the file. */
+static int have(const fetch_job *j, uint64_t a, uint64_t b)
+{
+    for (size_t i = 0; i < j->nrg && a < b; i++) {
+        const pulse_store_range *r = &j->rg[i];
+        if (a >= r->offset + r->length)
+            continue;
+        uint64_t upto = r->offset + __atomic_load_n(&r->done, __ATOMIC_ACQUIRE);
+        uint64_t need = b < r->offset + r->length ? b : r->offset + r->length;
+        if (upto < need)
+            return 0;
+        a = need;
+    }
+    return a >= b;
+}
+
+/* Once the head's bytes are in: checked against the record (the head object's digest, or for a
+ * record without one the whole object's at the end), opened, and the stage made (under lock). */
+static int open_head(fetch_job *j)
+{
+    uint64_t head_len = j->head_obj ? j->head_obj->size : 0;
+    if (!head_len) {   /* its length is in the header: table + header + digest */
+        if (!have(j, 0, 104))
+            return 0;
+        uint64_t table = 0;
+        for (int i = 7; i >= 0; i--)
+            table = table << 8 | j->map[88 + i];
+        head_len = table > j->obj->size ? j->obj->size + 1 : 104 + table + 32;
+    }
+    if (head_len > j->obj->size)
+        return pulse_fail(PULSE_ERR_FORMAT, "the patch's head (%llu bytes) is longer than the patch",
+                          (unsigned long long)head_len);
+    if (!have(j, 0, head_len))
+        return 0;
+    if (j->head_obj) {
+        uint8_t d[32];
+        pulse_sha256(j->map, (size_t)head_len, d);
+        if (memcmp(d, j->head_obj->digest, 32) != 0)
+            return pulse_fail(PULSE_ERR_CORRUPT, "object %s: SHA-256 does not match: its head is not the one the "
+                              "record names", j->key);
+    }
+    int r = pulse_patch_open_head(&j->head, j->map, (size_t)head_len, j->obj->size);
+    if (!r && (memcmp(pulse_patch_base_id(j->head), j->rec->base, 32) ||
+               memcmp(pulse_patch_result_id(j->head), j->rec->result, 32)))
+        r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
+    patch_stage *st = NULL;
+    if (!r)
+        r = patch_stage_open(&st, j->head, j->target, j->jfd, j->threads);
+    size_t n = st ? patch_stage_chunks(st) : 0;
+    for (size_t i = 0; !r && i < j->nrg; i++) {   /* the chunks starting in each range */
+        size_t lo = i ? j->end[i - 1] : 0, k = lo;
+        while (k < n && patch_stage_chunk_at(st, k) < j->rg[i].offset + j->rg[i].length)
+            k++;
+        j->next[i] = lo;
+        j->end[i] = k;
+    }
+    if (r) {
+        patch_stage_close(&st);
+        return r;
+    }
+    atomic_store(&j->st, st);
+    return 1;
+}
+
+/* A chunk whose bytes are all in and that no worker has taken, or SIZE_MAX. */
+static size_t pick(fetch_job *j, patch_stage *st, size_t from)
+{
+    size_t k = SIZE_MAX;
+    pthread_mutex_lock(&j->lock);
+    for (size_t t = 0; t < j->nrg && k == SIZE_MAX; t++) {
+        size_t i = (from + t) % j->nrg;
+        if (j->next[i] >= j->end[i])
+            continue;
+        uint64_t a = patch_stage_chunk_at(st, j->next[i]);
+        if (have(j, a, a + patch_stage_chunk_len(st, j->next[i])))
+            k = j->next[i]++;
+    }
+    pthread_mutex_unlock(&j->lock);
+    return k;
+}
+
+static void pause_briefly(void)
+{
+    struct timespec ts = { 0, 200000 };   /* 0.2 ms: a chunk takes ~1 ms to stage */
+    nanosleep(&ts, NULL);
+}
+
+typedef struct worker_arg {
+    fetch_job *j;
+    size_t id;
+} worker_arg;
+
+static void *worker(void *arg)
+{
+    fetch_job *j = ((worker_arg *)arg)->j;
+    size_t id = ((worker_arg *)arg)->id;
+    while (!atomic_load(&j->failed)) {
+        patch_stage *st = atomic_load(&j->st);
+        if (!st) {
+            int r = 0;
+            pthread_mutex_lock(&j->lock);
+            if (!atomic_load(&j->st))
+                r = open_head(j);
+            pthread_mutex_unlock(&j->lock);
+            if (r < 0) {
+                fail_job(j, r);
+                break;
+            }
+            if (r == 0) {
+                if (atomic_load(&j->fetched))
+                    break;   /* the download ended (failed) before the head came */
+                pause_briefly();
+            }
+            continue;
+        }
+        size_t k = pick(j, st, id);
+        if (k != SIZE_MAX) {
+            int r = patch_stage_chunk(st, k, j->map + patch_stage_chunk_at(st, k));
+            if (r)
+                fail_job(j, r);
+            else
+                atomic_fetch_add(&j->staged, 1);
+            continue;
+        }
+        if (atomic_load(&j->staged) == patch_stage_chunks(st))
+            break;   /* the untouched state chunks left are the finish's */
+        if (patch_stage_hash_untouched(st))
+            continue;
+        if (atomic_load(&j->fetched) < 0)
+            break;
+        pause_briefly();
+    }
+    return NULL;
+}
+
+int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *rec, const char *dir,
+                     const pulse_ckpt *target, int jfd, int threads, sync_staged *out, uint64_t *moved)
+{
+    memset(out, 0, sizeof *out);
+    const pulse_record_object *o = &rec->objects[0];
+    char key[SYNC_KEY_MAX], stem[4096], name[4096];
+    int r = sync_object_key(run, o->digest, key);
+    if (r)
+        return r;
+    if (o->size == 0 || o->size > SIZE_MAX)
+        return pulse_fail(PULSE_ERR_INVALID, "object %s: cannot map %llu bytes", key, (unsigned long long)o->size);
+    snprintf(stem, sizeof stem, "%s/fetch", dir);
+    int fd = pulse_create_temp(stem, ".tmp.", 0600, name, sizeof name);
+    if (fd < 0)
+        return fd;
+    unlink(name);   /* open, not named: its blocks go with the last close or the process */
+    /* room for the whole patch before any of it is fetched: a full disk is said at once, not
+     * after a download it cannot keep (each poll again) */
+    if (pulse_file_allocate(fd, 0, o->size) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: no room for its %llu bytes in %s", key,
+                             (unsigned long long)o->size, dir);
+    else if (ftruncate(fd, (off_t)o->size) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: sizing its temporary in %s", key, dir);
+    void *map = MAP_FAILED;
+    if (!r && (map = mmap(NULL, (size_t)o->size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        r = pulse_fail_errno(PULSE_ERR_IO, "mapping the fetched patch in %s", dir);
+    fetch_job j = { .obj = o, .rec = rec, .key = key, .map = map, .target = target, .jfd = jfd,
+                    .threads = threads > 0 ? threads : pulse_default_threads() };
+    j.head_obj = rec->n_objects >= 2 && !strcmp(rec->objects[1].role, SYNC_PATCH_INDEX_ROLE) ? &rec->objects[1]
+                                                                                             : NULL;
+    uint64_t size = o->size, each = (size + FETCH_RANGES - 1) / FETCH_RANGES;
+    if (each < FETCH_RANGE_MIN)
+        each = FETCH_RANGE_MIN;
+    j.nrg = (size_t)((size + each - 1) / each);
+    pthread_mutex_init(&j.lock, NULL);
+    atomic_init(&j.st, NULL);
+    atomic_init(&j.staged, 0);
+    atomic_init(&j.fetched, 0);
+    atomic_init(&j.failed, 0);
+    if (!r && (!(j.rg = calloc(j.nrg, sizeof *j.rg)) || !(j.next = calloc(j.nrg, sizeof *j.next)) ||
+               !(j.end = calloc(j.nrg, sizeof *j.end))))
+        r = pulse_fail(PULSE_ERR_NOMEM, "fetch ranges");
+    for (size_t i = 0; !r && i < j.nrg; i++) {
+        j.rg[i].offset = i * each;
+        j.rg[i].length = size - i * each < each ? size - i * each : each;
+    }
+    pthread_t tid[64];
+    worker_arg wa[64];
+    size_t nw = 0;
+    for (; !r && nw < (size_t)j.threads && nw < 64; nw++) {
+        wa[nw] = (worker_arg){ &j, nw };
+        if (pthread_create(&tid[nw], NULL, worker, &wa[nw]) != 0)
+            break;
+    }
+    if (!r && !nw)
+        r = pulse_fail(PULSE_ERR_NOMEM, "cannot start a staging thread");
+    double t0 = pulse_monotonic_s();
+    pulse_object_info info;
+    if (!r) {
+        r = pulse_store_get_ranges(store, key, j.rg, j.nrg, fd, &info);
+        if (r) {
+            char d[512];
+            snprintf(d, sizeof d, "%s", pulse_last_error());
+            r = pulse_fail(r, "object %s: %s", key, d);
+        } else if (info.size != size) {
+            /* the bytes the record names are there, but the object is not the one it names */
+            r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: %s than the %llu bytes the record declares", key,
+                           info.size > size ? "longer" : "shorter", (unsigned long long)size);
+        }
+    }
+    out->fetch_ms = 1e3 * (pulse_monotonic_s() - t0);
+    atomic_store(&j.fetched, r ? -1 : 1);
+    if (r)
+        atomic_store(&j.failed, 1);
+    for (size_t i = 0; i < nw; i++)
+        pthread_join(tid[i], NULL);
+    t0 = pulse_monotonic_s();
+    if (!r) {
+        *moved += size;
+        sync_progress_add(size);
+    }
+    if (!r && j.err)
+        r = pulse_fail(j.err, "%s", j.detail);
+    patch_stage *st = atomic_load(&j.st);
+    if (!r && !st) {   /* the workers stopped before the head (no chunk at all came as bytes) */
+        pthread_mutex_lock(&j.lock);
+        int h = open_head(&j);
+        pthread_mutex_unlock(&j.lock);
+        r = h < 0 ? h : h == 0 ? pulse_fail(PULSE_ERR_FORMAT, "the patch has no whole head") : 0;
+        st = atomic_load(&j.st);
+    }
+    /* chunks left (none, unless the workers stopped early) */
+    for (size_t k = 0; !r && st && atomic_load(&j.staged) < patch_stage_chunks(st) && k < j.nrg; k++)
+        while (!r && j.next[k] < j.end[k]) {
+            size_t c = j.next[k]++;
+            r = patch_stage_chunk(st, c, j.map + patch_stage_chunk_at(st, c));
+            if (!r)
+                atomic_fetch_add(&j.staged, 1);
+        }
+    if (!r && !j.head_obj) {
+        /* no head digest in the record: the whole patch's, before the result counts */
+        uint8_t d[32];
+        pulse_sha256(map, (size_t)size, d);
+        if (memcmp(d, o->digest, 32) != 0)
+            r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: SHA-256 does not match its digest", key);
+    }
+    if (!r)
+        r = patch_stage_finish(st, threads, out->result);
+    out->verify_ms = 1e3 * (pulse_monotonic_s() - t0);
+    if (!r && j.head_obj)
+        memcpy(out->head_digest, j.head_obj->digest, 32);
+    else if (!r)
+        pulse_sha256(map, (size_t)pulse_patch_head_bytes(j.head), out->head_digest);
+    if (r) {
+        patch_stage_close(&st);
+        pulse_patch_close(&j.head);
+    } else {
+        out->stage = st;
+        out->head = j.head;
+    }
+    if (map != MAP_FAILED)
+        munmap(map, (size_t)size);
+    close(fd);
+    pthread_mutex_destroy(&j.lock);
+    free(j.rg);
+    free(j.next);
+    free(j.end);
+    return r;
+}
+
+void sync_staged_close(sync_staged *s)
+{
+    patch_stage_close(&s->stage);
+    pulse_patch_close(&s->head);
+}
