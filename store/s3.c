@@ -825,10 +825,10 @@ static int s3_list_uploads(pulse_store *st, const char *prefix, pulse_store_uplo
         if (!rc && (seen += n) > s->settings->list_max_keys)
             rc = pulse_fail(PULSE_ERR_LIMIT, "list uploads %s: more than %llu uploads (PULSE_S3_LIST_MAX_KEYS)", w.data,
                             (unsigned long long)s->settings->list_max_keys);
+        s3_req_free(&r);   /* before FN, which may make requests of its own (an abort) */
         for (size_t i = 0; !rc && i < n; i++)
             rc = fn(ctx, v[i].key + strip, v[i].upload_id, v[i].initiated);
         s3_uploads_free(v, n);
-        s3_req_free(&r);
         free(key_marker);
         free(id_marker);
         key_marker = rc ? NULL : nk;

@@ -59,7 +59,8 @@ void loco_state_path(const char *dir, const char *what, uint64_t round, char out
 int loco_state_load(const char *dir, loco_state *s);
 void loco_state_close(loco_state *s);
 /* Writes "<dir>/round" (temp file, fsync, rename, fsync of the directory): the commit point.
- * MEMBERS: how many trainers the result of round - 1 included (0: none, after init). */
+ * MEMBERS: how many trainers the result of round ROUND - 1 (the one just committed) included;
+ * 0 after init (no line is written). */
 int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t view_id[32], unsigned members);
 /* Writes the view of the F32 checkpoint SRC to PATH (committed) and its state id into ID. */
 int loco_write_view(const pulse_ckpt *src, int view, const char *path, int threads, uint8_t id[32]);

@@ -48,6 +48,7 @@ struct pulse_follower {
     int log;
     int report;                /* pulse pull: each pull says what it skipped, and a store behind */
     uint64_t behind_newest;    /* while the store is behind: its newest verified step (UINT64_MAX: none) */
+    int cadence_seeded;        /* a node read the newest records for the run's cadence (once) */
     sync_event_fn on_event;    /* where events go (NULL: a text line on stderr) */
     void *event_ctx;
     follow_counters c;
@@ -1668,8 +1669,10 @@ static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held
         if (have_newest < 0 && stuck == SIZE_MAX)
             stuck = nv;
         uint64_t newest = have_newest > 0 ? l.v[nv].step : 0;
-        if (have_newest > 0 && f->log)
+        if (have_newest > 0 && f->log && !f->cadence_seeded) {
             seed_cadence(f, &l);
+            f->cadence_seeded = 1;
+        }
         if (f->have && have_newest >= 0)
             store_behind(f, have_newest == 0 || newest < f->step, newest, have_newest > 0);
         int ahead = have_newest > 0 && (!f->have || newest > f->step);
