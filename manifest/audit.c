@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <zstd.h>
@@ -860,6 +861,37 @@ static uint64_t object_puts(const struct audit *a, uint64_t size)
     return size >= a->settings.multipart_threshold ? div_up(size, a->settings.part_size) + 2 : 1;
 }
 
+/* Incomplete multipart uploads under the run: a publisher killed mid-upload leaves one, whose
+ * parts are billed and which no listing of objects shows. Each is a problem, as an orphan is. */
+static int on_upload(void *ctx, const char *key, const char *upload_id, int64_t initiated)
+{
+    struct audit *a = ctx;
+    size_t rl = strlen(a->run) + 1;
+    char when[32] = "at an unknown time";
+    if (initiated) {
+        time_t t = (time_t)initiated;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    }
+    a->rep->uploads++;
+    problem(a, NULL, "%s: incomplete multipart upload %.16s... begun %s: its parts are stored and billed, and no "
+            "listing of objects shows them (a writer stopped mid-upload; docs/deploy.md)",
+            strlen(key) > rl ? key + rl : key, upload_id, when);
+    return 0;
+}
+
+static void check_uploads(struct audit *a, const char *prefix)
+{
+    int rc = pulse_store_list_uploads(a->st, prefix, on_upload, a);
+    if (rc == PULSE_ERR_UNSUPPORTED) {
+        a->rep->uploads = -1;   /* file:// has no multipart uploads */
+        pulse_clear_error();
+    } else if (rc) {
+        problem(a, NULL, "%s: incomplete uploads could not be listed: %s", prefix, pulse_last_error());
+    }
+}
+
 /* The request-count estimate and the totals of docs/trust.md. */
 static void estimate(struct audit *a)
 {
@@ -971,6 +1003,7 @@ PULSE_API int pulse_audit_run(pulse_store *st, const char *run, const pulse_audi
     }
     if (!rc) {
         check_heads(&a);
+        check_uploads(&a, prefix);
         estimate(&a);
     }
     if (!rc && a.oom)

@@ -133,9 +133,12 @@ def build(a):
     # may not list the bucket (a condition on s3:prefix does not hold there), and pulse needs the 404
     # (a head before the first publish, a LoCo plan not yet written). Names only: reading needs
     # s3:GetObject, which stays within the run.
+    # The incomplete multipart uploads too: a publisher aborts its own stale ones and the audit
+    # reports them (docs/deploy.md, "Incomplete multipart uploads").
     listers = run_readers + [u for u, _ in locos]
     st.insert(1, {"Sid": "ListBucket", "Effect": "Allow", "Principal": who(listers),
-                  "Action": ["s3:ListBucket"], "Resource": [f"arn:aws:s3:::{a.bucket}"]})
+                  "Action": ["s3:ListBucket", "s3:ListBucketMultipartUploads"],
+                  "Resource": [f"arn:aws:s3:::{a.bucket}"]})
     seen = {}
     for x in st:  # ids unique within the policy (users "a.b" and "a-b" both give "AB")
         n = seen.get(x["Sid"], 0)

@@ -36,6 +36,9 @@ struct store_ops {
     int (*list)(pulse_store *st, const char *prefix, const char *start_after,
                 pulse_store_list_fn fn, void *ctx);
     int (*presign)(pulse_store *st, const char *key, unsigned long expires, char **url);
+    /* Optional (NULL: the store has no multipart uploads, PULSE_ERR_UNSUPPORTED). */
+    int (*list_uploads)(pulse_store *st, const char *prefix, pulse_store_upload_fn fn, void *ctx);
+    int (*abort_upload)(pulse_store *st, const char *key, const char *upload_id);
     /* Optional: NULL runs the transfers one after another through put/get. Keys and
      * descriptors are already validated. */
     int (*batch)(pulse_store *st, pulse_transfer *x, size_t n);

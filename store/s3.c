@@ -156,22 +156,65 @@ static int s3_head(pulse_store *st, const char *key, pulse_object_info *info)
     return rc;
 }
 
+/* DELETE ?uploadId=ID of key (full key fk): the upload's parts are freed. One already gone is
+ * aborted as asked. */
+static int send_abort(struct s3_store *s, const char *fk, const char *key, const char *upload_id)
+{
+    struct s3_req r, *rp = &r;
+    int rc = s3_req_init(s, &r, "abort upload", "DELETE", fk, key);
+    if (!rc) {
+        r.query[0] = (struct sigv4_kv){ "uploadId", upload_id };
+        r.nquery = 1;
+        r.sink = SINK_BUF;
+        r.max = 1 << 20;
+        rc = s3_run(s, &rp, 1);
+        if (rc == PULSE_ERR_NOTFOUND && r.status == 404)
+            rc = 0;
+    }
+    s3_req_free(&r);
+    return rc;
+}
+
 /* Keeps the first failure's detail while cleanup requests run. */
 static int abort_upload(struct s3_store *s, const char *fk, const char *key, const char *upload_id,
                         int rc)
 {
     char saved[300];
     snprintf(saved, sizeof saved, "%s", pulse_last_error());
-    struct s3_req r, *rp = &r;
-    if (!s3_req_init(s, &r, "abort upload", "DELETE", fk, key)) {
-        r.query[0] = (struct sigv4_kv){ "uploadId", upload_id };
-        r.nquery = 1;
-        r.sink = SINK_BUF;
-        r.max = 1 << 20;
-        s3_run(s, &rp, 1);
-    }
-    s3_req_free(&r);
+    send_abort(s, fk, key, upload_id);
     return pulse_fail(rc, "%s", saved);
+}
+
+static int s3_list_uploads(pulse_store *st, const char *prefix, pulse_store_upload_fn fn, void *ctx);
+
+struct others {
+    struct s3_store *s;
+    const char *key, *fk, *mine;   /* mine: this put's own upload id, or NULL */
+};
+
+static int abort_other(void *ctx, const char *key, const char *upload_id, int64_t initiated)
+{
+    struct others *o = ctx;
+    (void)initiated;
+    if (!strcmp(key, o->key) && (!o->mine || strcmp(upload_id, o->mine)))
+        send_abort(o->s, o->fk, o->key, upload_id);
+    return 0;
+}
+
+/* KEY holds its bytes (PULSE_PUT_CONTENT_ADDRESSED): the other incomplete uploads of exactly that
+ * key are aborted, best effort (a failure here never fails the put; the caller's result and its
+ * detail are kept). */
+static int abort_others(pulse_store *st, struct s3_store *s, const char *key, const char *fk, const char *mine,
+                        int rc)
+{
+    char saved[300];
+    snprintf(saved, sizeof saved, "%s", pulse_last_error());
+    struct others o = { s, key, fk, mine };
+    s3_list_uploads(st, key, abort_other, &o);
+    if (rc)
+        return pulse_fail(rc, "%s", saved);
+    pulse_clear_error();
+    return 0;
 }
 
 static int multipart_put(pulse_store *st, struct s3_store *s, const char *key, const char *fk,
@@ -188,8 +231,10 @@ static int multipart_put(pulse_store *st, struct s3_store *s, const char *key, c
         /* Cheap early answer; the atomic check is If-None-Match on the completion. */
         pulse_object_info info;
         rc = s3_head(st, key, &info);
-        if (!rc)
-            return pulse_fail(PULSE_ERR_EXISTS, "put %s: key already exists", key);
+        if (!rc) {
+            rc = pulse_fail(PULSE_ERR_EXISTS, "put %s: key already exists", key);
+            return flags & PULSE_PUT_CONTENT_ADDRESSED ? abort_others(st, s, key, fk, NULL, rc) : rc;
+        }
         if (rc != PULSE_ERR_NOTFOUND)
             return rc;
     }
@@ -293,9 +338,23 @@ static int multipart_put(pulse_store *st, struct s3_store *s, const char *key, c
         s3_req_free(&h);
     }
     if (!rc)
-        goto out;
+        goto done;
 fail:
+    if (rc == PULSE_ERR_NOTFOUND && (flags & PULSE_PUT_IF_ABSENT)) {
+        /* The upload vanished: another writer that found the key present aborted it. The key
+         * exists, so what If-None-Match would have answered is the answer. */
+        pulse_object_info info;
+        char saved[300];
+        snprintf(saved, sizeof saved, "%s", pulse_last_error());
+        if (s3_head(st, key, &info) == 0)
+            rc = pulse_fail(PULSE_ERR_EXISTS, "put %s: key already exists (written by another upload meanwhile)", key);
+        else
+            pulse_fail(rc, "%s", saved);
+    }
     rc = abort_upload(s, fk, key, upload_id, rc);
+done:
+    if ((!rc || rc == PULSE_ERR_EXISTS) && (flags & PULSE_PUT_CONTENT_ADDRESSED) && (flags & PULSE_PUT_IF_ABSENT))
+        rc = abort_others(st, s, key, fk, upload_id, rc);
 out:
     __atomic_store_n(&hz.stop, 1, __ATOMIC_RELAXED);
     for (int t = 0; t < nthreads; t++)
@@ -754,6 +813,89 @@ static int s3_list(pulse_store *st, const char *prefix, const char *start_after,
     return rc;
 }
 
+/* ListMultipartUploads, page after page (bounded as a listing is): each page is read whole and
+ * checked (s3_uploads_page), every upload must lie under the prefix, and the markers must move
+ * on, else a server could keep a pass going forever. */
+static int s3_list_uploads(pulse_store *st, const char *prefix, pulse_store_upload_fn fn, void *ctx)
+{
+    struct s3_store *s = s3_of(st);
+    char *fp = full_key(s, prefix);
+    char page[16];
+    snprintf(page, sizeof page, "%u", (unsigned)s->settings->list_page);
+    uint64_t max_pages = (s->settings->list_max_keys + s->settings->list_page - 1) / s->settings->list_page + 1;
+    struct buf w = { 0 };
+    buf_printf(&w, "s3://%s/%s at %s", s->bucket, fp ? fp : "", s->origin);
+    int rc = (!fp || w.oom) ? pulse_fail(PULSE_ERR_NOMEM, "list uploads: out of memory") : 0;
+    size_t plen = fp ? strlen(fp) : 0, strip = strlen(s->prefix);
+    char *key_marker = NULL, *id_marker = NULL;
+    uint64_t pages = 0, seen = 0;
+    while (!rc) {
+        if (++pages > max_pages) {
+            rc = pulse_fail(PULSE_ERR_LIMIT, "list uploads %s: the server still says there is more after %llu pages",
+                            w.data, (unsigned long long)max_pages);
+            break;
+        }
+        struct s3_req r, *rp = &r;
+        if ((rc = s3_req_init(s, &r, "list uploads", "GET", NULL, NULL)))
+            break;
+        r.query[r.nquery++] = (struct sigv4_kv){ "uploads", NULL };
+        r.query[r.nquery++] = (struct sigv4_kv){ "prefix", fp };
+        r.query[r.nquery++] = (struct sigv4_kv){ "max-uploads", page };
+        if (key_marker) {
+            r.query[r.nquery++] = (struct sigv4_kv){ "key-marker", key_marker };
+            r.query[r.nquery++] = (struct sigv4_kv){ "upload-id-marker", id_marker };
+        }
+        r.sink = SINK_BUF;
+        r.max = 64u << 20;
+        rc = s3_run(s, &rp, 1);
+        struct s3_upload *v = NULL;
+        size_t n = 0;
+        char *nk = NULL, *ni = NULL;
+        if (!rc)
+            rc = s3_uploads_page(r.body_out.data ? r.body_out.data : "", r.body_out.data ? r.body_out.len : 0, w.data,
+                                 &v, &n, &nk, &ni);
+        for (size_t i = 0; !rc && i < n; i++)
+            if (strncmp(v[i].key, fp, plen))
+                rc = pulse_fail(PULSE_ERR_SERVER, "list uploads %s: upload of '%.200s' is outside the prefix asked for",
+                                w.data, v[i].key);
+        if (!rc && nk && key_marker && (strcmp(nk, key_marker) < 0 || (!strcmp(nk, key_marker) && !strcmp(ni, id_marker))))
+            rc = pulse_fail(PULSE_ERR_SERVER, "list uploads %s: the next markers do not move on (a loop)", w.data);
+        if (!rc && (seen += n) > s->settings->list_max_keys)
+            rc = pulse_fail(PULSE_ERR_LIMIT, "list uploads %s: more than %llu uploads (PULSE_S3_LIST_MAX_KEYS)", w.data,
+                            (unsigned long long)s->settings->list_max_keys);
+        s3_req_free(&r);   /* before FN, which may make requests of its own (an abort) */
+        for (size_t i = 0; !rc && i < n; i++)
+            rc = fn(ctx, v[i].key + strip, v[i].upload_id, v[i].initiated);
+        s3_uploads_free(v, n);
+        free(key_marker);
+        free(id_marker);
+        key_marker = rc ? NULL : nk;
+        id_marker = rc ? NULL : ni;
+        if (rc) {
+            free(nk);
+            free(ni);
+        }
+        if (!key_marker)
+            break;
+    }
+    free(key_marker);
+    free(id_marker);
+    free(fp);
+    buf_free(&w);
+    return rc;
+}
+
+static int s3_abort_upload(pulse_store *st, const char *key, const char *upload_id)
+{
+    struct s3_store *s = s3_of(st);
+    char *fk = full_key(s, key);
+    if (!fk)
+        return pulse_fail(PULSE_ERR_NOMEM, "abort upload %s: out of memory", key);
+    int rc = send_abort(s, fk, key, upload_id);
+    free(fk);
+    return rc;
+}
+
 static int s3_presign(pulse_store *st, const char *key, unsigned long expires, char **url)
 {
     struct s3_store *s = s3_of(st);
@@ -895,7 +1037,8 @@ static void s3_close(pulse_store *st)
 
 static const struct store_ops s3_ops = {
     .put = s3_put, .get = s3_get, .get_ranges = s3_get_ranges, .head = s3_head, .del = s3_del, .list = s3_list,
-    .presign = s3_presign, .batch = s3_batch, .close = s3_close,
+    .presign = s3_presign, .list_uploads = s3_list_uploads, .abort_upload = s3_abort_upload,
+    .batch = s3_batch, .close = s3_close,
 };
 
 int store_s3_open(pulse_store *st, const char *rest)

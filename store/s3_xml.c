@@ -529,3 +529,171 @@ int s3_list_page(const char *xml, size_t len, struct s3_list_state *ls, pulse_st
     page_free(&pg);
     return rc;
 }
+
+/* ---- a strict reader of one ListMultipartUploads answer ---- */
+
+/* Its elements by depth: 1 the root, 2 IsTruncated, the markers and each Upload, 3 an Upload's
+ * Key, UploadId and Initiated; the text of anything else is not read. */
+struct uploads {
+    struct stop *stop;
+    struct stop st;
+    const char *what;
+    int depth, root_seen, bad_root, in_upload;
+    char root[48];
+    const char *leaf;             /* the element whose text is being read, or NULL */
+    struct buf text;
+    char *trunc, *next_key, *next_id;
+    char *key, *id, *init;        /* of the Upload being read */
+    struct s3_upload *v;
+    size_t n, cap;
+    int err;
+    char msg[320];
+};
+
+static void uploads_refuse(struct uploads *u, int err, const char *why)
+{
+    if (!u->err) {
+        u->err = err;
+        snprintf(u->msg, sizeof u->msg, "list uploads %s: %s", u->what, why);
+    }
+}
+
+static void XMLCALL uploads_start(void *p, const XML_Char *name, const XML_Char **attr)
+{
+    struct uploads *u = p;
+    (void)attr;
+    if (!u->root_seen) {
+        u->root_seen = 1;
+        snprintf(u->root, sizeof u->root, "%s", name);
+        if (strcmp(name, "ListMultipartUploadsResult")) {
+            u->bad_root = 1;
+            stop_with(u->stop, "not a list of uploads");
+            return;
+        }
+    }
+    if (++u->depth > XML_DEPTH) {
+        stop_with(u->stop, "elements nested deeper than a ListMultipartUploadsResult has");
+        return;
+    }
+    u->leaf = NULL;
+    if (u->depth == 2 && !strcmp(name, "Upload")) {
+        u->in_upload = 1;
+        free(u->key), free(u->id), free(u->init);
+        u->key = u->id = u->init = NULL;
+    } else if (u->depth == 2 && (!strcmp(name, "IsTruncated") || !strcmp(name, "NextKeyMarker") ||
+                                 !strcmp(name, "NextUploadIdMarker"))) {
+        u->leaf = name[0] == 'I' ? "IsTruncated" : name[4] == 'K' ? "NextKeyMarker" : "NextUploadIdMarker";
+    } else if (u->depth == 3 && u->in_upload &&
+               (!strcmp(name, "Key") || !strcmp(name, "UploadId") || !strcmp(name, "Initiated"))) {
+        u->leaf = name[0] == 'K' ? "Key" : name[0] == 'U' ? "UploadId" : "Initiated";
+    }
+    u->text.len = 0;
+    if (u->text.data)
+        u->text.data[0] = 0;
+}
+
+static void XMLCALL uploads_text(void *p, const XML_Char *s, int n)
+{
+    struct uploads *u = p;
+    if (u->leaf)
+        buf_add(&u->text, s, (size_t)n);
+}
+
+static void XMLCALL uploads_end(void *p, const XML_Char *name)
+{
+    struct uploads *u = p;
+    (void)name;
+    if (u->leaf) {
+        char **slot = !strcmp(u->leaf, "IsTruncated") ? &u->trunc : !strcmp(u->leaf, "NextKeyMarker") ? &u->next_key
+                    : !strcmp(u->leaf, "NextUploadIdMarker") ? &u->next_id : !strcmp(u->leaf, "Key") ? &u->key
+                    : !strcmp(u->leaf, "UploadId") ? &u->id : &u->init;
+        if (*slot)
+            uploads_refuse(u, PULSE_ERR_FORMAT, "an element is given twice");
+        else if (!(*slot = strdup(u->text.data ? u->text.data : "")) || u->text.oom)
+            uploads_refuse(u, PULSE_ERR_NOMEM, "out of memory");
+        u->leaf = NULL;
+    } else if (u->depth == 2 && u->in_upload) {
+        u->in_upload = 0;
+        if (!u->key || !u->id || !*u->id) {
+            uploads_refuse(u, PULSE_ERR_SERVER, "an upload without a Key or an UploadId");
+        } else if (!u->err) {
+            if (u->n == u->cap) {
+                size_t cap = u->cap ? 2 * u->cap : 16;
+                struct s3_upload *v = realloc(u->v, cap * sizeof *v);
+                if (!v) {
+                    uploads_refuse(u, PULSE_ERR_NOMEM, "out of memory");
+                    goto out;
+                }
+                u->v = v;
+                u->cap = cap;
+            }
+            u->v[u->n++] = (struct s3_upload){ u->key, u->id, parse_iso8601(u->init) };
+            u->key = u->id = NULL;
+        }
+    }
+out:
+    u->depth--;
+}
+
+void s3_uploads_free(struct s3_upload *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++) {
+        free(v[i].key);
+        free(v[i].upload_id);
+    }
+    free(v);
+}
+
+int s3_uploads_page(const char *xml, size_t len, const char *what, struct s3_upload **v, size_t *n,
+                    char **next_key, char **next_id)
+{
+    *v = NULL;
+    *n = 0;
+    *next_key = *next_id = NULL;
+    if (len > XML_MAX_BYTES)
+        return pulse_fail(PULSE_ERR_LIMIT, "list uploads %s: the answer is %zu bytes, more than a page can be", what, len);
+    struct uploads u = { .what = what };
+    u.stop = &u.st;
+    XML_Parser p = parser_new(&u);
+    if (!p)
+        return pulse_fail(PULSE_ERR_NOMEM, "list uploads %s: out of memory", what);
+    u.st.p = p;
+    XML_SetElementHandler(p, uploads_start, uploads_end);
+    XML_SetCharacterDataHandler(p, uploads_text);
+    int ok = len && memchr(xml, 0, len) == NULL && XML_Parse(p, xml, (int)len, 1) == XML_STATUS_OK;
+    int rc = 0;
+    char shown[120];
+    show_bytes(xml, len, shown, sizeof shown);
+    if (u.bad_root) {
+        char *code = xml_tag(xml, "Code", NULL);
+        rc = pulse_fail(PULSE_ERR_FORMAT, "list uploads %s: the answer is a <%.40s> document%s%.60s%s, not a "
+                        "ListMultipartUploadsResult", what, u.root, code ? " (Code " : "", code ? code : "", code ? ")" : "");
+        free(code);
+    } else if (!ok) {
+        rc = pulse_fail(PULSE_ERR_FORMAT, "list uploads %s: not a whole XML answer (%s at byte %ld), starting %s", what,
+                        u.st.why ? u.st.why : XML_ErrorString(XML_GetErrorCode(p)), (long)XML_GetCurrentByteIndex(p),
+                        shown);
+    } else if (u.err) {
+        rc = pulse_fail(u.err, "%s", u.msg);
+    } else if (!u.trunc || (strcmp(u.trunc, "true") && strcmp(u.trunc, "false"))) {
+        rc = pulse_fail(PULSE_ERR_FORMAT, "list uploads %s: IsTruncated is %s", what, u.trunc ? "neither true nor false" : "missing");
+    } else if (!strcmp(u.trunc, "true") && (!u.next_key || !u.next_id || (!*u.next_key && !*u.next_id))) {
+        rc = pulse_fail(PULSE_ERR_SERVER, "list uploads %s: truncated answer without its next markers", what);
+    }
+    XML_ParserFree(p);
+    if (!rc && !strcmp(u.trunc, "true")) {
+        *next_key = u.next_key;
+        *next_id = u.next_id;
+        u.next_key = u.next_id = NULL;
+    }
+    if (!rc) {
+        *v = u.v;
+        *n = u.n;
+        u.v = NULL;
+        u.n = 0;
+    }
+    s3_uploads_free(u.v, u.n);
+    free(u.trunc), free(u.next_key), free(u.next_id), free(u.key), free(u.id), free(u.init);
+    buf_free(&u.text);
+    return rc;
+}

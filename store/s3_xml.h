@@ -37,4 +37,21 @@ struct s3_list_state {
 int s3_list_page(const char *xml, size_t len, struct s3_list_state *ls, pulse_store_list_fn fn, void *ctx,
                  char **token);
 
+/* One incomplete multipart upload, as ListMultipartUploads lists it. */
+struct s3_upload {
+    char *key;          /* the full key (the caller strips the store's prefix) */
+    char *upload_id;
+    int64_t initiated;  /* seconds since the epoch, UTC; 0 when the answer gave none */
+};
+
+/* One ListMultipartUploads answer of len bytes (xml[len] == 0), read whole before anything is
+ * handed on: its root must be <ListMultipartUploadsResult> (else PULSE_ERR_FORMAT saying what it
+ * is), every element closed, IsTruncated true or false, each <Upload> with one Key and one
+ * non-empty UploadId, a truncated answer with NextKeyMarker and NextUploadIdMarker (else
+ * PULSE_ERR_SERVER). WHAT names the listing in errors. On success *v holds *n uploads (free with
+ * s3_uploads_free) and *next_key / *next_id the markers of a truncated answer (else NULL). */
+int s3_uploads_page(const char *xml, size_t len, const char *what, struct s3_upload **v, size_t *n,
+                    char **next_key, char **next_id);
+void s3_uploads_free(struct s3_upload *v, size_t n);
+
 #endif

@@ -316,6 +316,34 @@ int pulse_store_list(pulse_store *st, const char *prefix, const char *start_afte
     return st->ops->list(st, prefix, start_after, fn, ctx);
 }
 
+int pulse_store_list_uploads(pulse_store *st, const char *prefix, pulse_store_upload_fn fn, void *ctx)
+{
+    pulse_clear_error();
+    if (!st || !fn)
+        return pulse_fail(PULSE_ERR_INVALID, "list uploads: no store or callback");
+    if (!prefix)
+        prefix = "";
+    int rc = store_check_prefix(prefix);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "list uploads", *prefix ? prefix : "(all keys)");
+    if (!rc && !st->ops->list_uploads)
+        rc = pulse_fail(PULSE_ERR_UNSUPPORTED, "list uploads: this store has no multipart uploads");
+    return rc ? rc : st->ops->list_uploads(st, prefix, fn, ctx);
+}
+
+int pulse_store_abort_upload(pulse_store *st, const char *key, const char *upload_id)
+{
+    pulse_clear_error();
+    if (!st || !upload_id || !*upload_id)
+        return pulse_fail(PULSE_ERR_INVALID, "abort upload: no store or no upload id");
+    int rc = store_check_key("abort upload", key);
+    if (!rc)
+        rc = store_deadline_check(&st->deadline, "abort upload", key);
+    if (!rc && !st->ops->abort_upload)
+        rc = pulse_fail(PULSE_ERR_UNSUPPORTED, "abort upload %s: this store has no multipart uploads", key);
+    return rc ? rc : st->ops->abort_upload(st, key, upload_id);
+}
+
 int pulse_store_presign(pulse_store *st, const char *key, unsigned long expires_s, char **url)
 {
     pulse_clear_error();

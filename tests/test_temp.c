@@ -144,7 +144,7 @@ static void loco_round_file(void)
     snprintf(trap, sizeof trap, "loco/round.tmp.%ld", (long)getpid());
     plant(at(trap), at("victim-loco"));
     uint8_t id[32] = { 1 };
-    CHECK_OK(loco_state_commit(at("loco"), 7, 0, id));
+    CHECK_OK(loco_state_commit(at("loco"), 7, 0, id, 3));
     char got[512];
     CHECK(slurp(at("loco/round"), got, sizeof got) > 0 && strstr(got, "round 7"));
     CHECK(victim_intact(at("victim-loco")));

@@ -73,7 +73,9 @@ static const char usage_audit[] =
     "  - every object named exists with exactly the declared size and its SHA-256 equals its\n"
     "    digest (each is downloaded and hashed); a patch's own base/result equal its record's and\n"
     "    its chunks verify; keyframe chunks are zstd frames of their range and cover the file;\n"
-    "  - orphans (objects no record names); heads naming a missing or non-newest record.\n"
+    "  - orphans (objects no record names); heads naming a missing or non-newest record;\n"
+    "  - incomplete multipart uploads under the run (s3: billed, and no listing of objects shows\n"
+    "    them; file:// has none).\n"
     "Prints per step the bytes against dense and the ratio, the storage total and the\n"
     "request-count estimate. Exit 0 only when everything holds; otherwise one line per problem\n"
     "on stderr and exit 1 (2: usage, 1 also when the store cannot be listed).\n"
@@ -478,11 +480,17 @@ static void audit_text(const struct opts *o, const pulse_audit_report *rep)
     }
     char r[16];
     print_ratio(r, sizeof r, rep->patch_total, rep->dense_total);
+    char uploads[64];
+    if (rep->uploads < 0)
+        snprintf(uploads, sizeof uploads, "none (file:// has no multipart uploads)");
+    else
+        snprintf(uploads, sizeof uploads, "%lld", (long long)rep->uploads);
     printf("storage: %llu bytes in %llu keys (records %llu in %llu, objects %llu in %llu, orphans %llu in %llu, "
-           "heads %llu)\n",
+           "heads %llu); incomplete uploads %s\n",
            (unsigned long long)rep->key_bytes, (unsigned long long)rep->keys, (unsigned long long)rep->record_bytes,
            (unsigned long long)rep->records, (unsigned long long)rep->object_bytes, (unsigned long long)rep->objects,
-           (unsigned long long)rep->orphan_bytes, (unsigned long long)rep->orphans, (unsigned long long)rep->heads);
+           (unsigned long long)rep->orphan_bytes, (unsigned long long)rep->orphans, (unsigned long long)rep->heads,
+           uploads);
     printf("sync: %llu bytes of objects for %llu dense bytes published (%s)\n", (unsigned long long)rep->patch_total,
            (unsigned long long)rep->dense_total, r);
     const pulse_audit_requests *q = &rep->requests;
@@ -500,6 +508,9 @@ static void audit_text(const struct opts *o, const pulse_audit_report *rep)
 
 static void audit_json(const struct opts *o, const pulse_audit_report *rep)
 {
+    char uploads[24] = "null";   /* file:// has no multipart uploads */
+    if (rep->uploads >= 0)
+        snprintf(uploads, sizeof uploads, "%lld", (long long)rep->uploads);
     printf("{\"run\":");
     cli_json_str(o->run);
     printf(",\"store\":");
@@ -518,7 +529,7 @@ static void audit_json(const struct opts *o, const pulse_audit_report *rep)
     }
     const pulse_audit_requests *q = &rep->requests;
     printf("],\"storage\":{\"keys\":%llu,\"bytes\":%llu,\"records\":%llu,\"record_bytes\":%llu,\"objects\":%llu,"
-           "\"object_bytes\":%llu,\"orphans\":%llu,\"orphan_bytes\":%llu,\"heads\":%llu},"
+           "\"object_bytes\":%llu,\"orphans\":%llu,\"orphan_bytes\":%llu,\"heads\":%llu,\"incomplete_uploads\":%s},"
            "\"sync\":{\"object_bytes\":%llu,\"dense_bytes\":%llu},"
            "\"requests\":{\"trainer_puts\":%llu,\"follower_lists\":%llu,\"follower_gets\":%llu,"
            "\"follower_step_gets\":%llu,\"audit_lists\":%llu,\"audit_gets\":%llu},"
@@ -526,7 +537,7 @@ static void audit_json(const struct opts *o, const pulse_audit_report *rep)
            (unsigned long long)rep->keys, (unsigned long long)rep->key_bytes, (unsigned long long)rep->records,
            (unsigned long long)rep->record_bytes, (unsigned long long)rep->objects,
            (unsigned long long)rep->object_bytes, (unsigned long long)rep->orphans,
-           (unsigned long long)rep->orphan_bytes, (unsigned long long)rep->heads,
+           (unsigned long long)rep->orphan_bytes, (unsigned long long)rep->heads, uploads,
            (unsigned long long)rep->patch_total, (unsigned long long)rep->dense_total,
            (unsigned long long)q->trainer_puts, (unsigned long long)q->follower_lists,
            (unsigned long long)q->follower_gets, (unsigned long long)q->follower_step_gets,

@@ -49,7 +49,9 @@ static void usage(FILE *f)
         "                       each keyframe; after a machine restart, weights the disk kept only\n"
         "                       in part are replaced from the newest keyframe)\n"
         "  --max-staleness S    pulse_stale is 1 (and logged once) while the newest verified record\n"
-        "                       was published more than S seconds ago (default: no bound)\n"
+        "                       was published more than S seconds ago; 0: no bound. Default: 4\n"
+        "                       median intervals between the run's newest records (at least 10 s),\n"
+        "                       from its 5th record on, and not while this node catches up\n"
         "  --keep-untrusted     keep weights whose state no trusted record produces (a key taken out\n"
         "                       of --trust), with a warning; default: replace them from the newest\n"
         "                       trusted keyframe (docs/trust.md)\n"
@@ -145,9 +147,10 @@ int node_follow_main(int argc, char **argv)
             c.max_behind = u;
         } else if (!strcmp(a, "--max-staleness")) {
             uint64_t v;
-            if (cli_parse_u64(val, &v) || v < 1 || v > 100ull * 365 * 86400)
-                rc = cli_usage_error(VERB, "--max-staleness wants seconds from 1 to 3153600000");
+            if (cli_parse_u64(val, &v) || v > 100ull * 365 * 86400)
+                rc = cli_usage_error(VERB, "--max-staleness wants seconds from 0 (off) to 3153600000");
             c.max_staleness = v;
+            c.max_staleness_set = 1;
         } else if (!strcmp(a, "--deadline")) {
             uint64_t v;
             if (cli_parse_u64(val, &v) || v > 1000000000)

@@ -7,6 +7,7 @@
 
 #include "base/names.h"
 #include "base/progress.h"
+#include "node/sync/follow_internal.h"
 #include "pulseweights/record.h"
 #include "pulseweights/sync.h"
 #include "tools/cli.h"
@@ -24,6 +25,12 @@ static void usage(FILE *f)
         "(signature, chain, no rollback, object sizes and digests, the whole patch) before FILE is\n"
         "touched, and the result state id is checked after; FILE is synced to disk before the\n"
         "command returns. Prints one line per applied step.\n"
+        "\n"
+        "On stderr it names what it skipped (the run still ends with exit 0): each record that does\n"
+        "not verify (`refused record=KEY reason=...`, the first 16, then `refused-more count=N`), each\n"
+        "key under records/ that is no record key (`ignored key=KEY`), and a store whose newest\n"
+        "verified record is older than the state FILE holds (`store-behind held=H newest=N`: a\n"
+        "restored snapshot or a replica behind; nothing is rolled back).\n"
         "\n"
         "  --store URL     file:///dir or s3://bucket/prefix\n"
         "  --run R         run name\n"
@@ -168,8 +175,10 @@ int cmd_pull(int argc, char **argv)
     size_t applied = 0;
     pulse_sync_step held;
     r = pulse_follower_open(&f, &o);
-    if (!r)
+    if (!r) {
+        follower_report_pulls(f);
         r = pulse_follower_pull(f, &applied, &held);
+    }
     if (!r)
         r = pulse_follower_sync(f);   /* FILE on disk before this says so */
     pulse_follower_close(&f);

@@ -94,6 +94,8 @@ typedef struct pulse_audit_report {
     uint64_t dense_total;             /* sum of dense_bytes over valid sync records */
     uint64_t patch_total;             /* sum of object bytes over valid sync records */
     pulse_audit_requests requests;
+    int64_t uploads;                  /* incomplete multipart uploads under the run (each also a
+                                       * problem); -1: the store has none (file://) */
 } pulse_audit_report;
 
 /* Audits everything under "<run>/" in ST. Returns 0 when the audit ran (problems found or not:

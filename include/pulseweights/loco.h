@@ -47,7 +47,8 @@ typedef struct pulse_loco_round_opts {
     const char *out_path;             /* NULL, or where to write theta_{r+1} (F32) as well */
     const char *out_view_path;        /* NULL, or where to write theta_{r+1}'s view as well */
     double deadline_s;                /* how long to wait for the other trainers (default 300) */
-    unsigned quorum;                  /* trainers needed at the deadline; 0 = all trainers */
+    unsigned quorum;                  /* trainers needed at the deadline; 0 = a majority of the last
+                                       * round's members (of all trainers before any) */
     float outer_lr;                   /* default 1.0 */
     float momentum;                   /* default 0.0 */
     int nesterov;                     /* default 0 */

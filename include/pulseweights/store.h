@@ -67,6 +67,11 @@ typedef struct pulse_object_info {
 
 /* Flags of the puts. */
 #define PULSE_PUT_IF_ABSENT 1u /* fail with PULSE_ERR_EXISTS when the key exists (atomic) */
+/* With PULSE_PUT_IF_ABSENT, for keys that name their bytes (a digest): once a multipart put (s3)
+ * finds the key holding them, written or already there, the other incomplete uploads of that key
+ * are aborted (a writer killed mid-upload leaves one); each could only end in PULSE_ERR_EXISTS,
+ * which is what such a writer then gets. */
+#define PULSE_PUT_CONTENT_ADDRESSED 2u
 
 /* Length value meaning "to the end of the object". */
 #define PULSE_TO_END UINT64_MAX
@@ -141,6 +146,18 @@ typedef int (*pulse_store_list_fn)(void *ctx, const char *key, const pulse_objec
  * fetching pages of settings.list_page keys. */
 PULSE_API int pulse_store_list(pulse_store *st, const char *prefix, const char *start_after,
                                pulse_store_list_fn fn, void *ctx);
+
+/* Incomplete multipart uploads (s3): begun, neither completed nor aborted. Their parts are
+ * stored and billed, and no listing of objects shows them. FN is called per upload under PREFIX,
+ * in the server's order, with its key, its upload id and when it began (seconds since the epoch,
+ * UTC; 0 when the server did not say); a non-zero return stops the listing and is returned.
+ * PULSE_ERR_UNSUPPORTED on file:// (it has no multipart uploads). */
+typedef int (*pulse_store_upload_fn)(void *ctx, const char *key, const char *upload_id, int64_t initiated);
+PULSE_API int pulse_store_list_uploads(pulse_store *st, const char *prefix, pulse_store_upload_fn fn, void *ctx);
+
+/* Aborts one incomplete multipart upload (its parts are freed). An upload already gone counts as
+ * aborted. PULSE_ERR_UNSUPPORTED on file://. */
+PULSE_API int pulse_store_abort_upload(pulse_store *st, const char *key, const char *upload_id);
 
 /* A presigned GET URL for key valid expires_s seconds (1..604800); *url is malloc'd.
  * PULSE_ERR_UNSUPPORTED on file://, PULSE_ERR_AUTH without credentials. */

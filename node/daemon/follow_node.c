@@ -57,7 +57,9 @@ static void collect(node_follower *n, node_metrics *m)
                          .verify_failures = c->verify_failures, .hook_failures = n->hook_failures,
                          .store_retries = c->store_retries, .last_step_seconds = c->last_step_seconds,
                          .store_behind = c->store_behind, .untrusted_state = c->untrusted_state,
-                         .max_staleness = n->cfg->max_staleness };
+                         .max_staleness = n->cfg->max_staleness_set ? n->cfg->max_staleness
+                                                                    : cadence_bound(&c->cadence),
+                         .bound_derived = !n->cfg->max_staleness_set };
     uint8_t state[32];
     m->have_held = follower_held(n->f, &m->held_step, state) == 0;
     /* Only records that verified count here (follow.c): a forged head or a junk key at a far
@@ -84,8 +86,9 @@ static void update_metrics(node_follower *n)
     if (m.stale != n->stale) {
         char a[24], b[24];
         u64s(a, sizeof a, (uint64_t)m.newest_age_seconds);
-        u64s(b, sizeof b, n->cfg->max_staleness);
-        node_log(m.stale ? "stale" : "fresh", "newest_age_s", a, "max_staleness_s", b, NULL);
+        u64s(b, sizeof b, m.max_staleness);
+        node_log(m.stale ? "stale" : "fresh", "newest_age_s", a, "max_staleness_s", b, "bound",
+                 m.bound_derived ? "cadence" : "option", NULL);
         n->stale = m.stale;
     }
     if (!n->cfg->metrics_file || node_metrics_render(&m, n->text, sizeof n->text) != 0)

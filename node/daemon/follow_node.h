@@ -21,6 +21,7 @@ typedef struct node_follow_cfg {
     int threads;
     uint64_t deadline_s;             /* one pull or poll, every request included; 0: no bound */
     uint64_t max_staleness;          /* seconds; 0: no bound (pulse_stale stays 0) */
+    int max_staleness_set;           /* given; else the bound is derived from the run's cadence */
     int keep_untrusted;              /* keep a held state no trusted record produces (warn only) */
 } node_follow_cfg;
 

@@ -56,7 +56,10 @@ void node_metrics_age(node_metrics *m, int64_t now)
         age = 0;
     m->newest_age_seconds = (double)age;
     m->lag_seconds = m->have_age && m->lagging ? (double)age : 0.0;
-    m->stale = m->have_age && m->max_staleness && (uint64_t)age > m->max_staleness;
+    /* A derived bound waits while the follower catches up: a long restore must not read as a
+     * store that stopped. */
+    m->stale = m->have_age && m->max_staleness && (uint64_t)age > m->max_staleness &&
+               !(m->bound_derived && m->lagging);
 }
 
 int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
@@ -95,9 +98,12 @@ int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
         "# HELP pulse_newest_record_age_seconds Seconds since the newest verified record was published (-1: none verified yet).\n"
         "# TYPE pulse_newest_record_age_seconds gauge\n"
         "pulse_newest_record_age_seconds %.3f\n"
-        "# HELP pulse_stale 1 when the newest verified record is older than --max-staleness.\n"
+        "# HELP pulse_stale 1 when the newest verified record is older than the staleness bound.\n"
         "# TYPE pulse_stale gauge\n"
         "pulse_stale %d\n"
+        "# HELP pulse_staleness_bound_seconds The staleness bound in force: --max-staleness, or 4 median intervals of the run's records (0: none).\n"
+        "# TYPE pulse_staleness_bound_seconds gauge\n"
+        "pulse_staleness_bound_seconds %" PRIu64 "\n"
         "# HELP pulse_store_behind 1 when the store's newest verified record is older than the held state.\n"
         "# TYPE pulse_store_behind gauge\n"
         "pulse_store_behind %d\n"
@@ -106,7 +112,7 @@ int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
         "pulse_untrusted_state %d\n",
         m->steps_applied, m->steps_by_direction, m->have_held ? (long long)m->held_step : -1LL, m->lag_steps, m->lag_seconds,
         m->bytes_fetched, m->verify_failures, m->hook_failures, m->store_retries, m->last_step_seconds,
-        m->have_age ? m->newest_age_seconds : -1.0, m->stale ? 1 : 0, m->store_behind ? 1 : 0,
+        m->have_age ? m->newest_age_seconds : -1.0, m->stale ? 1 : 0, m->max_staleness, m->store_behind ? 1 : 0,
         m->untrusted_state ? 1 : 0);
     if (n < 0 || (size_t)n >= cap)
         return pulse_fail(PULSE_ERR_LIMIT, "metrics text");

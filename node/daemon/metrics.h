@@ -17,12 +17,13 @@ typedef struct node_metrics {
     /* What the age-derived figures below are computed from, at the time they are shown: */
     uint64_t newest_time;       /* publication time of the newest verified record (0: none, or not known) */
     int lagging;                /* that record's step is not held yet */
-    uint64_t max_staleness;     /* --max-staleness in seconds (0: none) */
+    uint64_t max_staleness;     /* the staleness bound in seconds (0: none): --max-staleness, or derived */
+    int bound_derived;          /* ... from the run's cadence (node/sync/cadence.h): not while lagging */
     /* Filled by node_metrics_age: */
     int have_age;               /* a record verified: its publication time is known */
     double newest_age_seconds;  /* seconds since the newest verified record was published */
     double lag_seconds;         /* that age while lagging, else 0 */
-    int stale;                  /* that age is over max_staleness */
+    int stale;                  /* that age is over max_staleness (a derived bound: and not lagging) */
 } node_metrics;
 
 /* Fills the age-derived fields of M for the wall-clock time NOW (seconds since the epoch), so a

@@ -50,6 +50,7 @@ typedef struct loco_state {
     uint64_t round;
     int view;
     uint8_t view_id[32];          /* state id of the view file of theta_r */
+    unsigned prev_members;        /* members of round r-1's result (0: not known: round 0, an older state) */
     pulse_ckpt *theta, *e, *m;    /* opened read-only */
 } loco_state;
 
@@ -57,8 +58,10 @@ typedef struct loco_state {
 void loco_state_path(const char *dir, const char *what, uint64_t round, char out[4096]);
 int loco_state_load(const char *dir, loco_state *s);
 void loco_state_close(loco_state *s);
-/* Writes "<dir>/round" (temp file, fsync, rename, fsync of the directory): the commit point. */
-int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t view_id[32]);
+/* Writes "<dir>/round" (temp file, fsync, rename, fsync of the directory): the commit point.
+ * MEMBERS: how many trainers the result of round ROUND - 1 (the one just committed) included;
+ * 0 after init (no line is written). */
+int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t view_id[32], unsigned members);
 /* Writes the view of the F32 checkpoint SRC to PATH (committed) and its state id into ID. */
 int loco_write_view(const pulse_ckpt *src, int view, const char *path, int threads, uint8_t id[32]);
 /* True when B has A's tensors (names, shapes), all F32. */

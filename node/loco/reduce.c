@@ -409,11 +409,6 @@ static int plan_commit(round_ctx *c, const rs_plan *p, rs_plan *out)
     return r;
 }
 
-static size_t quorum_of(const round_ctx *c)
-{
-    return c->o->quorum ? c->o->quorum : c->n_tr;
-}
-
 static int stop_at_plan(round_ctx *c, void *p, int *found)
 {
     return plan_read(c, 0, p, found);
@@ -447,12 +442,12 @@ static int first_plan(round_ctx *c, rs_plan *p)
         mine.m[mine.k] = i;
         memcpy(mine.digest[mine.k++], c->rs->mem[i].digest, 32);
     }
-    if (!r && mine.k < quorum_of(c)) {
+    if (!r && mine.k < loco_quorum(c)) {
         /* Someone else may have had its quorum meanwhile: its plan is the round's. */
         if ((r = plan_read(c, 0, p, &found)) == 0 && !found)
             r = pulse_fail(PULSE_ERR_NOTFOUND, "quorum not reached: %zu of %zu trainers published a usable record for "
                            "round %" PRIu64 " by the deadline (%.1f s), %zu needed", mine.k, c->n_tr, c->st.round,
-                           c->o->deadline_s, quorum_of(c));
+                           c->o->deadline_s, loco_quorum(c));
     } else if (!r) {
         r = plan_commit(c, &mine, p);
     }
@@ -998,7 +993,7 @@ static int wait_owners(round_ctx *c, const rs_plan *p, rs_plan *next)
                 d.m[d.k] = p->m[j];
                 memcpy(d.digest[d.k++], p->digest[j], 32);
             }
-        if (!r && (d.attempt >= RS_MAX_ATTEMPTS || d.k < quorum_of(c) || d.k == 0)) {
+        if (!r && (d.attempt >= RS_MAX_ATTEMPTS || d.k < loco_quorum(c) || d.k == 0)) {
             /* Not this trainer's to decide (too few members for its quorum, or no attempt left):
              * another trainer may decide otherwise, and its decision holds. Wait for one. */
             int found = 0;
@@ -1014,7 +1009,7 @@ static int wait_owners(round_ctx *c, const rs_plan *p, rs_plan *next)
                                      " completed in %u (vetoes or owners past the deadline)", c->st.round,
                                      RS_MAX_ATTEMPTS)
                         : pulse_fail(PULSE_ERR_NOTFOUND, "quorum not reached: %zu members left after vetoes and late "
-                                     "owners in attempt %u, %zu needed", d.k, p->attempt, quorum_of(c));
+                                     "owners in attempt %u, %zu needed", d.k, p->attempt, loco_quorum(c));
             plan_clear(&d);
             free(present);
             free(is_owner);

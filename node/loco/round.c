@@ -388,7 +388,7 @@ static int wait_round(round_ctx *c, int *adopted)
  * every trainer whose record is listed and whose shards pass (a failing one is excluded, loudly). */
 static int choose(round_ctx *c, int adopted)
 {
-    size_t quorum = c->o->quorum ? c->o->quorum : c->n_tr, listed = 0, included = 0;
+    size_t quorum = loco_quorum(c), listed = 0, included = 0;
     for (size_t i = 0; i < c->n_tr; i++)
         listed += c->tr[i].listed;
     if (!adopted && listed < quorum)
@@ -659,7 +659,7 @@ static int finish_round(round_ctx *c)
         r = loco_write_view(theta_new, c->st.view, o->out_view_path, o->threads, id);
     }
     if (!r)
-        r = loco_state_commit(o->state_dir, next, c->st.view, c->rep->result);
+        r = loco_state_commit(o->state_dir, next, c->st.view, c->rep->result, c->rep->included);
     if (!r) {   /* the old round's files are no longer the state: best-effort removal */
         static const char *const what[] = { "theta", "e", "m", "view" };
         for (int w = 0; w < 4; w++) {

@@ -57,6 +57,9 @@ void loco_say(const round_ctx *c, int always, const char *fmt, ...) __attribute_
 double loco_now_s(void);
 void loco_sleep_s(double s);
 trainer *loco_find_trainer(round_ctx *c, const uint8_t node[32]);
+/* The trainers needed at the deadline: --quorum, else a majority of the previous round's members
+ * (of every trainer when they are not known): the same number on every honest trainer. */
+size_t loco_quorum(const round_ctx *c);
 /* The trusted nodes with a record of KIND for this round (at most n_tr). */
 int loco_list_round(round_ctx *c, int kind, uint8_t (*nodes)[32], size_t *n);
 /* Polls the round's shard-record listing (50 ms doubling to 1 s), marking trainers listed, until

@@ -55,6 +55,17 @@ trainer *loco_find_trainer(round_ctx *c, const uint8_t node[32])
     return NULL;
 }
 
+size_t loco_quorum(const round_ctx *c)
+{
+    if (c->o->quorum)
+        return c->o->quorum;
+    /* The members of round r-1 come from a result every honest trainer computed or adopted alike
+     * (results are compared), so this is one number for all of them; a majority, so that one
+     * trainer excluded or gone does not stop the run, and never fewer than two of two. */
+    size_t base = c->st.prev_members && c->st.prev_members < c->n_tr ? c->st.prev_members : c->n_tr;
+    return base / 2 + 1;
+}
+
 static int round_prefix(const round_ctx *c, int kind, char out[SYNC_KEY_MAX])
 {
     char rel[SYNC_KEY_MAX];

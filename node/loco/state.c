@@ -55,17 +55,20 @@ int loco_same_layout(const pulse_ckpt *a, const pulse_ckpt *b, const char *what)
     return 0;
 }
 
-int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t view_id[32])
+int loco_state_commit(const char *dir, uint64_t round, int view, const uint8_t view_id[32], unsigned members)
 {
     char path[4096], tmp[4200], hex[65], text[ROUND_FILE_MAX];
     snprintf(path, sizeof path, "%s/round", dir);
     snprintf(tmp, sizeof tmp, "%s/round.tmp", dir);
     int n = snprintf(text, sizeof text, "pulse-loco-state-v1\nround %" PRIu64 "\nview %s\nview-state %s\n", round,
                      pulse_loco_view_name(view), pulse_id_hex(view_id, hex));
+    /* The next round's default quorum is a majority of these (docs/loco.md "Quorum"). */
+    if (members)
+        n += snprintf(text + n, sizeof text - (size_t)n, "members %u\n", members);
     return pulse_replace_file(path, tmp, text, (size_t)n, 1);
 }
 
-static int read_round(const char *dir, uint64_t *round, int *view, uint8_t id[32])
+static int read_round(const char *dir, uint64_t *round, int *view, uint8_t id[32], unsigned *members)
 {
     char path[4096], text[ROUND_FILE_MAX + 1];
     snprintf(path, sizeof path, "%s/round", dir);
@@ -80,18 +83,23 @@ static int read_round(const char *dir, uint64_t *round, int *view, uint8_t id[32
     text[n] = 0;
     char vname[16], hex[80];
     unsigned long long r = 0;
-    int used = 0;
+    unsigned k = 0;
+    int used = 0, more = 0;
+    /* the members line is absent after init and in states written before it existed */
     if (sscanf(text, "pulse-loco-state-v1\nround %llu\nview %15s\nview-state %79s\n%n", &r, vname, hex, &used) != 3 ||
-        used != n || (*view = pulse_loco_view_from_name(vname)) < 0 || strlen(hex) != 64 || pulse_id_parse(hex, id))
+        (used != n && (sscanf(text + used, "members %u\n%n", &k, &more) != 1 || k == 0 || used + more != n)) ||
+        (*view = pulse_loco_view_from_name(vname)) < 0 || strlen(hex) != 64 || pulse_id_parse(hex, id))
         return pulse_fail(PULSE_ERR_FORMAT, "%s: not a pulse-loco-state-v1 round file", path);
     *round = r;
+    *members = k;
     return 0;
 }
 
 int pulse_loco_state_round(const char *state_dir, uint64_t *round, uint8_t view_id[32], int *view)
 {
     pulse_clear_error();
-    return read_round(state_dir, round, view, view_id);
+    unsigned members;
+    return read_round(state_dir, round, view, view_id, &members);
 }
 
 void loco_state_close(loco_state *s)
@@ -111,7 +119,7 @@ int loco_state_load(const char *dir, loco_state *s)
         r = 0;
     }
     if (!r)
-        r = read_round(dir, &s->round, &s->view, s->view_id);
+        r = read_round(dir, &s->round, &s->view, s->view_id, &s->prev_members);
     char path[4096];
     if (!r) {
         loco_state_path(dir, "theta", s->round, path);
@@ -205,7 +213,7 @@ int pulse_loco_init(const char *state_dir, const char *from, int view)
         r = loco_write_view(src, view, path, 0, id);
     }
     if (!r)
-        r = loco_state_commit(state_dir, 0, view, id);
+        r = loco_state_commit(state_dir, 0, view, id, 0);
     pulse_ckpt_close(&src);
     return r;
 }

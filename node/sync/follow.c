@@ -50,6 +50,9 @@ struct pulse_follower {
     int stopped;               /* the on_step callback asked to stop */
     unsigned max_behind;
     int log;
+    int report;                /* pulse pull: each pull says what it skipped, and a store behind */
+    uint64_t behind_newest;    /* while the store is behind: its newest verified step (UINT64_MAX: none) */
+    int cadence_seeded;        /* a node read the newest records for the run's cadence (once) */
     sync_event_fn on_event;    /* where events go (NULL: a text line on stderr) */
     void *event_ctx;
     follow_counters c;
@@ -116,6 +119,10 @@ typedef struct listing {
     size_t keys;
     uint8_t others[8][32];
     size_t nothers;
+    /* Keys under records/ that are no record key at all (junk after the node id, a bad step):
+     * how many, and the first few, for pulse pull to name. */
+    size_t junk;
+    char *junk_keys[FOLLOW_LOG_REFUSALS];
 } listing;
 
 /* Whether each step ends with a sync of the weights. */
@@ -271,6 +278,11 @@ void follower_configure(pulse_follower *f, unsigned max_behind, int log_events, 
     f->keep_untrusted = keep_untrusted;
 }
 
+void follower_report_pulls(pulse_follower *f)
+{
+    f->report = 1;
+}
+
 void follower_on_event(pulse_follower *f, sync_event_fn fn, void *ctx)
 {
     f->on_event = fn;
@@ -294,6 +306,7 @@ int follower_held(const pulse_follower *f, uint64_t *step, uint8_t state[32])
 
 static void saw_record(pulse_follower *f, const pulse_record *rec)
 {
+    cadence_note(&f->c.cadence, rec->step, rec->time);
     if (!f->c.have_newest || rec->step > f->c.newest_step || (rec->step == f->c.newest_step && !f->c.newest_time)) {
         f->c.newest_step = rec->step;
         f->c.newest_time = rec->time;
@@ -363,6 +376,20 @@ static void known_refusal(pulse_follower *f, const char *key, listed *e)
         e->why[sizeof e->why - 1] = '\0';   /* a shortened reason still names the record first */
 }
 
+/* A key under records/ that is no record key of any kind or node (a record of another kind, or
+ * of a node not trusted, is not junk). */
+static void note_junk(listing *l, const char *rel)
+{
+    int kind;
+    uint64_t step;
+    uint8_t node[32];
+    if (pulse_layout_parse_record(rel, &kind, &step, node) == 0)
+        return;
+    if (l->junk < FOLLOW_LOG_REFUSALS)
+        l->junk_keys[l->junk] = strdup(rel);
+    l->junk++;
+}
+
 /* Anything that is not a trusted node's record is not ours to use (pulse manifest audit reports it). */
 static int on_key(void *ctx, const char *key, const pulse_object_info *info)
 {
@@ -377,6 +404,8 @@ static int on_key(void *ctx, const char *key, const pulse_object_info *info)
         if (i == l->nothers)
             memcpy(l->others[l->nothers++], e.node, 32);
     }
+    if (pr == -1)
+        note_junk(l, key + l->run_len + 1);
     if (pr != 0)
         return 0;
     if (info) {
@@ -431,6 +460,8 @@ static void listing_free(listing *l)
         pulse_store_free(l->v[i].bytes);
     }
     free(l->v);
+    for (size_t i = 0; i < l->junk && i < FOLLOW_LOG_REFUSALS; i++)
+        free(l->junk_keys[i]);
     memset(l, 0, sizeof *l);
 }
 
@@ -1589,6 +1620,22 @@ static int newest_verified(pulse_follower *f, listing *l, size_t *at)
     return 0;
 }
 
+/* A follower node derives its staleness bound from the publication times of the run's newest
+ * records (node/sync/cadence.h); one that starts at the head has seen too few of them, so a few
+ * more of the newest listed records are read, once (best effort: a failure only ends it). */
+static void seed_cadence(pulse_follower *f, listing *l)
+{
+    for (size_t i = l->n, tries = 0; i-- > 0 && f->c.cadence.n < CADENCE_MIN_RECORDS && tries < 2 * CADENCE_MIN_RECORDS;) {
+        if (l->v[i].kind != PULSE_RECORD_SYNC_PATCH)
+            continue;
+        tries++;
+        int r = get_listed(f, &l->v[i]);
+        if (r && !is_verdict(r) && r != PULSE_ERR_NOTFOUND)
+            break;
+    }
+    pulse_clear_error();
+}
+
 /* A store whose newest verified record is older than the state held (an old snapshot, a
  * restored bucket, a replica behind): nothing of it is applied; said once when it starts. */
 static void store_behind(pulse_follower *f, int behind, uint64_t newest, int have_newest)
@@ -1596,6 +1643,7 @@ static void store_behind(pulse_follower *f, int behind, uint64_t newest, int hav
     if (behind == f->c.store_behind)
         return;
     f->c.store_behind = behind;
+    f->behind_newest = have_newest ? newest : UINT64_MAX;
     if (!f->log)
         return;
     char h[24], nw[24];
@@ -1666,6 +1714,46 @@ static int nothing_to_start(pulse_follower *f, const listing *l)
                       url, sep, f->run);
 }
 
+/* The reason of a refused listed record, without the "step N: KEY: " its detail starts with. */
+static const char *listed_reason(const listed *e)
+{
+    char pre[SYNC_KEY_MAX + 48];
+    int n = snprintf(pre, sizeof pre, "step %" PRIu64 ": %s: ", e->step, e->rel);
+    return n > 0 && !strncmp(e->why, pre, (size_t)n) ? e->why + n : e->why;
+}
+
+/* pulse pull, once it succeeded (a failure is its one error line): what this pull skipped,
+ * whether judged now or in an earlier pull (the node logs a refusal once; a one-shot pull says it
+ * every time), one line per key, the first 16 of each kind, then a count; and a store behind. */
+static void say_skipped(pulse_follower *f, const listing *l)
+{
+    char n[24];
+    if (f->c.store_behind && f->have) {
+        char h[24];
+        u64s(h, sizeof h, f->step);
+        u64s(n, sizeof n, f->behind_newest);
+        follow_log(f, "store-behind", "held", h, "newest", f->behind_newest == UINT64_MAX ? "none" : n, NULL);
+    }
+    size_t refused = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const listed *e = &l->v[i];
+        if (!e->fetched || e->ok || !is_verdict(e->err))
+            continue;
+        if (refused++ < FOLLOW_LOG_REFUSALS)
+            follow_log(f, "refused", "record", e->rel, "reason", listed_reason(e), NULL);
+    }
+    if (refused > FOLLOW_LOG_REFUSALS) {
+        u64s(n, sizeof n, refused - FOLLOW_LOG_REFUSALS);
+        follow_log(f, "refused-more", "count", n, NULL);
+    }
+    for (size_t i = 0; i < l->junk && i < FOLLOW_LOG_REFUSALS; i++)
+        follow_log(f, "ignored", "key", l->junk_keys[i] ? l->junk_keys[i] : "?", "reason", "not a record key", NULL);
+    if (l->junk > FOLLOW_LOG_REFUSALS) {
+        u64s(n, sizeof n, l->junk - FOLLOW_LOG_REFUSALS);
+        follow_log(f, "ignored-more", "count", n, NULL);
+    }
+}
+
 static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held_out)
 {
     pulse_clear_error();
@@ -1694,6 +1782,10 @@ static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held
         if (have_newest < 0 && stuck == SIZE_MAX)
             stuck = nv;
         uint64_t newest = have_newest > 0 ? l.v[nv].step : 0;
+        if (have_newest > 0 && f->log && !f->cadence_seeded) {
+            seed_cadence(f, &l);
+            f->cadence_seeded = 1;
+        }
         if (f->have && have_newest >= 0)
             store_behind(f, have_newest == 0 || newest < f->step, newest, have_newest > 0);
         int ahead = have_newest > 0 && (!f->have || newest > f->step);
@@ -1757,6 +1849,8 @@ static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held
         store_behind(f, 1, 0, 0);   /* the store lists no record of the run at all */
     }
     flush_refusals(f);
+    if (f->report && !r)
+        say_skipped(f, &l);
     free(chain);
     free(kpath);
     listing_free(&l);

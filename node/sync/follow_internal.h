@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "node/sync/cadence.h"
 #include "node/sync/events.h"
 #include "pulseweights/sync.h"
 
@@ -21,6 +22,7 @@ typedef struct follow_counters {
     int store_behind;              /* the store's newest verified record is older than the held state */
     int untrusted_state;           /* the held state is produced by no record trusted now */
     double last_step_seconds;      /* the last step applied: its verified record to the weights holding it */
+    record_cadence cadence;        /* the publication times of the newest verified steps */
 } follow_counters;
 
 #define FOLLOW_DEFAULT_MAX_BEHIND 8u
@@ -30,6 +32,13 @@ typedef struct follow_counters {
  * catch-up or fetch failure (pulse pull stays quiet); KEEP_UNTRUSTED: a held state no trusted record produces is kept
  * with a warning instead of being replaced from the newest trusted keyframe. */
 void follower_configure(pulse_follower *f, unsigned max_behind, int log_events, int keep_untrusted);
+
+/* pulse pull: each pull that succeeds writes on stderr the listed records it skipped (refused
+ * now or before: `refused`, the first 16, then `refused-more count=N`), the keys under records/
+ * that are no record key (`ignored`, `ignored-more`), and `store-behind` when the store's newest
+ * verified record is older than the state held (a failed pull says only its error). Without it
+ * (the bindings) a pull says none of these. */
+void follower_report_pulls(pulse_follower *f);
 
 /* Where this handle's events go: FN(CTX, ...) for each (the follower node's log). Without one
  * (pulse pull, the bindings) the events logged whatever LOG_EVENTS says (untrusted-state,

@@ -60,7 +60,7 @@ int sync_put_objects(pulse_store *st, const char *run, const sync_blob *blobs, s
     for (size_t i = 0; !r && i < n; i++) {
         r = sync_object_key(run, blobs[i].digest, keys[i]);
         x[i] = (pulse_transfer){ .op = PULSE_XFER_PUT, .key = keys[i], .data = blobs[i].data,
-                                 .len = blobs[i].len, .flags = PULSE_PUT_IF_ABSENT };
+                                 .len = blobs[i].len, .flags = PULSE_PUT_IF_ABSENT | PULSE_PUT_CONTENT_ADDRESSED };
     }
     if (!r) {
         pulse_store_batch(st, x, n);

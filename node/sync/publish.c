@@ -178,6 +178,8 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     }
     if (!r)
         r = pulse_store_open(&p->st, opts->store_url, NULL);
+    if (!r)
+        sync_abort_stale_uploads(p->st, p->run, (int64_t)time(NULL));
     if (!r) {
         char path[4096];
         snprintf(path, sizeof path, "%s/index.db", opts->state_dir);

@@ -43,6 +43,15 @@ typedef struct sync_blob {
 int sync_put_objects(pulse_store *st, const char *run, const sync_blob *blobs, size_t n,
                      uint64_t *moved);
 
+/* Aborts the incomplete multipart uploads under RUN's objects/ begun more than
+ * SYNC_STALE_UPLOAD_S before NOW (unix seconds): left by a writer killed mid-upload, billed, and
+ * shown by no listing of objects. No publish of pulse runs that long (retention's rule for
+ * objects no record names is the same hour), so none of them is live. Best effort: a store
+ * without multipart uploads, or one that refuses the listing, changes nothing. Returns how many
+ * were aborted. A publisher calls it when it opens. */
+#define SYNC_STALE_UPLOAD_S 3600
+unsigned sync_abort_stale_uploads(pulse_store *st, const char *run, int64_t now);
+
 /* The progress of the publish or step in hand, for the opts' on_progress: the caller begins
  * and ends it around the work (thread-local, so publishers on other threads keep their own);
  * it advances where the bytes are counted. FN NULL: nothing is reported. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fuzz target for the reading of S3's XML answers: any bytes as a list answer are read or refused without faults (a refused page hands nothing on, the same page twice is a loop), and any key, escaped as a server escapes it, lists back exactly or is refused (never another key; always listed when it is printable ASCII). */
+/* Fuzz target for the reading of S3's XML answers: any bytes as a list answer (of keys, or of incomplete uploads) are read or refused without faults (a refused page hands nothing on, the same page twice is a loop), and any key, escaped as a server escapes it, lists back exactly or is refused (never another key; always listed when it is printable ASCII). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +96,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     free(ls.last);
     free(xml_tag(s, "Code", NULL));
+    /* the bytes as a ListMultipartUploads answer: read whole or refused with nothing handed on */
+    struct s3_upload *up = NULL;
+    size_t nu = 0;
+    char *nk = NULL, *ni = NULL;
+    if (s3_uploads_page(s, size, "fuzz", &up, &nu, &nk, &ni) == 0) {
+        for (size_t i = 0; i < nu; i++)
+            if (!up[i].key || !up[i].upload_id || !*up[i].upload_id)
+                abort();
+        if (!nk != !ni)
+            abort();
+    } else if (up || nu || nk || ni) {
+        abort();
+    }
+    s3_uploads_free(up, nu);
+    free(nk);
+    free(ni);
     /* the bytes (up to a NUL) as a key */
     struct expect x = { s, 0 };
     char *a = *s ? answer_for(s) : NULL;

@@ -26,7 +26,9 @@ store="file://$work/store"
 for s in 0 1 2; do
   P publish --store "$store" --run r --key tr.key --state st "ck/step-00000$s.safetensors" >/dev/null
 done
-P manifest audit --store "$store" --run r --trust tr.pub >/dev/null 2>clean.err || { cat clean.err; fail "clean run does not audit"; }
+P manifest audit --store "$store" --run r --trust tr.pub >clean.out 2>clean.err || { cat clean.err; fail "clean run does not audit"; }
+# file:// has no multipart uploads: the storage line says so (s3: tests/s3/uploads.sh)
+grep -q "incomplete uploads none (file:// has no multipart uploads)" clean.out || fail "storage line: $(cat clean.out)"
 
 # Bytes the audit reads (all read()/pread() calls, page cache or not).
 audit_rchar() {

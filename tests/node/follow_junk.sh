@@ -93,8 +93,8 @@ follow f --once --metrics-file f7.prom 2>f7.log || fail "pull from the live stor
 [ "$(metric f7.prom pulse_store_behind)" = 0 ] || fail "pulse_store_behind stays 1 on the live store"
 ok "an older snapshot of the store: store-behind logged and counted, weights kept at step 7"
 
-# 6. Freshness: the newest verified record's age, and --max-staleness.
-[ "$(metric f7.prom pulse_stale)" = 0 ] || fail "pulse_stale without a bound"
+# 6. Freshness: the newest verified record's age, and --max-staleness (the bound a follower
+# derives without it: follow_frozen.sh).
 age=$(metric f7.prom pulse_newest_record_age_seconds)
 awk -v a="$age" 'BEGIN { exit !(a >= 0 && a < 100000) }' || fail "pulse_newest_record_age_seconds is $age"
 follow f --once --max-staleness 100000 --metrics-file f8.prom 2>f8.log || fail "--max-staleness: $(cat f8.log)"
@@ -103,5 +103,6 @@ sleep 2.2
 follow f --once --max-staleness 1 --metrics-file f9.prom 2>f9.log || fail "--max-staleness 1: $(cat f9.log)"
 [ "$(metric f9.prom pulse_stale)" = 1 ] || fail "pulse_stale is not 1 past the bound: $(cat f9.prom)"
 [ "$(grep -c 'stale newest_age_s=' f9.log)" = 1 ] || fail "not one stale line: $(cat f9.log)"
-if follow f --once --max-staleness 0 2>f10.log; then fail "--max-staleness 0 accepted"; fi
+follow f --once --max-staleness 0 --metrics-file f10.prom 2>f10.log || fail "--max-staleness 0: $(cat f10.log)"
+[ "$(metric f10.prom pulse_stale)" = 0 ] || fail "pulse_stale with --max-staleness 0: $(cat f10.prom)"
 ok "pulse_newest_record_age_seconds and pulse_stale follow --max-staleness"

@@ -309,8 +309,52 @@ static void across_pages(void)
     free(ls.last);
 }
 
+/* ListMultipartUploads answers: read whole, or refused with nothing handed on. */
+static void uploads(void)
+{
+    const char *ok = "<ListMultipartUploadsResult><IsTruncated>true</IsTruncated>"
+                     "<NextKeyMarker>run/objects/b</NextKeyMarker><NextUploadIdMarker>2~y</NextUploadIdMarker>"
+                     "<Upload><Key>run/objects/a</Key><UploadId>2~x</UploadId><Initiator><ID>u</ID></Initiator>"
+                     "<Initiated>2026-12-07T09:00:00.000Z</Initiated></Upload>"
+                     "<Upload><Key>run/objects/b</Key><UploadId>2~y</UploadId></Upload></ListMultipartUploadsResult>";
+    struct s3_upload *v = NULL;
+    size_t n = 0;
+    char *nk = NULL, *ni = NULL;
+    CHECK_OK(s3_uploads_page(ok, strlen(ok), "t", &v, &n, &nk, &ni));
+    CHECK_EQ_INT(n, 2);
+    CHECK(n == 2 && !strcmp(v[0].key, "run/objects/a") && !strcmp(v[0].upload_id, "2~x"));
+    CHECK(n == 2 && v[0].initiated == 1796634000 && v[1].initiated == 0);
+    CHECK(nk && ni && !strcmp(nk, "run/objects/b") && !strcmp(ni, "2~y"));
+    s3_uploads_free(v, n);
+    free(nk);
+    free(ni);
+    static const struct {
+        const char *xml;
+        int err;
+    } bad[] = {
+        { "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>", PULSE_ERR_FORMAT },
+        { "<Error><Code>AccessDenied</Code></Error>", PULSE_ERR_FORMAT },
+        { "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated><Upload><Key>k</Key>", PULSE_ERR_FORMAT },
+        { "<ListMultipartUploadsResult><IsTruncated>maybe</IsTruncated></ListMultipartUploadsResult>", PULSE_ERR_FORMAT },
+        { "<ListMultipartUploadsResult><IsTruncated>true</IsTruncated></ListMultipartUploadsResult>", PULSE_ERR_SERVER },
+        { "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated><Upload><Key>k</Key></Upload>"
+          "</ListMultipartUploadsResult>", PULSE_ERR_SERVER },
+        { "<!DOCTYPE x [<!ENTITY a 'b'>]><ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
+          "</ListMultipartUploadsResult>", PULSE_ERR_FORMAT },
+        { "", PULSE_ERR_FORMAT },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = NULL;
+        n = 0;
+        nk = ni = NULL;
+        CHECK_ERR(s3_uploads_page(bad[i].xml, strlen(bad[i].xml), "t", &v, &n, &nk, &ni), bad[i].err);
+        CHECK(!v && !n && !nk && !ni);
+    }
+}
+
 int main(void)
 {
+    uploads();
     escapes();
     pages();
     refusals();
