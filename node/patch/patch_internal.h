@@ -103,8 +103,6 @@ static inline int patch_chunk_absent(const pulse_patch *p, size_t k)
 
 /* Checks and decodes every present chunk of a sliced patch (pulse_patch_verify's pass). */
 int patch_slice_verify(const pulse_patch *p, int threads);
-/* Frees what a sliced patch holds beyond an open patch (pulse_patch_close). */
-void patch_slice_free(pulse_patch *p);
 
 /* Bytes per unit of a dtype coded element-wise; 0 for OPAQUE. */
 unsigned patch_dtype_unit(pulse_dtype dt);
@@ -557,9 +555,8 @@ int patch_run_checked_chunks(const pulse_patch *p, pulse_ckpt *target, int threa
 int patch_run_pass1(const pulse_patch *p, pulse_ckpt *base, int threads, patch_cache *cache);
 int patch_run_pass2(const pulse_patch *p, pulse_ckpt *target, int threads, const patch_cache *cache);
 
-/* Layout equality of a patch tensor and a checkpoint tensor (MISMATCH naming it). */
 /* One tensor of the patch against the checkpoint's at the same place: name, dtype, shape
- * (PULSE_ERR_MISMATCH naming it). */
+ * (PULSE_ERR_MISMATCH naming it); and every tensor of both, in order (patch_layout.c). */
 int patch_check_tensor_layout(const patch_tensor *pt, const pulse_tensor *ct);
 int patch_check_layout(const pulse_patch *p, const pulse_ckpt *c);
 

@@ -640,7 +640,12 @@ void pulse_patch_close(pulse_patch **pp)
     free(p->tensors);
     free(p->chunks);
     free(p->metadata);
-    patch_slice_free(p);
+    /* a sliced patch's (pulse_patch_open_head, patch_slice.c) */
+    for (size_t i = 0; i < p->nheld; i++)
+        free(p->held[i]);
+    free(p->held);
+    free(p->present);
+    free(p->wanted);
     buf_release(p->buf, p->mapped);
     if (p->fd >= 0)
         close(p->fd);
