@@ -28,8 +28,8 @@
 #define HEAD_MAX (2u + NB * (1u + 2u * 5u)) /* longest position stream header */
 /* a head of a band's values is at most its value mode and centre (1 + 3), its table, of
  * frequencies (20 x <= 2) or of counts (a set of <= 3 bytes and 19 counts of <= 5), and its
- * direction coding (<= 5); the bound allows more, as much as patches have always been written
- * with, since it decides which small chunks a diff context-codes at all */
+ * direction coding (<= 5); BAND_VALUE_HEAD_MAX is larger because the bound decides which small
+ * chunks a diff context-codes at all, so it stays what patches have been written with */
 #define COUNT_TABLE_MAX (3u + (NSYM - 1u) * 5u)
 #define BAND_VALUE_HEAD_MAX (5u + 2u * COUNT_TABLE_MAX)
 
