@@ -106,28 +106,6 @@ uint64_t cli_patch_elementwise(const pulse_patch *p)
     return n;
 }
 
-int cli_patch_prev(pulse_patch *p, const char *path, pulse_ckpt **prev)
-{
-    *prev = NULL;
-    if (!path || !pulse_patch_prev_id(p))
-        return 0;
-    int r = pulse_ckpt_open(prev, path, PULSE_CKPT_READ);
-    if (!r && (r = pulse_patch_set_prev(p, *prev, NULL)) != 0)
-        pulse_ckpt_close(prev);
-    return r;
-}
-
-int cli_patch_prev_dirs(pulse_patch *p, const char *path, pulse_dirs **dirs)
-{
-    *dirs = NULL;
-    if (!path || !pulse_patch_prev_id(p))
-        return 0;
-    int r = pulse_dirs_load(dirs, path);
-    if (!r && (r = pulse_patch_set_prev_dirs(p, *dirs)) != 0)
-        pulse_dirs_free(dirs);
-    return r;
-}
-
 void cli_opaque_note(char *buf, size_t cap, uint64_t opaque_changes)
 {
     if (!opaque_changes)

@@ -38,13 +38,6 @@ void cli_json_str(const char *s);
  * tensors (this sum), with the changed bytes of OPAQUE tensors, replaced a whole chunk at a
  * time, told apart by cli_opaque_note: " and N changed byte(s) in opaque tensors", or "". */
 uint64_t cli_patch_elementwise(const pulse_patch *p);
-/* A verb's --prev: where path is given and p is format 6, opens it into *prev and gives it to p
- * (pulse_patch_set_prev: layout and state id checked); a patch of another format does not read
- * it. 0, or the error (nothing left open); the caller closes *prev after p. */
-int cli_patch_prev(pulse_patch *p, const char *path, pulse_ckpt **prev);
-/* The same for --prev-dirs: the directions file at path, given to a format-6 p
- * (pulse_patch_set_prev_dirs: layout and both state ids checked); the caller frees *dirs after p. */
-int cli_patch_prev_dirs(pulse_patch *p, const char *path, pulse_dirs **dirs);
 void cli_opaque_note(char *buf, size_t cap, uint64_t opaque_changes);
 
 #endif

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "base/fail.h"
-#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_undo.h"
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/patch.h"
@@ -14,9 +13,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse apply BASE PATCH -o OUT [--prev PREV | --prev-dirs DIRS] [--dirs-out DIRS] [--threads N]\n"
-        "       pulse apply --in-place CKPT PATCH [--prev PREV | --prev-dirs DIRS] [--dirs-out DIRS]\n"
-        "                  [--threads N]\n"
+        "usage: pulse apply BASE PATCH -o OUT [--threads N]\n"
+        "       pulse apply --in-place CKPT PATCH [--threads N]\n"
         "\n"
         "Checks that the checkpoint is the patch's base state and that every chunk of the patch\n"
         "is intact before writing anything, applies it, and checks the result's state id.\n"
@@ -30,15 +28,6 @@ static void usage(FILE *f)
         "\n"
         "  -o OUT        write the result to OUT (same layout as BASE)\n"
         "  --in-place    modify CKPT itself\n"
-        "  --prev PREV   the checkpoint the base was the step after, which a format-6 patch\n"
-        "                (pulse diff --context --prev) is decoded with; its state id must be the one\n"
-        "                the patch names. Not read for patches of other formats\n"
-        "  --prev-dirs DIRS  in place of --prev: the directions of the step PREV -> base (a file\n"
-        "                --dirs-out wrote), all of PREV the decode reads. Not read for other formats\n"
-        "  --dirs-out DIRS  also write the directions of the step this patch takes (two bits a BF16\n"
-        "                or F16 weight, bound to both state ids) for the next patch's --prev-dirs;\n"
-        "                written only when the apply succeeds (in place: the apply is undone if they\n"
-        "                cannot be written). DIRS may be the --prev-dirs file: it is read first\n"
         "  --threads N   threads (default: all cores)\n"
         "\n"
         "Environment: PULSE_APPLY_CACHE=<bytes>[K|M|G] caps the memory that keeps each chunk's\n"
@@ -53,8 +42,7 @@ static const char *why(int err, const char *target)
     return err == PULSE_ERR_IO || err == PULSE_ERR_NOMEM ? target : "patch refused";
 }
 
-static int apply_opened(pulse_patch *p, const char *const paths[2], const char *out, int in_place,
-                        const char *dirs_out, int threads);
+static int apply_opened(pulse_patch *p, const char *const paths[2], const char *out, int in_place, int threads);
 
 int cmd_apply(int argc, char **argv)
 {
@@ -62,7 +50,7 @@ int cmd_apply(int argc, char **argv)
         usage(stdout);
         return cli_finish_stdout("apply");
     }
-    const char *paths[2] = { NULL, NULL }, *out = NULL, *prev = NULL, *prev_dirs = NULL, *dirs_out = NULL;
+    const char *paths[2] = { NULL, NULL }, *out = NULL;
     int npaths = 0, in_place = 0, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -74,14 +62,6 @@ int cmd_apply(int argc, char **argv)
             out = argv[++i];
             if (cli_out_not_stdout("apply", "-o", out))
                 return 2;
-        } else if (!strcmp(a, "--prev")) {
-            if (i + 1 >= argc)
-                return cli_usage_error("apply", "--prev needs a value");
-            prev = argv[++i];
-        } else if (!strcmp(a, "--prev-dirs") || !strcmp(a, "--dirs-out")) {
-            if (i + 1 >= argc)
-                return cli_usage_error("apply", "%s needs a value", a);
-            *(!strcmp(a, "--prev-dirs") ? &prev_dirs : &dirs_out) = argv[++i];
         } else if (!strcmp(a, "--threads")) {
             uint64_t v;
             if (i + 1 >= argc || cli_parse_u64(argv[i + 1], &v) || v < 1 || v > 1024)
@@ -100,37 +80,18 @@ int cmd_apply(int argc, char **argv)
         return cli_usage_error("apply", "needs a checkpoint and a patch");
     if (in_place == !!out)
         return cli_usage_error("apply", "give exactly one of -o OUT and --in-place");
-    if (prev && prev_dirs)
-        return cli_usage_error("apply", "give one of --prev and --prev-dirs");
 
     pulse_patch *p = NULL;
     int r = pulse_patch_open(&p, paths[1]);
     if (r)
         return cli_fail("apply", r, "cannot read the patch");
-    /* a format-6 patch names the checkpoint before its base (or its step's directions); others
-     * do not need one */
-    pulse_ckpt *prev_c = NULL;
-    pulse_dirs *dirs = NULL;
-    if ((r = cli_patch_prev(p, prev, &prev_c)) != 0 || (r = cli_patch_prev_dirs(p, prev_dirs, &dirs)) != 0) {
-        pulse_patch_close(&p);
-        pulse_ckpt_close(&prev_c);
-        char what[1100];
-        snprintf(what, sizeof what, "%s %s", prev ? "--prev" : "--prev-dirs", prev ? prev : prev_dirs);
-        return cli_fail("apply", r, what);
-    }
-    r = apply_opened(p, paths, out, in_place, dirs_out, threads);
+    r = apply_opened(p, paths, out, in_place, threads);
     pulse_patch_close(&p);
-    pulse_ckpt_close(&prev_c);
-    pulse_dirs_free(&dirs);
     return r;
 }
 
-/* The apply of an opened patch (its previous checkpoint given where it needs one), and the
- * directions of its step written to dirs_out (when given) only where it succeeds. */
-static int apply_opened(pulse_patch *p, const char *const paths[2], const char *out, int in_place,
-                        const char *dirs_out, int threads)
+static int apply_opened(pulse_patch *p, const char *const paths[2], const char *out, int in_place, int threads)
 {
-    pulse_dirs *dirs = NULL;
     int r;
     pulse_ckpt *base = NULL, *target = NULL;
     if (in_place) {
@@ -145,13 +106,8 @@ static int apply_opened(pulse_patch *p, const char *const paths[2], const char *
         r = patch_undo_save(&undo, p, target, threads, stem);
         if (!r) {
             r = pulse_patch_apply(p, target, threads);
-            /* the step's directions from the old bytes the undo keeps; the weights and their
-             * directions move together: a directions file that cannot be written puts the
-             * weights back */
-            if (!r && (r = pulse_ckpt_sync(target)) == 0 && dirs_out
-                && ((r = patch_dirs_of_undo(&dirs, &undo, target, dirs_out)) != 0
-                    || (r = patch_dirs_commit(dirs, dirs_out, 1)) != 0))
-                pulse_fail(r, "writing the directions: %s", pulse_last_error());
+            if (!r)
+                r = pulse_ckpt_sync(target);
             if (r) {
                 char detail[1024];
                 snprintf(detail, sizeof detail, "%s", pulse_last_error());
@@ -167,7 +123,6 @@ static int apply_opened(pulse_patch *p, const char *const paths[2], const char *
             }
             patch_undo_free(&undo);
         }
-        pulse_dirs_free(&dirs);
         pulse_ckpt_close(&target);
         return r ? cli_fail("apply", r, why(r, paths[0])) : 0;
     }
@@ -177,11 +132,6 @@ static int apply_opened(pulse_patch *p, const char *const paths[2], const char *
     r = pulse_patch_verify(p, base, threads);
     if (!r && (r = pulse_ckpt_create_like(&target, out, base)) == 0) {
         r = pulse_patch_apply(p, target, threads);
-        /* the directions are written before OUT is: OUT exists only with them */
-        if (!r && dirs_out
-            && (r = pulse_dirs_write_step(base, target, pulse_patch_base_id(p), pulse_patch_result_id(p), threads,
-                                          dirs_out, 1)) != 0)
-            pulse_fail(r, "the directions %s: %s", dirs_out, pulse_last_error());
         if (!r)
             r = pulse_ckpt_commit(target);
         pulse_ckpt_close(&target);   /* without commit this removes the temporary files */

@@ -12,8 +12,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse diff OLD NEW -o PATCH [--values abs|ulp] [--context [--prev PREV | --prev-dirs DIRS]]\n"
-        "                  [--dirs-out DIRS] [--level N] [--threads N] [--chunk N]\n"
+        "usage: pulse diff OLD NEW -o PATCH [--values abs|ulp] [--context] [--level N] [--threads N]\n"
+        "                  [--chunk N]\n"
         "\n"
         "Writes the positions where NEW differs from OLD and NEW's values there (docs/patch-format.md).\n"
         "Prints one line: changes, density, patch bytes and their ratio to the dense checkpoint.\n"
@@ -25,15 +25,6 @@ static void usage(FILE *f)
         "                  about 0.7x the bytes, but only a reader holding OLD decodes them (pulse\n"
         "                  apply, squash --base; not sparse updates without OLD or engine-held\n"
         "                  followers; docs/patch-format.md)\n"
-        "  --prev PREV     with --context: PREV is the checkpoint OLD was the step after; code each\n"
-        "                  chunk's values also by the direction each weight took from PREV to OLD, and\n"
-        "                  keep that where smaller (format 6): a trainer's momentum carries most steps\n"
-        "                  on as the last went. Applying it then needs PREV too (pulse apply --prev)\n"
-        "  --prev-dirs DIRS  with --context, in place of --prev: the directions of the step PREV ->\n"
-        "                  OLD (a file --dirs-out wrote), which is all of PREV the coding reads; the\n"
-        "                  same patch, byte for byte\n"
-        "  --dirs-out DIRS also write the directions of this step, OLD -> NEW (two bits a BF16 or\n"
-        "                  F16 weight, bound to both state ids), for the next step's --prev-dirs\n"
         "  --level N       zstd level 1..22 of every stream (default: zstd's fastest search with\n"
         "                  Huffman-coded literals, the smallest and fastest on these streams)\n"
         "  --threads N     threads (default: all cores)\n"
@@ -46,7 +37,7 @@ int cmd_diff(int argc, char **argv)
         usage(stdout);
         return cli_finish_stdout("diff");
     }
-    const char *paths[2] = { NULL, NULL }, *out = NULL, *prev = NULL, *prev_dirs = NULL, *dirs_out = NULL;
+    const char *paths[2] = { NULL, NULL }, *out = NULL;
     int npaths = 0;
     pulse_diff_opts o;
     pulse_diff_opts_default(&o);
@@ -54,8 +45,7 @@ int cmd_diff(int argc, char **argv)
         const char *a = argv[i];
         uint64_t v;
         if (!strcmp(a, "-o") || !strcmp(a, "--values") || !strcmp(a, "--level")
-            || !strcmp(a, "--threads") || !strcmp(a, "--chunk") || !strcmp(a, "--prev") || !strcmp(a, "--prev-dirs")
-            || !strcmp(a, "--dirs-out")) {
+            || !strcmp(a, "--threads") || !strcmp(a, "--chunk")) {
             if (i + 1 >= argc)
                 return cli_usage_error("diff", "%s needs a value", a);
             const char *val = argv[++i];
@@ -63,12 +53,6 @@ int cmd_diff(int argc, char **argv)
                 if (cli_out_not_stdout("diff", "-o", val))
                     return 2;
                 out = val;
-            } else if (!strcmp(a, "--prev")) {
-                prev = val;
-            } else if (!strcmp(a, "--prev-dirs")) {
-                prev_dirs = val;
-            } else if (!strcmp(a, "--dirs-out")) {
-                dirs_out = val;
             } else if (!strcmp(a, "--values")) {
                 if (!strcmp(val, "abs")) o.values = PULSE_VALUES_ABS;
                 else if (!strcmp(val, "ulp")) o.values = PULSE_VALUES_ULP;
@@ -102,14 +86,8 @@ int cmd_diff(int argc, char **argv)
         return cli_usage_error("diff", "no output given (-o PATCH)");
     if (o.context && o.values != PULSE_VALUES_ULP)
         return cli_usage_error("diff", "--context codes ulp values: it cannot be used with --values abs");
-    if (prev && !o.context)
-        return cli_usage_error("diff", "--prev codes context-coded chunks: it needs --context");
-    if (prev_dirs && !o.context)
-        return cli_usage_error("diff", "--prev-dirs codes context-coded chunks: it needs --context");
-    if (prev && prev_dirs)
-        return cli_usage_error("diff", "give one of --prev and --prev-dirs");
 
-    pulse_ckpt *old_c = NULL, *new_c = NULL, *prev_c = NULL;
+    pulse_ckpt *old_c = NULL, *new_c = NULL;
     pulse_patch *p = NULL;
     int r = pulse_ckpt_open(&old_c, paths[0], PULSE_CKPT_READ);
     if (r)
@@ -118,46 +96,16 @@ int cmd_diff(int argc, char **argv)
         pulse_ckpt_close(&old_c);
         return cli_fail("diff", r, paths[1]);
     }
-    if (prev && (r = pulse_ckpt_open(&prev_c, prev, PULSE_CKPT_READ))) {
-        pulse_ckpt_close(&old_c);
-        pulse_ckpt_close(&new_c);
-        return cli_fail("diff", r, prev);
-    }
-    pulse_dirs *dirs_c = NULL;
-    if (prev_dirs && (r = pulse_dirs_load(&dirs_c, prev_dirs))) {
-        pulse_ckpt_close(&old_c);
-        pulse_ckpt_close(&new_c);
-        return cli_fail("diff", r, prev_dirs);
-    }
-    o.prev = prev_c;
-    o.prev_dirs = dirs_c;
     r = pulse_patch_diff(old_c, new_c, &o, out);
-    pulse_ckpt_close(&prev_c);
-    pulse_dirs_free(&dirs_c);
-    if (r) {
-        pulse_ckpt_close(&old_c);
-        pulse_ckpt_close(&new_c);
+    pulse_ckpt_close(&old_c);
+    pulse_ckpt_close(&new_c);
+    if (r)
         return cli_fail("diff", r, "cannot write the patch");
-    }
     pulse_patch_stats st;
     if ((r = pulse_patch_open(&p, out)) || (r = pulse_patch_info(p, 0, &st))) {
         pulse_patch_close(&p);
-        pulse_ckpt_close(&old_c);
-        pulse_ckpt_close(&new_c);
         return cli_fail("diff", r, out);
     }
-    /* the step's state ids are the patch's: neither checkpoint is hashed again */
-    if (dirs_out && (r = pulse_dirs_write_step(old_c, new_c, pulse_patch_base_id(p), pulse_patch_result_id(p),
-                                               o.threads, dirs_out, 1)) != 0) {
-        pulse_patch_close(&p);
-        pulse_ckpt_close(&old_c);
-        pulse_ckpt_close(&new_c);
-        char what[1100];
-        snprintf(what, sizeof what, "the patch %s is written, the directions %s are not", out, dirs_out);
-        return cli_fail("diff", r, what);
-    }
-    pulse_ckpt_close(&old_c);
-    pulse_ckpt_close(&new_c);
     uint64_t elementwise = cli_patch_elementwise(p);   /* as `pulse inspect` counts */
     pulse_patch_close(&p);
     char op[64];

@@ -14,7 +14,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse inspect PATCH [--base OLD [--prev PREV | --prev-dirs DIRS]] [--json]\n"
+        "usage: pulse inspect PATCH [--base OLD] [--json]\n"
         "\n"
         "Decodes PATCH (checking every chunk digest) and prints, per tensor and in total: changes,\n"
         "density, compressed bytes of the position and value streams, bits per change, and the\n"
@@ -27,10 +27,6 @@ static void usage(FILE *f)
         "              values as H(ulp symbol | dtype, exponent of the old value) x changes,\n"
         "              next to their order-0 bounds (gaps; ulp symbols), and per tensor a\n"
         "              \"ctx\" column (bits per change of that bound)\n"
-        "  --prev PREV the checkpoint OLD was the step after, which the chunks of a format-6 patch\n"
-        "              are decoded with (pulse diff --context --prev); not read for other formats\n"
-        "  --prev-dirs DIRS  in place of --prev: the directions of the step PREV -> OLD (pulse diff\n"
-        "              or apply --dirs-out)\n"
         "  --json      one JSON object instead of the table\n");
 }
 
@@ -131,7 +127,7 @@ int cmd_inspect(int argc, char **argv)
         usage(stdout);
         return cli_finish_stdout("inspect");
     }
-    const char *path = NULL, *base_path = NULL, *prev_path = NULL, *dirs_path = NULL;
+    const char *path = NULL, *base_path = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
@@ -140,16 +136,7 @@ int cmd_inspect(int argc, char **argv)
             if (i + 1 >= argc || !argv[i + 1][0])
                 return cli_usage_error("inspect", "--base needs the checkpoint the patch applies to");
             base_path = argv[++i];
-        } else if (!strcmp(argv[i], "--prev")) {
-            if (i + 1 >= argc || !argv[i + 1][0])
-                return cli_usage_error("inspect", "--prev needs the checkpoint the base was the step after");
-            prev_path = argv[++i];
-        } else if (!strcmp(argv[i], "--prev-dirs")) {
-            if (i + 1 >= argc || !argv[i + 1][0])
-                return cli_usage_error("inspect", "--prev-dirs needs the directions of the step before the base");
-            dirs_path = argv[++i];
-        }
-        else if (argv[i][0] == '-' && argv[i][1])
+        } else if (argv[i][0] == '-' && argv[i][1])
             return cli_usage_error("inspect", "unknown option '%s'", argv[i]);
         else if (path)
             return cli_usage_error("inspect", "one patch at a time");
@@ -158,11 +145,6 @@ int cmd_inspect(int argc, char **argv)
     }
     if (!path)
         return cli_usage_error("inspect", "no patch given");
-    if ((prev_path || dirs_path) && !base_path)
-        return cli_usage_error("inspect", "%s goes with --base (the bound is computed against the base)",
-                               prev_path ? "--prev" : "--prev-dirs");
-    if (prev_path && dirs_path)
-        return cli_usage_error("inspect", "give one of --prev and --prev-dirs");
     pulse_patch *p = NULL;
     int r = pulse_patch_open(&p, path);
     if (r)
@@ -176,26 +158,16 @@ int cmd_inspect(int argc, char **argv)
     }
     /* With a base: the context bound, after the layout (named by the library) and the state id
      * are checked, so that no figure is computed against weights the patch does not apply to. */
-    pulse_ckpt *old = NULL, *prev = NULL;
-    pulse_dirs *dirs = NULL;
+    pulse_ckpt *old = NULL;
     pulse_patch_context cx;
     pulse_patch_context *per = NULL;
-    if ((r = cli_patch_prev(p, prev_path, &prev)) != 0 || (r = cli_patch_prev_dirs(p, dirs_path, &dirs)) != 0) {
-        pulse_patch_close(&p);
-        pulse_ckpt_close(&prev);
-        return cli_fail("inspect", r, prev_path ? prev_path : dirs_path);
-    }
     if (base_path && (r = context_of(p, base_path, &old, &cx, &per))) {
         pulse_patch_close(&p);
-        pulse_ckpt_close(&prev);
-        pulse_dirs_free(&dirs);
         return r;
     }
-    char base[65], result[65], prev_id[65] = "";
+    char base[65], result[65];
     pulse_id_hex(pulse_patch_base_id(p), base);
     pulse_id_hex(pulse_patch_result_id(p), result);
-    if (pulse_patch_prev_id(p))
-        pulse_id_hex(pulse_patch_prev_id(p), prev_id);
     const char *code = pulse_patch_values(p) == PULSE_VALUES_ULP ? "ulp" : "abs";
     double coded_bits = 8.0 * (double)(st.pos_bytes + st.val_bytes);
     /* Format 5: context-coded chunks decode only against the base, so their order-0 bound is
@@ -206,14 +178,10 @@ int cmd_inspect(int argc, char **argv)
     if (json) {
         printf("{\"format\":%d,\"values\":\"%s\",\"base\":\"%s\",\"result\":\"%s\",", pulse_patch_version(p), code,
                base, result);
-        if (prev_id[0])
-            printf("\"prev\":\"%s\",", prev_id);
         printf("\"chunk_elems\":%u,\"tensors\":[", pulse_patch_chunk_elems(p));
     } else {
         printf("patch %s: format %d, values %s, chunk %u elements\n", path, pulse_patch_version(p), code,
                pulse_patch_chunk_elems(p));
-        if (prev_id[0])
-            printf("prev   %s (the step before the base, which chunks are coded by)\n", prev_id);
         printf("base   %s\nresult %s\n\n", base, result);
         printf("%-40s %-8s %12s %9s %10s %10s %9s %9s%s\n", "tensor", "dtype", "changes", "density",
                "pos bytes", "val bytes", "bits/chg", "bound", per ? "       ctx" : "");
@@ -224,8 +192,6 @@ int cmd_inspect(int argc, char **argv)
         if ((r = pulse_patch_tensor_info_get(p, i, 1, &ti))) {
             free(per);
             pulse_ckpt_close(&old);
-            pulse_ckpt_close(&prev);
-            pulse_dirs_free(&dirs);
             pulse_patch_close(&p);
             return cli_fail("inspect", r, path);
         }
@@ -301,8 +267,6 @@ int cmd_inspect(int argc, char **argv)
     }
     free(per);
     pulse_ckpt_close(&old);
-    pulse_ckpt_close(&prev);
-    pulse_dirs_free(&dirs);
     pulse_patch_close(&p);
     return cli_finish_stdout("inspect");
 }

@@ -176,16 +176,18 @@ static void utc(uint64_t t, char *buf, size_t cap)
         snprintf(buf, cap, "?");
 }
 
-/* The patch check the audit runs on every `patch` and `patch-by-direction` object: its own
- * header names the record's base and result, and every chunk decodes and matches its digest (as
- * far as it can without the weights; of a `patch-index` object, the head: it names them too). Lives here, not in
- * manifest/, because the patch codec is in node/ (arrows point one way). */
+/* The patch check the audit runs on every `patch` object: its own header names the record's base
+ * and result, and every chunk decodes and matches its digest (as far as it can without the
+ * weights; of a `patch-index` object, the head: it names them too). A `patch-by-direction` object
+ * (format 6, named by earlier publishers) is no longer read: its size and digest are checked as
+ * every object's, its contents not. Lives here, not in manifest/, because the patch codec is in
+ * node/ (arrows point one way). */
 static int check_patch_object(void *ctx, const pulse_record *r, const pulse_record_object *o, const void *bytes,
                               size_t len)
 {
     (void)ctx;
-    const int head = !strcmp(o->role, "patch-index"), by_dir = !strcmp(o->role, "patch-by-direction");
-    if (strcmp(o->role, "patch") && !head && !by_dir)
+    const int head = !strcmp(o->role, "patch-index");
+    if (strcmp(o->role, "patch") && !head)
         return 0;
     /* A patch-index object is the patch's head: it must open as the head of a patch of the size
      * the record gives its patch, and name the same states. */
@@ -204,12 +206,6 @@ static int check_patch_object(void *ctx, const pulse_record *r, const pulse_reco
         pulse_patch_close(&p);
         return pulse_fail(PULSE_ERR_MISMATCH, "patch goes from %s to %s, its record from %s to %s "
                           "(an object of another step)", pb, pr, rb, rr);
-    }
-    /* a patch by direction is the same step coded by the step before it: format 6 */
-    if (by_dir && pulse_patch_version(p) < 6) {
-        rc = pulse_fail(PULSE_ERR_FORMAT, "its patch by direction is a format-%u patch", pulse_patch_version(p));
-        pulse_patch_close(&p);
-        return rc;
     }
     rc = pulse_patch_verify(p, NULL, 0);
     pulse_patch_close(&p);

@@ -48,10 +48,6 @@ static void usage(FILE *f)
         "  --values CODE          ulp (default) or abs\n"
         "  --context              context-coded patches (format 5, about 0.7x the bytes): only\n"
         "                         followers that hold the weights decode them\n"
-        "  --by-direction         also publish each step as a format-6 patch (context-coded, and\n"
-        "                         coded by the directions of the step before it), which followers\n"
-        "                         of a weights file that applied that step fetch instead of the\n"
-        "                         plain patch every follower reads (docs/sync.md)\n"
         "  --threads N            threads (default: all cores)\n"
         "  --log FORMAT           text (default) or json: one line per event on stderr\n");
 }
@@ -73,10 +69,6 @@ int node_trainer_main(int argc, char **argv)
         }
         if (!strcmp(a, "--context")) {
             o.pub.context = 1;
-            continue;
-        }
-        if (!strcmp(a, "--by-direction")) {
-            o.pub.by_direction = 1;
             continue;
         }
         if (!strcmp(a, "--once")) {
@@ -131,8 +123,6 @@ int node_trainer_main(int argc, char **argv)
         return cli_usage_error(VERB, "needs --store, --run, --key, --state and --watch");
     if (pulse_check_run(o.pub.run))
         return cli_usage_error(VERB, "%s", pulse_last_error());
-    if (o.pub.by_direction && o.pub.values != PULSE_VALUES_ULP)
-        return cli_usage_error(VERB, "--by-direction codes ulp values: not with --values abs");
     node_signals_install();
     int r = node_trainer_run(&o);
     if (r)

@@ -34,10 +34,6 @@ static void usage(FILE *f)
         "                  holding slices fetches (docs/serving.md)\n"
         "  --context       context-coded patches (format 5, about 0.7x the bytes): only followers\n"
         "                  that hold the weights decode them (docs/patch-format.md)\n"
-        "  --by-direction  also publish each step as a format-6 patch (context-coded, and coded by the\n"
-        "                  directions of the step this state directory published before it), which\n"
-        "                  followers of a weights file that applied that step fetch instead of the\n"
-        "                  plain patch (format 4, or 5 with --context) every follower reads (docs/sync.md)\n"
         "On a terminal, a keyframe's upload shows bytes done, rate and ETA on stderr.\n"
         "\n"
         "  --json          print one JSON object instead of the line: step, kind, record, base and\n"
@@ -70,10 +66,6 @@ int cmd_publish(int argc, char **argv)
         }
         if (!strcmp(a, "--context")) {
             o.context = 1;
-            continue;
-        }
-        if (!strcmp(a, "--by-direction")) {
-            o.by_direction = 1;
             continue;
         }
         if (a[0] != '-' || !a[1]) {
@@ -115,8 +107,6 @@ int cmd_publish(int argc, char **argv)
         return cli_usage_error("publish", "%s", pulse_last_error());
     if (!ckpt)
         return cli_usage_error("publish", "needs the checkpoint to publish");
-    if (o.by_direction && o.values != PULSE_VALUES_ULP)
-        return cli_usage_error("publish", "--by-direction codes ulp values: not with --values abs");
 
     pulse_publisher *p = NULL;
     pulse_sync_step s;

@@ -12,8 +12,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: pulse squash P1 P2 ... -o P [--base CKPT [--prev PREV | --prev-dirs DIRS]] [--level N]\n"
-        "                    [--threads N]\n"
+        "usage: pulse squash P1 P2 ... -o P [--base CKPT] [--level N] [--threads N]\n"
         "\n"
         "Writes one absolute patch from P1's base state to the last patch's result state.\n"
         "Each patch must start where the previous one ends. ulp-coded inputs need the checkpoint\n"
@@ -22,11 +21,6 @@ static void usage(FILE *f)
         "\n"
         "  -o P          output patch (written to a temporary name, then renamed)\n"
         "  --base CKPT   the checkpoint P1 applies to\n"
-        "  --prev PREV   the checkpoint CKPT was the step after, when P1 is format 6 (pulse diff\n"
-        "                --context --prev); a later format-6 patch is decoded by the step of the\n"
-        "                patch before it, which must be its previous step\n"
-        "  --prev-dirs DIRS  in place of --prev: the directions of the step PREV -> CKPT (pulse diff\n"
-        "                or apply --dirs-out)\n"
         "  --level N     zstd level 1..22 (default: zstd's fastest search with Huffman-coded\n"
         "                literals, as for pulse diff: the smallest and fastest on these streams)\n"
         "  --threads N   threads (default: all cores)\n");
@@ -38,15 +32,14 @@ int cmd_squash(int argc, char **argv)
         usage(stdout);
         return cli_finish_stdout("squash");
     }
-    const char *out = NULL, *base_path = NULL, *prev_path = NULL, *dirs_path = NULL;
+    const char *out = NULL, *base_path = NULL;
     int threads = 0, level = 0, n = 0;   /* 0: the library's default level */
     const char **inputs = calloc((size_t)argc, sizeof *inputs);
     if (!inputs)
         return cli_fail("squash", PULSE_ERR_NOMEM, "arguments");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-o") || !strcmp(a, "--base") || !strcmp(a, "--level") || !strcmp(a, "--threads")
-            || !strcmp(a, "--prev") || !strcmp(a, "--prev-dirs")) {
+        if (!strcmp(a, "-o") || !strcmp(a, "--base") || !strcmp(a, "--level") || !strcmp(a, "--threads")) {
             if (i + 1 >= argc) {
                 free(inputs);
                 return cli_usage_error("squash", "%s needs a value", a);
@@ -62,10 +55,6 @@ int cmd_squash(int argc, char **argv)
             }
             else if (!strcmp(a, "--base"))
                 base_path = val;
-            else if (!strcmp(a, "--prev"))
-                prev_path = val;
-            else if (!strcmp(a, "--prev-dirs"))
-                dirs_path = val;
             else if (cli_parse_u64(val, &v) || v < 1 || v > (strcmp(a, "--level") ? 1024u : 22u)) {
                 free(inputs);
                 return cli_usage_error("squash", "%s: bad number '%s'", a, val);
@@ -84,13 +73,8 @@ int cmd_squash(int argc, char **argv)
         free(inputs);
         return cli_usage_error("squash", n < 1 ? "no patches given" : "no output given (-o P)");
     }
-    if (prev_path && dirs_path) {
-        free(inputs);
-        return cli_usage_error("squash", "give one of --prev and --prev-dirs");
-    }
     pulse_patch **p = calloc((size_t)n, sizeof *p);
-    pulse_ckpt *base = NULL, *prev = NULL;
-    pulse_dirs *dirs = NULL;
+    pulse_ckpt *base = NULL;
     int r = p ? 0 : PULSE_ERR_NOMEM;
     const char *what = "arguments";
     for (int i = 0; !r && i < n; i++)
@@ -98,19 +82,12 @@ int cmd_squash(int argc, char **argv)
             what = inputs[i];
     if (!r && base_path && (r = pulse_ckpt_open(&base, base_path, PULSE_CKPT_READ)))
         what = base_path;
-    /* P1's previous checkpoint, where it is format 6 (others do not read one) */
-    if (!r && (r = cli_patch_prev(p[0], prev_path, &prev)) != 0)
-        what = prev_path;
-    if (!r && (r = cli_patch_prev_dirs(p[0], dirs_path, &dirs)) != 0)
-        what = dirs_path;
     if (!r && (r = pulse_patch_squash(p, (size_t)n, base, threads, level, out)))
         what = "cannot squash";
     for (int i = 0; p && i < n; i++)
         pulse_patch_close(&p[i]);
     free(p);
     pulse_ckpt_close(&base);
-    pulse_ckpt_close(&prev);
-    pulse_dirs_free(&dirs);
     free(inputs);
     return r ? cli_fail("squash", r, what) : 0;
 }

@@ -21,11 +21,8 @@ extern "C" {
  * of the base's old values), which only a reader holding the base weights decodes. Written by a
  * diff with pulse_diff_opts.context; read by this build. */
 #define PULSE_PATCH_VERSION_CONTEXT 5
-/* 6: as 5, and a context-coded chunk's values may be coded by the direction each element took in
- * the step before the base (PREV -> BASE), which only a reader holding PREV decodes
- * (pulse_patch_set_prev); the tensor table ends with PREV's state id. Written by a diff with
- * pulse_diff_opts.prev; read by this build. */
-#define PULSE_PATCH_VERSION_PREV 6
+/* 6 was format 6 (patches by direction): no longer read (PULSE_ERR_UNSUPPORTED at open), and
+ * not given to another format. */
 #define PULSE_PATCH_DEFAULT_CHUNK (1u << 20)   /* elements per chunk */
 #define PULSE_PATCH_MAX_CHUNK (1u << 26)
 /* The default zstd level of a diff: zstd's fastest match search with the Huffman coding of
@@ -67,18 +64,6 @@ typedef struct pulse_diff_opts {
      * them (an apply to a checkpoint, a squash or pulse_patch_tensor_updates given the base; not
      * an engine-held or sliced follower). Default 0. */
     int context;
-    /* With context: the checkpoint the base was the step after (PREV -> OLD, same tensors), or
-     * NULL (the default). Each context-coded chunk's values are then also coded by the direction
-     * each element took from PREV to OLD, and kept where smaller (format 6,
-     * PULSE_PATCH_VERSION_PREV): a momentum carries most steps on as the last went. Only a reader
-     * that holds PREV as well as the base decodes such a chunk (pulse_patch_set_prev). prev_id:
-     * PREV's state id when known (32 bytes; NULL: computed), written into the patch as given. */
-    const pulse_ckpt *prev;
-    const uint8_t *prev_id;
-    /* With context, instead of prev: only the directions of the step PREV -> OLD (a
-     * pulse_dirs whose "to" state is OLD's), which is all of PREV the coding uses; the patch
-     * names their "from" state as PREV's. The patch is the same, byte for byte. */
-    const struct pulse_dirs *prev_dirs;
     /* Where NEW's state id goes (32 bytes; NULL: nowhere) when new_id is not given: the diff
      * hashes NEW as it scans it, so a caller that needs the id (a publisher, for its record)
      * gets it without a pass of its own. */
@@ -119,54 +104,6 @@ PULSE_API const uint8_t *pulse_patch_result_id(const pulse_patch *p);   /* 32 by
 PULSE_API uint32_t pulse_patch_chunk_elems(const pulse_patch *p);
 /* The format version the patch was written in (2 .. PULSE_PATCH_VERSION_CONTEXT). */
 PULSE_API uint32_t pulse_patch_version(const pulse_patch *p);
-/* Format 6: the state id (32 bytes) of the checkpoint the patch's base was the step after, whose
- * directions some of its chunks are coded by; NULL for formats 2 to 5. */
-PULSE_API const uint8_t *pulse_patch_prev_id(const pulse_patch *p);
-/* Gives a format-6 patch the checkpoint its base was the step after, which decoding its chunks
- * coded by direction needs (apply, verify against a base, updates, pieces). prev must have the
- * patch's tensors and its state id (prev_id when known, else computed: a hash of the checkpoint),
- * and stay open while p is used. PULSE_ERR_MISMATCH naming what differs, PULSE_ERR_INVALID for a
- * patch of another format; nothing is changed then. Until it is given, such a chunk is refused
- * with PULSE_ERR_UNSUPPORTED. */
-PULSE_API int pulse_patch_set_prev(pulse_patch *p, const pulse_ckpt *prev, const uint8_t *prev_id);
-/* The directions of a step (two bits an element of each BF16 and F16 tensor: unchanged, its
- * bit pattern up, or down), bound to the state ids of its two ends: all of the checkpoint before
- * a format-6 patch's base that decoding the patch (or coding it) needs, at an eighth of its
- * bytes. A node that applies each step keeps the last one's directions instead of the checkpoint
- * before it. File layout: docs/patch-format.md, "Directions file". */
-typedef struct pulse_dirs pulse_dirs;
-/* The directions of the step from checkpoint `from` to `to` (the same tensors, else
- * PULSE_ERR_MISMATCH); from_id and to_id their state ids when known (NULL: computed). */
-PULSE_API int pulse_dirs_of_step(pulse_dirs **out, const pulse_ckpt *from, const pulse_ckpt *to,
-                                 const uint8_t *from_id, const uint8_t *to_id, int threads);
-/* The directions of the step p takes from base, decoded from p (a format-6 p needs the step
- * before it given first: pulse_patch_set_prev or pulse_patch_set_prev_dirs). base must be p's
- * base: its state id is not computed here (an apply checks it), and the directions of another
- * checkpoint are garbage bound to p's two states. Read before an apply in place, which
- * overwrites the base. */
-PULSE_API int pulse_dirs_of_patch(pulse_dirs **out, const pulse_patch *p, const pulse_ckpt *base, int threads);
-/* Writes d to path, whole or not at all (a temporary renamed over it); with durable, the
- * temporary is fsynced before the rename and the directory after it. A file torn by a machine
- * crash without durable fails its digest when read, so it is never used. */
-PULSE_API int pulse_dirs_save(const pulse_dirs *d, const char *path, int durable);
-/* pulse_dirs_of_step then pulse_dirs_save to path, without holding the directions in memory
- * (~1.75 GB for a 7B model): they are built in a temporary beside path (PATH.tmp.XXXXXX, its
- * space reserved first, mapped), then renamed over path; in memory only where no such file can
- * be made. Nothing is left beside path on an error. */
-PULSE_API int pulse_dirs_write_step(const pulse_ckpt *from, const pulse_ckpt *to, const uint8_t *from_id,
-                                    const uint8_t *to_id, int threads, const char *path, int durable);
-/* Reads a directions file: PULSE_ERR_FORMAT naming what is wrong for a file that is not one,
- * is truncated or damaged (digest), PULSE_ERR_NOTFOUND where there is none. */
-PULSE_API int pulse_dirs_load(pulse_dirs **out, const char *path);
-PULSE_API void pulse_dirs_free(pulse_dirs **d);
-/* The state ids (32 bytes) of the step's two ends: the checkpoint before it, the one after. */
-PULSE_API const uint8_t *pulse_dirs_from_id(const pulse_dirs *d);
-PULSE_API const uint8_t *pulse_dirs_to_id(const pulse_dirs *d);
-/* Gives a format-6 patch the directions of the step before its base instead of the checkpoint
- * before it (pulse_patch_set_prev): d's "to" state must be the patch's base and its "from" state
- * the one the patch names (PULSE_ERR_MISMATCH otherwise, nothing changed), with the patch's
- * tensors; d stays alive while p is used. */
-PULSE_API int pulse_patch_set_prev_dirs(pulse_patch *p, const pulse_dirs *d);
 PULSE_API size_t pulse_patch_tensor_count(const pulse_patch *p);
 
 /* Checks without writing anything: the tensor layout against base (names, dtypes, shapes:
@@ -217,10 +154,7 @@ PULSE_API int pulse_patch_apply_ex(const pulse_patch *p, pulse_ckpt *target, con
  * base (the checkpoint in p[0]'s base state, checked) is required (PULSE_ERR_INVALID
  * without it); with base the output holds exactly the positions where the result differs
  * from base. zstd_level 0 means the default, PULSE_PATCH_LEVEL_FAST (the smallest and fastest
- * on these streams, as for a diff); a negative level keeps Huffman-coded literals on. A format-6
- * p[0] needs its previous checkpoint given (pulse_patch_set_prev) where its chunks are coded by
- * direction; a later format-6 p[i] is decoded by the step of p[i-1], whose base must be the
- * previous state p[i] names (PULSE_ERR_MISMATCH otherwise). */
+ * on these streams, as for a diff); a negative level keeps Huffman-coded literals on. */
 PULSE_API int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base,
                                  int threads, int zstd_level, const char *out_path);
 

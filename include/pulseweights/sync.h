@@ -62,16 +62,6 @@ typedef struct pulse_publish_opts {
      * bytes on training steps, but followers that do not hold the weights (engine-held, slices
      * of column-split tensors, sparse updates) cannot decode them. Default 0. */
     int context;
-    /* Nonzero (ulp values): each patch record also names the step as a format-6 patch
-     * (context-coded, and coded by the directions of the step published before it:
-     * pulse_diff_opts.prev_dirs), which followers holding the weights (a file, or tensors in
-     * memory; not an engine's) that applied that step fetch instead of the plain patch every
-     * follower reads (format 4, or 5 with context):
-     * ~30 % fewer bytes than format 4 on training steps, ~5-10 % fewer than format 5
-     * (docs/sync.md "Patches by direction"). The publisher diffs twice and uploads both; it
-     * keeps the last step's directions (two bits a BF16/F16 weight) in memory and in the state
-     * directory (last.dirs), so the first patch of a run has no such object. Default 0. */
-    int by_direction;
 } pulse_publish_opts;
 
 PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o);

@@ -52,8 +52,7 @@ static void u64s(char *buf, size_t cap, uint64_t v)
 static void collect(node_follower *n, node_metrics *m)
 {
     const follow_counters *c = follower_counters(n->f);
-    *m = (node_metrics){ .steps_applied = c->steps_applied, .steps_by_direction = c->steps_by_direction,
-                         .bytes_fetched = c->bytes_fetched,
+    *m = (node_metrics){ .steps_applied = c->steps_applied, .bytes_fetched = c->bytes_fetched,
                          .verify_failures = c->verify_failures, .hook_failures = n->hook_failures,
                          .store_retries = c->store_retries, .last_step_seconds = c->last_step_seconds,
                          .store_behind = c->store_behind, .untrusted_state = c->untrusted_state,

@@ -68,9 +68,6 @@ int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
         "# HELP pulse_steps_applied_total Steps applied to the local weights.\n"
         "# TYPE pulse_steps_applied_total counter\n"
         "pulse_steps_applied_total %" PRIu64 "\n"
-        "# HELP pulse_steps_by_direction_total Steps applied from a patch by direction (coded by the step before, whose directions the node held).\n"
-        "# TYPE pulse_steps_by_direction_total counter\n"
-        "pulse_steps_by_direction_total %" PRIu64 "\n"
         "# HELP pulse_held_step Step of the state the weights hold (-1: none yet).\n"
         "# TYPE pulse_held_step gauge\n"
         "pulse_held_step %lld\n"
@@ -110,7 +107,7 @@ int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
         "# HELP pulse_untrusted_state 1 when the held state is produced by no record of a trusted key.\n"
         "# TYPE pulse_untrusted_state gauge\n"
         "pulse_untrusted_state %d\n",
-        m->steps_applied, m->steps_by_direction, m->have_held ? (long long)m->held_step : -1LL, m->lag_steps, m->lag_seconds,
+        m->steps_applied, m->have_held ? (long long)m->held_step : -1LL, m->lag_steps, m->lag_seconds,
         m->bytes_fetched, m->verify_failures, m->hook_failures, m->store_retries, m->last_step_seconds,
         m->have_age ? m->newest_age_seconds : -1.0, m->stale ? 1 : 0, m->max_staleness, m->store_behind ? 1 : 0,
         m->untrusted_state ? 1 : 0);

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 typedef struct node_metrics {
-    uint64_t steps_applied, steps_by_direction, bytes_fetched, verify_failures, hook_failures, store_retries;
+    uint64_t steps_applied, bytes_fetched, verify_failures, hook_failures, store_retries;
     uint64_t held_step;
     int have_held;
     uint64_t lag_steps;

@@ -306,6 +306,28 @@ static int check_ulp_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes,
     return 0;
 }
 
+/* Pass 1 for a context-coded chunk i: decoded against base into the cache while it has room
+ * (entry bits PATCH_CACHE_CONTEXT: k positions, then k 16-bit values), else into s; base NULL
+ * (a verify without the weights): the checks that need no base (patch_ctx_check). */
+static int check_context(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache,
+                         const uint8_t *base)
+{
+    const patch_chunk *c = &p->chunks[i];
+    if (!base)
+        return patch_check_context_streams(p, c, bytes);
+    const size_t k = c->count, iroom = (k * 4 + 7) & ~(size_t)7, zroom = (k * 2 + 7) & ~(size_t)7;
+    size_t off = patch_cache_reserve(cache, iroom + zroom);
+    if (off == SIZE_MAX)   /* not kept: the write pass decodes it again, so only check it here */
+        return patch_decode_context(p, c, s, bytes, base, s->idx, (uint16_t *)(void *)s->vals, 1);
+    uint32_t *idx = (uint32_t *)(void *)(cache->mem + off);
+    uint16_t *z = (uint16_t *)(void *)(cache->mem + off + iroom);
+    int err = patch_decode_context(p, c, s, bytes, base, idx, z, 0);
+    if (err)
+        return err;
+    patch_cache_keep(cache, i, off, iroom, 0, 0, 0, PATCH_CACHE_CONTEXT);
+    return 0;
+}
+
 /* Pass 1 for chunk i of a cached kind whose bytes' digest was checked. */
 static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache,
                        const pulse_ckpt *base)
@@ -313,7 +335,7 @@ static int check_bytes(const pulse_patch *p, size_t i, const uint8_t *bytes, pat
     patch_ulp_streams unused;
     const patch_chunk *c = &p->chunks[i];
     if (patch_chunk_is_context(p, c, bytes))
-        return patch_check_context(p, i, bytes, s, cache, patch_chunk_base(p, c, base));
+        return check_context(p, i, bytes, s, cache, patch_chunk_base(p, c, base));
     return p->values == PULSE_VALUES_ABS ? check_abs_bytes(p, i, bytes, s, cache)
                                          : check_ulp_bytes(p, i, bytes, s, cache, &unused);
 }

@@ -1,11 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Context-coded chunks (formats 5 and 6) in the patch's read paths: told apart by their first byte, decoded only against the base a caller holds (and, coded by direction, the checkpoint before it). */
-#include <stdlib.h>
+/* Context-coded chunks (format 5) in the patch's read paths: told apart by their first byte, decoded only against the base a caller holds. */
 #include <string.h>
 
 #include "base/fail.h"
 #include "node/patch/patch_ctxcode.h"
-#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_internal.h"
 
 int patch_chunk_is_context(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes)
@@ -46,60 +44,11 @@ static int need_base(const pulse_patch *p, const patch_chunk *c)
                       p->tensors[c->tensor].name, (unsigned long long)c->index);
 }
 
-/* A chunk whose values are coded by the direction of each element in the step before the base
- * (format 6 only: earlier formats name no such step). */
-static int coded_by_dirs(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes, int *dirs)
+int patch_decode_context(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes,
+                         const uint8_t *base, uint32_t *idx, uint16_t *z, int light)
 {
-    *dirs = (bytes[0] & PATCH_CTX_PREV_DIRS) != 0;
-    if (*dirs && p->version < PULSE_PATCH_VERSION_PREV)
-        return pulse_fail(PULSE_ERR_FORMAT,
-                          "tensor %s chunk %llu: coded by a previous step in a format-%u patch (only format %u "
-                          "names one)", p->tensors[c->tensor].name, (unsigned long long)c->index, p->version,
-                          PULSE_PATCH_VERSION_PREV);
-    return 0;
-}
-
-/* The directions of chunk c's elements from the checkpoint before the base to the base (old),
- * into s->dirs. */
-static int chunk_dirs(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint16_t *old)
-{
-    if (!p->prev && !p->prev_dirs)
-        return pulse_fail(PULSE_ERR_UNSUPPORTED,
-                          "tensor %s chunk %llu: its values are coded by the step before the base (format 6), so "
-                          "decoding it needs that checkpoint or its step's directions too (--prev, --prev-dirs)",
-                          p->tensors[c->tensor].name, (unsigned long long)c->index);
-    if (!s->dirs && !(s->dirs = malloc(p->chunk_elems)))
-        return pulse_fail(PULSE_ERR_NOMEM, "directions of a chunk (%u elements)", p->chunk_elems);
-    if (p->prev)
-        patch_dirs_of(pulse_ckpt_tensor(p->prev, c->tensor)->data + c->first * 2, old, c->len, s->dirs);
-    else
-        patch_dirs_unpack(p->prev_dirs, c->tensor, c->first, c->len, s->dirs);
-    return 0;
-}
-
-void patch_dirs_of(const uint8_t *prev, const uint16_t *old, uint32_t n, uint8_t *dirs)
-{
-    if (!patch_misaligned(prev, 2)) {
-        patch_ctx_dirs((const uint16_t *)(const void *)prev, old, n, dirs);
-        return;
-    }
-    /* element by element: a misaligned 16-bit load is not portable C */
-    for (uint32_t i = 0; i < n; i++) {
-        uint16_t v;
-        memcpy(&v, prev + 2 * (size_t)i, 2);
-        dirs[i] = patch_ctx_dir(v, old[i]);
-    }
-}
-
-/* Decodes context chunk c (bytes checked) against base into idx and z; with light set only
- * checks it against base (patch_ctx_check_base: idx and z are then scratch). A chunk coded by
- * direction takes the directions given (the chunk's, len bytes), or with NULL those from the
- * patch's previous checkpoint. */
-static int decode_into(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes,
-                       const uint8_t *base, const uint8_t *given, uint32_t *idx, uint16_t *z, int light)
-{
-    int dirs, err = context_kind(p, c);
-    if (err || (err = coded_by_dirs(p, c, bytes, &dirs)) != 0)
+    int err = context_kind(p, c);
+    if (err)
         return err;
     if (!base)
         return need_base(p, c);
@@ -118,13 +67,6 @@ static int decode_into(const pulse_patch *p, const patch_chunk *c, patch_scratch
         old = (const uint16_t *)(const void *)copy;
     }
     const patch_tensor *t = &p->tensors[c->tensor];
-    if (dirs) {
-        /* the whole decode: the values' order needs every position (idx and z are scratch when light) */
-        if (!given && (err = chunk_dirs(p, c, s, old)) != 0)
-            return err;
-        return patch_ctx_decode_dirs(cs, t->dtype, old, given ? given : s->dirs, c->len, bytes, c->pos_len, bytes + c->pos_len,
-                                     c->val_len, c->count, idx, z, t->name, c->index);
-    }
     return (light ? patch_ctx_check_base : patch_ctx_decode)(cs, t->dtype, old, c->len, bytes, c->pos_len,
                                                             bytes + c->pos_len, c->val_len, c->count, idx, z,
                                                             t->name, c->index);
@@ -135,17 +77,7 @@ int patch_decode_bytes_base(const pulse_patch *p, const patch_chunk *c, patch_sc
 {
     if (!patch_chunk_is_context(p, c, bytes))
         return patch_decode_bytes(p, c, s, bytes);
-    return decode_into(p, c, s, bytes, base, NULL, s->idx, (uint16_t *)(void *)s->vals, 0);
-}
-
-int patch_decode_chunk_dirs(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base,
-                            const uint8_t *dirs)
-{
-    const uint8_t *bytes;
-    int err = patch_chunk_bytes(p, c, s, 1, &bytes);
-    if (err || !patch_chunk_is_context(p, c, bytes))
-        return err ? err : patch_decode_bytes(p, c, s, bytes);
-    return decode_into(p, c, s, bytes, base, dirs, s->idx, (uint16_t *)(void *)s->vals, 0);
+    return patch_decode_context(p, c, s, bytes, base, s->idx, (uint16_t *)(void *)s->vals, 0);
 }
 
 int patch_decode_chunk_base(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base)
@@ -155,27 +87,14 @@ int patch_decode_chunk_base(const pulse_patch *p, const patch_chunk *c, patch_sc
     return err ? err : patch_decode_bytes_base(p, c, s, bytes, base);
 }
 
-int patch_check_context(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache,
-                        const uint8_t *base)
+int patch_check_context_streams(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes)
 {
-    const patch_chunk *c = &p->chunks[i];
-    int dirs, err = context_kind(p, c);
-    if (err || (err = coded_by_dirs(p, c, bytes, &dirs)) != 0)
+    int err = context_kind(p, c);
+    if (err)
         return err;
-    if (!base)
-        return (dirs ? patch_ctx_check_dirs : patch_ctx_check)(p->tensors[c->tensor].dtype, bytes, c->pos_len,
-                                                               bytes + c->pos_len, c->val_len, c->count, c->len,
-                                                               p->tensors[c->tensor].name, c->index);
-    const size_t k = c->count, iroom = (k * 4 + 7) & ~(size_t)7, zroom = (k * 2 + 7) & ~(size_t)7;
-    size_t off = patch_cache_reserve(cache, iroom + zroom);
-    if (off == SIZE_MAX)   /* not kept: the write pass decodes it again, so only check it here */
-        return decode_into(p, c, s, bytes, base, NULL, s->idx, (uint16_t *)(void *)s->vals, 1);
-    uint32_t *idx = (uint32_t *)(void *)(cache->mem + off);
-    uint16_t *z = (uint16_t *)(void *)(cache->mem + off + iroom);
-    if ((err = decode_into(p, c, s, bytes, base, NULL, idx, z, 0)) != 0)
-        return err;
-    patch_cache_keep(cache, i, off, iroom, 0, 0, 0, PATCH_CACHE_CONTEXT);
-    return 0;
+    const patch_tensor *t = &p->tensors[c->tensor];
+    return patch_ctx_check(t->dtype, bytes, c->pos_len, bytes + c->pos_len, c->val_len, c->count, c->len, t->name,
+                           c->index);
 }
 
 int patch_verify_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s)
@@ -184,7 +103,7 @@ int patch_verify_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch
     int err = patch_chunk_bytes(p, c, s, 1, &bytes);
     if (err || !patch_chunk_is_context(p, c, bytes))
         return err ? err : patch_decode_bytes(p, c, s, bytes);
-    return patch_check_context(p, (size_t)(c - p->chunks), bytes, s, NULL, NULL);
+    return patch_check_context_streams(p, c, bytes);
 }
 
 /* Puts a context-coded chunk's decoded changes (in band order) in ascending position: each
@@ -217,31 +136,5 @@ int patch_decode_chunk_sorted(const pulse_patch *p, const patch_chunk *c, patch_
         return err;
     if (patch_chunk_is_context(p, c, bytes))
         sort_changes(c, s);
-    return 0;
-}
-
-int pulse_patch_set_prev(pulse_patch *p, const pulse_ckpt *prev, const uint8_t *prev_id)
-{
-    pulse_clear_error();
-    if (!p || !prev)
-        return pulse_fail(PULSE_ERR_INVALID, "set_prev: no patch or no checkpoint");
-    if (p->version < PULSE_PATCH_VERSION_PREV)
-        return pulse_fail(PULSE_ERR_INVALID, "a format-%u patch is not coded by the step before its base (format %u is)",
-                          p->version, PULSE_PATCH_VERSION_PREV);
-    int err = patch_check_layout(p, prev);
-    if (err)
-        return err;
-    uint8_t id[PULSE_STATE_ID_BYTES];
-    if (!prev_id) {
-        if ((err = pulse_ckpt_state_id(prev, 0, id)) != 0)
-            return err;
-        prev_id = id;
-    }
-    char h1[65], h2[65];
-    if (memcmp(prev_id, p->prev_id, 32) != 0)
-        return pulse_fail(PULSE_ERR_MISMATCH, "the patch was coded after state %.16s.., the previous checkpoint is %.16s..",
-                          pulse_id_hex(p->prev_id, h1), pulse_id_hex(prev_id, h2));
-    p->prev = prev;
-    p->prev_dirs = NULL;
     return 0;
 }

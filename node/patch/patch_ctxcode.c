@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The context coder of format 5: a BF16 or F16 chunk's changed positions as Rice gaps among the members of each old value's exponent band, its ulp differences as static rANS symbols with one table per band, or two by the direction each element took in the step before (docs/patch-format.md). */
+/* The context coder of format 5: a BF16 or F16 chunk's changed positions as Rice gaps among the members of each old value's exponent band, its ulp differences as static rANS symbols with one table per band (docs/patch-format.md). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,9 +26,10 @@
 #define CTX_TWO_STATES_MIN 256u /* changes from which a chunk's values take two rANS states */
 #define MAX_S 24u               /* largest Rice parameter */
 #define HEAD_MAX (2u + NB * (1u + 2u * 5u)) /* longest position stream header */
-/* longest head of a band's values: its value mode and centre (1 + 3) and its table, of
- * frequencies (20 x <= 2) or of counts (a set of <= 3 bytes and 19 counts of <= 5); or, coded by
- * the previous directions, the count of changes without one (<= 5) and two count tables */
+/* a head of a band's values is at most its value mode and centre (1 + 3), its table, of
+ * frequencies (20 x <= 2) or of counts (a set of <= 3 bytes and 19 counts of <= 5), and its
+ * direction coding (<= 5); BAND_VALUE_HEAD_MAX is larger because the bound decides which small
+ * chunks a diff context-codes at all, so it stays what patches have been written with */
 #define COUNT_TABLE_MAX (3u + (NSYM - 1u) * 5u)
 #define BAND_VALUE_HEAD_MAX (5u + 2u * COUNT_TABLE_MAX)
 
@@ -40,9 +41,8 @@ enum { MODE_NONE = 0, MODE_CHANGED = 1, MODE_UNCHANGED = 2, MODE_REFUSED = 3 };
  * which also predicts weights smaller than it, far in ulps from where they started). */
 enum { VM_DIFF = 0, VM_CENTRED = 1, VM_PRED = 2 };
 /* How a value-mode band codes its changes' direction bits: raw (in the escape bits), or as rANS
- * symbols of whether each falls (its bit pattern goes down) or turns from its previous direction
- * (PATCH_CTX_PREV_DIRS). */
-enum { SD_RAW = 0, SD_FALL = 1, SD_TURN = 2 };
+ * symbols of whether each falls (its bit pattern goes down). */
+enum { SD_RAW = 0, SD_FALL = 1 };
 #define HEAD_VMODE 0x80u        /* a band header's bit 7: the band's table starts with its value mode */
 #define VM_CENTRED_MAX 16384u   /* so that zigzag(|d| - C) + 1 stays below 2^16 */
 #define VM_PRED_MAX 0x7F7Fu     /* C: a positive finite BF16 value */
@@ -62,8 +62,6 @@ struct patch_ctx_scratch {
     uint8_t *rbuf;              /* the rANS bytes, written backwards (3 cap + 16) */
     uint32_t *samp;             /* the value modes' sample of a band (3 SAMPLE_MAX) */
     uint16_t *key;              /* an F16 chunk's exponents where BF16 has its own (cap), on first use */
-    uint8_t *cls;               /* the encoder's previous direction of each change, in decode order (cap) */
-    uint16_t *zt;               /* a band's values while they are put in or out of direction order (cap) */
     int one_state;              /* write one rANS state, for tests */
     int freq_tables;            /* write frequency tables, for tests */
     int raw_signs;              /* write a value mode's direction bits raw, for tests */
@@ -310,8 +308,6 @@ void patch_ctx_scratch_free(patch_ctx_scratch *s)
     free(s->rbuf);
     free(s->samp);
     free(s->key);
-    free(s->cls);
-    free(s->zt);
     free(s);
 }
 
@@ -364,7 +360,7 @@ static int scratch_encoder(patch_ctx_scratch *s)
  * rANS: a symbol of frequency f grows the state by at most (1024 / f)(1 + 2^-13) (the state
  * divided by f is >= 2^13 when it is coded), so the bytes out are at most (10k + k / 4096) / 8,
  * plus the 4-byte state, for one symbol a change; twice that where a direction bit is a symbol
- * too (coded by the previous directions, a band with a value mode). A sign and escape bits: at most 16 bits a change. Value modes: at most 4
+ * too (falls, in a band with a value mode). A sign and escape bits: at most 16 bits a change. Value modes: at most 4
  * bytes a band. */
 size_t patch_ctx_bound(uint32_t n, size_t k)
 {
@@ -379,19 +375,16 @@ size_t patch_ctx_bound(uint32_t n, size_t k)
     return pos + val;
 }
 
-/* Whether an element's previous direction (a dirs byte) was down: in bit-pattern terms, or in
- * value terms for a negative old value (sign bit set) when old_for_value is it (the predicted
- * mode's direction bit is a value's). */
-static inline int prev_down(uint8_t dir, uint16_t old_for_value)
+/* Whether a step up in bit-pattern terms is a fall in value terms: for a negative old value
+ * (sign bit set) when old_for_value is it (the predicted mode's direction bit is a value's). */
+static inline int up_falls(uint16_t old_for_value)
 {
-    if (dir == PATCH_DIR_NONE)
-        return 0;
-    return (dir == PATCH_DIR_DOWN) != ((old_for_value & 0x8000u) != 0);
+    return (old_for_value & 0x8000u) != 0;
 }
 
-/* The frequency (of TAB_TOTAL) of a direction bit that turns, for r turning of c: 0 or TAB_TOTAL
+/* The frequency (of TAB_TOTAL) of a direction bit that falls, for r falling of c: 0 or TAB_TOTAL
  * when none or all do (the other then never decodes), else r / c scaled, kept in [1, TAB_TOTAL). */
-static uint16_t turn_freq(uint32_t r, uint32_t c)
+static uint16_t fall_freq(uint32_t r, uint32_t c)
 {
     if (r == 0 || r == c)
         return r ? TAB_TOTAL : 0;
@@ -443,14 +436,9 @@ typedef struct ctx_head {
     uint16_t freq[NB][NSYM];
     unsigned states;            /* rANS states: 1, or 2 (PATCH_CTX_TWO_STATES) */
     int counts;                 /* count tables (PATCH_CTX_COUNT_TABLES) */
-    int dirs;                   /* values coded by the previous directions (PATCH_CTX_PREV_DIRS) */
-    uint32_t c0[NB];            /* a band's changes in its first table: all of them, or (dirs and no
-                                 * value mode) those without a previous direction */
-    uint16_t freq1[NB][NSYM];   /* the second table (dirs): the changes that moved before, their
-                                 * values turned to that direction */
     uint8_t sdir[NB];           /* a band with a value mode: how its direction bits are coded (SD_*) */
-    uint16_t turn[NB];          /* sdir not SD_RAW: the frequency (of TAB_TOTAL) of
-                                 * its direction bits that turn from the previous direction */
+    uint16_t fall[NB];          /* sdir SD_FALL: the frequency (of TAB_TOTAL) of its direction bits
+                                 * that fall */
     size_t rans_at, rans_len;   /* in val */
     size_t esc_at;              /* the escape bits: val[esc_at .. val_len) */
 } ctx_head;
@@ -512,7 +500,7 @@ static int parse_counts(const uint8_t *val, size_t val_len, size_t *at, unsigned
     return 0;
 }
 
-static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t pos_len, const uint8_t *val,
+static int parse_head(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val,
                       size_t val_len, size_t k, uint32_t n, ctx_head *h, const char *tensor, uint64_t chunk)
 {
     if (!patch_ctx_dtype_ok(dt))
@@ -525,14 +513,11 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
                         PATCH_POS_CONTEXT_LAST);
     h->states = pos[0] & PATCH_CTX_TWO_STATES ? 2 : 1;
     h->counts = (pos[0] & PATCH_CTX_COUNT_TABLES) != 0;
-    h->dirs = (pos[0] & PATCH_CTX_PREV_DIRS) != 0;
     const int signs = (pos[0] & PATCH_CTX_SIGN_SYMBOLS) != 0;
-    if (h->dirs && !dirs_ok)
+    if (pos[0] & PATCH_CTX_PREV_DIRS)
         return ctx_fail(PULSE_ERR_UNSUPPORTED, tensor, chunk, "position",
-                        "coding byte %u codes values by the previous step's directions, which this reader "
-                        "does not hold", pos[0]);
-    if (h->dirs && !h->counts)
-        return PFAIL("coding byte %u: previous directions without count tables", pos[0]);
+                        "coding byte %u codes values by the previous step's directions (format 6), which is "
+                        "no longer read", pos[0]);
     if (signs && !h->counts)
         return PFAIL("coding byte %u: sign symbols without count tables", pos[0]);
     if (n == 0 || k == 0 || k > n)
@@ -601,40 +586,26 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
                 return VFAIL("band %u: centre %u outside [1, %u]", b, h->vc[b], cmax);
             h->vm[b] = vm;
         }
-        h->c0[b] = h->c[b];
-        if (h->dirs && !h->vm[b]) {
-            int r = leb_read(val, val_len, &at, &h->c0[b]);
-            if (r)
-                return VFAIL("band %u: count of changes without a previous direction %s", b,
-                             r == -1 ? "truncated" : "malformed");
-            if (h->c0[b] > h->c[b])
-                return VFAIL("band %u: %u changes without a previous direction of its %u", b, h->c0[b], h->c[b]);
-        }
-        int r = 0;
-        if (h->c0[b])
-            r = h->counts ? parse_counts(val, val_len, &at, b, h->c0[b], h->freq[b], tensor, chunk)
+        int r = h->counts ? parse_counts(val, val_len, &at, b, h->c[b], h->freq[b], tensor, chunk)
                           : parse_freqs(val, val_len, &at, b, h->freq[b], tensor, chunk);
-        if (!r && h->c0[b] < h->c[b])
-            r = parse_counts(val, val_len, &at, b, h->c[b] - h->c0[b], h->freq1[b], tensor, chunk);
         if (r)
             return r;
-        h->turn[b] = 0;
+        h->fall[b] = 0;
         h->sdir[b] = SD_RAW;
-        if ((h->dirs || signs) && h->vm[b]) {
-            /* the direction bits: with sign symbols 0 (raw), 2r + 1 (r of them fall) or 2r + 2 (r
-             * turn from the previous direction); with previous directions alone r (turning) */
+        if (signs && h->vm[b]) {
+            /* the direction bits: 0 (raw) or 2r + 1 (r of them fall); 2r + 2 was format 6's (r
+             * turning from the previous direction) */
             uint32_t t;
             if ((r = leb_read(val, val_len, &at, &t)) != 0)
                 return VFAIL("band %u: direction coding %s", b, r == -1 ? "truncated" : "malformed");
-            h->sdir[b] = !signs ? SD_TURN : t == 0 ? SD_RAW : (t & 1u) ? SD_FALL : SD_TURN;
-            if (signs && t)
-                t = (t - 1) / 2;
-            if (h->sdir[b] == SD_TURN && !h->dirs)
+            if (t && !(t & 1u))
                 return VFAIL("band %u: turning directions without the previous directions", b);
-            const char *what = h->sdir[b] == SD_TURN ? "turning" : "falling";
+            h->sdir[b] = t ? SD_FALL : SD_RAW;
+            if (t)
+                t = (t - 1) / 2;
             if (t > h->c[b])
-                return VFAIL("band %u: %u %s directions of its %u changes", b, t, what, h->c[b]);
-            h->turn[b] = turn_freq(t, h->c[b]);
+                return VFAIL("band %u: %u falling directions of its %u changes", b, t, h->c[b]);
+            h->fall[b] = fall_freq(t, h->c[b]);
         }
     }
     uint32_t R;
@@ -653,7 +624,7 @@ static int parse_head(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t po
  * escape bits, and that all end exactly. With old and idx (the changes' positions in decode
  * order) z[] receives the differences; without them (no base) the streams are only checked. */
 static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, const uint16_t *old,
-                         const uint8_t *dirs, const uint32_t *idx, uint16_t *z, const char *tensor, uint64_t chunk)
+                         const uint32_t *idx, uint16_t *z, const char *tensor, uint64_t chunk)
 {
     const uint8_t *rp = val + h->rans_at, *rend = rp + h->rans_len;
     /* x decodes this change, x2 the next (two states: they alternate, each change's step
@@ -678,89 +649,80 @@ static int decode_values(const ctx_head *h, const uint8_t *val, size_t val_len, 
         const unsigned vm = h->vm[b], sd = h->sdir[b];   /* sd is SD_RAW where vm is not */
         const uint32_t C = h->vc[b];
         const double L = vm == VM_PRED ? ctx_bf16_value((uint16_t)C) : 0;
-        /* the band's first table, then (dirs) its second, each for its run of changes */
-        for (unsigned q = 0; q < 2; q++) {
-            const uint32_t t0 = q ? h->c0[b] : 0, t1 = q ? h->c[b] : h->c0[b];
-            if (t0 == t1)
-                continue;
-            uint8_t slot[TAB_TOTAL];
-            uint16_t cum[NSYM];
-            const uint16_t *f = q ? h->freq1[b] : h->freq[b];
-            unsigned c = 0;
-            for (unsigned y = 0; y < NSYM; y++) {
-                cum[y] = (uint16_t)c;
-                memset(slot + c, (int)y, f[y]);
-                c += f[y];
+        uint8_t slot[TAB_TOTAL];
+        uint16_t cum[NSYM];
+        const uint16_t *f = h->freq[b];
+        unsigned c = 0;
+        for (unsigned y = 0; y < NSYM; y++) {
+            cum[y] = (uint16_t)c;
+            memset(slot + c, (int)y, f[y]);
+            c += f[y];
+        }
+        for (uint32_t t = 0; t < h->c[b]; t++) {
+            uint32_t sl = x & (TAB_TOTAL - 1);
+            unsigned y = slot[sl];
+            x = f[y] * (x >> TAB_BITS) + sl - cum[y];
+            while (x < RANS_L) {
+                if (rp >= rend)
+                    return VFAIL("rANS stream ends at change %zu", j);
+                x = x << 8 | *rp++;
             }
-            for (uint32_t t = t0; t < t1; t++) {
-                uint32_t sl = x & (TAB_TOTAL - 1);
-                unsigned y = slot[sl];
-                x = f[y] * (x >> TAB_BITS) + sl - cum[y];
+            uint32_t sg = 0;
+            /* the sign is known unless it is a value's fall and the old value is not held */
+            int sg_known = 1;
+            if (sd == SD_FALL) {
+                /* the direction bit, a symbol on the same state: whether it falls (in value terms
+                 * for the predicted mode) */
+                const uint32_t ft = h->fall[b], f0 = TAB_TOTAL - ft, s2 = x & (TAB_TOTAL - 1);
+                const uint32_t falls = s2 >= f0;
+                x = (falls ? ft : f0) * (x >> TAB_BITS) + s2 - (falls ? f0 : 0);
                 while (x < RANS_L) {
                     if (rp >= rend)
                         return VFAIL("rANS stream ends at change %zu", j);
                     x = x << 8 | *rp++;
                 }
-                uint32_t sg = 0;
-                /* the sign is known unless it is coded by a direction this reader does not hold */
-                int sg_known = 1;
-                if (sd != SD_RAW) {
-                    /* the direction bit, a symbol on the same state: whether it turns from the
-                     * element's previous direction (in value terms for the predicted mode), up
-                     * for all where it codes falls */
-                    const uint32_t ft = h->turn[b], f0 = TAB_TOTAL - ft, s2 = x & (TAB_TOTAL - 1);
-                    const uint32_t turns = s2 >= f0;
-                    x = (turns ? ft : f0) * (x >> TAB_BITS) + s2 - (turns ? f0 : 0);
-                    while (x < RANS_L) {
-                        if (rp >= rend)
-                            return VFAIL("rANS stream ends at change %zu", j);
-                        x = x << 8 | *rp++;
-                    }
-                    sg_known = sd == SD_FALL ? vm != VM_PRED || (old && idx) : dirs && idx && (vm != VM_PRED || old);
-                    if (sg_known) {
-                        const uint8_t pd = sd == SD_FALL ? PATCH_DIR_UP : dirs[idx[j]];
-                        sg = turns ^ (prev_down(pd, vm == VM_PRED ? old[idx[j]] : 0) ? 1u : 0u);
-                    }
-                }
-                if (swap) {
-                    const uint32_t t2 = x;
-                    x = x2;
-                    x2 = t2;
-                }
-                if (vm && sd == SD_RAW && br_bits(&esc, 1, &sg))
-                    return VFAIL("sign bits end at change %zu", j);
-                uint32_t u;
-                if (y < NDIRECT) {
-                    u = y + 1;
-                } else {
-                    unsigned L = y - NDIRECT + 4;
-                    uint32_t low;
-                    if (br_bits(&esc, L - 1, &low))
-                        return VFAIL("escape bits end at change %zu", j);
-                    u = (1u << (L - 1)) | low;
-                }
-                uint16_t zz = (uint16_t)u;
-                if (vm == VM_CENTRED) {
-                    /* |d| in [1, 32768], and 32768 only as -32768 */
-                    int32_t v = (int32_t)C + unzigzag32(u - 1);
-                    if (v < 1 || v > 32768 || (v == 32768 && !sg && sg_known))
-                        return VFAIL("band %u: change %zu is %c%d ulps", b, j, sg ? '-' : '+', v);
-                    zz = zigzag_d((int16_t)(sg ? -v : v));
-                } else if (vm == VM_PRED && old) {
-                    /* u <= 65535: the distance is within +-32767 steps of the prediction */
-                    uint16_t ov = old[idx[j]], p = ctx_predict(ov, sg, L);
-                    uint16_t nv = ctx_key16((uint16_t)(ctx_key16(p) + (uint16_t)unzigzag32(u - 1)));
-                    if (nv == ov)
-                        return VFAIL("band %u: change %zu equals its old value", b, j);
-                    if (ctx_step_down(ov, nv) != sg)
-                        return VFAIL("band %u: change %zu steps %s, its direction bit says %s", b, j,
-                                     sg ? "up" : "down", sg ? "down" : "up");
-                    zz = zigzag(ov, nv);
-                }
-                if (z)
-                    z[j] = zz;
-                j++;
+                sg_known = vm != VM_PRED || (old && idx);
+                if (sg_known)
+                    sg = falls ^ (vm == VM_PRED && up_falls(old[idx[j]]) ? 1u : 0u);
             }
+            if (swap) {
+                const uint32_t t2 = x;
+                x = x2;
+                x2 = t2;
+            }
+            if (vm && sd == SD_RAW && br_bits(&esc, 1, &sg))
+                return VFAIL("sign bits end at change %zu", j);
+            uint32_t u;
+            if (y < NDIRECT) {
+                u = y + 1;
+            } else {
+                unsigned L = y - NDIRECT + 4;
+                uint32_t low;
+                if (br_bits(&esc, L - 1, &low))
+                    return VFAIL("escape bits end at change %zu", j);
+                u = (1u << (L - 1)) | low;
+            }
+            uint16_t zz = (uint16_t)u;
+            if (vm == VM_CENTRED) {
+                /* |d| in [1, 32768], and 32768 only as -32768 */
+                int32_t v = (int32_t)C + unzigzag32(u - 1);
+                if (v < 1 || v > 32768 || (v == 32768 && !sg && sg_known))
+                    return VFAIL("band %u: change %zu is %c%d ulps", b, j, sg ? '-' : '+', v);
+                zz = zigzag_d((int16_t)(sg ? -v : v));
+            } else if (vm == VM_PRED && old) {
+                /* u <= 65535: the distance is within +-32767 steps of the prediction */
+                uint16_t ov = old[idx[j]], p = ctx_predict(ov, sg, L);
+                uint16_t nv = ctx_key16((uint16_t)(ctx_key16(p) + (uint16_t)unzigzag32(u - 1)));
+                if (nv == ov)
+                    return VFAIL("band %u: change %zu equals its old value", b, j);
+                if (ctx_step_down(ov, nv) != sg)
+                    return VFAIL("band %u: change %zu steps %s, its direction bit says %s", b, j,
+                                 sg ? "up" : "down", sg ? "down" : "up");
+                zz = zigzag(ov, nv);
+            }
+            if (z)
+                z[j] = zz;
+            j++;
         }
     }
     if (x != RANS_L || x2 != RANS_L)
@@ -799,63 +761,16 @@ static int check_rice(const ctx_head *h, const uint8_t *pos, uint32_t n, const c
     return 0;
 }
 
-static int ctx_check(pulse_dtype dt, int dirs_ok, const uint8_t *pos, size_t pos_len, const uint8_t *val,
-                     size_t val_len, size_t k, uint32_t n, const char *tensor, uint64_t chunk)
-{
-    ctx_head h;
-    int err = parse_head(dt, dirs_ok, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
-    if (!err)
-        err = check_rice(&h, pos, n, tensor, chunk);
-    if (!err)
-        err = decode_values(&h, val, val_len, NULL, NULL, NULL, NULL, tensor, chunk);
-    return err;
-}
-
 int patch_ctx_check(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
                     size_t k, uint32_t n, const char *tensor, uint64_t chunk)
 {
-    return ctx_check(dt, 0, pos, pos_len, val, val_len, k, n, tensor, chunk);
-}
-
-int patch_ctx_check_dirs(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
-                         size_t k, uint32_t n, const char *tensor, uint64_t chunk)
-{
-    return ctx_check(dt, 1, pos, pos_len, val, val_len, k, n, tensor, chunk);
-}
-
-/* z(-d) from z(d): the even z of d > 0 and the odd one of -d are neighbours; -32768 is its own */
-static inline uint16_t flip_z(uint16_t z)
-{
-    return z == 0xFFFFu ? z : (uint16_t)(z & 1u ? z + 1u : z - 1u);
-}
-
-/* The values of each band without a value mode from stream order (the changes without a
- * previous direction, then those that moved, as the direction they moved) to decode order, by
- * the direction of each change's position. */
-static int values_from_dirs(patch_ctx_scratch *s, const ctx_head *h, const uint8_t *dirs, const uint32_t *idx,
-                            uint16_t *z, const char *tensor, uint64_t chunk)
-{
-    if (!s->zt && !(s->zt = malloc((size_t)s->cap * sizeof *s->zt)))
-        return pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", s->cap);
-    size_t j0 = 0;
-    for (unsigned b = 0; b < NB; b++) {
-        const uint32_t c = h->c[b], c0 = h->c0[b];
-        if (h->mode[b] == MODE_NONE || h->vm[b]) {
-            j0 += c;
-            continue;
-        }
-        memcpy(s->zt, z + j0, (size_t)c * sizeof *z);
-        uint32_t p0 = 0, p1 = c0;
-        for (uint32_t t = 0; t < c; t++) {
-            const uint8_t d = dirs[idx[j0 + t]];
-            if (d == PATCH_DIR_NONE ? p0 == c0 : p1 == c)
-                return VFAIL("band %u: %u of its %u changes written without a previous direction, the "
-                             "directions held give %s", b, c0, c, p0 == c0 ? "more" : "fewer");
-            z[j0 + t] = d == PATCH_DIR_NONE ? s->zt[p0++] : d == PATCH_DIR_DOWN ? flip_z(s->zt[p1++]) : s->zt[p1++];
-        }
-        j0 += c;
-    }
-    return 0;
+    ctx_head h;
+    int err = parse_head(dt, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
+    if (!err)
+        err = check_rice(&h, pos, n, tensor, chunk);
+    if (!err)
+        err = decode_values(&h, val, val_len, NULL, NULL, NULL, tensor, chunk);
+    return err;
 }
 
 /* ---- decode ------------------------------------------------------------------------------- */
@@ -879,15 +794,15 @@ static const uint16_t *band_source(patch_ctx_scratch *s, pulse_dtype dt, const u
 /* patch_ctx_decode, and with light set patch_ctx_check_base: a band's listed ranks, checked
  * strictly ascending and below its members, leave no select that can fail, so positions are
  * found only where a value needs its old one (a predicted band's, into idx at their place). */
-static int ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint8_t *dirs, uint32_t n,
-                      const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx,
-                      uint16_t *z, int light, const char *tensor, uint64_t chunk)
+static int ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
+                      size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
+                      int light, const char *tensor, uint64_t chunk)
 {
     if (!s || !old || !idx || !z || n > s->cap)
         return ctx_fail(PULSE_ERR_INVALID, tensor, chunk, "position", "chunk of %u elements, scratch for %u",
                         n, s ? s->cap : 0);
     ctx_head h;
-    int err = parse_head(dt, dirs != NULL, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
+    int err = parse_head(dt, pos, pos_len, val, val_len, k, n, &h, tensor, chunk);
     if (err)
         return err;
     const pulse_kernels *K = pulse_kernels_get();
@@ -950,33 +865,21 @@ static int ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     }
     /* out == k: each band gave exactly its count (mode 2: its members less the G listed), and
      * the counts add up to k (parse_head) */
-    err = decode_values(&h, val, val_len, old, dirs, idx, light ? NULL : z, tensor, chunk);
-    if (!err && h.dirs)
-        err = values_from_dirs(s, &h, dirs, idx, z, tensor, chunk);
-    return err;
+    return decode_values(&h, val, val_len, old, idx, light ? NULL : z, tensor, chunk);
 }
 
 int patch_ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
                      size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
                      const char *tensor, uint64_t chunk)
 {
-    return ctx_decode(s, dt, old, NULL, n, pos, pos_len, val, val_len, k, idx, z, 0, tensor, chunk);
-}
-
-int patch_ctx_decode_dirs(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint8_t *dirs,
-                          uint32_t n, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
-                          size_t k, uint32_t *idx, uint16_t *z, const char *tensor, uint64_t chunk)
-{
-    if (!dirs)
-        return ctx_fail(PULSE_ERR_INVALID, tensor, chunk, "value", "no directions given");
-    return ctx_decode(s, dt, old, dirs, n, pos, pos_len, val, val_len, k, idx, z, 0, tensor, chunk);
+    return ctx_decode(s, dt, old, n, pos, pos_len, val, val_len, k, idx, z, 0, tensor, chunk);
 }
 
 int patch_ctx_check_base(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
                          size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
                          const char *tensor, uint64_t chunk)
 {
-    return ctx_decode(s, dt, old, NULL, n, pos, pos_len, val, val_len, k, idx, z, 1, tensor, chunk);
+    return ctx_decode(s, dt, old, n, pos, pos_len, val, val_len, k, idx, z, 1, tensor, chunk);
 }
 
 /* ---- encode ------------------------------------------------------------------------------- */
@@ -1067,12 +970,12 @@ static double mode_header_bits(uint32_t C)
     return 8.0 * (1 + (C < 128 ? 1 : C < 16384 ? 2 : 3));
 }
 
-/* Bits of S direction bits as symbols of whether they fall or turn, turned (or fell) of S, under
- * their own frequency and with their count. */
-static double sign_bits(uint32_t turned, uint32_t S)
+/* Bits of S direction bits as symbols of whether they fall, fell of S, under their own frequency
+ * and with their count. */
+static double sign_bits(uint32_t fell, uint32_t S)
 {
-    uint32_t kept = S - turned;
-    return (turned ? turned * log2((double)S / turned) : 0) + (kept ? kept * log2((double)S / kept) : 0) + 8.0;
+    uint32_t kept = S - fell;
+    return (fell ? fell * log2((double)S / fell) : 0) + (kept ? kept * log2((double)S / kept) : 0) + 8.0;
 }
 
 /* A VM_PRED value: u of the new value nv from old value ov, its direction in *t; 0 when the
@@ -1085,70 +988,47 @@ static inline uint32_t pred_u(uint16_t ov, uint16_t nv, double L, uint32_t *t)
     return r == INT16_MIN ? 0 : zigzag32(r) + 1;
 }
 
-/* The coding (SD_*) of a sample of S direction bits of which fell fall and turned turn from their
- * previous direction, the cheapest of those allowed, in *bits: symbols only where they save an
- * eighth of a bit a change on the raw bits, as each costs the decoder a second rANS step. */
-static unsigned sign_choice(int raw_ok, int fall_ok, int turn_ok, uint32_t fell, uint32_t turned, uint32_t S,
-                            double *bits)
+/* The coding (SD_*) of a sample of S direction bits of which fell fall, the cheaper of raw bits
+ * and (fall_ok) symbols, in *bits: symbols only where they save an eighth of a bit a change on
+ * the raw bits, as each costs the decoder a second rANS step. */
+static unsigned sign_choice(int fall_ok, uint32_t fell, uint32_t S, double *bits)
 {
-    const double pen = S / 8.0;
-    unsigned best = SD_RAW;
-    double bb = raw_ok ? (double)S : INFINITY, fb = fall_ok ? sign_bits(fell, S) : INFINITY;
-    double tb = turn_ok ? sign_bits(turned, S) : INFINITY;
-    if (fb + pen < bb) {
-        best = SD_FALL;
-        bb = fb + pen;
-    }
-    if (tb + (raw_ok ? pen : 0) < bb)
-        best = SD_TURN;
-    *bits = best == SD_RAW ? (double)S : best == SD_FALL ? fb : tb;
-    return best;
+    const double fb = fall_ok ? sign_bits(fell, S) : INFINITY;
+    const int fall = fb + S / 8.0 < (double)S;
+    *bits = fall ? fb : (double)S;
+    return fall ? SD_FALL : SD_RAW;
 }
 
 /* Each band's value mode (VM_*) and centre, the cheapest by an estimate on up to SAMPLE_MAX of
  * its changes (evenly spaced), its symbol counts cnt, and how its direction bits are coded (sd,
- * sign_choice: raw unless only turns are (cls given, not fall_ok); falls where fall_ok; turns
- * where cls gives the previous directions). Bands whose z need under a raw bit a change on
+ * sign_choice: raw, or falls where fall_ok). Bands whose z need under a raw bit a change on
  * average stay VM_DIFF unweighed, so a Llama-like step pays only the counting pass that its
  * tables need anyway. For the bands that change mode, vz[i] becomes the value its symbol codes
- * and gap[i] (free once the Rice streams are written) its direction bit as coded, and turns[b]
- * counts the ones (those that fall or turn). */
+ * and gap[i] (free once the Rice streams are written) its direction bit, and falls[b] counts
+ * the ones (those that fall). */
 static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t *old, const uint16_t *neu,
-                               uint32_t nw, unsigned ebase, const uint32_t *off, const uint32_t *kb,
-                               const uint8_t *cls, int fall_ok, uint8_t *vm, uint32_t *vc,
-                               uint32_t cnt[][NSYM], uint32_t cnt1[][NSYM], uint32_t *c0, uint32_t *turns,
-                               uint8_t *sd)
+                               uint32_t nw, unsigned ebase, const uint32_t *off, const uint32_t *kb, int fall_ok,
+                               uint8_t *vm, uint32_t *vc, uint32_t cnt[][NSYM], uint32_t *falls, uint8_t *sd)
 {
-    const int raw_ok = !cls || fall_ok, turn_ok = cls != NULL;
     uint8_t cand[NB] = {0};   /* 1: weigh VM_CENTRED, 2: also VM_PRED */
     double cost[NB];
     int any = 0, any_pred = 0;
     for (unsigned b = 0; b < NB; b++) {
         vm[b] = VM_DIFF;
         vc[b] = 0;
-        turns[b] = 0;
+        falls[b] = 0;
         sd[b] = SD_RAW;
         memset(cnt[b], 0, sizeof cnt[b]);
-        memset(cnt1[b], 0, sizeof cnt1[b]);
-        c0[b] = kb[b];
         if (!kb[b])
             continue;
         uint64_t raw = 0;
         for (uint32_t i = off[b]; i < off[b] + kb[b]; i++) {
             uint16_t zz = s->vz[i];
-            if (cls && cls[i] != PATCH_DIR_NONE) {
-                /* coded as the direction it moved before: the second table */
-                if (cls[i] == PATCH_DIR_DOWN)
-                    zz = flip_z(zz);
-                cnt1[b][zsym(zz)]++;
-                c0[b]--;
-            } else {
-                cnt[b][zsym(zz)]++;
-            }
+            cnt[b][zsym(zz)]++;
             if (zz > NDIRECT)
                 raw += bitlen16(zz) - 1;
         }
-        cost[b] = sym_bits(cnt[b], c0[b]) + sym_bits(cnt1[b], kb[b] - c0[b]) + (double)raw;
+        cost[b] = sym_bits(cnt[b], kb[b]) + (double)raw;
         /* VM_PRED pays for one pass over the chunk's changes and a prediction each: only where
          * the steps are many ulps, 4 raw bits a change on average */
         cand[b] = raw >= 4ull * kb[b] && pred_ok ? 2 : raw >= kb[b] ? 1 : 0;
@@ -1177,21 +1057,19 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
         uint32_t c = kb[b], S = c < SAMPLE_MAX ? c : SAMPLE_MAX;
         double scale = (double)c / S;
         /* centred: |d| around its median; its sign (d < 0: it falls) raw or a symbol */
-        uint32_t turned = 0, fell = 0;
+        uint32_t fell = 0;
         for (uint32_t t = 0; t < S; t++) {
             uint32_t i = (uint32_t)((uint64_t)t * c / S);
             int32_t d = (int16_t)unzigzag_z(z[i]);
             f[t] = (uint32_t)(d < 0 ? -d : d);
             fell += (uint32_t)(d < 0);
-            if (cls)
-                turned += (uint32_t)(d < 0) ^ (uint32_t)prev_down(cls[off[b] + i], 0);
         }
         uint32_t C1 = median16(f, S, 0, 0xFFFFu);
         C1 = C1 < 1 ? 1 : C1 > VM_CENTRED_MAX ? VM_CENTRED_MAX : C1;
         for (uint32_t t = 0; t < S; t++)
             u[t] = zigzag32((int32_t)f[t] - (int32_t)C1) + 1;
         double sb;
-        unsigned sd1 = sign_choice(raw_ok, fall_ok, turn_ok, fell, turned, S, &sb);
+        unsigned sd1 = sign_choice(fall_ok, fell, S, &sb);
         double c1 = (u_bits(u, S) + sb) * scale + mode_header_bits(C1);
         if (c1 < cost[b]) {
             vm[b] = VM_CENTRED;
@@ -1213,17 +1091,15 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
             C2 = C2 < 1 ? 1 : C2 > VM_PRED_MAX ? VM_PRED_MAX : C2;
             double L = ctx_bf16_value((uint16_t)C2);
             int ok = 1;
-            turned = fell = 0;
+            fell = 0;
             for (uint32_t t = 0; t < S && ok; t++) {
-                uint32_t dir, i = (uint32_t)((uint64_t)t * c / S);
+                uint32_t dir;
                 uint16_t ov = (uint16_t)nvs[t];
                 u[t] = pred_u(ov, (uint16_t)(nvs[t] >> 16), L, &dir);
                 ok = u[t] != 0;
-                fell += dir ^ (uint32_t)prev_down(PATCH_DIR_UP, ov);
-                if (cls)
-                    turned += dir ^ (uint32_t)prev_down(cls[off[b] + i], ov);
+                fell += dir ^ (uint32_t)up_falls(ov);
             }
-            unsigned sd2 = sign_choice(raw_ok, fall_ok, turn_ok, fell, turned, S, &sb);
+            unsigned sd2 = sign_choice(fall_ok, fell, S, &sb);
             double c2 = ok ? (u_bits(u, S) + sb) * scale + mode_header_bits(C2) : cost[b];
             if (c2 < cost[b]) {
                 vm[b] = VM_PRED;
@@ -1239,9 +1115,7 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
             for (uint32_t i = 0; i < c; i++) {
                 int32_t d = (int16_t)unzigzag_z(z[i]);
                 g[i] = z[i] & 1u;   /* z is odd exactly for d < 0: it falls */
-                if (sd[b] == SD_TURN)
-                    g[i] ^= (uint32_t)prev_down(cls[off[b] + i], 0);   /* whether it turns */
-                turns[b] += g[i];
+                falls[b] += g[i];
                 z[i] = (uint16_t)(zigzag32((d < 0 ? -d : d) - (int32_t)vc[b]) + 1);
                 nc[zsym(z[i])]++;
             }
@@ -1256,10 +1130,10 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
                 uint32_t dir, uu = pred_u(ov, nv, L, &dir);
                 if (!uu)
                     break;
-                g[i] = dir;   /* the step down in value; whether it turns, as a value, or falls */
+                g[i] = dir;   /* the step down in value; as a symbol, whether the bit pattern falls */
                 if (sd[b] != SD_RAW)
-                    g[i] ^= (uint32_t)prev_down(sd[b] == SD_TURN ? cls[off[b] + i] : PATCH_DIR_UP, ov);
-                turns[b] += g[i];
+                    g[i] ^= (uint32_t)up_falls(ov);
+                falls[b] += g[i];
                 z[i] = (uint16_t)uu;
                 nc[zsym(z[i])]++;
             }
@@ -1273,31 +1147,12 @@ static void choose_value_modes(patch_ctx_scratch *s, int pred_ok, const uint16_t
                     }
                 vm[b] = VM_DIFF;
                 vc[b] = 0;
-                turns[b] = 0;
+                falls[b] = 0;
                 sd[b] = SD_RAW;
                 continue;
             }
         }
         memcpy(cnt[b], nc, sizeof nc);
-        memset(cnt1[b], 0, sizeof cnt1[b]);
-        c0[b] = c;
-    }
-}
-
-/* A band without a value mode coded by the previous directions: its z (decode order) put in
- * stream order, those without a previous direction first, then those that moved, as the
- * direction they moved (values_from_dirs undoes it). */
-static void values_to_dirs(patch_ctx_scratch *s, uint32_t off, uint32_t c, uint32_t c0)
-{
-    uint16_t *z = s->vz + off;
-    const uint8_t *cls = s->cls + off;
-    memcpy(s->zt, z, (size_t)c * sizeof *z);
-    uint32_t p0 = 0, p1 = c0;
-    for (uint32_t t = 0; t < c; t++) {
-        if (cls[t] == PATCH_DIR_NONE)
-            z[p0++] = s->zt[t];
-        else
-            z[p1++] = cls[t] == PATCH_DIR_DOWN ? flip_z(s->zt[t]) : s->zt[t];
     }
 }
 
@@ -1326,22 +1181,8 @@ static size_t put_counts(const uint32_t *cnt, uint8_t *out)
     return l;
 }
 
-/* Each change's previous direction in decode order (band after band, ascending position). */
-static void gather_dirs(patch_ctx_scratch *s, const uint16_t *src, const uint8_t *dirs, uint32_t nw, unsigned ebase,
-                        const uint32_t *off)
-{
-    uint32_t fill[NB] = {0};
-    for (uint32_t w = 0; w < nw; w++)
-        for (uint64_t bits = s->chw[w]; bits; bits &= bits - 1) {
-            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
-            unsigned b = band_of(src[i], ebase);
-            s->cls[off[b] + fill[b]++] = dirs[i];   /* read as the decoder reads it: not none or down is up */
-        }
-}
-
-static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu,
-                      const uint8_t *dirs, uint32_t n, size_t k, uint8_t *out, size_t cap, uint32_t *pos_len,
-                      uint32_t *val_len)
+int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu, uint32_t n,
+                     size_t k, uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len)
 {
     if (!s || !old || !neu || !out || !pos_len || !val_len)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: missing argument");
@@ -1357,10 +1198,7 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     int err = scratch_encoder(s);
     if (err)
         return err;
-    if (dirs && ((!s->cls && !(s->cls = malloc(s->cap))) ||
-                 (!s->zt && !(s->zt = malloc((size_t)s->cap * sizeof *s->zt)))))
-        return pulse_fail(PULSE_ERR_NOMEM, "context coder scratch (%u elements)", s->cap);
-    const int counts = dirs || !s->freq_tables;
+    const int counts = !s->freq_tables;
     const pulse_kernels *K = pulse_kernels_get();
     const uint16_t *src = band_source(s, dt, old, n);
     if (!src)
@@ -1392,9 +1230,9 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
      * keeps the 4 bytes of the second state */
     const int two = !s->one_state && k >= CTX_TWO_STATES_MIN;
     head[hl++] = (uint8_t)(PATCH_POS_CONTEXT | (two ? PATCH_CTX_TWO_STATES : 0) |
-                           (counts ? PATCH_CTX_COUNT_TABLES : 0) | (dirs ? PATCH_CTX_PREV_DIRS : 0));
-    /* sign symbols allowed: each value-mode band then codes its direction bits raw, as falls or
-     * (dirs) as turns, whichever costs least (choose_value_modes) */
+                           (counts ? PATCH_CTX_COUNT_TABLES : 0));
+    /* sign symbols allowed: each value-mode band then codes its direction bits raw or as falls,
+     * whichever costs least (choose_value_modes) */
     const int may_sign = counts && !s->raw_signs;
     head[hl++] = (uint8_t)ebase;
     bitwr bw = {out + HEAD_MAX, out + cap, 0, 0, 0};
@@ -1440,21 +1278,15 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     size_t rice_len = (size_t)(bw.p - (out + HEAD_MAX));
     /* the gaps are written: s->gap is the value modes' working memory from here */
     uint8_t vm[NB];
-    uint32_t vc[NB], cnt[NB][NSYM], cnt1[NB][NSYM], c0[NB], turns[NB];
-    if (dirs)
-        gather_dirs(s, src, dirs, nw, ebase, off);
+    uint32_t vc[NB], cnt[NB][NSYM], falls[NB];
     uint8_t sd[NB];
-    choose_value_modes(s, dt == PULSE_DT_BF16, old, neu, nw, ebase, off, kb, dirs ? s->cls : NULL, may_sign, vm,
-                       vc, cnt, cnt1, c0, turns, sd);
-    /* flag 8 where a value-mode band codes its direction bits other than the flags before it
-     * can: raw beside previous directions, or as falls */
+    choose_value_modes(s, dt == PULSE_DT_BF16, old, neu, nw, ebase, off, kb, may_sign, vm, vc, cnt, falls, sd);
+    /* flag 8 where a value-mode band codes its direction bits as falls */
     int signs = 0;
     for (unsigned b = 0; b < NB; b++) {
         if (vm[b])
             head[hb[b]] |= HEAD_VMODE;
-        else if (dirs && kb[b])
-            values_to_dirs(s, off[b], kb[b], c0[b]);
-        signs |= vm[b] && sd[b] != (dirs ? SD_TURN : SD_RAW);
+        signs |= vm[b] && sd[b] != SD_RAW;
     }
     if (signs)
         head[0] |= PATCH_CTX_SIGN_SYMBOLS;
@@ -1467,43 +1299,33 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     size_t vl = 0;
     if ((size_t)(vend - v) < NB * BAND_VALUE_HEAD_MAX)
         return pulse_fail(PULSE_ERR_INVALID, "context coder: position stream overran its bound");
-    /* per band its first table (q = 0) and, coded by directions, its second (q = 1) */
-    uint16_t freq[2][NB][NSYM];
-    uint16_t cum[2][NB][NSYM];
+    uint16_t freq[NB][NSYM];
+    uint16_t cum[NB][NSYM];
     for (unsigned b = 0; b < NB; b++) {
         if (!kb[b])
             continue;
         if (vm[b]) {
             v[vl++] = vm[b];
             vl += pulse_leb_put(v + vl, vc[b]);
-        } else if (dirs) {
-            vl += pulse_leb_put(v + vl, c0[b]);
         }
-        for (unsigned q = 0; q < 2; q++) {
-            const uint32_t *cq = q ? cnt1[b] : cnt[b];
-            if (q ? c0[b] == kb[b] : c0[b] == 0)
-                continue;
-            norm_freq(cq, freq[q][b]);
-            unsigned c = 0;
-            for (unsigned y = 0; y < NSYM; y++) {
-                cum[q][b][y] = (uint16_t)c;
-                c += freq[q][b][y];
-            }
-            vl += counts ? put_counts(cq, v + vl) : put_freqs(freq[q][b], v + vl);
+        norm_freq(cnt[b], freq[b]);
+        unsigned c = 0;
+        for (unsigned y = 0; y < NSYM; y++) {
+            cum[b][y] = (uint16_t)c;
+            c += freq[b][y];
         }
-        if (vm[b] && (signs || dirs))   /* how its direction bits are coded, and how many fall or turn */
-            vl += pulse_leb_put(v + vl, !signs ? turns[b] : sd[b] == SD_RAW ? 0 : 2 * turns[b] + sd[b]);
+        vl += counts ? put_counts(cnt[b], v + vl) : put_freqs(freq[b], v + vl);
+        if (vm[b] && signs)   /* how its direction bits are coded: 0 raw, 2r + 1 where r of them fall */
+            vl += pulse_leb_put(v + vl, sd[b] == SD_RAW ? 0 : 2 * falls[b] + SD_FALL);
     }
     uint8_t *rend = s->rbuf + 3 * (size_t)s->cap + 16, *rp = rend;
     /* backwards from the last change: x codes this change, x2 the one before it (two states;
      * one state: x2 unused); change j (decode order) goes on state j & 1 */
     uint32_t x = RANS_L, x2 = RANS_L;
-    for (unsigned seg = 2 * NB; seg-- > 0;) {
-        const unsigned bi = seg / 2, q = seg % 2;
-        const uint32_t t0 = q ? c0[bi] : 0, t1 = q ? kb[bi] : c0[bi];
-        if (t0 == t1)
+    for (unsigned bi = NB; bi-- > 0;) {
+        if (!kb[bi])
             continue;
-        const uint16_t *f = freq[q][bi], *cu = cum[q][bi];
+        const uint16_t *f = freq[bi], *cu = cum[bi];
         /* x / f by a multiply (the states stay below 2^31, where it is exact: ryg_rans's
          * reciprocal), x = (x / f) 2^10 + x % f + cum as x + bias + q (2^10 - f); f = 1 takes
          * q = x - 1 and a bias of cum + 2^10 - 1 */
@@ -1525,19 +1347,18 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
             }
         }
         /* a band with a value mode whose direction bits are symbols: each change's (s->gap,
-         * whether it turns from its previous direction, or falls) after its value's, on the
-         * same state */
+         * whether it falls) after its value's, on the same state */
         const int dsym = vm[bi] && sd[bi] != SD_RAW;
-        const uint32_t ft = dsym ? turn_freq(turns[bi], kb[bi]) : 0;
-        for (uint32_t i = off[bi] + t1; i-- > off[bi] + t0;) {
+        const uint32_t ft = dsym ? fall_freq(falls[bi], kb[bi]) : 0;
+        for (uint32_t i = off[bi] + kb[bi]; i-- > off[bi];) {
             if (dsym) {
-                const uint32_t turn = s->gap[i] & 1u, fs = turn ? ft : TAB_TOTAL - ft;
+                const uint32_t fall = s->gap[i] & 1u, fs = fall ? ft : TAB_TOTAL - ft;
                 const uint32_t xm = ((RANS_L >> TAB_BITS) << 8) * fs;
                 while (x >= xm) {
                     *--rp = (uint8_t)x;
                     x >>= 8;
                 }
-                x = ((x / fs) << TAB_BITS) + x % fs + (turn ? TAB_TOTAL - ft : 0);
+                x = ((x / fs) << TAB_BITS) + x % fs + (fall ? TAB_TOTAL - ft : 0);
             }
             unsigned y = zsym(s->vz[i]);
             uint32_t fy = f[y], xmax = ((RANS_L >> TAB_BITS) << 8) * fy;
@@ -1588,19 +1409,4 @@ static int ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old,
     *pos_len = (uint32_t)pl;
     *val_len = (uint32_t)vl;
     return 0;
-}
-
-int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu, uint32_t n,
-                     size_t k, uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len)
-{
-    return ctx_encode(s, dt, old, neu, NULL, n, k, out, cap, pos_len, val_len);
-}
-
-int patch_ctx_encode_dirs(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu,
-                          const uint8_t *dirs, uint32_t n, size_t k, uint8_t *out, size_t cap, uint32_t *pos_len,
-                          uint32_t *val_len)
-{
-    if (!dirs)
-        return pulse_fail(PULSE_ERR_INVALID, "context coder: no directions given");
-    return ctx_encode(s, dt, old, neu, dirs, n, k, out, cap, pos_len, val_len);
 }

@@ -18,16 +18,14 @@
 #define PATCH_POS_CONTEXT 64u
 #define PATCH_CTX_TWO_STATES 1u
 #define PATCH_CTX_COUNT_TABLES 2u
-/* PATCH_CTX_PREV_DIRS (with count tables only): the values are coded by the direction each element
- * moved in the step before (its "dirs", below; a band without a value mode by two tables, one with
- * a value mode by its direction bits as symbols of whether they turn), which the receiver must
- * hold; the entry points without _dirs refuse such a chunk. */
+/* PATCH_CTX_PREV_DIRS: format 6's values coded by the direction of the step before the base,
+ * which this build no longer reads: a chunk with it is refused (PULSE_ERR_UNSUPPORTED). */
 #define PATCH_CTX_PREV_DIRS 4u
 /* PATCH_CTX_SIGN_SYMBOLS (with count tables only): each band with a value mode says how its
- * changes' direction bits are coded: raw, as rANS symbols of whether the bit pattern falls (its
- * magnitude shrinks) under the band's own frequency, or (with PATCH_CTX_PREV_DIRS) of whether it
- * turns. Where a step moves small weights by many ulps, most of them grow away from zero, so a
- * fall bit costs well under one. Writers set it where a band's choice needs it. */
+ * changes' direction bits are coded: raw, or as rANS symbols of whether the bit pattern falls
+ * (its magnitude shrinks) under the band's own frequency. Where a step moves small weights by
+ * many ulps, most of them grow away from zero, so a fall bit costs well under one. Writers set it
+ * where a band's choice needs it. */
 #define PATCH_CTX_SIGN_SYMBOLS 8u
 #define PATCH_POS_CONTEXT2 (PATCH_POS_CONTEXT | PATCH_CTX_TWO_STATES)
 #define PATCH_POS_CONTEXT_LAST \
@@ -41,34 +39,6 @@ static inline int patch_pos_is_context(uint8_t coding)
  * exp(old) = (old >> 7) & 0xFF for BF16, (old >> 10) & 0x1F for F16, and ebase is written in the
  * chunk. */
 #define PATCH_CTX_BANDS 16u
-
-/* Each element's direction in the step before the one coded: PATCH_DIR_NONE if prev == old, else
- * PATCH_DIR_UP where (int16)(old - prev) > 0 (its bit pattern grew, mod 2^16), PATCH_DIR_DOWN
- * where it fell; a dirs byte of any other value reads as PATCH_DIR_UP. Adam's momentum carries
- * most steps on in the direction of the last, so a change's direction relative to its element's
- * previous one costs well under a bit where its own direction costs one. */
-enum { PATCH_DIR_NONE = 0, PATCH_DIR_UP = 1, PATCH_DIR_DOWN = 2 };
-
-/* The direction of a step from bit pattern a to b of one 16-bit dtype. */
-static inline uint8_t patch_ctx_dir(uint16_t a, uint16_t b)
-{
-    int16_t d = (int16_t)(uint16_t)(b - a);
-    return d == 0 ? PATCH_DIR_NONE : d > 0 ? PATCH_DIR_UP : PATCH_DIR_DOWN;
-}
-
-/* The direction of a step coded as a zigzag ulp difference z (never 0): odd exactly where it
- * steps down. */
-static inline uint8_t patch_ctx_dir_of_zigzag(uint16_t z)
-{
-    return z & 1u ? PATCH_DIR_DOWN : PATCH_DIR_UP;
-}
-
-/* dirs[0..n) of the step prev[0..n) -> old[0..n) (bit patterns of one 16-bit dtype). */
-static inline void patch_ctx_dirs(const uint16_t *prev, const uint16_t *old, uint32_t n, uint8_t *dirs)
-{
-    for (uint32_t i = 0; i < n; i++)
-        dirs[i] = patch_ctx_dir(prev[i], old[i]);
-}
 
 /* Per-thread working memory for chunks of up to chunk_elems elements (allocated once). */
 typedef struct patch_ctx_scratch patch_ctx_scratch;
@@ -97,13 +67,6 @@ static inline int patch_ctx_dtype_ok(pulse_dtype dt)
 int patch_ctx_encode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu, uint32_t n,
                      size_t k, uint8_t *out, size_t cap, uint32_t *pos_len, uint32_t *val_len);
 
-/* patch_ctx_encode with the values coded by dirs[0..n) as well (the first byte then also has
- * PATCH_CTX_PREV_DIRS and PATCH_CTX_COUNT_TABLES): what a receiver that holds the directions of
- * the step before decodes with patch_ctx_decode_dirs. */
-int patch_ctx_encode_dirs(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint16_t *neu,
-                          const uint8_t *dirs, uint32_t n, size_t k, uint8_t *out, size_t cap, uint32_t *pos_len,
-                          uint32_t *val_len);
-
 /* Makes s's encoder write one rANS state, as the first format-5 writers did, or two again from
  * 256 changes (one_state 0): for tests of what older patches hold. */
 void patch_ctx_one_state(patch_ctx_scratch *s, int one_state);
@@ -124,17 +87,10 @@ void patch_ctx_raw_signs(patch_ctx_scratch *s, int raw_signs);
  * zero, the encoding is the only one of these changes at the written parameters); a failure is
  * PULSE_ERR_FORMAT naming the tensor, the chunk and the stream ("position" or "value"),
  * PULSE_ERR_UNSUPPORTED for a first byte outside PATCH_POS_CONTEXT..PATCH_POS_CONTEXT_LAST or
- * with PATCH_CTX_PREV_DIRS (this entry point holds no directions). Nothing else is written. */
+ * with PATCH_CTX_PREV_DIRS. Nothing else is written. */
 int patch_ctx_decode(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, uint32_t n, const uint8_t *pos,
                      size_t pos_len, const uint8_t *val, size_t val_len, size_t k, uint32_t *idx, uint16_t *z,
                      const char *tensor, uint64_t chunk);
-
-/* patch_ctx_decode of a chunk with or without PATCH_CTX_PREV_DIRS, given the directions dirs[0..n)
- * of the step before (the ones it was encoded with; others give other values or a refusal: the
- * count of changes with no previous direction is checked against the one written). */
-int patch_ctx_decode_dirs(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *old, const uint8_t *dirs,
-                          uint32_t n, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
-                          size_t k, uint32_t *idx, uint16_t *z, const char *tensor, uint64_t chunk);
 
 /* Every check of patch_ctx_decode against the base, at less cost: a band's positions are
  * found only where its values need their old ones (its predicted mode), into idx (scratch:
@@ -146,14 +102,8 @@ int patch_ctx_check_base(patch_ctx_scratch *s, pulse_dtype dt, const uint16_t *o
 
 /* The checks that need no base: the band headers and tables parse, their lengths fill both
  * streams exactly, and the band counts add up to k. What pulse_patch_verify can say of a
- * context-coded chunk without the weights it was coded against. Same errors as decode
- * (PATCH_CTX_PREV_DIRS refused as there). */
+ * context-coded chunk without the weights it was coded against. Same errors as decode. */
 int patch_ctx_check(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
                     size_t k, uint32_t n, const char *tensor, uint64_t chunk);
-
-/* patch_ctx_check of a chunk with or without PATCH_CTX_PREV_DIRS (the directions are not needed
- * to check the streams; their count against the positions is decode's). */
-int patch_ctx_check_dirs(pulse_dtype dt, const uint8_t *pos, size_t pos_len, const uint8_t *val, size_t val_len,
-                         size_t k, uint32_t n, const char *tensor, uint64_t chunk);
 
 #endif

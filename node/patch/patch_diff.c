@@ -12,7 +12,6 @@
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/parallel.h"
 #include "node/patch/patch_ctxcode.h"
-#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_internal.h"
 
 void pulse_diff_opts_default(pulse_diff_opts *o)
@@ -113,12 +112,9 @@ static void pair_chunks(void *ctx, size_t j, patch_out_chunk **oc, size_t *n)
 
 /* A BF16 or F16 ulp chunk coded against the exponents of its old values (format 5), into the slot's
  * output buffer, staged there with its digest left to the caller as the other codings leave it;
- * given the step before OLD (the chunk's span pp of the checkpoint before OLD, or the directions
- * of that step: the chunk's first element is `first` of `tensor`) also coded by its directions
- * (format 6); a small chunk also in today's coding; the smallest kept (the coding byte is per
- * chunk). */
+ * a small chunk also in today's coding; the smaller kept (the coding byte is per chunk). */
 static int encode_context(diff_job *d, patch_scratch *s, pulse_dtype dt, const uint16_t *pa, const uint16_t *pb,
-                          const uint8_t *pp, size_t tensor, uint64_t first, size_t len, patch_out_chunk *oc)
+                          size_t len, patch_out_chunk *oc)
 {
     const pulse_kernels *k = pulse_kernels_get();
     size_t n = k->count16(pa, pb, len);   /* the coders find the positions themselves */
@@ -127,37 +123,12 @@ static int encode_context(diff_job *d, patch_scratch *s, pulse_dtype dt, const u
         return 0;
     const size_t cap = patch_chunk_bytes_bound(d->o->chunk_elems);
     struct patch_ctx_scratch *cs = patch_scratch_ctx(s, d->o->chunk_elems);
-    /* room for two codings: without and with the directions (the second half is touched only
-     * with them) */
-    if (!cs || (!s->ctxout && !(s->ctxout = malloc(2 * cap))))
+    if (!cs || (!s->ctxout && !(s->ctxout = malloc(cap))))
         return pulse_fail(PULSE_ERR_NOMEM, "context coder buffers");
     uint32_t pos_len = 0, val_len = 0;
-    const uint8_t *best = s->ctxout;
     int err = 0, fits = patch_ctx_bound((uint32_t)len, n) <= cap;
-    /* coded by the directions too where given; without them only where few changes let the
-     * second table of each band weigh */
-    const int by_dirs = pp || d->o->prev_dirs;
-    const int plain = !by_dirs || n < DIFF_CTX_TRY_BOTH;
-    if (fits && plain &&
-        (err = patch_ctx_encode(cs, dt, pa, pb, (uint32_t)len, n, s->ctxout, cap, &pos_len, &val_len)) != 0)
+    if (fits && (err = patch_ctx_encode(cs, dt, pa, pb, (uint32_t)len, n, s->ctxout, cap, &pos_len, &val_len)) != 0)
         return err;
-    if (fits && by_dirs) {
-        uint32_t dpl = 0, dvl = 0;
-        if (!s->dirs && !(s->dirs = malloc(d->o->chunk_elems)))
-            return pulse_fail(PULSE_ERR_NOMEM, "directions of a chunk (%u elements)", d->o->chunk_elems);
-        if (pp)
-            patch_dirs_of(pp, pa, (uint32_t)len, s->dirs);
-        else
-            patch_dirs_unpack(d->o->prev_dirs, tensor, first, (uint32_t)len, s->dirs);
-        if ((err = patch_ctx_encode_dirs(cs, dt, pa, pb, s->dirs, (uint32_t)len, n, s->ctxout + cap, cap, &dpl,
-                                         &dvl)) != 0)
-            return err;
-        if (!plain || (size_t)dpl + dvl < (size_t)pos_len + val_len) {
-            best = s->ctxout + cap;
-            pos_len = dpl;
-            val_len = dvl;
-        }
-    }
     if (!fits || n < DIFF_CTX_TRY_BOTH) {
         size_t leb_len = 0;
         uint16_t *z = (uint16_t *)(void *)s->vals;
@@ -168,7 +139,7 @@ static int encode_context(diff_job *d, patch_scratch *s, pulse_dtype dt, const u
         if (!fits || (size_t)oc->pos_len + oc->val_len <= (size_t)pos_len + val_len)
             return 0;   /* today's coding, staged in s->planes with its digest as usual */
     }
-    memcpy(s->planes, best, (size_t)pos_len + val_len);
+    memcpy(s->planes, s->ctxout, (size_t)pos_len + val_len);
     oc->staged = s->planes;
     oc->count = (uint32_t)n;
     oc->pos_len = pos_len;
@@ -209,11 +180,8 @@ static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chu
     size_t n;
     const pulse_dtype dt = pulse_ckpt_tensor(d->a, tensor)->dtype;
     if (d->o->context && unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP && patch_ctx_dtype_ok(dt)) {
-        /* the same span of the checkpoint before OLD, where the diff is given it */
-        const uint64_t first = (uint64_t)(oc - d->out[tensor].chunks) * d->o->chunk_elems;
-        const uint8_t *pp = d->o->prev ? pulse_ckpt_tensor(d->o->prev, tensor)->data + first * 2 : NULL;
-        err = encode_context(d, s, dt, (const uint16_t *)(const void *)pa, (const uint16_t *)(const void *)pb, pp,
-                             tensor, first, len, oc);
+        err = encode_context(d, s, dt, (const uint16_t *)(const void *)pa, (const uint16_t *)(const void *)pb, len,
+                             oc);
         goto coded;
     }
     if (unit == 2 && !opaque && d->o->values == PULSE_VALUES_ULP) {
@@ -356,37 +324,11 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     int err = same_layout(old_ckpt, new_ckpt);
     if (err)
         return err;
-    uint8_t prev_id[32];
-    if (o.prev) {
-        if (!o.context)
-            return pulse_fail(PULSE_ERR_INVALID, "a previous checkpoint codes context-coded chunks only (context)");
-        if ((err = same_layout(o.prev, old_ckpt)) != 0)
-            return pulse_fail(err, "the previous checkpoint: %s", pulse_last_error());
-        if (o.prev_id)
-            memcpy(prev_id, o.prev_id, 32);
-        else if ((err = pulse_ckpt_state_id(o.prev, o.threads, prev_id)) != 0)
-            return err;
-    }
-
-    if (o.prev_dirs) {
-        if (!o.context || o.prev)
-            return pulse_fail(PULSE_ERR_INVALID, "the directions of the step before OLD code context-coded chunks "
-                              "only (context), in place of a previous checkpoint");
-        if ((err = patch_dirs_check_ckpt(o.prev_dirs, old_ckpt)) != 0)
-            return err;
-        memcpy(prev_id, pulse_dirs_from_id(o.prev_dirs), 32);
-    }
-
     uint8_t base_id[32], result_id[32];
     if (o.old_id)
         memcpy(base_id, o.old_id, 32);
     else if ((err = pulse_ckpt_state_id(old_ckpt, o.threads, base_id)) != 0)
         return err;
-    if (o.prev_dirs && memcmp(base_id, pulse_dirs_to_id(o.prev_dirs), 32) != 0) {
-        char h1[65], h2[65];
-        return pulse_fail(PULSE_ERR_MISMATCH, "the directions are of a step to state %.16s.., OLD is %.16s..",
-                          pulse_id_hex(pulse_dirs_to_id(o.prev_dirs), h1), pulse_id_hex(base_id, h2));
-    }
     ckpt_chunk_ids new_ids = { 0 };
     if (o.new_id)
         memcpy(result_id, o.new_id, 32);
@@ -426,16 +368,13 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
                                 pair_chunks, &d)) != 0)
         goto done;
     uint64_t table_len = 0;
-    const uint32_t version = !o.context || o.values != PULSE_VALUES_ULP ? PULSE_PATCH_VERSION
-                             : o.prev || o.prev_dirs ? PULSE_PATCH_VERSION_PREV : PULSE_PATCH_VERSION_CONTEXT;
-    if (!o.prev && !o.prev_dirs)
-        memset(prev_id, 0, 32);
+    const uint32_t version = o.context && o.values == PULSE_VALUES_ULP ? PULSE_PATCH_VERSION_CONTEXT
+                                                                        : PULSE_PATCH_VERSION;
     if ((err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, plan_chunk, &d)) != 0
         || (err = patch_table_len(d.out, d.ntensors, 1, pulse_ckpt_metadata(new_ckpt), version, &table_len)) != 0
         || (err = patch_file_create(&d.order.file, out_path, table_len, !o.scratch)) != 0)
         goto done;
     d.order.file.version = version;
-    memcpy(d.order.file.prev_id, prev_id, 32);
     patch_pool own;
     if (!(d.pool = patch_pool_take_kept(PATCH_KEPT_DIFF, o.threads, o.chunk_elems, &own, &err)))
         goto done;

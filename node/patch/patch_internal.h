@@ -15,6 +15,9 @@
 
 /* Fixed header (docs/patch-format.md), all integers little-endian. */
 #define PATCH_MAGIC "PULSEPCH"
+/* Format 6 (format 5 whose values were coded by the step before the base) is no longer read:
+ * refused at open by name, its number never given to another format. */
+#define PATCH_VERSION_BY_DIRECTION 6u
 #define PATCH_HEADER_BYTES 104u
 #define PATCH_DIGEST_BYTES 32u
 #define PATCH_MAX_TABLE (1ull << 32)     /* bytes of tensor table */
@@ -60,8 +63,7 @@ typedef struct patch_tensor {
 } patch_tensor;
 
 struct pulse_patch {
-    uint32_t version;       /* 2 .. 6: 2 has no position coding byte, 4 adds metadata, 5 context-coded chunks,
-                             * 6 values coded by the step before the base */
+    uint32_t version;       /* 2 .. 5: 2 has no position coding byte, 4 adds metadata, 5 context-coded chunks */
     char *metadata;         /* format 4: the result's __metadata__ (compact JSON), NULL when not carried */
     uint8_t *buf;           /* private copy: the whole patch (in memory), or header + table + digest (file) */
     size_t mapped;          /* buf is a read-only mapping of this many bytes, not malloc'd (0: malloc'd) */
@@ -73,9 +75,6 @@ struct pulse_patch {
     uint32_t chunk_elems;
     uint8_t base_id[32];
     uint8_t result_id[32];
-    uint8_t prev_id[32];    /* format 6: the state id of the checkpoint before the base */
-    const pulse_ckpt *prev; /* that checkpoint, once given (pulse_patch_set_prev); NULL before */
-    const pulse_dirs *prev_dirs; /* or only the directions of its step (pulse_patch_set_prev_dirs) */
     patch_tensor *tensors;
     size_t ntensors;
     patch_chunk *chunks;
@@ -104,8 +103,6 @@ static inline int patch_chunk_absent(const pulse_patch *p, size_t k)
 
 /* Checks and decodes every present chunk of a sliced patch (pulse_patch_verify's pass). */
 int patch_slice_verify(const pulse_patch *p, int threads);
-/* Frees what a sliced patch holds beyond an open patch (pulse_patch_close). */
-void patch_slice_free(pulse_patch *p);
 
 /* Bytes per unit of a dtype coded element-wise; 0 for OPAQUE. */
 unsigned patch_dtype_unit(pulse_dtype dt);
@@ -133,7 +130,6 @@ typedef struct patch_scratch {
     size_t run_cap;
     struct patch_ctx_scratch *ctx;  /* the context coder's working memory, lazily (format 5) */
     uint8_t *ctxout;        /* the diff's context-coded chunk, beside today's coding (lazily, chunk bound) */
-    uint8_t *dirs;          /* chunk_elems: a chunk's directions in the step before its base (format 6, lazily) */
 } patch_scratch;
 
 typedef struct patch_pool {
@@ -398,7 +394,7 @@ int patch_check_ulp_streams(const pulse_patch *p, const patch_chunk *c, const ui
 int patch_write_cached_chunk(const pulse_patch *p, size_t i, patch_scratch *s, const patch_cache *cache,
                              uint8_t *dst);
 
-/* ---- context-coded chunks, formats 5 and 6 (patch_ctxchunk.c) ---------------------------------- */
+/* ---- context-coded chunks, format 5 (patch_ctxchunk.c) ---------------------------------- */
 
 /* Whether chunk c, whose coded bytes are at bytes, is context-coded: coded against the
  * exponents of the base's old values, so that only a reader holding the base decodes it. */
@@ -413,16 +409,13 @@ int patch_decode_bytes_base(const pulse_patch *p, const patch_chunk *c, patch_sc
                             const uint8_t *base);
 /* The same reading the chunk's bytes first (digest checked). */
 int patch_decode_chunk_base(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base);
-/* patch_decode_chunk_base with the directions a chunk coded by direction (format 6) is decoded
- * with given (dirs[0..c->len)), not taken from the patch's previous checkpoint: a squash's, from
- * the patch before it in the chain. */
-int patch_decode_chunk_dirs(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base,
-                            const uint8_t *dirs);
-/* Pass 1 for a context-coded chunk i: decoded against base into the cache while it has room
- * (entry bits PATCH_CACHE_CONTEXT: k positions, then k 16-bit values), else into s; base NULL
- * (a verify without the weights): the checks that need no base (patch_ctx_check). */
-int patch_check_context(const pulse_patch *p, size_t i, const uint8_t *bytes, patch_scratch *s, patch_cache *cache,
-                        const uint8_t *base);
+/* Context chunk c (bytes digest-checked) decoded against base into idx and z (k entries each);
+ * with light set only checked against base (patch_ctx_check_base: idx and z are then scratch).
+ * base NULL: refused, PULSE_ERR_UNSUPPORTED naming the chunk. */
+int patch_decode_context(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *bytes,
+                         const uint8_t *base, uint32_t *idx, uint16_t *z, int light);
+/* A context chunk's checks that need no base (patch_ctx_check). */
+int patch_check_context_streams(const pulse_patch *p, const patch_chunk *c, const uint8_t *bytes);
 /* As patch_decode_chunk_base, the positions always ascending (as every other coding gives them). */
 int patch_decode_chunk_sorted(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, const uint8_t *base);
 /* A chunk's checks by a reader without the base (digest first): decoded whole, or, context-coded,
@@ -430,9 +423,6 @@ int patch_decode_chunk_sorted(const pulse_patch *p, const patch_chunk *c, patch_
 int patch_verify_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s);
 /* The chunk's first element in checkpoint ck, or NULL when ck is NULL. */
 const uint8_t *patch_chunk_base(const pulse_patch *p, const patch_chunk *c, const pulse_ckpt *ck);
-/* The directions (patch_ctx_dirs) of n elements from prev (16-bit patterns, any alignment) to
- * old: what a chunk of format 6 is coded by. */
-void patch_dirs_of(const uint8_t *prev, const uint16_t *old, uint32_t n, uint8_t *dirs);
 
 /* The layout of an output tensor, for the writer. */
 typedef struct patch_out_tensor {
@@ -486,7 +476,6 @@ typedef struct patch_file_out {
     _Atomic uint64_t written;   /* chunk bytes put so far */
     int durable;                /* fsync before the rename (and the directory after it) */
     uint32_t version;           /* the format version written; 0: PULSE_PATCH_VERSION */
-    uint8_t prev_id[32];        /* format 6: the state id written at the table's end */
     /* the flusher (running only when flusher_on) */
     pthread_t flusher;
     int flusher_on;
@@ -566,9 +555,8 @@ int patch_run_checked_chunks(const pulse_patch *p, pulse_ckpt *target, int threa
 int patch_run_pass1(const pulse_patch *p, pulse_ckpt *base, int threads, patch_cache *cache);
 int patch_run_pass2(const pulse_patch *p, pulse_ckpt *target, int threads, const patch_cache *cache);
 
-/* Layout equality of a patch tensor and a checkpoint tensor (MISMATCH naming it). */
 /* One tensor of the patch against the checkpoint's at the same place: name, dtype, shape
- * (PULSE_ERR_MISMATCH naming it). */
+ * (PULSE_ERR_MISMATCH naming it); and every tensor of both, in order (patch_layout.c). */
 int patch_check_tensor_layout(const patch_tensor *pt, const pulse_tensor *ct);
 int patch_check_layout(const pulse_patch *p, const pulse_ckpt *c);
 

@@ -226,14 +226,6 @@ static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, s
             p->metadata[ml] = 0;
         }
     }
-    if (p->version >= PULSE_PATCH_VERSION_PREV) {
-        /* the state id of the checkpoint before the base, which chunks coded by direction need */
-        const uint8_t *id = rd_take(&r, 32);
-        if (r.bad)
-            return pulse_fail(PULSE_ERR_FORMAT, "tensor table truncated before the previous state id");
-        if (fill)
-            memcpy(p->prev_id, id, 32);
-    }
     if (r.left != 0)
         return pulse_fail(PULSE_ERR_FORMAT, "%zu stray bytes after the tensor table", r.left);
     if (expect_off != p->data_len)
@@ -282,9 +274,14 @@ static int open_owned(pulse_patch **out, uint8_t *buf, size_t buf_len, size_t le
         goto fail;
     }
     uint32_t version = (uint32_t)le(buf + 8, 4);
-    if (version < 2 || version > PULSE_PATCH_VERSION_PREV) {
+    if (version == PATCH_VERSION_BY_DIRECTION) {
+        err = pulse_fail(PULSE_ERR_UNSUPPORTED, "format 6 (patches by direction) is no longer read; diff the "
+                         "checkpoints again with --context (format 5)");
+        goto fail;
+    }
+    if (version < 2 || version > PULSE_PATCH_VERSION_CONTEXT) {
         err = pulse_fail(PULSE_ERR_UNSUPPORTED, "patch format version %u (this build reads 2 to %u)",
-                         version, PULSE_PATCH_VERSION_PREV);
+                         version, PULSE_PATCH_VERSION_CONTEXT);
         goto fail;
     }
     p->version = version;
@@ -643,7 +640,12 @@ void pulse_patch_close(pulse_patch **pp)
     free(p->tensors);
     free(p->chunks);
     free(p->metadata);
-    patch_slice_free(p);
+    /* a sliced patch's (pulse_patch_open_head, patch_slice.c) */
+    for (size_t i = 0; i < p->nheld; i++)
+        free(p->held[i]);
+    free(p->held);
+    free(p->present);
+    free(p->wanted);
     buf_release(p->buf, p->mapped);
     if (p->fd >= 0)
         close(p->fd);
@@ -656,11 +658,6 @@ const uint8_t *pulse_patch_base_id(const pulse_patch *p) { return p->base_id; }
 const uint8_t *pulse_patch_result_id(const pulse_patch *p) { return p->result_id; }
 uint32_t pulse_patch_chunk_elems(const pulse_patch *p) { return p->chunk_elems; }
 uint32_t pulse_patch_version(const pulse_patch *p) { return p->version; }
-
-const uint8_t *pulse_patch_prev_id(const pulse_patch *p)
-{
-    return p->version >= PULSE_PATCH_VERSION_PREV ? p->prev_id : NULL;
-}
 size_t pulse_patch_tensor_count(const pulse_patch *p) { return p->ntensors; }
 uint64_t pulse_patch_head_bytes(const pulse_patch *p) { return p->header_bytes; }
 int pulse_patch_is_sliced(const pulse_patch *p) { return p->present != NULL; }

@@ -57,7 +57,6 @@ static void scratch_free(patch_scratch *s)
     free(s->dense); free(s->mark); free(s->in); free(s->run); free(s->bounce);
     patch_ctx_scratch_free(s->ctx);
     free(s->ctxout);
-    free(s->dirs);
     ZSTD_freeCCtx(s->cctx);
     ZSTD_freeDCtx(s->dctx);
     memset(s, 0, sizeof *s);
@@ -130,10 +129,8 @@ void patch_pool_trim(patch_pool *pool)
         free(s->dense); free(s->mark); free(s->bounce);
         patch_ctx_scratch_free(s->ctx);
         free(s->ctxout);
-        free(s->dirs);
         s->ctx = NULL;
         s->ctxout = NULL;
-        s->dirs = NULL;
         s->idx = s->gaps = NULL;
         s->leb = s->vals = s->planes = s->planes2 = s->dense = s->mark = s->bounce = NULL;
     }

@@ -175,12 +175,3 @@ int patch_slice_verify(const pulse_patch *p, int threads)
     patch_pool_free(&j.pool);
     return err;
 }
-
-void patch_slice_free(pulse_patch *p)
-{
-    for (size_t i = 0; i < p->nheld; i++)
-        free(p->held[i]);
-    free(p->held);
-    free(p->present);
-    free(p->wanted);
-}

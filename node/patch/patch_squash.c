@@ -5,8 +5,6 @@
 
 #include "base/fail.h"
 #include "node/parallel.h"
-#include "node/patch/patch_ctxcode.h"
-#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_internal.h"
 
 /* Streaming, the most coded bytes kept waiting for their turn in the file (as the diff's). */
@@ -21,7 +19,6 @@ typedef struct squash_job {
     uint64_t *chunk_start;
     size_t ntensors;
     patch_pool pool;
-    pulse_dirs *dirs;   /* where asked: the directions of the composed step, set chunk by chunk */
     /* One ulp patch against its base (a follower's journal step): which chunks the result
      * changes is known before any is coded (those the patch changes, a ulp difference never
      * being zero), so each goes to the file in its turn (order: job j = global chunk j) and the
@@ -59,11 +56,6 @@ static int squash_one_ulp(const squash_job *q, const patch_chunk *c, patch_scrat
         oc->count = 0;
         return err;
     }
-    if (q->dirs && q->dirs->elems[c->tensor]) {
-        const uint16_t *z = (const uint16_t *)(const void *)s->vals;
-        for (uint32_t j = 0; j < c->count; j++)
-            patch_dirs_set(q->dirs, c->tensor, c->first + s->idx[j], patch_ctx_dir_of_zigzag(z[j]));
-    }
     const pulse_kernels *k = pulse_kernels_get();
     switch (unit) {
     case 1: k->ulp_to_abs8(base, s->idx, c->count, s->vals, s->dense); break;
@@ -78,17 +70,6 @@ static int squash_one_ulp(const squash_job *q, const patch_chunk *c, patch_scrat
     if ((err = patch_pos_probe(q->p[0], c, bytes, &pp)) != 0)
         return err;
     return patch_encode_abs_at(s, &pp, c->count, s->dense, unit, q->level, oc);
-}
-
-/* The directions (patch_ctx_dirs) of the step a decoded chunk (s->idx, s->vals: ulp
- * differences or new values) takes from dense, which still holds the state before it. */
-static void step_dirs(const uint16_t *dense, const patch_scratch *s, uint32_t count, int ulp, uint8_t *dirs,
-                      uint32_t len)
-{
-    const uint16_t *v = (const uint16_t *)(const void *)s->vals;
-    memset(dirs, 0, len);
-    for (uint32_t j = 0; j < count; j++)
-        dirs[s->idx[j]] = ulp ? patch_ctx_dir_of_zigzag(v[j]) : patch_ctx_dir(dense[s->idx[j]], v[j]);
 }
 
 /* Chunk `job`'s coded bytes, before its slot is given back: kept for the file written at the
@@ -148,31 +129,15 @@ static int squash_code(squash_job *q, size_t job)
     if (base)
         memcpy(s->dense, base, (size_t)len * unit);
     memset(s->mark, 0, len);
-    /* A format-6 patch after the first decodes by the directions of the step before it: those
-     * of the patch before it in the chain, kept here chunk by chunk (the first one's come from
-     * its previous checkpoint, pulse_patch_set_prev). */
-    uint8_t *dirs = NULL;
-    for (size_t i = 1; i < q->n && base && unit == 2 && !dirs; i++)
-        if (q->p[i]->version >= PULSE_PATCH_VERSION_PREV && !(dirs = calloc(len ? len : 1, 1))) {
-            patch_pool_give(&q->pool, s);
-            return pulse_fail(PULSE_ERR_NOMEM, "directions of a chunk (%u elements)", len);
-        }
     uint32_t last_count = 0;
     for (size_t i = 0; i < q->n && !err; i++) {
         const patch_chunk *c = find_chunk(q->p[i], lo, ci);
-        if (!c) {
-            if (dirs)
-                memset(dirs, 0, len);   /* this step changed nothing here */
+        if (!c)
             continue;
-        }
         /* With a base, dense holds the state patch i starts from: a context-coded chunk
          * (format 5) decodes against it. */
-        if ((err = i && dirs ? patch_decode_chunk_dirs(q->p[i], c, s, s->dense, dirs)
-                             : patch_decode_chunk_base(q->p[i], c, s, base ? s->dense : NULL)) != 0)
+        if ((err = patch_decode_chunk_base(q->p[i], c, s, base ? s->dense : NULL)) != 0)
             break;
-        if (dirs)
-            step_dirs((const uint16_t *)(const void *)s->dense, s, c->count, q->p[i]->values == PULSE_VALUES_ULP,
-                      dirs, len);
         last_count = c->count;
         if (opaque) {
             memcpy(s->dense, s->vals, len);
@@ -206,11 +171,6 @@ static int squash_code(squash_job *q, size_t job)
             case 2: n = k->diff16((const uint16_t *)base, (const uint16_t *)s->dense, len, s->idx); break;
             default: n = k->diff32((const uint32_t *)base, (const uint32_t *)s->dense, len, s->idx); break;
             }
-            if (q->dirs && q->dirs->elems[lo]) {
-                const uint16_t *b16 = (const uint16_t *)(const void *)base, *r16 = (const uint16_t *)s->dense;
-                for (size_t j = 0; j < n; j++)
-                    patch_dirs_set(q->dirs, lo, first + s->idx[j], patch_ctx_dir(b16[s->idx[j]], r16[s->idx[j]]));
-            }
         } else {
             for (uint32_t j = 0; j < len; j++)
                 if (s->mark[j])
@@ -231,7 +191,6 @@ static int squash_code(squash_job *q, size_t job)
     }
     if (!err)
         err = squash_out(q, job, oc);   /* out of the slot before it is given back */
-    free(dirs);
     patch_pool_give(&q->pool, s);
     return err;
 }
@@ -272,9 +231,8 @@ static int same_patch_layout(const pulse_patch *a, const pulse_patch *b, size_t 
     return 0;
 }
 
-/* pulse_patch_squash, and with dirs (a base given) the directions of the composed step too. */
-static int squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
-                  const char *out_path, pulse_dirs **dirs, const char *dirs_path)
+int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
+                       const char *out_path)
 {
     if (!p || n == 0 || !out_path)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_squash: no patches or no output");
@@ -294,11 +252,6 @@ static int squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int t
         if (i && memcmp(p[i - 1]->result_id, p[i]->base_id, 32) != 0)
             return pulse_fail(PULSE_ERR_MISMATCH, "patch %zu starts at %.16s.., patch %zu ends at %.16s..: not consecutive",
                               i + 1, pulse_id_hex(p[i]->base_id, h1), i, pulse_id_hex(p[i - 1]->result_id, h2));
-        /* a format-6 patch is decoded by the step of the patch before it, which must be its
-         * previous step */
-        if (i && p[i]->version >= PULSE_PATCH_VERSION_PREV && memcmp(p[i]->prev_id, p[i - 1]->base_id, 32) != 0)
-            return pulse_fail(PULSE_ERR_MISMATCH, "patch %zu was coded after state %.16s.., patch %zu starts at %.16s..",
-                              i + 1, pulse_id_hex(p[i]->prev_id, h1), i, pulse_id_hex(p[i - 1]->base_id, h2));
     }
     if (any_ulp && !base)
         return pulse_fail(PULSE_ERR_INVALID, "ulp-coded patches need the base checkpoint to be squashed (--base)");
@@ -315,15 +268,6 @@ static int squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int t
 
     squash_job q = { .p = p, .n = n, .base = base, .level = zstd_level, .order = { .file = { .fd = -1 } } };
     q.stream = n == 1 && base && p[0]->values == PULSE_VALUES_ULP;
-    if (dirs) {
-        if (!base)
-            return pulse_fail(PULSE_ERR_INVALID, "the directions of a squash need its base");
-        if ((err = patch_dirs_empty_at(&q.dirs, p[0], p[0]->base_id, p[n - 1]->result_id, dirs_path)) != 0)
-            return err;
-        /* two chunks of a tensor share a byte of its directions unless a chunk is whole bytes */
-        if (p[0]->chunk_elems % 4)
-            threads = 1;
-    }
     q.ntensors = p[0]->ntensors;
     q.out = calloc(q.ntensors ? q.ntensors : 1, sizeof *q.out);
     q.chunk_start = calloc(q.ntensors + 1, sizeof *q.chunk_start);
@@ -385,25 +329,5 @@ done:
     patch_order_free(&q.order);
     patch_out_free(q.out, q.ntensors);
     free(q.chunk_start);
-    if (!err && dirs) {
-        patch_dirs_seal(q.dirs);
-        *dirs = q.dirs;
-    } else {
-        pulse_dirs_free(&q.dirs);
-    }
     return err;
-}
-
-int pulse_patch_squash(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
-                       const char *out_path)
-{
-    return squash(p, n, base, threads, zstd_level, out_path, NULL, NULL);
-}
-
-int patch_squash_dirs(pulse_patch *const *p, size_t n, const pulse_ckpt *base, int threads, int zstd_level,
-                      const char *out_path, pulse_dirs **dirs, const char *dirs_path)
-{
-    if (dirs)
-        *dirs = NULL;
-    return squash(p, n, base, threads, zstd_level, out_path, dirs, dirs_path);
 }

@@ -55,8 +55,8 @@ static void put_le(wbuf *w, uint64_t v, unsigned n)
  * yet: an entry is sized by chunks[c].planned and its fields are placeholders, which gives the
  * table's length (patch_table_len) from this one description of the layout. */
 static int build_table(wbuf *w, uint32_t version, pulse_value_code values, uint32_t chunk_elems,
-                       const uint8_t base_id[32], const uint8_t result_id[32], const uint8_t prev_id[32],
-                       const patch_out_tensor *t, size_t n, int planned, const char *metadata, uint64_t *data_len)
+                       const uint8_t base_id[32], const uint8_t result_id[32], const patch_out_tensor *t, size_t n,
+                       int planned, const char *metadata, uint64_t *data_len)
 {
     uint8_t zero[PATCH_HEADER_BYTES] = { 0 };
     put(w, zero, PATCH_HEADER_BYTES);   /* filled once the table length is known */
@@ -98,9 +98,6 @@ static int build_table(wbuf *w, uint32_t version, pulse_value_code values, uint3
         return pulse_fail(PULSE_ERR_LIMIT, "metadata of %zu bytes", ml);
     put_le(w, ml, 4);
     put(w, metadata ? metadata : "", ml);
-    /* Format 6: the state id of the checkpoint before the base, last */
-    if (version >= PULSE_PATCH_VERSION_PREV)
-        put(w, prev_id, 32);
     if (w->oom)
         return pulse_fail(PULSE_ERR_NOMEM, "patch table");
     uint64_t table_len = w->len - PATCH_HEADER_BYTES;
@@ -133,8 +130,8 @@ int patch_table_len(const patch_out_tensor *t, size_t n, int planned, const char
     static const uint8_t zero_id[32];
     wbuf w = { 0 };
     uint64_t data_len;
-    int err = build_table(&w, version ? version : PULSE_PATCH_VERSION, PULSE_VALUES_ULP, 1, zero_id, zero_id, zero_id,
-                          t, n, planned, metadata, &data_len);
+    int err = build_table(&w, version ? version : PULSE_PATCH_VERSION, PULSE_VALUES_ULP, 1, zero_id, zero_id, t, n,
+                          planned, metadata, &data_len);
     if (!err)
         *len = w.len - PATCH_HEADER_BYTES - 32;
     free(w.p);
@@ -264,7 +261,7 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
     wbuf w = { 0 };
     uint64_t data_len = 0;
     int err = build_table(&w, f->version ? f->version : PULSE_PATCH_VERSION, values, chunk_elems, base_id, result_id,
-                          f->prev_id, t, n, 0, metadata, &data_len);
+                          t, n, 0, metadata, &data_len);
     /* The chunk bytes were placed after a table of the planned length; a chunk that turned out
      * unchanged (or changed) against the plan means the inputs changed under the diff. */
     if (!err && (w.len != f->data_start || data_len != atomic_load(&f->written)))

@@ -22,7 +22,6 @@
 #include "node/sync/events.h"
 #include "node/sync/fetch_stage.h"
 #include "node/sync/phases.h"
-#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_take.h"
 #include "node/sync/follow_internal.h"
 #include "node/sync/journal.h"
@@ -66,10 +65,6 @@ struct pulse_follower {
     pulse_index_refusal *pend;
     size_t npend, cappend;
     size_t nlogged, nquiet;    /* refusals logged in this pull, and those past the cap */
-    /* The directions of the last step applied, for a patch by direction (a weights file's also
-     * in the state directory, loaded on first need; dirs_looked once it was looked for). */
-    pulse_dirs *dirs;
-    int dirs_looked;
     char last_step_refusal[SYNC_KEY_MAX + 512];   /* the last step refusal logged (once, not every poll) */
     apply_phases ph;           /* of the step being applied (its "applied" event) */
 };
@@ -164,7 +159,6 @@ PULSE_API void pulse_follower_close(pulse_follower **pf)
     free(f->store_url);
     free(f->state_dir);
     free(f->weights_path);
-    pulse_dirs_free(&f->dirs);
     sync_slices_free(&f->slices);
     free(f);
     *pf = NULL;
@@ -884,61 +878,6 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
     return r;
 }
 
-static void dirs_path(const pulse_follower *f, char out[4096])
-{
-    snprintf(out, 4096, "%s/directions", f->o.state_dir);
-}
-
-/* The directions of the last step applied, when the state directory holds them (a follower of a
- * weights file; one in memory keeps them in memory) and they end at the state the weights hold;
- * NULL otherwise. A file that does not read goes (logged). */
-static const pulse_dirs *held_dirs(pulse_follower *f)
-{
-    if (!f->dirs_looked && !in_memory(f)) {
-        f->dirs_looked = 1;
-        char path[4096];
-        dirs_path(f, path);
-        int r = patch_dirs_load_mapped(&f->dirs, path);
-        if (r && r != PULSE_ERR_NOTFOUND) {
-            follow_log(f, "directions-dropped", "file", path, "reason", pulse_last_error(), NULL);
-            unlink(path);
-        }
-        pulse_clear_error();
-    }
-    return f->dirs && !memcmp(pulse_dirs_to_id(f->dirs), f->state, 32) ? f->dirs : NULL;
-}
-
-/* Keeps d (taken) as the directions of the step just applied. The step stands either way: a
- * file that cannot be written costs the next step its patch by direction (the plain patch is
- * fetched), so it is logged, not an error. */
-static void keep_dirs(pulse_follower *f, pulse_dirs *d)
-{
-    char path[4096];
-    dirs_path(f, path);
-    pulse_dirs_free(&f->dirs);
-    f->dirs_looked = 1;
-    if (in_memory(f)) {   /* memory does not outlive the process: neither do its directions */
-        f->dirs = d;
-        return;
-    }
-    /* held from the file it is written to (or was built in, beside it), mapped: two bits a
-     * weight of page cache, not of this process's memory */
-    if (patch_dirs_commit(d, path, sync_each_step(f)) != 0) {
-        follow_log(f, "directions-not-kept", "file", path, "reason", pulse_last_error(), NULL);
-        unlink(path);
-        pulse_clear_error();
-        pulse_dirs_free(&d);
-        return;
-    }
-    f->dirs = d;
-}
-
-/* The record's patch by direction (its third object), or NULL. */
-static const pulse_record_object *by_direction_object(const pulse_record *rec)
-{
-    return rec->n_objects == 3 ? &rec->objects[2] : NULL;
-}
-
 /* The largest fetched step held in the process's memory; a larger one is fetched into an
  * unlinked temporary in the state directory and read mapped, so a follower's anonymous memory
  * does not grow with the step (a 7B step at RL densities is several hundred MB). Below it, one
@@ -964,91 +903,31 @@ static int fetch_open(pulse_follower *f, const pulse_record_object *o, uint64_t 
     return patch_open_mem_take(p, data, o->size);
 }
 
-/* Fetches and opens the step's patch: the patch by direction where the record names one and
- * the directions held are those of the step it was coded after (*by_dir set), else the patch. */
-static int fetch_patch(pulse_follower *f, const pulse_record *rec, uint64_t *moved, pulse_patch **p, int *by_dir)
-{
-    const pulse_record_object *bd = by_direction_object(rec);
-    *by_dir = 0;
-    const pulse_dirs *d = bd ? held_dirs(f) : NULL;
-    for (int pass = d ? 0 : 1; pass < 2; pass++) {
-        const pulse_record_object *o = pass ? &rec->objects[0] : bd;
-        int r = fetch_open(f, o, moved, p);
-        if (r)
-            return r;
-        if (pass)
-            return 0;
-        if (pulse_patch_version(*p) < PULSE_PATCH_VERSION_PREV)
-            r = pulse_fail(PULSE_ERR_FORMAT, "its patch by direction is a format-%u patch", pulse_patch_version(*p));
-        else if ((r = pulse_patch_set_prev_dirs(*p, d)) == PULSE_ERR_MISMATCH) {
-            /* coded after a step these weights did not take (they came by another path): the
-             * plain patch instead, its download logged as the one wasted */
-            follow_log(f, "by-direction-skipped", "reason", pulse_last_error(), NULL);
-            pulse_clear_error();
-            pulse_patch_close(p);
-            continue;
-        }
-        if (r) {
-            pulse_patch_close(p);
-            return r;
-        }
-        *by_dir = 1;
-        return 0;
-    }
-    return 0;
-}
-
-/* Verified and chained sync-patch step: fetch the patch, turn it into its absolute form in
- * the journal, then apply that in place. The journal is durable before the first write. */
-/* The same into memory: one pulse_patch_apply_ex, which checks the layout, hashes the base
- * and checks every chunk before its first write, so a step that does not fit leaves the
- * tensors as they were. (A pulse_patch_verify first would repeat that check pass: ~8 ms per
- * 100M parameters at 5 % changed, one core, for nothing.) */
-static int apply_patch_memory(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
+/* A step for weights an engine holds: the patch (or the chunks of the engine's slices) fetched
+ * and checked whole, then handed to the engine, which applies it where its tensors live. */
+static int apply_patch_engine(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
     pulse_patch *p = NULL;
-    pulse_dirs *next = NULL;   /* a run that publishes by direction: this step's directions */
-    int r, by_dir = 0;
-    if (f->slices.n && rec->n_objects >= 2) {
+    int r;
+    if (f->slices.n && rec->n_objects >= 2)
         r = sync_fetch_patch_slices(f->st, f->run, rec, &f->slices, &p, moved);
-    } else if (!f->engine) {
-        r = fetch_patch(f, rec, moved, &p, &by_dir);
-    } else {
+    else
         r = fetch_open(f, rec->objects, moved, &p);
-    }
     if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
-    if (!r && f->engine) {
-        /* The whole patch is checked before the engine sees any of it: a step is all or nothing. */
-        pulse_sync_step s;
-        sync_step_of(rec, rel, *moved, &s);
+    /* The whole patch is checked before the engine sees any of it: a step is all or nothing. */
+    pulse_sync_step s;
+    sync_step_of(rec, rel, *moved, &s);
+    if (!r)
         r = pulse_patch_verify(p, NULL, f->o.threads);
-        if (!r && f->o.on_patch(f->o.engine_ctx, &s, p) != 0)
-            r = pulse_fail(PULSE_ERR_INVALID, "the engine refused step %" PRIu64, rec->step);
-    } else if (!r) {
-        /* The step's directions from the weights before they are written; only kept when the
-         * apply below (which checks that the weights hold the base) succeeds, and a step whose
-         * directions cannot be read is applied without them. */
-        if (!f->slices.n && by_direction_object(rec) && pulse_dirs_of_patch(&next, p, f->o.weights, f->o.threads))
-            pulse_clear_error();
-        /* Not trust_base_id: nothing stops the caller writing its own buffers between pulls. */
-        pulse_patch_apply_opts ao;
-        pulse_patch_apply_opts_default(&ao);
-        ao.threads = f->o.threads;
-        r = pulse_patch_apply_ex(p, f->o.weights, &ao);
-    }
+    if (!r && f->o.on_patch(f->o.engine_ctx, &s, p) != 0)
+        r = pulse_fail(PULSE_ERR_INVALID, "the engine refused step %" PRIu64, rec->step);
     pulse_patch_close(&p);
     if (r) {
-        pulse_dirs_free(&next);
         f->known = 0;
         return r;
     }
-    if (next)
-        keep_dirs(f, next);
-    f->c.steps_by_direction += (uint64_t)by_dir;
     node_journal j = journal_applying(rec, rel);
-    pulse_sync_step s;
-    sync_step_of(rec, rel, *moved, &s);
     return finish_step(f, &j, &s);
 }
 
@@ -1136,6 +1015,8 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
 
 static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
+    /* a third object, a patch by direction, is named by records of earlier publishers: followed by
+     * their plain patch */
     if (rec->n_objects < 1 || rec->n_objects > 3 || strcmp(rec->objects[0].role, "patch") != 0
         || (rec->n_objects >= 2 && strcmp(rec->objects[1].role, SYNC_PATCH_INDEX_ROLE) != 0)
         || (rec->n_objects == 3 && strcmp(rec->objects[2].role, SYNC_PATCH_BY_DIRECTION_ROLE) != 0))
@@ -1144,83 +1025,7 @@ static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const ch
                           rec->n_objects);
     if (memcmp(rec->base, f->state, 32) != 0)
         return pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold");
-    if (!f->engine && !by_direction_object(rec))
-        return apply_patch_staged(f, rec, rel, moved);
-    if (in_memory(f))
-        return apply_patch_memory(f, rec, rel, moved);
-    char jpath[4096], dpath[4096];
-    int r = journal_patch_path(f->o.state_dir, jpath, sizeof jpath);
-    dirs_path(f, dpath);
-    pulse_patch *p = NULL, *abs = NULL;
-    pulse_dirs *next = NULL;   /* a run that publishes by direction: this step's directions */
-    int by_dir = 0;
-    if (!r)
-        r = fetch_patch(f, rec, moved, &p, &by_dir);
-    if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
-        r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
-    pulse_ckpt *w = NULL;
-    if (!r)
-        r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_READ);
-    /* The absolute form: squash of one patch against the weights (layout and base checked
-     * there, every chunk decoded with its digest, so no separate verify pass), holding exactly
-     * the positions the step changes with their final values. */
-    /* A run that publishes by direction: the squash also gives the step's directions, from
-     * each chunk's base and result as it makes the absolute form. */
-    if (!r)
-        r = patch_squash_dirs(&p, 1, w, f->o.threads, 0, jpath, by_direction_object(rec) ? &next : NULL, dpath);
-    pulse_ckpt_close(&w);
-    /* The journal's patch reads back (header and table) before the weights depend on it. */
-    if (!r)
-        r = pulse_patch_open(&abs, jpath);
-    if (r) {
-        pulse_patch_close(&abs);
-        pulse_dirs_free(&next);
-        /* The weights are untouched; if they were not the base after all (changed behind
-         * this node's back), the next pull hashes them again rather than trusting memory. */
-        f->known = 0;
-        pulse_patch_close(&p);
-        return r;
-    }
-    /* From here the weights may be written: the record is indexed as verified, the journal
-     * says "applying". */
-    node_journal j = journal_applying(rec, rel);
-    r = unsynced_before_write(&f->note, f->o.state_dir, f->o.durable);
-    if (!r)
-        r = journal_write(f->o.state_dir, &j, sync_each_step(f));
-    if (!r)
-        r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
-    if (!r) {
-        /* The squash just checked that the weights hold the base. The patch as fetched is
-         * applied, not the journal's absolute form: it holds the same positions, so a crash
-         * part-way leaves each of them at its base or its final value, which the journal's
-         * patch fixes either way, and it is half the bytes to decode, already in memory. A
-         * context-coded patch is the exception: its decode costs several times the absolute
-         * form's (docs/sync.md, "Patches by direction"), and the squash has paid it once. */
-        pulse_patch_apply_opts ao;
-        pulse_patch_apply_opts_default(&ao);
-        ao.threads = f->o.threads;
-        ao.trust_base_id = f->state;
-        r = pulse_patch_apply_ex(pulse_patch_version(p) >= PULSE_PATCH_VERSION_CONTEXT ? abs : p, w, &ao);
-    }
-    if (!r && sync_each_step(f))
-        r = pulse_ckpt_sync(w);
-    pulse_ckpt_close(&w);
-    pulse_patch_close(&abs);
-    pulse_patch_close(&p);
-    if (r) {
-        /* The journal stays: the next start (or pull) finishes the step from it. */
-        pulse_dirs_free(&next);
-        f->known = 0;
-        return r;
-    }
-    /* Before the step is marked done: a crash after this finishes the step from the journal,
-     * and the weights end where these directions do. */
-    if (next)
-        keep_dirs(f, next);
-    f->c.steps_by_direction += (uint64_t)by_dir;
-    pulse_sync_step s;
-    sync_step_of(rec, rel, *moved, &s);
-    return finish_step(f, &j, &s);
+    return f->engine ? apply_patch_engine(f, rec, rel, moved) : apply_patch_staged(f, rec, rel, moved);
 }
 
 /* Whether the keyframe's checkpoint K has exactly the tensors of the weights in memory W. */

@@ -12,7 +12,6 @@
 /* Counters kept by a follower handle since it was opened. */
 typedef struct follow_counters {
     uint64_t steps_applied;
-    uint64_t steps_by_direction;   /* of them, from a patch by direction (docs/sync.md) */
     uint64_t bytes_fetched;        /* records and objects */
     uint64_t verify_failures;      /* records or steps refused */
     uint64_t store_retries;        /* requests the store repeated (pulse_store_retries) */

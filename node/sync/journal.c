@@ -107,8 +107,8 @@ int journal_clear(const char *dir, int durable)
 
 void journal_sweep(const char *dir)
 {
-    /* the journal patch's, and the directions' (built beside their file during a step, or
-     * written there after it): "directions" itself has no dot */
-    static const char *const stems[] = { "journal.patch.tmp.", "directions." };
+    /* the journal patch's; and a step's directions file and its temporaries, which builds that
+     * kept them (format 6, no longer read) left */
+    static const char *const stems[] = { "journal.patch.tmp.", "directions" };
     state_dir_sweep(dir, stems, sizeof stems / sizeof stems[0]);
 }

@@ -44,10 +44,10 @@ int journal_write(const char *dir, const node_journal *j, int durable);
  * (PULSE_ERR_FORMAT) rather than silently ignored, since the weights may be torn. */
 int journal_read(const char *dir, node_journal *j, int *found);
 
-/* Removes the temporaries a killed process left: of a journal patch (the squash writes the patch
- * as it codes it, so one may be as large as the patch) and of a step's directions (built in a
- * temporary during the step): best effort, at start, under the state directory's lock, so that
- * no live writer's temporary is among them. */
+/* Removes the temporaries a killed process left, of a journal patch (the squash writes the patch
+ * as it codes it, so one may be as large as the patch), and the directions files of earlier
+ * builds: best effort, at start, under the state directory's lock, so that no live writer's
+ * temporary is among them. */
 void journal_sweep(const char *dir);
 
 /* Removes the journal, then its patch (an earlier version's), then (DURABLE) fsyncs DIR. */

@@ -16,7 +16,6 @@
 #include "manifest/layout.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
-#include "node/patch/patch_dirs.h"
 #include "node/patch/patch_spans.h"
 #include "node/sync/phases.h"
 #include "node/sync/unsynced.h"
@@ -34,13 +33,10 @@ struct pulse_publisher {
     unsynced_note note;        /* the copy of the last state's (node/sync/unsynced.h) */
     state_dir dir;             /* locked while open: one process publishes from this state */
     publish_phases phases;     /* of the last publish */
-    pulse_dirs *dirs;          /* by_direction: the directions of the step to the last published state */
 };
 
 static void updating_path(const pulse_publisher *p, char out[4096]);
 static void last_path(const pulse_publisher *p, const uint8_t state[32], char out[4096]);
-static void load_dirs(pulse_publisher *p);
-static void dirs_path(const pulse_publisher *p, char out[4096]);
 
 /* The copy of the head's state (the next diff's base): 1 with its path in out, 0 when there is
  * no head or no copy, or an error. */
@@ -120,7 +116,6 @@ PULSE_API void pulse_publisher_close(pulse_publisher **pp)
         return;
     pulse_publisher *p = *pp;
     pulse_publisher_sync(p);
-    pulse_dirs_free(&p->dirs);
     pulse_index_close(&p->ix);
     pulse_key_free(&p->key);
     pulse_store_close(&p->st);
@@ -141,9 +136,6 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     int bad = pulse_check_run(opts->run);
     if (bad)
         return bad;
-    if (opts->size >= offsetof(pulse_publish_opts, by_direction) + sizeof opts->by_direction && opts->by_direction
-        && opts->values != PULSE_VALUES_ULP)
-        return pulse_fail(PULSE_ERR_INVALID, "publisher: patches by direction code ulp values, not abs");
     if (opts->size >= offsetof(pulse_publish_opts, chunk_elems) + sizeof opts->chunk_elems &&
         opts->chunk_elems > PULSE_PATCH_MAX_CHUNK)
         return pulse_fail(PULSE_ERR_INVALID, "publisher chunk size %u elements: at most %u", opts->chunk_elems,
@@ -170,10 +162,10 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
         r = state_dir_open(opts->state_dir, &p->dir);
     }
     if (!r) {
-        /* a step's patch (or its temporary) and the temporaries of last.dirs (built for the
-         * step after it, or being written), left by a publisher that stopped mid-step: the
-         * next step makes them again */
-        static const char *const stems[] = { "pending.patch", "last.dirs." };
+        /* a step's patch (or its temporary), left by a publisher that stopped mid-step: the next
+         * step makes it again; and last.dirs with its temporaries, which builds that published
+         * patches by direction (format 6, no longer read) kept */
+        static const char *const stems[] = { "pending.patch", "last.dirs" };
         state_dir_sweep(opts->state_dir, stems, sizeof stems / sizeof stems[0]);
     }
     if (!r)
@@ -187,8 +179,6 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     }
     if (!r)
         r = copy_after_restart(p);
-    if (!r && p->o.by_direction)
-        load_dirs(p);
     if (r) {
         pulse_publisher_close(&p);
         return r;
@@ -271,10 +261,10 @@ static void step_patch_free(step_patch *sp)
     memset(sp, 0, sizeof *sp);
 }
 
-/* The patch from last (state BASE) to c, coded by the directions prev_dirs where given (format
- * 6), into *sp. NEW's state id is RESULT when known, else hashed by the diff in its own scan. */
+/* The patch from last (state BASE) to c, into *sp. NEW's state id is RESULT when known, else
+ * hashed by the diff in its own scan. */
 static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c, const uint8_t base[32],
-                       const uint8_t *result, const pulse_dirs *prev_dirs, step_patch *sp)
+                       const uint8_t *result, step_patch *sp)
 {
     /* The file is mapped, uploaded and deleted: the uploaded object is the durable copy, and
      * a publisher that stops before the record is written diffs again, so no fsync. */
@@ -293,9 +283,7 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
         d.zstd_level = p->o.zstd_level;
     if (p->o.chunk_elems)
         d.chunk_elems = p->o.chunk_elems;
-    /* a patch by direction is context-coded whatever the plain patch is */
-    d.context = (p->o.context || prev_dirs) && p->o.values == PULSE_VALUES_ULP;
-    d.prev_dirs = d.context ? prev_dirs : NULL;
+    d.context = p->o.context && p->o.values == PULSE_VALUES_ULP;
     int r = pulse_patch_diff(last, c, &d, path);
     if (!r && result)
         memcpy(sp->result, result, 32);
@@ -330,94 +318,34 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
     return r;
 }
 
-/* The step's patch (diffed already, in sp) and its head; by direction, the same step coded by
- * the directions of the step before it (when this publisher published that step) as a third
- * object, and the directions of this step in *next for the step after it. */
-static int publish_patch(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c,
-                         pulse_record *rec, pulse_sync_step *s, pulse_dirs **next, const step_patch *sp)
+/* The step's patch (diffed already, in sp) and its head. */
+static int publish_patch(pulse_publisher *p, pulse_record *rec, pulse_sync_step *s, const step_patch *sp)
 {
-    step_patch sp6 = { 0 };
-    int r = 0;
-    const int by_dir = p->o.by_direction && p->o.values == PULSE_VALUES_ULP;
-    if (by_dir) {
-        char path[4096];
-        dirs_path(p, path);
-        r = patch_dirs_of_step_at(next, last, c, rec->base, rec->result, p->o.threads, path);
-    }
-    const int with6 = by_dir && p->dirs && !memcmp(pulse_dirs_to_id(p->dirs), rec->base, 32);
-    if (!r && with6)
-        r = diff_mapped(p, last, c, rec->base, rec->result, p->dirs, &sp6);
     /* The patch, and its head again as an object of its own: the record's digest of the head
      * binds the chunk table, so a follower holding part of each tensor can check the table,
      * then fetch only its chunks by range and check each against its digest there. */
-    sync_blob blob[3] = { { .data = sp->map, .len = (size_t)sp->stats.file_bytes },
-                          { .data = sp->map, .len = (size_t)sp->stats.header_bytes },
-                          { .data = sp6.map, .len = r || !with6 ? 0 : (size_t)sp6.stats.file_bytes } };
-    const size_t nblobs = with6 ? 3 : 2;
+    sync_blob blob[2] = { { .data = sp->map, .len = (size_t)sp->stats.file_bytes },
+                          { .data = sp->map, .len = (size_t)sp->stats.header_bytes } };
     double t0 = pulse_monotonic_s();
-    if (!r) {
-        for (size_t i = 0; i < nblobs; i++)
-            pulse_sha256(blob[i].data, blob[i].len, blob[i].digest);
-        r = sync_put_objects(p->st, p->run, blob, nblobs, &s->moved_bytes);
-    }
+    for (size_t i = 0; i < 2; i++)
+        pulse_sha256(blob[i].data, blob[i].len, blob[i].digest);
+    int r = sync_put_objects(p->st, p->run, blob, 2, &s->moved_bytes);
     p->phases.upload += ms_since(t0);
     if (!r)
         r = pulse_record_add_object(rec, blob[0].digest, blob[0].len, "patch", "", 0, 0);
     if (!r)
         r = pulse_record_add_object(rec, blob[1].digest, blob[1].len, SYNC_PATCH_INDEX_ROLE, "", 0, 0);
-    if (!r && with6)
-        r = pulse_record_add_object(rec, blob[2].digest, blob[2].len, SYNC_PATCH_BY_DIRECTION_ROLE, "", 0, 0);
     if (!r) {
         rec->changes = sp->stats.changes + sp->stats.opaque_changes;
-        rec->patch_bytes = blob[0].len + blob[1].len + blob[2].len;
+        rec->patch_bytes = blob[0].len + blob[1].len;
     }
-    step_patch_free(&sp6);
-    if (r)
-        pulse_dirs_free(next);
     return r;
 }
 
-/* Where a publisher by direction keeps the directions of its last step, for the next process
- * that publishes from this state directory (`pulse publish` is one a step). */
-static void dirs_path(const pulse_publisher *p, char out[4096])
-{
-    snprintf(out, 4096, "%s/last.dirs", p->state_dir);
-}
-
-/* The step is published either way: a file that cannot be written costs the next step its
- * object by direction, not the step. */
-static void save_dirs(pulse_publisher *p)
-{
-    char path[4096];
-    dirs_path(p, path);
-    if (patch_dirs_commit(p->dirs, path, sync_each_publish(p)) != 0) {   /* then held mapped */
-        fprintf(stderr, "pulse: %s: %s; the next step is published without its patch by direction\n", path,
-                pulse_last_error());
-        unlink(path);
-        pulse_clear_error();
-    }
-}
-
-/* At open: the last step's directions a publisher by direction left (used only while they end
- * at the state it publishes from); a file that does not read is removed. */
-static void load_dirs(pulse_publisher *p)
-{
-    char path[4096];
-    dirs_path(p, path);
-    int r = patch_dirs_load_mapped(&p->dirs, path);
-    if (r && r != PULSE_ERR_NOTFOUND) {
-        fprintf(stderr, "pulse: %s: %s; removed\n", path, pulse_last_error());
-        unlink(path);
-    }
-    pulse_clear_error();
-}
-
-static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, const uint8_t last_state[32],
-                       const pulse_ckpt *c, const uint8_t state[32], uint64_t step, pulse_sync_step *s,
-                       const step_patch *sp)
+static int publish_one(pulse_publisher *p, int kind, const uint8_t last_state[32], const pulse_ckpt *c,
+                       const uint8_t state[32], uint64_t step, pulse_sync_step *s, const step_patch *sp)
 {
     pulse_record rec;
-    pulse_dirs *next = NULL;   /* by direction: this step's directions, kept once it is published */
     int r = pulse_record_init(&rec, kind, p->run, step);
     if (r)
         return r;
@@ -426,7 +354,7 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
     rec.dense_bytes = dense_bytes_of(c);
     if (kind == PULSE_RECORD_SYNC_PATCH) {
         memcpy(rec.base, last_state, 32);
-        r = publish_patch(p, last, c, &rec, s, &next, sp);
+        r = publish_patch(p, &rec, s, sp);
     } else {
         double t0 = pulse_monotonic_s();
         r = sync_keyframe_publish(p->st, p->run, c, p->o.threads, p->o.zstd_level > 0 ? p->o.zstd_level : 3,
@@ -446,13 +374,6 @@ static int publish_one(pulse_publisher *p, int kind, const pulse_ckpt *last, con
     if (!r)
         r = move_head_and_index(p, rel, bytes, len);
     p->phases.record += ms_since(t0);
-    if (!r && next) {
-        pulse_dirs_free(&p->dirs);
-        p->dirs = next;
-        next = NULL;
-        save_dirs(p);
-    }
-    pulse_dirs_free(&next);
     if (!r) {
         s->step = step;
         s->kind = kind;
@@ -706,7 +627,7 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
             r = pulse_ckpt_open(&last, lpath, PULSE_CKPT_READ);
             double t0 = pulse_monotonic_s();
             if (!r)
-                r = diff_mapped(p, last, c, last_state, NULL, NULL, &sp);
+                r = diff_mapped(p, last, c, last_state, NULL, &sp);
             p->phases.diff = ms_since(t0);
             if (!r) {
                 diffed = 1;
@@ -745,7 +666,7 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
         /* A crash between this step's patch record and its keyframe record: finish the keyframe. */
         if (!r && (flags & PULSE_PUBLISH_KEYFRAME) && !keyframe_exists(p, last_step, &r) && !r) {
             pulse_sync_step k = { 0 };
-            r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, NULL, c, state, last_step, &k, NULL);
+            r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, c, state, last_step, &k, NULL);
             if (!r) {
                 s = k;
                 s.already = 0;
@@ -770,11 +691,11 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
         lpath[0] = '\0';
     }
     if (!r && have_last)
-        r = publish_one(p, PULSE_RECORD_SYNC_PATCH, last, last_state, c, state, (uint64_t)step, &s, &sp);
+        r = publish_one(p, PULSE_RECORD_SYNC_PATCH, last_state, c, state, (uint64_t)step, &s, &sp);
     if (!r && (!have_last || (flags & PULSE_PUBLISH_KEYFRAME))) {
         pulse_sync_step k = { 0 };
         k.moved_bytes = s.moved_bytes;
-        r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, NULL, c, state, (uint64_t)step, &k, NULL);
+        r = publish_one(p, PULSE_RECORD_KEYFRAME, NULL, c, state, (uint64_t)step, &k, NULL);
         if (!r && !have_last)
             s = k;
         else if (!r)

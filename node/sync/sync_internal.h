@@ -19,9 +19,9 @@
  * head object (older publishers) are still followed; slices then fetch the whole patch. */
 #define SYNC_PATCH_INDEX_ROLE "patch-index"
 
-/* A publisher that codes by direction (pulse_publish_opts.by_direction) names a third object: the
- * same step as a format-6 patch, coded by the directions of the step it published before, which a
- * follower holding those directions (the last step it applied) fetches instead of the patch. */
+/* Publishers of earlier builds that coded by direction named a third object of this role: the
+ * same step as a format-6 patch, which this build no longer reads. Such records still verify and
+ * are followed by their plain patch (objects[0]). */
 #define SYNC_PATCH_BY_DIRECTION_ROLE "patch-by-direction"
 
 /* "<run>/objects/<hex>". */

@@ -165,7 +165,7 @@ class PublishOpts(ctypes.Structure):
     _fields_ = [("size", c_size), ("store_url", c_str), ("run", c_str), ("key_path", c_str),
                 ("state_dir", c_str), ("values", c_int), ("threads", c_int), ("zstd_level", c_int),
                 ("durable", c_int), ("on_progress", c_void), ("progress_ctx", c_void), ("chunk_elems", ctypes.c_uint32),
-                ("context", c_int), ("by_direction", c_int), ("_tail", ctypes.c_uint8 * _TAIL)]
+                ("context", c_int), ("_tail", ctypes.c_uint8 * _TAIL)]
 
 
 ON_STEP = ctypes.CFUNCTYPE(c_int, c_void, ctypes.POINTER(SyncStep))
@@ -226,11 +226,6 @@ patch_open_mem = _proto("pulse_patch_open_mem", c_int, P(c_void), c_void, c_size
 patch_close = _proto("pulse_patch_close", None, P(c_void))
 patch_values = _proto("pulse_patch_values", c_int, c_void)
 patch_base_id = _proto("pulse_patch_base_id", c_void, c_void)
-patch_prev_id = _proto("pulse_patch_prev_id", c_void, c_void)
-patch_set_prev = _proto("pulse_patch_set_prev", c_int, c_void, c_void, c_void)
-patch_set_prev_dirs = _proto("pulse_patch_set_prev_dirs", c_int, c_void, c_void)
-dirs_load = _proto("pulse_dirs_load", c_int, P(c_void), c_str)
-dirs_free = _proto("pulse_dirs_free", None, P(c_void))
 patch_result_id = _proto("pulse_patch_result_id", c_void, c_void)
 patch_tensor_count = _proto("pulse_patch_tensor_count", c_size, c_void)
 patch_verify = _proto("pulse_patch_verify", c_int, c_void, c_void, c_int)

@@ -88,14 +88,11 @@ class Publisher(_lib.Closeable):
     by sync() and close(), or after every publish with durable=True. chunk_elems: elements per
     patch chunk (0: 2^20), the unit a follower holding slices fetches (docs/serving.md).
     context=True: patches are context-coded (format 5, about 0.7x the bytes), which only followers
-    holding the weights decode: not EngineFollower or Patch.updates() (docs/patch-format.md).
-    by_direction=True: each record also names the step as a format-6 patch (context-coded, and coded
-    by the directions of the step before), which followers of a weights file that applied that step
-    fetch instead of the plain patch (docs/sync.md, "Patches by direction")."""
+    holding the weights decode: not EngineFollower or Patch.updates() (docs/patch-format.md)."""
 
     def __init__(self, store: str, run: str, key: PathLike, state_dir: PathLike, values: str = "ulp",
                  threads: int = 0, zstd_level: int = 0, durable: bool = False, chunk_elems: int = 0,
-                 context: bool = False, by_direction: bool = False) -> None:
+                 context: bool = False) -> None:
         self._p = ctypes.c_void_p()
         if values not in _VALUES:
             raise ValueError("values must be 'ulp' or 'abs', not %r" % (values,))
@@ -111,7 +108,6 @@ class Publisher(_lib.Closeable):
         o.durable = 1 if durable else 0
         o.chunk_elems = int(chunk_elems)   # elements per patch chunk, the unit a slice follower fetches; 0: 2^20
         o.context = 1 if context else 0
-        o.by_direction = 1 if by_direction else 0
         _lib.check(_lib.publisher_open(ctypes.byref(self._p), ctypes.byref(o)))
 
     def _handle(self):

@@ -66,19 +66,6 @@ class _OpenCkpt(_lib.Closeable):
             _lib.ckpt_close(ctypes.byref(self.ptr))
 
 
-class _OpenDirs(_lib.Closeable):
-    """A step's directions file read (pulse_dirs_load), what a format-6 patch decodes by."""
-
-    def __init__(self, path):
-        _lib.need_file(path, "directions file")
-        self.ptr = ctypes.c_void_p()
-        _lib.check(_lib.dirs_load(ctypes.byref(self.ptr), _lib.enc(path)))
-
-    def close(self):
-        if self.ptr:
-            _lib.dirs_free(ctypes.byref(self.ptr))
-
-
 class Patch(_lib.Closeable):
     """An open patch file (pulse_patch_open: header and tensor table checked; chunks are read,
     digest-checked and decoded when used). Patch.from_bytes opens one held in memory. A context
@@ -145,50 +132,6 @@ class Patch(_lib.Closeable):
     def close(self) -> None:
         if getattr(self, "_p", None):
             _lib.patch_close(ctypes.byref(self._p))
-        prev = getattr(self, "_prev", None)
-        if prev is not None:
-            prev.close()
-            self._prev = None
-
-    @property
-    def prev_id(self) -> Optional[str]:
-        """Format 6 (pulse diff --context --prev): the state id (hex) of the checkpoint the base was
-        the step after, which decoding its chunks needs (set_prev); None for other formats."""
-        p = _lib.patch_prev_id(self._handle())
-        return ctypes.string_at(p, 32).hex() if p else None
-
-    def set_prev(self, prev: Union[PathLike, Tensors]) -> None:
-        """Gives a format-6 patch the checkpoint its base was the step after (pulse_patch_set_prev),
-        as a path or a mapping name -> array like updates()'s base: its layout and state id must be
-        the ones the patch names (PulseError PULSE_ERR_MISMATCH; PULSE_ERR_INVALID for a patch of
-        another format). Held until the patch is closed. Until then updates() refuses the patch's
-        chunks coded by direction (PULSE_ERR_UNSUPPORTED)."""
-        if isinstance(prev, (str, bytes, os.PathLike)):
-            held = _OpenCkpt(prev)
-        else:
-            held = Wrapped(as_tensors(prev, copy=True), writable=False)
-        self._hold_prev(held, lambda: _lib.patch_set_prev(self._handle(), held.ptr, None))
-
-    def set_prev_dirs(self, path: PathLike) -> None:
-        """As set_prev, given instead the directions of the step before the base: a directions file
-        (pulse diff or apply --dirs-out; docs/patch-format.md "Directions file") whose step ends at
-        the patch's base and starts at the state it names (PulseError PULSE_ERR_MISMATCH otherwise;
-        PULSE_ERR_FORMAT for a damaged or truncated file). Held until the patch is closed."""
-        held = _OpenDirs(path)
-        self._hold_prev(held, lambda: _lib.patch_set_prev_dirs(self._handle(), held.ptr))
-
-    def _hold_prev(self, held, give) -> None:
-        """give() hands held to the library; on success held replaces the previous step kept, on
-        failure it is closed and the previous one stays."""
-        try:
-            _lib.check(give())
-        except BaseException:
-            held.close()
-            raise
-        old = getattr(self, "_prev", None)
-        self._prev = held
-        if old is not None:
-            old.close()
 
     def _handle(self):
         if not self._p:

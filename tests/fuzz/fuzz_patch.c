@@ -96,24 +96,6 @@ static void check_context_chunk(const pulse_patch *p, const patch_chunk *c, patc
             seen[s->idx[j]] = 1;
         }
     }
-    /* coded by the previous step's directions: decoded with directions made from the start
-     * bytes, the same sanity whatever they are */
-    uint8_t *dirs = b && seen && cs && ctx_ulp && (bytes[0] & PATCH_CTX_PREV_DIRS) ? malloc(c->len ? c->len : 1) : NULL;
-    if (dirs) {
-        for (uint32_t i = 0; i < c->len; i++)
-            dirs[i] = (uint8_t)(b[i] % 3u);
-        memset(seen, 0, c->len);
-        if (patch_ctx_decode_dirs(cs, dt, b, dirs, c->len, bytes, c->pos_len, bytes + c->pos_len, c->val_len, c->count,
-                                  s->idx, (uint16_t *)(void *)s->vals, "t", c->index) == 0) {
-            const uint16_t *z = (const uint16_t *)(const void *)s->vals;
-            for (uint32_t j = 0; j < c->count; j++) {
-                if (s->idx[j] >= c->len || seen[s->idx[j]] || z[j] == 0)
-                    abort();
-                seen[s->idx[j]] = 1;
-            }
-        }
-        free(dirs);
-    }
     free(b);
     free(seen);
 }

@@ -4,13 +4,13 @@
 # codings): patch_seeds.py PULSE_BIN OUTDIR;
 # and format-5 patches with context-coded chunks, one of them in the value modes (centred and
 # predicted) that wide weight magnitudes take, one whose value-mode bands code their direction
-# bits as sign symbols (v5-value-modes-signs), one of an F16 tensor; and a format-6 patch, coded
-# by the step before its base (v6-prev-signs; the committed v5-value-modes.patch, its -2states and
-# -counts, and v6-prev.patch are what earlier writers wrote of the same checkpoints);
+# bits as sign symbols (v5-value-modes-signs), one of an F16 tensor (the committed
+# v5-value-modes.patch, its -2states and -counts are what earlier writers wrote of the same
+# checkpoints; v6-prev.patch and v6-prev-signs.patch, format 6, what writers of patches by
+# direction wrote, which this build refuses);
 # patch_seeds.py --checkpoints OUTDIR writes only the checkpoints they were made from (old,
-# new, new2, ctx-old, ctx-new, wide-old, wide-new, f16-old, f16-new, prev-prev, prev-old, prev-new,
-# grow-old, grow-new .safetensors), which tests/patch/format2.sh
-# and format5.sh apply the committed seeds to.
+# new, new2, ctx-old, ctx-new, wide-old, wide-new, f16-old, f16-new, grow-old, grow-new
+# .safetensors), which tests/patch/format2.sh and format5.sh apply the committed seeds to.
 # One pair of small checkpoints whose tensors take every coding path: BF16 at +-1 ulp (2-bit
 # symbols), at +-2..6 (4-bit) and at +-120 (8-bit), F32, F16, F8_E4M3, an I64 table (OPAQUE,
 # whole-chunk replace) and an unchanged tensor, all in 1K-element chunks; then the ulp and abs
@@ -75,7 +75,6 @@ def main():
         ckpt(new2, small2, mid, big, f32n, f8n, i64n, f16n)
         if only_checkpoints:
             context_checkpoints(out)
-            prev_checkpoints(out)
             grow_checkpoints(out)
             return
         step2 = os.path.join(t, "step2-abs.patch")
@@ -101,8 +100,6 @@ def main():
         ga, gb = grow_checkpoints(t)
         run("diff", ga, gb, "-o", os.path.join(out, "v5-value-modes-signs.patch"), "--context", "--chunk", "32K")
         run("diff", ha, hb, "-o", os.path.join(out, "v5-context-f16.patch"), "--context", "--chunk", "32K")
-        pa, pb, pc = prev_checkpoints(t)
-        run("diff", pb, pc, "-o", os.path.join(out, "v6-prev-signs.patch"), "--context", "--prev", pa, "--chunk", "32K")
 
 
 def context_checkpoints(where):
@@ -150,26 +147,6 @@ def context_checkpoints(where):
     write_safetensors(ha, [("a.f16", "F16", [30000], u16(h0))])
     write_safetensors(hb, [("a.f16", "F16", [30000], u16(h1))])
     return ca, cb, wa, wb, ha, hb
-
-
-def prev_checkpoints(where):
-    """Three steps of a BF16 tensor whose updates keep their direction nine times in ten (a
-    momentum), below an ulp of most weights, written to where as (prev-prev, prev-old, prev-new)
-    .safetensors: the format-6 seed is the patch old -> new coded by the step prev -> old."""
-    random.seed(23)
-    steps = [[], [], []]
-    for i in range(40000):
-        x = from_bf16(random.randrange(0x3b00, 0x3c80)) * (1 if random.random() < 0.5 else -1)
-        d = 1 if random.random() < 0.5 else -1
-        for t in range(3):
-            steps[t].append(bf16(x))
-            if random.random() < 0.1:
-                d = -d
-            x += d * 2.0 ** -15 * (0.5 + random.random())
-    paths = [os.path.join(where, "prev-" + x + ".safetensors") for x in ("prev", "old", "new")]
-    for path, v in zip(paths, steps):
-        write_safetensors(path, [("a.momentum", "BF16", [40000], u16(v))])
-    return paths
 
 
 def grow_checkpoints(where):

@@ -22,21 +22,24 @@ cut=$((size / 2 + 1))
 { head -c "$cut" "$(ckpt 4)"; tail -c +$((cut + 1)) "$(ckpt 3)"; } >t/w.safetensors
 cmp -s t/w.safetensors "$(ckpt 4)" && fail "the torn file is not torn"
 cmp -s t/w.safetensors "$(ckpt 3)" && fail "the torn file is not torn"
-# and the temporaries a process killed mid-step left behind: of a journal patch, of the step's
-# directions (built beside their file) and of their write
+# and the temporary a process killed mid-squash left behind; and the last step's directions
+# and their temporaries, which builds that took patches by direction (format 6) kept
 head -c 4096 /dev/urandom >t/state/journal.patch.tmp.Zq81xA
+head -c 4096 /dev/urandom >t/state/directions
 head -c 4096 /dev/urandom >t/state/directions.tmp.Qw3rT9
 head -c 4096 /dev/urandom >t/state/directions.Er5tY7
 follow t --once 2>t2.log || fail "recovery: $(cat t2.log)"
 [ ! -e t/state/journal.patch.tmp.Zq81xA ] || fail "a killed squash's temporary left behind"
-[ ! -e t/state/directions.tmp.Qw3rT9 ] || fail "a killed step's directions temporary left behind"
-[ ! -e t/state/directions.Er5tY7 ] || fail "a killed write's directions temporary left behind"
+for d in directions directions.tmp.Qw3rT9 directions.Er5tY7; do
+  [ ! -e "t/state/$d" ] || fail "an old state directory's $d left behind"
+done
+grep -q direction t2.log && fail "the directions files were removed aloud: $(cat t2.log)"
 grep -q 'recovered step=4 phase=applying' t2.log || fail "no recovery logged: $(cat t2.log)"
 cmp -s t/w.safetensors "$(ckpt 4)" || fail "recovered weights differ from step 4"
 [ ! -e t/state/journal ] || fail "journal left behind"
 [ "$("$check" applied t/state/index.db r | cut -d' ' -f1 | tr '\n' ' ')" = "0 1 2 3 4 " ] \
   || fail "applied rows after recovery: $("$check" applied t/state/index.db r)"
-ok "a torn step is finished from the journal's absolute patch; step 4 applied once; a killed squash's temporary removed"
+ok "a torn step is finished from the journal's absolute patch; step 4 applied once; a killed squash's temporary and old directions files removed"
 
 # 2. kill -9 at random moments (listing, fetch, squash, apply, hook, receipt), restart each time.
 publish 5 7

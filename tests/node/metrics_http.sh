@@ -36,14 +36,14 @@ grep -q '"event":"started"' f.log || fail "follower did not start: $(cat f.log)"
 url=http://127.0.0.1:$port
 
 # scrape OUT: one GET /metrics; fails unless it answers 200 within 2 s with a well-formed
-# exposition (every sample line NAME VALUE, 15 samples, each with its TYPE).
+# exposition (every sample line NAME VALUE, 14 samples, each with its TYPE).
 scrape() {
   local code
   code=$(curl -s --max-time 2 -o "$1" -w '%{http_code}' "$url/metrics") || fail "scrape: no answer within 2 s (curl exit $?)"
   [ "$code" = 200 ] || fail "scrape: HTTP $code"
-  [ "$(grep -vc '^#' "$1")" = 15 ] || fail "scrape: not 15 samples: $(cat "$1")"
+  [ "$(grep -vc '^#' "$1")" = 14 ] || fail "scrape: not 14 samples: $(cat "$1")"
   grep -v '^#' "$1" | grep -qvE '^pulse_[a-z_]+ -?[0-9]+(\.[0-9]+)?$' && fail "scrape: a malformed sample: $(cat "$1")"
-  [ "$(grep -c '^# TYPE pulse_' "$1")" = 15 ] || fail "scrape: not 15 TYPE lines"
+  [ "$(grep -c '^# TYPE pulse_' "$1")" = 14 ] || fail "scrape: not 14 TYPE lines"
 }
 m() { metric "$1" "$2"; }
 

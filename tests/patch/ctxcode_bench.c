@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Benchmark (not a test): the format 5 context coder's size against the order-0 floor and its encode and decode time per chunk, on two BF16 checkpoints (and with the one before them, coded by its directions too) or on a synthetic 2^20-element chunk. */
+/* Benchmark (not a test): the format 5 context coder's size against the order-0 floor and its encode and decode time per chunk, on two BF16 checkpoints or on a synthetic 2^20-element chunk. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +36,7 @@ static uint16_t bf16(float f)
 }
 
 typedef struct chunk {
-    const uint16_t *old, *neu, *prev;
+    const uint16_t *old, *neu;
     uint32_t n;
     size_t k;
 } chunk;
@@ -68,29 +68,21 @@ static double floor_bits(const chunk *c)
     return h;
 }
 
-/* Codes chunk c (k changes) REPS times, with dirs (filled from c->prev first, in the timed
- * encode) or without: its streams' lengths, the best encode and decode CPU times, and 1 with the
- * error printed when it fails or does not round trip. */
-static int code_chunk(const chunk *c, size_t ci, uint8_t *dirs, int reps, patch_ctx_scratch *S, uint8_t *out,
-                      uint32_t *idx, uint16_t *z, uint32_t *pl, uint32_t *vl, double *be, double *bd)
+/* Codes chunk c (k changes) REPS times: its streams' lengths, the best encode and decode CPU
+ * times, and 1 with the error printed when it fails or does not round trip. */
+static int code_chunk(const chunk *c, size_t ci, int reps, patch_ctx_scratch *S, uint8_t *out, uint32_t *idx,
+                      uint16_t *z, uint32_t *pl, uint32_t *vl, double *be, double *bd)
 {
     const size_t k = c->k;
     *be = *bd = 1e9;
     for (int r = 0; r < reps; r++) {
         double t0 = cpu_s();
-        if (dirs)
-            patch_ctx_dirs(c->prev, c->old, c->n, dirs);
-        if (dirs ? patch_ctx_encode_dirs(S, PULSE_DT_BF16, c->old, c->neu, dirs, c->n, k, out,
-                                         patch_ctx_bound(CHUNK, CHUNK), pl, vl)
-                 : patch_ctx_encode(S, PULSE_DT_BF16, c->old, c->neu, c->n, k, out, patch_ctx_bound(CHUNK, CHUNK), pl,
-                                    vl)) {
+        if (patch_ctx_encode(S, PULSE_DT_BF16, c->old, c->neu, c->n, k, out, patch_ctx_bound(CHUNK, CHUNK), pl, vl)) {
             fprintf(stderr, "ctxcode_bench: encode: %s\n", pulse_last_error());
             return 1;
         }
         double t1 = cpu_s();
-        if (dirs ? patch_ctx_decode_dirs(S, PULSE_DT_BF16, c->old, dirs, c->n, out, *pl, out + *pl, *vl, k, idx, z,
-                                         "bench", ci)
-                 : patch_ctx_decode(S, PULSE_DT_BF16, c->old, c->n, out, *pl, out + *pl, *vl, k, idx, z, "bench", ci)) {
+        if (patch_ctx_decode(S, PULSE_DT_BF16, c->old, c->n, out, *pl, out + *pl, *vl, k, idx, z, "bench", ci)) {
             fprintf(stderr, "ctxcode_bench: decode: %s\n", pulse_last_error());
             return 1;
         }
@@ -101,7 +93,7 @@ static int code_chunk(const chunk *c, size_t ci, uint8_t *dirs, int reps, patch_
     for (size_t j = 0; j < k; j++) {
         uint16_t d = (uint16_t)((z[j] >> 1) ^ (uint16_t)(0u - (z[j] & 1u)));
         if ((uint16_t)(c->old[idx[j]] + d) != c->neu[idx[j]]) {
-            fprintf(stderr, "ctxcode_bench: chunk %zu does not round trip%s\n", ci, dirs ? " with directions" : "");
+            fprintf(stderr, "ctxcode_bench: chunk %zu does not round trip\n", ci);
             return 1;
         }
     }
@@ -110,34 +102,25 @@ static int code_chunk(const chunk *c, size_t ci, uint8_t *dirs, int reps, patch_
 
 int main(int argc, char **argv)
 {
-    /* ctxcode_bench [OLD NEW] [REPEAT] [PREV] */
+    /* ctxcode_bench [OLD NEW] [REPEAT] */
     int reps = argc > 3 ? atoi(argv[3]) : argc == 2 ? atoi(argv[1]) : 5;
     if (reps < 1)
         reps = 1;
     chunk *ch = NULL;
     size_t nch = 0;
-    pulse_ckpt *A = NULL, *B = NULL, *P = NULL;
+    pulse_ckpt *A = NULL, *B = NULL;
     uint16_t *syn = NULL;
     if (argc >= 3) {
         if (pulse_ckpt_open(&A, argv[1], PULSE_CKPT_READ) || pulse_ckpt_open(&B, argv[2], PULSE_CKPT_READ)) {
             fprintf(stderr, "ctxcode_bench: cannot open %s or %s: %s\n", argv[1], argv[2], pulse_last_error());
             return 1;
         }
-        if (argc > 4 && pulse_ckpt_open(&P, argv[4], PULSE_CKPT_READ)) {
-            fprintf(stderr, "ctxcode_bench: cannot open %s: %s\n", argv[4], pulse_last_error());
-            return 1;
-        }
         size_t cap = 0;
         for (size_t i = 0; i < pulse_ckpt_count(A) && i < pulse_ckpt_count(B); i++) {
             const pulse_tensor *ta = pulse_ckpt_tensor(A, i), *tb = pulse_ckpt_tensor(B, i);
-            const pulse_tensor *tp = P && i < pulse_ckpt_count(P) ? pulse_ckpt_tensor(P, i) : NULL;
             if (ta->dtype != PULSE_DT_BF16 || tb->dtype != PULSE_DT_BF16 || ta->nelems != tb->nelems ||
                 strcmp(ta->name, tb->name))
                 continue;
-            if (P && (!tp || tp->dtype != PULSE_DT_BF16 || tp->nelems != ta->nelems || strcmp(tp->name, ta->name))) {
-                fprintf(stderr, "ctxcode_bench: %s differs in %s\n", ta->name, argv[4]);
-                return 1;
-            }
             for (uint64_t off = 0; off < ta->nelems; off += CHUNK) {
                 if (nch == cap) {
                     cap = cap ? 2 * cap : 256;
@@ -146,8 +129,7 @@ int main(int argc, char **argv)
                         return 1;
                 }
                 uint32_t n = (uint32_t)(ta->nelems - off < CHUNK ? ta->nelems - off : CHUNK);
-                ch[nch++] = (chunk){(const uint16_t *)ta->data + off, (const uint16_t *)tb->data + off,
-                                    tp ? (const uint16_t *)tp->data + off : NULL, n, 0};
+                ch[nch++] = (chunk){(const uint16_t *)ta->data + off, (const uint16_t *)tb->data + off, n, 0};
             }
         }
     } else {
@@ -170,18 +152,17 @@ int main(int argc, char **argv)
             syn[i] = o;
             syn[CHUNK + i] = nw;
         }
-        ch[0] = (chunk){syn, syn + CHUNK, NULL, CHUNK, 0};
+        ch[0] = (chunk){syn, syn + CHUNK, CHUNK, 0};
         nch = 1;
     }
     patch_ctx_scratch *S = patch_ctx_scratch_new(CHUNK);
     uint8_t *out = malloc(patch_ctx_bound(CHUNK, CHUNK));
     uint32_t *idx = malloc(4u * CHUNK);
     uint16_t *z = malloc(2u * CHUNK);
-    uint8_t *dirs = malloc(CHUNK);
-    if (!S || !out || !idx || !z || !dirs)
+    if (!S || !out || !idx || !z)
         return 1;
-    uint64_t changes = 0, elems = 0, pos_b = 0, val_b = 0, dval_b = 0, best_b = 0;
-    double floor_b = 0, t_enc = 0, t_dec = 0, t_denc = 0, t_ddec = 0;
+    uint64_t changes = 0, elems = 0, pos_b = 0, val_b = 0;
+    double floor_b = 0, t_enc = 0, t_dec = 0;
     size_t coded = 0;
     for (size_t c = 0; c < nch; c++) {
         size_t k = 0;
@@ -196,23 +177,12 @@ int main(int argc, char **argv)
         floor_b += floor_bits(&ch[c]);
         uint32_t pl = 0, vl = 0;
         double be, bd;
-        if (code_chunk(&ch[c], c, NULL, reps, S, out, idx, z, &pl, &vl, &be, &bd))
+        if (code_chunk(&ch[c], c, reps, S, out, idx, z, &pl, &vl, &be, &bd))
             return 1;
         t_enc += be;
         t_dec += bd;
         pos_b += pl;
         val_b += vl;
-        if (!ch[c].prev)
-            continue;
-        /* the same chunk coded by the directions of the step before it (their pass timed with
-         * the encode) */
-        uint32_t dpl = 0, dvl = 0;
-        if (code_chunk(&ch[c], c, dirs, reps, S, out, idx, z, &dpl, &dvl, &be, &bd))
-            return 1;
-        t_denc += be;
-        t_ddec += bd;
-        dval_b += dvl;
-        best_b += (uint64_t)dpl + dvl < (uint64_t)pl + vl ? (uint64_t)dpl + dvl : (uint64_t)pl + vl;
     }
     double kc = (double)changes;
     printf("%zu chunks (%zu coded), %llu elements, %.3f %% changed\n", nch, coded, (unsigned long long)elems,
@@ -223,22 +193,12 @@ int main(int argc, char **argv)
     double per = (double)elems / CHUNK;
     printf("per 2^20 elements (one thread, CPU time, best of %d): encode %.3f ms, decode %.3f ms\n", reps,
            1e3 * t_enc / per, 1e3 * t_dec / per);
-    if (P) {
-        printf("coded by the previous step's directions: values %.3f bits/change, positions + values %.3f "
-               "(%.3fx the floor); the smaller of both per chunk %.3fx\n",
-               8.0 * (double)dval_b / kc, 8.0 * (double)(pos_b + dval_b) / kc, 8.0 * (double)(pos_b + dval_b) / floor_b,
-               8.0 * (double)best_b / floor_b);
-        printf("  per 2^20 elements: directions + encode %.3f ms, decode %.3f ms\n", 1e3 * t_denc / per,
-               1e3 * t_ddec / per);
-    }
     patch_ctx_scratch_free(S);
     free(out);
     free(idx);
     free(z);
     free(ch);
     free(syn);
-    free(dirs);
-    pulse_ckpt_close(&P);
     pulse_ckpt_close(&A);
     pulse_ckpt_close(&B);
     return 0;

@@ -609,9 +609,8 @@ static void test_crafted(pulse_ckpt *a)
         { 88, 8, 1ull << 60, PULSE_ERR_FORMAT },
         { 96, 8, ~0ull, PULSE_ERR_FORMAT },
         { 8, 4, 1, PULSE_ERR_UNSUPPORTED },   /* version 1: the old value layout */
-        { 8, 4, PULSE_PATCH_VERSION_PREV + 1, PULSE_ERR_UNSUPPORTED },
-        /* a format-4 table read as format 6 ends before its previous state id */
-        { 8, 4, PULSE_PATCH_VERSION_PREV, PULSE_ERR_FORMAT },
+        { 8, 4, PULSE_PATCH_VERSION_CONTEXT + 1, PULSE_ERR_UNSUPPORTED },   /* format 6: no longer read */
+        { 8, 4, PATCH_VERSION_BY_DIRECTION + 1, PULSE_ERR_UNSUPPORTED },
         { 12, 1, 7, PULSE_ERR_FORMAT },
     };
     for (size_t h = 0; buf && h < sizeof hdr / sizeof hdr[0]; h++) {

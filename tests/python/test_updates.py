@@ -277,49 +277,13 @@ def test_torch(work, old, new, path_ulp, path_abs):
     print("torch %s: updates applied" % torch.__version__)
 
 
-def test_prev(work):
-    """A format-6 patch (pulse diff --context --prev): refused until given its previous checkpoint
-    (path or arrays) or its step's directions file, then its updates rebuild NEW; another checkpoint
-    as PREV, or another step's directions, is refused."""
-    n = 1 << 15
-    w = rng.uniform(-0.04, 0.04, n)
-    d = np.where(rng.random(n) < 0.5, 1.0, -1.0)
-    steps = []
-    for _ in range(3):
-        u = w.astype(np.float32).view(np.uint32)
-        steps.append(((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16))
-        d = np.where(rng.random(n) < 0.15, -d, d)
-        w = w + d * 3e-5 * (0.5 + rng.random(n))
-    paths = [os.path.join(work, "s%d.safetensors" % i) for i in range(3)]
-    for path, v in zip(paths, steps):
-        write_safetensors(path, {"m.bf16": ("BF16", v)})
-    p6 = os.path.join(work, "p6")
-    pulse("diff", paths[1], paths[2], "-o", p6, "--context", "--prev", paths[0])
-    with pw.Patch(p6) as p:
-        check(p.prev_id == pw.state_id({"m.bf16": (steps[0], "BF16")}), "prev_id is PREV's state id")
-        raises(pw.PulseError, lambda: p.updates(base=paths[1]), "format 6 without PREV", "PULSE_ERR_UNSUPPORTED")
-        raises(pw.PulseError, lambda: p.set_prev(paths[1]), "another checkpoint as PREV", "PULSE_ERR_MISMATCH")
-        for prev in (paths[0], {"m.bf16": (steps[0], "BF16")}):
-            p.set_prev(prev)
-            up = p.updates(base=paths[1], want=("index", "values"))["m.bf16"]
-            got = steps[1].copy()
-            got[up.index] = up.values
-            check(bits(got) == bits(steps[2]), "format 6 updates rebuild NEW (PREV as %s)" % type(prev).__name__)
-        # the directions of the step PREV -> base instead of PREV itself
-        d01, d12 = os.path.join(work, "d01"), os.path.join(work, "d12")
-        pulse("diff", paths[0], paths[1], "-o", os.path.join(work, "p01"), "--dirs-out", d01)
-        pulse("diff", paths[1], paths[2], "-o", os.path.join(work, "p12"), "--dirs-out", d12)
-        raises(pw.PulseError, lambda: p.set_prev_dirs(d12), "another step's directions", "PULSE_ERR_MISMATCH")
-        p.set_prev_dirs(d01)
-        up = p.updates(base=paths[1], want=("index", "values"))["m.bf16"]
-        got = steps[1].copy()
-        got[up.index] = up.values
-        check(bits(got) == bits(steps[2]), "format 6 updates rebuild NEW (PREV as its step's directions)")
-    pulse("diff", paths[1], paths[2], "-o", os.path.join(work, "p5"), "--context")
-    with pw.Patch(os.path.join(work, "p5")) as p5:
-        check(p5.prev_id is None, "format 5 names no previous state")
-        raises(pw.PulseError, lambda: p5.set_prev(paths[0]), "set_prev on format 5", "PULSE_ERR_INVALID")
-    print("format 6: updates given PREV")
+def test_format6():
+    """A format-6 patch (patches by direction, no longer read) opens to a clear refusal."""
+    seed = os.path.join(os.environ["PULSE_SRC"], "tests", "fuzz", "corpus", "patch", "v6-prev.patch")
+    e = raises(pw.PulseError, lambda: pw.Patch(seed), "a format-6 patch", "PULSE_ERR_UNSUPPORTED")
+    check(e is not None and "format 6 (patches by direction) is no longer read" in str(e),
+          "the refusal names format 6: %s" % e)
+    print("format 6: refused")
 
 
 def main():
@@ -333,7 +297,7 @@ def main():
         test_corrupt(work, old, path_ulp)
         test_corrupt(work, old, path_abs)
         test_torch(work, old, new, path_ulp, path_abs)
-        test_prev(work)
+        test_format6()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("python-updates: %d checks, %d failed" % (checks, failures))

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "crypto/sha256.h"
+#include "manifest/layout.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/manifest.h"
 #include "pulseweights/record.h"
@@ -12,11 +14,12 @@
 
 static const char usage[] =
     "usage: forge sign KEY.key STORE-URL RUN SRC-REL STEP [--base-of REL] [--objects-of REL]\n"
-    "                  [--put-as REL] [--head]\n"
+    "                  [--put-as REL] [--head] [--add-object FILE ROLE]\n"
     "         a copy of the record at SRC-REL with step STEP, signed by KEY: base := the result\n"
     "         of the record at REL; objects (and the summary) := those of the record at REL;\n"
-    "         stored under its own key, or under REL with --put-as; --head moves the signer's\n"
-    "         head to it. Prints the key it was stored under.\n"
+    "         --add-object: FILE stored as an object and named last, of ROLE (its bytes added to\n"
+    "         the summary's); stored under its own key, or under REL with --put-as; --head moves\n"
+    "         the signer's head to it. Prints the key it was stored under.\n"
     "       forge held STATE-DIR RUN\n"
     "         prints 'step N state HEX' of the last applied row of RUN in STATE-DIR/index.db,\n"
     "         or 'none'.\n";
@@ -40,13 +43,36 @@ static int load(pulse_store *st, const char *run, const char *rel, pulse_record 
     return rc;
 }
 
+/* The bytes of file stored as the run's object (objects/<digest>) and named last in r, of role. */
+static int add_object(pulse_store *st, const char *run, pulse_record *r, const char *file, const char *role)
+{
+    FILE *f = fopen(file, "rb");
+    if (!f)
+        return PULSE_ERR_IO;
+    static uint8_t buf[1 << 22];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    uint8_t digest[32];
+    pulse_sha256(buf, len, digest);
+    char rel[512], key[1024];
+    int rc = pulse_layout_object(rel, sizeof rel, digest);
+    snprintf(key, sizeof key, "%s/%s", run, rel);
+    if (!rc)
+        rc = pulse_store_put(st, key, buf, len, 0);
+    if (!rc)
+        rc = pulse_record_add_object(r, digest, len, role, "", 0, 0);
+    if (!rc)
+        r->patch_bytes += len;
+    return rc;
+}
+
 static int cmd_sign(int argc, char **argv)
 {
     if (argc < 7)
         return fputs(usage, stderr), 2;
     const char *keyfile = argv[2], *url = argv[3], *run = argv[4], *src = argv[5];
     uint64_t step = strtoull(argv[6], NULL, 10);
-    const char *base_of = NULL, *objects_of = NULL, *put_as = NULL;
+    const char *base_of = NULL, *objects_of = NULL, *put_as = NULL, *add_file = NULL, *add_role = NULL;
     int head = 0;
     for (int i = 7; i < argc; i++) {
         if (!strcmp(argv[i], "--head"))
@@ -57,6 +83,10 @@ static int cmd_sign(int argc, char **argv)
             objects_of = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--put-as"))
             put_as = argv[++i];
+        else if (i + 2 < argc && !strcmp(argv[i], "--add-object")) {
+            add_file = argv[++i];
+            add_role = argv[++i];
+        }
         else
             return fputs(usage, stderr), 2;
     }
@@ -105,6 +135,8 @@ static int cmd_sign(int argc, char **argv)
         pulse_record_clear(&r);
         r = fresh;
     }
+    if (add_file && (rc = add_object(st, run, &r, add_file, add_role)))
+        return die(add_file, rc);
     uint8_t *bytes = NULL;
     size_t len = 0;
     if ((rc = pulse_record_sign(&r, k, &bytes, &len)))

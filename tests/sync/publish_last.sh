@@ -3,7 +3,8 @@
 # The publisher's copy of the last published state (STATE/last-<state id>.safetensors): one
 # copy, named by the state it holds, brought to each new step in place (the same file, renamed);
 # a copy lost mid-update (left as last-updating.safetensors) makes the next publish a keyframe,
-# cleans it up, and a follower still reaches every step bit for bit.
+# cleans it up, and a follower still reaches every step bit for bit. The last step's directions
+# that builds publishing patches by direction (format 6) kept are removed, quietly.
 set -u
 P=${PULSE_BIN:?}
 T=$(mktemp -d)
@@ -24,7 +25,11 @@ pub syn/step-000000.safetensors
 pub syn/step-000001.safetensors
 check "[ \"\$(lasts)\" = \"last-\$(id syn/step-000001.safetensors).safetensors \" ]"
 inode=$(stat -c %i st/last-*.safetensors)
+head -c 4096 /dev/urandom >st/last.dirs
+head -c 4096 /dev/urandom >st/last.dirs.tmp.Qw3rT9
 pub syn/step-000002.safetensors
+check "[ ! -e st/last.dirs ] && [ ! -e st/last.dirs.tmp.Qw3rT9 ]"
+check "! grep -q dirs err"
 check "[ \"\$(lasts)\" = \"last-\$(id syn/step-000002.safetensors).safetensors \" ]"
 check "[ \"\$(id st/last-*.safetensors)\" = \"\$(id syn/step-000002.safetensors)\" ]"
 check "[ \"\$(stat -c %i st/last-*.safetensors)\" = '$inode' ]"   # updated in place, not copied
