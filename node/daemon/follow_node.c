@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fail.h"
 #include "manifest/layout.h"
 #include "node/daemon/follow_node.h"
@@ -23,7 +24,6 @@
 #include "pulseweights/store.h"
 #include "pulseweights/sync.h"
 
-#define HEAD_MAX_BYTES 1024
 
 typedef struct node_follower {
     const node_follow_cfg *cfg;
@@ -170,7 +170,9 @@ static int on_step(void *ctx, const pulse_sync_step *s)
         }
         n->hook_due = 1;
     } else if (cfg->on_update) {
+        double t0 = pulse_monotonic_s();
         run_hook(n, s->step, s->result);
+        follower_set_hook_ms(n->f, 1e3 * (pulse_monotonic_s() - t0));
     }
     if (n->key) {
         if (node_receipt_write(n->st, cfg->run, n->key, s->step, s->result, NULL) != 0)
@@ -205,7 +207,7 @@ static int poll_heads(node_follower *n)
         void *data = NULL;
         size_t len = 0;
         pulse_object_info info;
-        int r = pulse_store_get_if_none_match(n->st, key, n->etags[i][0] ? n->etags[i] : NULL, HEAD_MAX_BYTES,
+        int r = pulse_store_get_if_none_match(n->st, key, n->etags[i][0] ? n->etags[i] : NULL, PULSE_LAYOUT_HEAD_MAX,
                                               &data, &len, &info);
         if (r == PULSE_ERR_NOT_MODIFIED || r == PULSE_ERR_NOTFOUND)
             continue;
@@ -214,24 +216,28 @@ static int poll_heads(node_follower *n)
             continue;
         }
         snprintf(n->etags[i], sizeof n->etags[i], "%s", info.etag);
-        /* One line: the newest record's key relative to the run. It is only a hint: the record
-         * it names is verified like any other, and an older step never rolls the weights back. */
-        char rel[600] = "", steps[16];
-        size_t k = len < sizeof rel - 1 ? len : sizeof rel - 1;
-        memcpy(rel, data, k);
-        rel[k] = '\0';
-        rel[strcspn(rel, "\r\n")] = '\0';
-        pulse_store_free(data);
+        /* The newest record's key relative to the run, and the record itself (manifest/layout.h).
+         * Only a hint: the record is verified like any other, and an older step never rolls the
+         * weights back. */
+        char rel[600], steps[16];
+        uint64_t written_ms;
+        const uint8_t *carried;
+        size_t carried_len;
         int kind;
         uint64_t step, held;
         uint8_t named[32];
-        if (pulse_layout_parse_record(rel, &kind, &step, named) || kind == PULSE_RECORD_RECEIPT) {
+        if (pulse_layout_parse_head_content(data, len, rel, sizeof rel, &written_ms, &carried, &carried_len) ||
+            pulse_layout_parse_record(rel, &kind, &step, named) || kind == PULSE_RECORD_RECEIPT) {
+            pulse_store_free(data);
             node_log("head-invalid", "key", key, NULL);
             continue;
         }
+        /* how long after the head's write this poll read it: the clocks of two machines */
+        double seen = written_ms ? 1e3 * pulse_realtime_s() - (double)written_ms : 0;
         snprintf(steps, sizeof steps, "%012" PRIu64, step);
         uint8_t state[32];
         if (follower_held(n->f, &held, state) != 0) {
+            pulse_store_free(data);
             need = 1;
             continue;
         }
@@ -241,20 +247,24 @@ static int poll_heads(node_follower *n)
             char hs[24];
             u64s(hs, sizeof hs, held);
             node_log("head-stale", "head", key, "step", steps, "held", hs, NULL);
+            pulse_store_free(data);
             continue;
         }
-        if (step == held)
-            continue;
-        if (step > held + 1) {
-            need = 1;
+        if (step == held) {
+            pulse_store_free(data);
             continue;
         }
-        /* The next step: its sync-patch record, without listing (a keyframe step has one too). */
+        /* The step's sync-patch record, without listing: the one the head carries, or (a head
+         * naming a keyframe record, or an older head without a record) fetched by its key.
+         * Applied when it chains on the held state, whatever steps lie between. */
         char prel[700];
-        int applied = 0;
-        r = pulse_layout_record(prel, sizeof prel, PULSE_RECORD_SYNC_PATCH, step, node);
+        int applied = 0, own = kind == PULSE_RECORD_SYNC_PATCH && carried_len;
+        r = own ? (snprintf(prel, sizeof prel, "%s", rel), 0)
+                : pulse_layout_record(prel, sizeof prel, PULSE_RECORD_SYNC_PATCH, step, node);
         if (!r)
-            r = follower_try_next(n->f, prel, &applied);
+            r = follower_try_next(n->f, prel, own ? carried : NULL, own ? carried_len : 0, seen > 0 ? seen : 0,
+                                  &applied);
+        pulse_store_free(data);
         if (r && !node_stop_requested())
             node_log("step-failed", "record", prel, "reason", pulse_last_error(), NULL);
         if (!applied)

@@ -67,6 +67,7 @@ struct pulse_follower {
     size_t nlogged, nquiet;    /* refusals logged in this pull, and those past the cap */
     char last_step_refusal[SYNC_KEY_MAX + 512];   /* the last step refusal logged (once, not every poll) */
     apply_phases ph;           /* of the step being applied (its "applied" event) */
+    double seen_ms;            /* how long the head poll that brought the record took to see it (0: none) */
 };
 
 /* At most this many refused records are logged one by one per pull; the rest in one line. */
@@ -277,6 +278,16 @@ void follower_report_pulls(pulse_follower *f)
     f->report = 1;
 }
 
+const apply_phases *follower_phases(const pulse_follower *f)
+{
+    return &f->ph;
+}
+
+void follower_set_hook_ms(pulse_follower *f, double ms)
+{
+    f->ph.hook = ms;
+}
+
 void follower_on_event(pulse_follower *f, sync_event_fn fn, void *ctx)
 {
     f->on_event = fn;
@@ -462,20 +473,28 @@ static void listing_free(listing *l)
 /* Fetches and verifies one record: strict parse, trusted signature, and the key it was
  * found under must be what the record says it is (a record copied under another step's
  * key is a replay). */
-static int fetch_record(pulse_follower *f, const char *rel, pulse_record *rec, uint8_t **bytes, size_t *len,
-                        uint64_t *moved)
+static int fetch_record(pulse_follower *f, const char *rel, const uint8_t *have, size_t have_len, pulse_record *rec,
+                        uint8_t **bytes, size_t *len, uint64_t *moved)
 {
     char key[SYNC_KEY_MAX], want[SYNC_KEY_MAX];
     void *data = NULL;
     size_t n = 0;
     *bytes = NULL;
     int r = sync_run_key(f->run, rel, key);
-    if (!r)
+    if (!r && have) {   /* the record a head carried: verified exactly as one fetched */
+        if (have_len > PULSE_RECORD_MAX_BYTES)
+            r = pulse_fail(PULSE_ERR_LIMIT, "a record of %zu bytes", have_len);
+        else if (!(data = malloc(have_len ? have_len : 1)))
+            r = pulse_fail(PULSE_ERR_NOMEM, "record");
+        else
+            memcpy(data, have, n = have_len);
+    } else if (!r) {
         r = pulse_store_get(f->st, key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &n, NULL);
-    if (!r) {
-        *moved += n;
-        r = pulse_record_verify(data, n, f->o.trust, NULL, rec);
+        if (!r)
+            *moved += n;
     }
+    if (!r)
+        r = pulse_record_verify(data, n, f->o.trust, NULL, rec);
     if (!r && ((r = pulse_record_key(rec, want, sizeof want)) != 0 || strcmp(want, rel) != 0 ||
                strcmp(rec->run, f->run) != 0)) {
         r = pulse_fail(PULSE_ERR_FORMAT, "record found under %s says it is %s of run %s (replayed or moved)",
@@ -592,7 +611,7 @@ static int get_listed(pulse_follower *f, listed *e)
         return e->ok ? 0 : pulse_fail(e->err, "%s", e->why);
     e->fetched = 1;
     uint64_t moved = 0;
-    int r = fetch_record(f, e->rel, &e->rec, &e->bytes, &e->len, &moved);
+    int r = fetch_record(f, e->rel, NULL, 0, &e->rec, &e->bytes, &e->len, &moved);
     f->c.bytes_fetched += moved;
     if (r) {
         char reason[256];
@@ -839,8 +858,10 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
 {
     pulse_index_applied a;
     int r = 0;
+    double t0 = pulse_monotonic_s();
     if (pulse_index_last_applied(f->ix, f->run, &a) != 0 || a.step != j->step || memcmp(a.state, j->result, 32))
         r = pulse_index_mark_applied(f->ix, f->run, j->step, j->result, (uint64_t)time(NULL), weights_name(f));
+    f->ph.index += 1e3 * (pulse_monotonic_s() - t0);
     f->known = f->have = 1;
     f->step = j->step;
     memcpy(f->state, j->result, 32);
@@ -849,26 +870,35 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
     done.phase = JOURNAL_APPLIED;
     if (!r && j->phase != JOURNAL_APPLIED)
         r = step_journal_write(f, &done);
+    double took = -1;
     if (!r) {
         f->c.steps_applied++;
-        double took = f->step_t0 > 0 ? pulse_monotonic_s() - f->step_t0 : -1;
+        took = f->step_t0 > 0 ? pulse_monotonic_s() - f->step_t0 : -1;
         if (took >= 0)
             f->c.last_step_seconds = took;
-        if (f->log) {
-            char st[24], by[24], ms[24], hex[65];
-            u64s(st, sizeof st, s->step);
-            u64s(by, sizeof by, s->moved_bytes);
-            const char *kind = pulse_record_kind_name(s->kind);
-            pulse_id_hex(s->result, hex);
-            snprintf(ms, sizeof ms, "%.1f", 1e3 * took);
-            if (took >= 0)
-                follow_log(f, "applied", "step", st, "kind", kind, "bytes", by, "ms", ms, "state", hex, NULL);
-            else   /* finished from the journal: when it started is not known */
-                follow_log(f, "applied", "step", st, "kind", kind, "bytes", by, "state", hex, NULL);
-        }
     }
     /* The callback runs before the journal goes: a crash during it runs it again on restart. */
+    f->ph.hook = 0;
     int stop = !r && f->o.on_step && f->o.on_step(f->o.ctx, s) != 0;
+    if (!r && f->log) {
+        /* after the callback, so the event carries what its hook took */
+        char st[24], by[24], ms[24], hex[65], pm[8][24];
+        u64s(st, sizeof st, s->step);
+        u64s(by, sizeof by, s->moved_bytes);
+        const char *kind = pulse_record_kind_name(s->kind);
+        pulse_id_hex(s->result, hex);
+        snprintf(ms, sizeof ms, "%.1f", 1e3 * took);
+        const double pv[8] = { f->ph.seen, f->ph.fetch, f->ph.verify, f->ph.journal, f->ph.apply, f->ph.check,
+                               f->ph.hook, f->ph.index };
+        for (int i = 0; i < 8; i++)
+            snprintf(pm[i], sizeof pm[i], "%.1f", pv[i]);
+        if (took >= 0)
+            follow_log(f, "applied", "step", st, "kind", kind, "bytes", by, "ms", ms, "seen_ms", pm[0], "fetch_ms",
+                       pm[1], "verify_ms", pm[2], "journal_ms", pm[3], "apply_ms", pm[4], "check_ms", pm[5],
+                       "hook_ms", pm[6], "index_ms", pm[7], "state", hex, NULL);
+        else   /* finished from the journal: when it started is not known */
+            follow_log(f, "applied", "step", st, "kind", kind, "bytes", by, "state", hex, NULL);
+    }
     if (!r)
         r = step_journal_clear(f);
     if (!r && stop) {
@@ -1096,8 +1126,10 @@ static int apply_keyframe_step(pulse_follower *f, const pulse_record *rec, const
         return apply_keyframe_memory(f, rec, rel, moved);
     node_journal j = journal_applying(rec, rel);
     int r = journal_write(f->o.state_dir, &j, sync_each_step(f));
+    double t0 = pulse_monotonic_s();
     if (!r)
         r = sync_keyframe_restore(f->st, f->run, rec, f->o.threads, f->o.weights_path, moved);
+    f->ph.fetch = 1e3 * (pulse_monotonic_s() - t0);   /* fetch, decompress, state id, rename */
     if (r) {
         f->known = 0;
         journal_clear(f->o.state_dir, sync_each_step(f));   /* restore is temp + rename: the weights are unchanged */
@@ -1121,13 +1153,16 @@ static int apply_listed(pulse_follower *f, const char *rel, const pulse_record *
     if (f->have && rec->step <= f->step)
         r = pulse_fail(PULSE_ERR_MISMATCH, "step %" PRIu64 " is not newer than the held step %" PRIu64 " (rollback)",
                        rec->step, f->step);
+    memset(&f->ph, 0, sizeof f->ph);
+    f->ph.seen = f->seen_ms;
+    f->step_t0 = pulse_monotonic_s();
     if (!r)
         r = pulse_index_put_record(f->ix, rel, bytes, len, (uint64_t)time(NULL), NULL, NULL);
     if (!r)
         r = pulse_index_mark_verified(f->ix, rel, PULSE_VERDICT_OK, "verified");
+    f->ph.index = 1e3 * (pulse_monotonic_s() - f->step_t0);
     /* MOVED: the record's bytes, already counted; the objects are counted here. */
     uint64_t total = moved;
-    f->step_t0 = pulse_monotonic_s();
     sync_progress_begin(f->o.on_progress, f->o.progress_ctx, rec->patch_bytes);
     if (!r)
         r = rec->kind == PULSE_RECORD_KEYFRAME ? apply_keyframe_step(f, rec, rel, &total)
@@ -1164,7 +1199,7 @@ static int journal_vouched(pulse_follower *f, const node_journal *j)
     if (!have) {
         uint8_t *b = NULL;
         uint64_t moved = 0;
-        r = fetch_record(f, j->rel, &rec, &b, &len, &moved);
+        r = fetch_record(f, j->rel, NULL, 0, &rec, &b, &len, &moved);
         f->c.bytes_fetched += moved;
         pulse_store_free(b);
         if (r)
@@ -1324,17 +1359,20 @@ static void deadline_end(pulse_follower *f)
     pulse_fail(0, "%s", saved);
 }
 
-static int try_next(pulse_follower *f, const char *rel, int *applied);
+static int try_next(pulse_follower *f, const char *rel, const uint8_t *have, size_t have_len, int *applied);
 
-int follower_try_next(pulse_follower *f, const char *rel, int *applied)
+int follower_try_next(pulse_follower *f, const char *rel, const uint8_t *record, size_t record_len, double seen_ms,
+                      int *applied)
 {
     deadline_begin(f);
-    int r = try_next(f, rel, applied);
+    f->seen_ms = seen_ms;
+    int r = try_next(f, rel, record, record_len, applied);
+    f->seen_ms = 0;
     deadline_end(f);
     return r;
 }
 
-static int try_next(pulse_follower *f, const char *rel, int *applied)
+static int try_next(pulse_follower *f, const char *rel, const uint8_t *have, size_t have_len, int *applied)
 {
     *applied = 0;
     listed e;
@@ -1345,7 +1383,7 @@ static int try_next(pulse_follower *f, const char *rel, int *applied)
     uint8_t *bytes = NULL;
     size_t len = 0;
     uint64_t moved = 0;
-    int r = fetch_record(f, rel, &rec, &bytes, &len, &moved);
+    int r = fetch_record(f, rel, have, have_len, &rec, &bytes, &len, &moved);
     f->c.bytes_fetched += moved;
     if (r == PULSE_ERR_NOTFOUND) {
         pulse_store_free(bytes);

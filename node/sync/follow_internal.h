@@ -7,6 +7,7 @@
 
 #include "node/sync/cadence.h"
 #include "node/sync/events.h"
+#include "node/sync/phases.h"
 #include "pulseweights/sync.h"
 
 /* Counters kept by a follower handle since it was opened. */
@@ -47,6 +48,11 @@ void follower_on_event(pulse_follower *f, sync_event_fn fn, void *ctx);
 /* The counters, the store's retry count brought up to date. */
 const follow_counters *follower_counters(pulse_follower *f);
 
+/* The phases of the step being applied or applied last (node/sync/phases.h); from on_step, the
+ * node adds its hook's time (--hook-after step), which the step's "applied" event then carries. */
+const apply_phases *follower_phases(const pulse_follower *f);
+void follower_set_hook_ms(pulse_follower *f, double ms);
+
 /* The state held (after the first pull or recovery): 0, or PULSE_ERR_NOTFOUND. */
 int follower_held(const pulse_follower *f, uint64_t *step, uint8_t state[32]);
 
@@ -55,10 +61,13 @@ int follower_held(const pulse_follower *f, uint64_t *step, uint8_t state[32]);
 int follower_recover(pulse_follower *f, int *did);
 
 
-/* Fast path of a head poll: fetches the sync-patch record at REL (relative to the run) and
- * applies it when it verifies, is newer than the held state and chains on it. *applied = 1
- * then; *applied = 0 (and 0 returned) when it does not chain or is not there, so the caller
- * catches up with pulse_follower_pull. Errors are those of a refused or failed step. */
-int follower_try_next(pulse_follower *f, const char *rel, int *applied);
+/* Fast path of a head poll: the sync-patch record at REL (relative to the run), as the head
+ * carried it (RECORD, RECORD_LEN bytes) or else fetched, applied when it verifies, is newer than
+ * the held state and chains on it. *applied = 1 then; *applied = 0 (and 0 returned) when it does
+ * not chain or is not there, so the caller catches up with pulse_follower_pull. SEEN_MS: how long
+ * after the head was written the poll read it (the step's "seen" phase). Errors are those of a
+ * refused or failed step. */
+int follower_try_next(pulse_follower *f, const char *rel, const uint8_t *record, size_t record_len, double seen_ms,
+                      int *applied);
 
 #endif

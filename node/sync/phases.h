@@ -26,6 +26,7 @@ typedef struct apply_phases {
     double apply;      /* the weights written */
     double check;      /* a result check after the writes (recovery, keyframes); 0 when it came before */
     double hook;       /* the on-update command run after the step (--hook-after step) */
+    double index;      /* the local index: the record stored and verified, the step marked applied */
 } apply_phases;
 
 #endif

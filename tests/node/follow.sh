@@ -96,8 +96,12 @@ for line in '# TYPE pulse_lag_seconds gauge' '# TYPE pulse_bytes_fetched_total c
 done
 took=$(metric f2.prom pulse_last_step_seconds)
 awk -v t="$took" 'BEGIN { exit !(t > 0 && t < 60) }' || fail "last step seconds '$took': want a time > 0"
-timed=$(grep -cE '"event":"applied","step":[0-9]+,"kind":"[a-z-]+","bytes":[0-9]+,"ms":[0-9]+\.[0-9],"state":"[0-9a-f]{64}"' f2.log)
+# each applied event timed whole and by phase (docs/node.md, "Where a step's time goes")
+phases='"seen_ms":[0-9]+\.[0-9],"fetch_ms":[0-9]+\.[0-9],"verify_ms":[0-9]+\.[0-9],"journal_ms":[0-9]+\.[0-9],"apply_ms":[0-9]+\.[0-9],"check_ms":[0-9]+\.[0-9],"hook_ms":[0-9]+\.[0-9],"index_ms":[0-9]+\.[0-9]'
+timed=$(grep -cE '"event":"applied","step":[0-9]+,"kind":"[a-z-]+","bytes":[0-9]+,"ms":[0-9]+\.[0-9],'"$phases"',"state":"[0-9a-f]{64}"' f2.log)
 [ "$timed" = 7 ] || fail "applied events with their ms: $timed of 7: $(grep applied f2.log | head -3)"
+hooked=$(grep '"event":"applied"' f2.log | grep -cvE '"hook_ms":0\.0,')
+[ "$hooked" -ge 5 ] || fail "applied events with their hook's time: $hooked: $(grep applied f2.log | head -3)"
 [ "$("$check" applied f2/state/index.db r | cut -d' ' -f1 | tr '\n' ' ')" = "0 1 2 3 4 5 6 " ] \
   || fail "index applied rows: $("$check" applied f2/state/index.db r)"
 ok "metrics: 7 steps, lag 0, 1 hook failure, $fetched bytes, last step ${took} s; each applied event timed; index has each step applied once"
