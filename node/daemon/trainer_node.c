@@ -209,6 +209,7 @@ int node_trainer_run(const node_trainer_opts *o)
 {
     trainer t = { .o = o };
     watch_set prev = { 0 }, cur = { 0 };
+    watch_notify notify = { .fd = -1 };
     watch_rules rules = { .pattern = o->pattern };
     handled_set done = { { 0 } };
     pulse_secret_key *key = NULL;
@@ -240,17 +241,25 @@ int node_trainer_run(const node_trainer_opts *o)
     char node_hex[PULSE_NODE_ID_HEX], last_s[24];
     pulse_node_id_hex(t.node, node_hex);
     snprintf(last_s, sizeof last_s, "%" PRIu64, t.last_step);
+    /* Names renamed into the directory from "started" on count as whole when they appear
+     * (watch_notify); after it, the first scan logs the names it ignores. */
+    watch_notify_open(&notify, o->watch_dir);
     node_log("started", "role", "trainer", "node", node_hex, "run", o->pub.run, "watch", o->watch_dir, "last",
              t.have_last ? last_s : "none", (char *)NULL);
-    /* After "started": this scan logs the names it ignores. */
-    if ((r = watch_scan(o->watch_dir, &rules, NULL, &prev)) != 0)
+    if ((r = watch_scan(o->watch_dir, &rules, NULL, NULL, &prev)) != 0)
         goto out;
 
     int scans = 1;
+    double prev_at = now_ms();
     while (!node_stop_requested()) {
-        if (node_sleep_ms(o->poll_ms))
+        if (watch_notify_wait(&notify, o->poll_ms) < 0)
             break;
-        int s = watch_scan(o->watch_dir, &rules, &prev, &cur);
+        /* A scan woken by a change may come right after the last: "unchanged between two scans"
+         * then compares with a scan at least a poll old, never a moment ago (a file written in
+         * place may stand still for a moment). Names renamed in need no comparison. */
+        int timed = now_ms() - prev_at >= o->poll_ms;
+        int s = watch_scan(o->watch_dir, &rules, timed ? &prev : NULL, &notify, &cur);
+        watch_notify_clear(&notify);
         if (s) {
             /* The directory may come back (remounted, recreated): log and poll again. */
             log_error("scan", o->watch_dir, s);
@@ -258,11 +267,15 @@ int node_trainer_run(const node_trainer_opts *o)
                 break;
             continue;
         }
-        scans++;
+        scans += timed;   /* --once: two scans a poll apart, however many changes woke it between */
         for (size_t i = 0; i < cur.n && !node_stop_requested(); i++) {
             watch_entry *e = &cur.e[i];
-            if (!e->stable || handled_find(&done, e))
+            if (handled_find(&done, e))
                 continue;
+            if (!e->stable && t.have_last && e->step <= t.last_step)
+                continue;   /* behind the last published step: skipped once whole, blocks nothing */
+            if (!e->stable)
+                break;   /* in step order: a later checkpoint waits for this one to be whole */
             if (publish_entry(&t, e))
                 break;
             if ((s = handled_add(&done, e)) != 0) {
@@ -270,10 +283,13 @@ int node_trainer_run(const node_trainer_opts *o)
                 goto out;
             }
         }
-        handled_prune(&done, &cur);
-        watch_set tmp = prev;
-        prev = cur;
-        cur = tmp;
+        if (timed) {
+            handled_prune(&done, &cur);
+            watch_set tmp = prev;
+            prev = cur;
+            cur = tmp;
+            prev_at = now_ms();
+        }
         if (o->once && scans >= 2) {
             r = t.transient;   /* --once: a step left unpublished is a failure of the run */
             break;
@@ -284,6 +300,7 @@ int node_trainer_run(const node_trainer_opts *o)
         node_log("sync-failed", "reason", pulse_last_error(), (char *)NULL);
     node_log("stopped", "role", "trainer", "node", node_hex, (char *)NULL);
 out:
+    watch_notify_close(&notify);
     watch_set_clear(&prev);
     watch_set_clear(&cur);
     watch_set_clear(&done.s);

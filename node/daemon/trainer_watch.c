@@ -7,11 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/fail.h"
 #include "node/daemon/log.h"
+#include "node/daemon/signals.h"
 #include "node/daemon/trainer_watch.h"
 
 #define WATCH_MAX_ENTRIES 1000000u   /* a directory with more candidates is refused, not walked */
@@ -317,7 +320,80 @@ static int classify(int dfd, const watch_rules *rules, const char *name, watch_s
     return push(out, name, step, 1, fp, ctime_ns(&st));
 }
 
-int watch_scan(const char *dir, watch_rules *rules, const watch_set *prev, watch_set *out)
+void watch_notify_open(watch_notify *w, const char *dir)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (w->fd >= 0 && inotify_add_watch(w->fd, dir, IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE) < 0) {
+        close(w->fd);
+        w->fd = -1;
+    }
+}
+
+static void notify_add(watch_notify *w, const char *name)
+{
+    for (size_t i = 0; i < w->n; i++)
+        if (!strcmp(w->moved[i], name))
+            return;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        char **v = cap <= WATCH_MAX_ENTRIES ? realloc(w->moved, cap * sizeof *v) : NULL;
+        if (!v)
+            return;   /* the name then waits for the stability rule */
+        w->moved = v;
+        w->cap = cap;
+    }
+    if ((w->moved[w->n] = strdup(name)) != NULL)
+        w->n++;
+}
+
+int watch_notify_wait(watch_notify *w, unsigned ms)
+{
+    if (w->fd < 0)
+        return node_sleep_ms(ms) ? -1 : 0;
+    int changed = 0;
+    for (;;) {
+        /* everything queued: names renamed in are kept, the rest only wakes the scan */
+        char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
+        ssize_t n;
+        while ((n = read(w->fd, buf, sizeof buf)) > 0) {
+            for (char *p = buf; p < buf + n;) {
+                const struct inotify_event *e = (const struct inotify_event *)(void *)p;
+                if ((e->mask & IN_MOVED_TO) && e->len)
+                    notify_add(w, e->name);
+                changed = 1;
+                p += sizeof *e + e->len;
+            }
+        }
+        if (changed || node_stop_requested() || ms == 0)
+            break;
+        unsigned slice = ms < 50 ? ms : 50;   /* the stop flag is looked at between slices */
+        struct pollfd pf = { .fd = w->fd, .events = POLLIN };
+        poll(&pf, 1, (int)slice);
+        ms -= slice;
+    }
+    return node_stop_requested() ? -1 : changed;
+}
+
+void watch_notify_clear(watch_notify *w)
+{
+    for (size_t i = 0; i < w->n; i++)
+        free(w->moved[i]);
+    w->n = 0;
+}
+
+void watch_notify_close(watch_notify *w)
+{
+    watch_notify_clear(w);
+    free(w->moved);
+    if (w->fd >= 0)
+        close(w->fd);
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+}
+
+int watch_scan(const char *dir, watch_rules *rules, const watch_set *prev, const watch_notify *moved,
+               watch_set *out)
 {
     watch_set_clear(out);
     DIR *d = opendir(dir);
@@ -355,5 +431,8 @@ int watch_scan(const char *dir, watch_rules *rules, const watch_set *prev, watch
                 out->e[i].stable = !memcmp(prev->e[j].fp, out->e[i].fp, sizeof out->e[i].fp);
                 break;
             }
+    for (size_t i = 0; moved && i < out->n; i++)
+        for (size_t j = 0; j < moved->n && !out->e[i].stable; j++)
+            out->e[i].stable = !strcmp(moved->moved[j], out->e[i].name);
     return 0;
 }

@@ -37,11 +37,29 @@ typedef struct watch_rules {
  * reason in *why. */
 int watch_pattern_check(const char *pattern, const char **why);
 
+/* Names renamed into the watched directory since the last scan, from inotify: a checkpoint a
+ * trainer renames into place is whole when it appears, so it need not stand still for a second
+ * scan. Where inotify is not there (fd -1: an old kernel, a network file system) the scan's
+ * stability rule alone decides. */
+typedef struct watch_notify {
+    int fd;
+    char **moved;        /* owned */
+    size_t n, cap;
+} watch_notify;
+void watch_notify_open(watch_notify *w, const char *dir);
+/* Waits up to MS for the directory to change (returns 1 at once when it does, collecting the
+ * names renamed into it), or until the node is asked to stop (returns -1); 0 when the time ran
+ * out. Without inotify it sleeps MS. */
+int watch_notify_wait(watch_notify *w, unsigned ms);
+void watch_notify_clear(watch_notify *w);   /* forgets the names collected */
+void watch_notify_close(watch_notify *w);
+
 /* Scans DIR into OUT (cleared first), sorted by step then name. An entry is marked stable when
- * PREV (may be NULL) holds the same name with the same fingerprint. Every other name is
- * ignored, and logged (node_log "ignored", name and reason) the first time RULES sees it.
- * Returns 0 or a negative PULSE_ERR_*. */
-int watch_scan(const char *dir, watch_rules *rules, const watch_set *prev, watch_set *out);
+ * PREV (may be NULL) holds the same name with the same fingerprint, or when MOVED (may be NULL)
+ * saw it renamed into the directory. Every other name is ignored, and logged (node_log
+ * "ignored", name and reason) the first time RULES sees it. Returns 0 or a negative PULSE_ERR_*. */
+int watch_scan(const char *dir, watch_rules *rules, const watch_set *prev, const watch_notify *moved,
+               watch_set *out);
 
 void watch_set_clear(watch_set *s);
 void watch_rules_clear(watch_rules *r);

@@ -163,6 +163,23 @@ bgpid=
 grep -q '"event":"stopped"' bg.log || fail "no stopped line"
 ok "background trainer publishes renamed files and a .done directory, exits 0 on SIGTERM"
 
+# A checkpoint renamed into the directory is taken when it appears (inotify), not at the next
+# scan: with scans an hour apart, steps 4 and 5 are still published (each within the bound).
+"$PULSE_BIN" node trainer --store "$store" --run r3 --key tr.key --state st3 --watch w3 --keep-keyframes 0 \
+  --poll-ms 3600000 --log json 2> bg2.log &
+bgpid=$!
+for _ in $(seq 300); do grep -q '"event":"started"' bg2.log && break; sleep 0.1; done
+for s in 4 5; do
+  f=$(printf step-%06d.safetensors $s)
+  cp "ck/$f" "w3/$f.tmp" && mv "w3/$f.tmp" "w3/$f"
+  wait_head "00000000000$s" || { cat bg2.log; fail "step $s renamed in was not published before the next scan"; }
+done
+kill -TERM "$bgpid"
+rc=0; wait "$bgpid" || rc=$?
+bgpid=
+[ "$rc" -eq 0 ] || { cat bg2.log; fail "trainer exited $rc after SIGTERM"; }
+ok "checkpoints renamed in are published as they appear, scans an hour apart"
+
 # --- 4. pulse status ----------------------------------------------------------------------------
 P status --store "$store" --run r1 > st0.out
 grep -q "^${node:0:16}  trainer .* 6  " st0.out || { cat st0.out; fail "status does not show the trainer at 6"; }
