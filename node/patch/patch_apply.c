@@ -24,9 +24,7 @@ typedef struct apply_job {
     int write;
     int checked;        /* pass 1 already checked every chunk of p */
     patch_cache *cache; /* pass 1 fills it, pass 2 adds from it; may be NULL */
-    int populate;       /* 0: never, 1: always, 2: once the written chunks are seen to fault */
-    atomic_int populating;   /* mode 2: decided to populate */
-    atomic_int probes;       /* mode 2: chunks left to measure the faults of */
+    patch_populate populate; /* the target's pages made writable ahead of the writes */
     patch_pool *pool;
     const size_t *runs; /* pass 1: run j is chunks runs[j] .. runs[j + 1] - 1 */
 } apply_job;
@@ -81,6 +79,42 @@ static long thread_faults(void)
 {
     struct rusage u;
     return getrusage(RUSAGE_THREAD, &u) == 0 ? u.ru_minflt : 0;
+}
+
+void patch_populate_init(patch_populate *pp)
+{
+    /* PULSE_APPLY_POPULATE: "0" never, "1" always, unset: when the writes are seen to fault. */
+    const char *e = getenv("PULSE_APPLY_POPULATE");
+    pp->mode = !e || !*e ? 2 : !strcmp(e, "0") ? 0 : !strcmp(e, "1") ? 1 : 2;
+    atomic_init(&pp->populating, 0);
+    atomic_init(&pp->probes, 4);
+}
+
+long patch_populate_begin(patch_populate *pp, uint8_t *dst, size_t span, uint64_t count)
+{
+    /* Populating only pays where nearly every page gets a write (a change per page on average):
+     * it also dirties the pages nothing is written to. And only where the writes would fault: a
+     * fresh mapping, or one write-protected again by msync. A mapping already written since (a
+     * node applying twice without a sync, the benchmark's rounds) has writable pages, and the
+     * call then costs ~1 us a page for nothing. Mode 2 measures the faults of the first chunks
+     * it writes and populates the rest once they fault on more than an eighth of their pages. */
+    size_t pages = span / 4096;
+    int want = pp->mode && count >= pages && pages > 0;
+    long f0 = -1;
+    if (want && pp->mode == 2 && !atomic_load_explicit(&pp->populating, memory_order_relaxed)) {
+        want = 0;
+        if (atomic_fetch_sub_explicit(&pp->probes, 1, memory_order_relaxed) > 0)
+            f0 = thread_faults();
+    }
+    if (want)
+        populate_write(dst, span);
+    return f0;
+}
+
+void patch_populate_end(patch_populate *pp, long f0, size_t span)
+{
+    if (f0 >= 0 && (size_t)(thread_faults() - f0) * 8 > span / 4096)
+        atomic_store_explicit(&pp->populating, 1, memory_order_relaxed);
 }
 
 /* Pass 2's writing of chunk c into dst: from pass 1's cache when it is there, else the
@@ -177,26 +211,9 @@ static int apply_chunk(void *ctx, size_t i)
         if ((err = patch_decode_chunk_base(a->p, c, s, dst)) == 0)
             patch_chunk_scatter(a->p, c, s, dst);
     } else {
-        size_t pages = span / 4096;
-        /* Populating only pays where nearly every page gets a write (a change per page on
-         * average): it also dirties the pages nothing is written to. And only where the
-         * writes would fault: a fresh mapping, or one write-protected again by msync. A
-         * mapping already written since (a node applying twice without a sync, the
-         * benchmark's rounds) has writable pages, and the call then costs ~1 us a page for
-         * nothing. Mode 2 measures the faults of the first chunks it writes and populates
-         * the rest once they fault on more than an eighth of their pages. */
-        int want = a->populate && (size_t)c->count >= pages && pages > 0;
-        long f0 = -1;
-        if (want && a->populate == 2 && !atomic_load_explicit(&a->populating, memory_order_relaxed)) {
-            want = 0;
-            if (atomic_fetch_sub_explicit(&a->probes, 1, memory_order_relaxed) > 0)
-                f0 = thread_faults();
-        }
-        if (want)
-            populate_write(home, span);
+        long f0 = patch_populate_begin(&a->populate, home, span, c->count);
         err = write_chunk(a, i, s, dst);
-        if (f0 >= 0 && (size_t)(thread_faults() - f0) * 8 > pages)
-            atomic_store_explicit(&a->populating, 1, memory_order_relaxed);
+        patch_populate_end(&a->populate, f0, span);
     }
     if (!err && dst != home)
         memcpy(home, dst, span);
@@ -204,20 +221,12 @@ static int apply_chunk(void *ctx, size_t i)
     return err;
 }
 
-/* PULSE_APPLY_POPULATE: "0" never, "1" always, unset: when the writes are seen to fault. */
-static int populate_mode(void)
-{
-    const char *e = getenv("PULSE_APPLY_POPULATE");
-    return !e || !*e ? 2 : !strcmp(e, "0") ? 0 : !strcmp(e, "1") ? 1 : 2;
-}
-
 static int run_with(const pulse_patch *p, pulse_ckpt *target, int write, int checked, int threads,
                     patch_cache *cache, patch_pool *pool)
 {
     apply_job a = { .p = p, .target = target, .base = target, .write = write, .checked = checked, .cache = cache,
-                    .populate = populate_mode(), .pool = pool };
-    atomic_init(&a.populating, 0);
-    atomic_init(&a.probes, 4);
+                    .pool = pool };
+    patch_populate_init(&a.populate);
     if (write)
         return pulse_parallel_for(p->nchunks, threads, apply_chunk, &a);
     size_t *runs = malloc((p->nchunks + 1) * sizeof *runs);

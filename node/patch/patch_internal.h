@@ -282,6 +282,18 @@ int patch_decode_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch
  * else 0 or an error (patch_apply_fused.c). */
 int patch_apply_checked_chunk(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, uint8_t *dst);
 
+/* A write pass's pages of a shared file mapping made present and writable ahead of its writes
+ * (MADV_POPULATE_WRITE) where they would fault, as measured on its first chunks (patch_apply.c).
+ * begin before writing [dst, dst + span) with `count` changes, end after, with begin's result. */
+typedef struct patch_populate {
+    int mode;                /* 0: never, 1: always, 2: once the written chunks are seen to fault */
+    atomic_int populating;   /* mode 2: decided to populate */
+    atomic_int probes;       /* mode 2: chunks left to measure the faults of */
+} patch_populate;
+void patch_populate_init(patch_populate *pp);
+long patch_populate_begin(patch_populate *pp, uint8_t *dst, size_t span, uint64_t count);
+void patch_populate_end(patch_populate *pp, long f0, size_t span);
+
 /* Adds (ulp) or stores (abs) decoded chunk c (positions s->idx, values s->vals) into dst, the
  * chunk's first element (aligned); an OPAQUE chunk's bytes are copied whole (patch_apply.c). */
 void patch_chunk_scatter(const pulse_patch *p, const patch_chunk *c, const patch_scratch *s, uint8_t *dst);

@@ -454,6 +454,7 @@ int patch_stage_finish(patch_stage *st, int threads, uint8_t result[32])
 typedef struct write_job {
     const pulse_patch *p;
     pulse_ckpt *target;
+    patch_populate populate;
     int jfd;
     const uint64_t *joff;
     patch_pool *pool;
@@ -478,12 +479,14 @@ static int write_chunk(void *ctx, size_t k)
     if (!err) {
         uint8_t *span = pulse_ckpt_tensor(w->target, c->tensor)->data + c->first * unit;
         const uint64_t *bits = (const uint64_t *)(const void *)part;
+        long f0 = patch_populate_begin(&w->populate, span, (size_t)c->len * unit, c->count);
         /* bits past the chunk's end would write past its span: the layout refuses them */
         if (c->len % 64 && (bits[words - 1] >> (c->len % 64)))
             err = pulse_fail(PULSE_ERR_FORMAT, "step journal: chunk %zu marks units past its end", k);
         else if (scatter_bits(bits, words, span, unit, part + 8 * words, c->count) != c->count)
             err = pulse_fail(PULSE_ERR_FORMAT, "step journal: chunk %zu marks another count of changes than its "
                              "patch (%u)", k, c->count);
+        patch_populate_end(&w->populate, f0, (size_t)c->len * unit);
     }
     patch_pool_give(w->pool, s);
     return err;
@@ -498,6 +501,7 @@ static int write_from(const pulse_patch *p, int jfd, const uint64_t *joff, pulse
     if (err)
         return err;
     write_job w = { .p = p, .target = target, .jfd = jfd, .joff = joff, .pool = &pool };
+    patch_populate_init(&w.populate);
     if (!(w.part = calloc(pool.n, sizeof *w.part)))
         err = pulse_fail(PULSE_ERR_NOMEM, "stage write");
     if (!err)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,6 +69,11 @@ struct pulse_follower {
     char last_step_refusal[SYNC_KEY_MAX + 512];   /* the last step refusal logged (once, not every poll) */
     apply_phases ph;           /* of the step being applied (its "applied" event) */
     double seen_ms;            /* how long the head poll that brought the record took to see it (0: none) */
+    /* The weights file mapped writable, kept from step to step while the file is as this
+     * handle left it (its identity, size and times): its pages stay mapped (and, until written
+     * back, writable), so a step does not fault every page in again. */
+    pulse_ckpt *w;
+    struct stat w_stat;
 };
 
 /* At most this many refused records are logged one by one per pull; the rest in one line. */
@@ -151,6 +157,7 @@ PULSE_API void pulse_follower_close(pulse_follower **pf)
     if (!pf || !*pf)
         return;
     pulse_follower *f = *pf;
+    pulse_ckpt_close(&f->w);
     pulse_follower_sync(f);
     pulse_index_close(&f->ix);
     pulse_store_close(&f->st);
@@ -973,6 +980,31 @@ static double ms_since(double t0)
  * weights is written; this checks the base too (weights that are not the base give another
  * result). Then the journal entry, and one scatter of the changes into the weights. A crash
  * during it is mended by replaying the journal (follower_recover). */
+static int same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* The weights file open writable: the mapping of the last step when the file is still as this
+ * handle left it, else opened afresh. Whether it is the base is the step's to check (its result
+ * id covers every byte), so this is about the mapping, not about trust. */
+static int weights_mapped(pulse_follower *f)
+{
+    struct stat now;
+    if (f->w && (stat(f->o.weights_path, &now) != 0 || !same_file(&now, &f->w_stat)))
+        pulse_ckpt_close(&f->w);
+    return f->w ? 0 : pulse_ckpt_open(&f->w, f->o.weights_path, PULSE_CKPT_WRITE);
+}
+
+/* After this handle wrote the weights: what they look like now, for the next step's mapping. */
+static void weights_written(pulse_follower *f)
+{
+    if (f->w && stat(f->o.weights_path, &f->w_stat) != 0)
+        pulse_ckpt_close(&f->w);
+}
+
 static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
     const int file = !in_memory(f);
@@ -984,8 +1016,8 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
         r = journal_data_path(f->o.state_dir, jpath, sizeof jpath);
         if (!r && (jfd = open(jpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
             r = pulse_fail_errno(PULSE_ERR_IO, "open %s", jpath);
-        if (!r)
-            r = pulse_ckpt_open(&w, f->o.weights_path, PULSE_CKPT_WRITE);
+        if (!r && (r = weights_mapped(f)) == 0)
+            w = f->w;
     } else {
         /* memory does not outlive a crash: the changes are kept only until they are written */
         snprintf(stem, sizeof stem, "%s/staged", f->o.state_dir);
@@ -1026,7 +1058,10 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
         r = pulse_ckpt_sync(w);
     f->ph.apply = ms_since(t0);
     sync_staged_close(&sg);
-    pulse_ckpt_close(&w);
+    if (file && !r)
+        weights_written(f);
+    else if (file)
+        pulse_ckpt_close(&f->w);   /* a step that failed maps them afresh */
     if (jfd >= 0)
         close(jfd);
     if (r && file && !written)
