@@ -216,6 +216,11 @@ PULSE_API void pulse_index_close(pulse_index **ix)
     *ix = NULL;
 }
 
+int index_sync_each_commit(pulse_index *ix, int each_commit)
+{
+    return exec(ix, "set synchronous", each_commit ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
+}
+
 PULSE_API int pulse_index_open(pulse_index **out, const char *path)
 {
     if (!out || !path)

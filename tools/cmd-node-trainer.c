@@ -20,7 +20,8 @@ static void usage(FILE *f)
         "\n"
         "Publishes each checkpoint the trainer finishes writing in CKPT_DIR, in step order, as a\n"
         "signed patch against the previous one (docs/node.md, \"Which files are checkpoints\").\n"
-        "Recognised (step N), once unchanged between two scans: files '<anything>-<N>.safetensors',\n"
+        "Recognised (step N), when renamed into CKPT_DIR or once unchanged between two scans: files\n"
+        "'<anything>-<N>.safetensors',\n"
         "'<anything>_<N>.safetensors', 'step<N>.safetensors'; directories 'checkpoint-<N>' (Hugging\n"
         "Face), 'global_step_<N>', 'global_step<N>' (verl, DeepSpeed), 'step_<N>', 'step<N>' holding\n"
         "*.safetensors or a *.safetensors.index.json at their top; any '<anything>-<N>' directory\n"
@@ -49,6 +50,9 @@ static void usage(FILE *f)
         "  --context              context-coded patches (format 5, about 0.7x the bytes): only\n"
         "                         followers that hold the weights decode them\n"
         "  --threads N            threads (default: all cores)\n"
+        "  --metrics A:P          serve Prometheus metrics over HTTP on A:P (e.g. 127.0.0.1:9108):\n"
+        "                         steps published, failures, pulse_step_phase_seconds by phase\n"
+        "  --metrics-file PATH    write the metrics to PATH (atomically) after each publish\n"
         "  --log FORMAT           text (default) or json: one line per event on stderr\n");
 }
 
@@ -85,6 +89,8 @@ int node_trainer_main(int argc, char **argv)
         else if (!strcmp(a, "--key")) o.pub.key_path = val;
         else if (!strcmp(a, "--state")) o.pub.state_dir = val;
         else if (!strcmp(a, "--watch")) o.watch_dir = val;
+        else if (!strcmp(a, "--metrics")) o.metrics_addr = val;
+        else if (!strcmp(a, "--metrics-file")) o.metrics_file = val;
         else if (!strcmp(a, "--pattern")) {
             const char *why;
             if (watch_pattern_check(val, &why))

@@ -34,7 +34,8 @@ typedef struct node_follower {
     uint64_t hook_failures;
     uint64_t bytes_shown;          /* pulse_bytes_fetched_total as last published (it never goes back) */
     char (*etags)[132];            /* per trusted key: the head's ETag last seen */
-    char text[4096];               /* the exposition written to --metrics-file */
+    char text[NODE_METRICS_TEXT];  /* the exposition written to --metrics-file */
+    node_phase_hist hist;          /* the applied steps' phases */
     char weights_abs[4096];        /* PULSE_WEIGHTS for the hook: absolute, as it may cd */
     unsigned rng;
     int stale;                     /* pulse_stale as last logged */
@@ -58,7 +59,7 @@ static void collect(node_follower *n, node_metrics *m)
                          .store_behind = c->store_behind, .untrusted_state = c->untrusted_state,
                          .max_staleness = n->cfg->max_staleness_set ? n->cfg->max_staleness
                                                                     : cadence_bound(&c->cadence),
-                         .bound_derived = !n->cfg->max_staleness_set };
+                         .bound_derived = !n->cfg->max_staleness_set, .phases = n->hist };
     uint8_t state[32];
     m->have_held = follower_held(n->f, &m->held_step, state) == 0;
     /* Only records that verified count here (follow.c): a forged head or a junk key at a far
@@ -173,6 +174,11 @@ static int on_step(void *ctx, const pulse_sync_step *s)
         double t0 = pulse_monotonic_s();
         run_hook(n, s->step, s->result);
         follower_set_hook_ms(n->f, 1e3 * (pulse_monotonic_s() - t0));
+    }
+    const apply_phases *ph = follower_phases(n->f);
+    if (ph->fetch > 0 || ph->apply > 0) {   /* a step applied now, not one finished from the journal */
+        const double ms[] = { ph->seen, ph->fetch, ph->verify, ph->journal, ph->apply, ph->check, ph->hook, ph->index };
+        node_phase_hist_add(&n->hist, ms);
     }
     if (n->key) {
         if (node_receipt_write(n->st, cfg->run, n->key, s->step, s->result, NULL) != 0)
@@ -303,6 +309,9 @@ static int catch_up(node_follower *n)
 int node_follow_run(const node_follow_cfg *cfg)
 {
     node_follower n = { .cfg = cfg };
+    static const char *const phase_names[] = { "seen", "fetch", "verify", "journal", "apply", "check", "hook",
+                                               "index" };
+    node_phase_hist_init(&n.hist, phase_names, sizeof phase_names / sizeof *phase_names);
     n.rng = (unsigned)time(NULL) ^ (unsigned)getpid();
     pulse_follow_opts o;
     pulse_follow_opts_default(&o);

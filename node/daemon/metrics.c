@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Prometheus text exposition of the follower's counters: rendered, written atomically, served over HTTP/1.0 from a thread. */
+/* Prometheus text exposition of a node's counters and step phases: rendered, written atomically, served over HTTP/1.0 from a thread. */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,8 +44,8 @@ struct node_metrics_server {
     node_metrics snap;
     /* The thread's own: fixed, so a connection costs no allocation. */
     metrics_conn conn[METRICS_CONNS];
-    char text[4096];
-    char out[4096 + 512];
+    char text[NODE_METRICS_TEXT];
+    char out[NODE_METRICS_TEXT + 512];
 };
 
 void node_metrics_age(node_metrics *m, int64_t now)
@@ -62,8 +62,30 @@ void node_metrics_age(node_metrics *m, int64_t now)
                !(m->bound_derived && m->lagging);
 }
 
+/* A trainer node's: what it published, and where its publishes' time went. */
+static int render_trainer(const node_metrics *m, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap,
+        "# HELP pulse_steps_published_total Steps published (patches and keyframes; a step already published again not counted).\n"
+        "# TYPE pulse_steps_published_total counter\n"
+        "pulse_steps_published_total %" PRIu64 "\n"
+        "# HELP pulse_publish_failures_total Publishes that failed (each retry counted).\n"
+        "# TYPE pulse_publish_failures_total counter\n"
+        "pulse_publish_failures_total %" PRIu64 "\n"
+        "# HELP pulse_published_step The last step published (-1: none yet).\n"
+        "# TYPE pulse_published_step gauge\n"
+        "pulse_published_step %lld\n",
+        m->steps_published, m->publish_failures, m->have_published ? (long long)m->published_step : -1LL);
+    size_t len = n > 0 ? (size_t)n : 0;
+    if (n < 0 || (size_t)n >= cap)
+        return pulse_fail(PULSE_ERR_LIMIT, "metrics text");
+    return node_phase_hist_render(&m->phases, buf, cap, &len);
+}
+
 int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
 {
+    if (m->trainer)
+        return render_trainer(m, buf, cap);
     int n = snprintf(buf, cap,
         "# HELP pulse_steps_applied_total Steps applied to the local weights.\n"
         "# TYPE pulse_steps_applied_total counter\n"
@@ -113,7 +135,8 @@ int node_metrics_render(const node_metrics *m, char *buf, size_t cap)
         m->untrusted_state ? 1 : 0);
     if (n < 0 || (size_t)n >= cap)
         return pulse_fail(PULSE_ERR_LIMIT, "metrics text");
-    return 0;
+    size_t len = (size_t)n;
+    return node_phase_hist_render(&m->phases, buf, cap, &len);
 }
 
 int node_metrics_write_file(const char *path, const char *text)

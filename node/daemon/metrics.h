@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal: the follower's metrics in the Prometheus text exposition format (0.0.4), as a file and over HTTP. */
+/* Internal: a node's metrics (the follower's, or the trainer's) in the Prometheus text exposition format (0.0.4), as a file and over HTTP. */
 #ifndef PULSE_NODE_DAEMON_METRICS_H
 #define PULSE_NODE_DAEMON_METRICS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "node/daemon/phase_hist.h"
+
 typedef struct node_metrics {
+    int trainer;                /* a trainer node's: steps published, and its phases; else a follower's */
+    uint64_t steps_published, publish_failures, published_step;
+    int have_published;
+    node_phase_hist phases;     /* pulse_step_phase_seconds */
     uint64_t steps_applied, bytes_fetched, verify_failures, hook_failures, store_retries;
     uint64_t held_step;
     int have_held;
@@ -30,7 +36,9 @@ typedef struct node_metrics {
  * scrape during a long step shows the age as it is then, not as it was when the step began. */
 void node_metrics_age(node_metrics *m, int64_t now);
 
-/* The exposition text (NUL-terminated) into buf; PULSE_ERR_LIMIT when cap is too small. */
+/* The exposition text (NUL-terminated) into buf; PULSE_ERR_LIMIT when cap is too small
+ * (NODE_METRICS_TEXT always suffices). */
+#define NODE_METRICS_TEXT 32768
 int node_metrics_render(const node_metrics *m, char *buf, size_t cap);
 
 /* Writes TEXT to PATH atomically (a new PATH.tmp.XXXXXX, then rename), so a scraper never reads half. */

@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "base/fail.h"
 #include "node/daemon/log.h"
+#include "node/daemon/metrics.h"
 #include "node/daemon/retention.h"
 #include "node/daemon/signals.h"
 #include "node/daemon/trainer_node.h"
@@ -97,6 +98,9 @@ static void log_error(const char *what, const char *name, int err)
 
 typedef struct trainer {
     const node_trainer_opts *o;
+    node_metrics m;               /* what --metrics and --metrics-file show */
+    node_metrics_server *srv;
+    char text[NODE_METRICS_TEXT];
     pulse_publisher *pub;
     pulse_store *st;       /* retention's own handle (the publisher's is private) */
     uint8_t node[32];
@@ -104,6 +108,15 @@ typedef struct trainer {
     uint64_t last_step;
     int transient;         /* the last transient publish failure (--once reports it) */
 } trainer;
+
+static void show_metrics(trainer *t)
+{
+    node_metrics_publish(t->srv, &t->m);
+    if (!t->o->metrics_file || node_metrics_render(&t->m, t->text, sizeof t->text) != 0)
+        return;
+    if (node_metrics_write_file(t->o->metrics_file, t->text) != 0)
+        node_log("metrics-failed", "path", t->o->metrics_file, "reason", pulse_last_error(), (char *)NULL);
+}
 
 static void retain(trainer *t)
 {
@@ -168,6 +181,8 @@ static int publish_entry(trainer *t, const watch_entry *e)
     node_signals_hold(0);
     if (r) {
         log_error("publish", e->name, r);
+        t->m.publish_failures++;
+        show_metrics(t);
         /* The store or the machine failing is not the checkpoint's fault: try it again next
          * poll, and publish nothing after it meanwhile (that would leave it behind for good). */
         if (is_transient(r)) {
@@ -201,13 +216,20 @@ static int publish_entry(trainer *t, const watch_entry *e)
              (char *)NULL);
     t->have_last = 1;
     t->last_step = s.step;
+    t->m.steps_published++;
+    t->m.have_published = 1;
+    t->m.published_step = s.step;
+    node_phase_hist_add(&t->m.phases, pv);
+    show_metrics(t);
     retain(t);
     return 0;
 }
 
 int node_trainer_run(const node_trainer_opts *o)
 {
-    trainer t = { .o = o };
+    trainer t = { .o = o, .m = { .trainer = 1 } };
+    static const char *const phase_names[] = { "detect", "state_id", "diff", "upload", "record", "keep" };
+    node_phase_hist_init(&t.m.phases, phase_names, sizeof phase_names / sizeof *phase_names);
     watch_set prev = { 0 }, cur = { 0 };
     watch_notify notify = { .fd = -1 };
     watch_rules rules = { .pattern = o->pattern };
@@ -215,7 +237,9 @@ int node_trainer_run(const node_trainer_opts *o)
     pulse_secret_key *key = NULL;
     pulse_index *ix = NULL;
 
-    int r = pulse_publisher_open(&t.pub, &o->pub);
+    int r = o->metrics_addr ? node_metrics_listen(&t.srv, o->metrics_addr) : 0;
+    if (!r)
+        r = pulse_publisher_open(&t.pub, &o->pub);
     if (!r)
         r = pulse_key_load_secret(o->pub.key_path, &key);
     if (!r) {
@@ -238,6 +262,9 @@ int node_trainer_run(const node_trainer_opts *o)
     }
     if (r)
         goto out;
+    t.m.have_published = t.have_last;
+    t.m.published_step = t.last_step;
+    show_metrics(&t);
     char node_hex[PULSE_NODE_ID_HEX], last_s[24];
     pulse_node_id_hex(t.node, node_hex);
     snprintf(last_s, sizeof last_s, "%" PRIu64, t.last_step);
@@ -300,6 +327,7 @@ int node_trainer_run(const node_trainer_opts *o)
         node_log("sync-failed", "reason", pulse_last_error(), (char *)NULL);
     node_log("stopped", "role", "trainer", "node", node_hex, (char *)NULL);
 out:
+    node_metrics_close(&t.srv);
     watch_notify_close(&notify);
     watch_set_clear(&prev);
     watch_set_clear(&cur);

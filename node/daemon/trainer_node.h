@@ -16,6 +16,8 @@ typedef struct node_trainer_opts {
     uint64_t orphan_grace_s;     /* retention: unnamed objects younger than this are left alone */
     unsigned poll_ms;            /* between scans; a checkpoint must look the same in two scans */
     int once;                    /* scan twice (poll_ms apart), publish what is finished, return */
+    const char *metrics_addr;    /* "ADDR:PORT" to serve metrics on, or NULL */
+    const char *metrics_file;    /* written after each publish, or NULL */
 } node_trainer_opts;
 
 void node_trainer_opts_default(node_trainer_opts *o);

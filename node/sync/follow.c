@@ -17,6 +17,7 @@
 #include "base/env_bytes.h"
 #include "base/fail.h"
 #include "base/names.h"
+#include "manifest/index_internal.h"
 #include "manifest/layout.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
@@ -261,6 +262,11 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
         snprintf(path, sizeof path, "%s/index.db", opts->state_dir);
         r = pulse_index_open(&f->ix, path);
     }
+    /* Weights that are not synced each step are checked whole after a restart of the machine
+     * (node/sync/unsynced.h), so the index need not wait for the disk at each commit either; an
+     * engine's index is what says which state it holds, and keeps syncing. */
+    if (!r && !f->engine && !(f->o.weights_path ? sync_each_step(f) : 0))
+        r = index_sync_each_commit(f->ix, 0);
     for (size_t i = 0; !r && i < pulse_trust_count(opts->trust); i++)
         r = pulse_index_trust_key(f->ix, pulse_trust_get(opts->trust, i), (uint64_t)time(NULL));
     if (!r)
@@ -1012,7 +1018,6 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
     char jpath[4096], stem[4096], name[4096];
     int jfd = -1, r = 0;
     if (file) {
-        /* the journal's file is kept from step to step: its pages are reused, not made again */
         r = journal_data_path(f->o.state_dir, jpath, sizeof jpath);
         if (!r && (jfd = open(jpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
             r = pulse_fail_errno(PULSE_ERR_IO, "open %s", jpath);
@@ -1075,7 +1080,12 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
     }
     pulse_sync_step s;
     sync_step_of(rec, rel, *moved, &s);
-    return finish_step(f, &j, &s);
+    r = finish_step(f, &j, &s);
+    /* The step is done and its journal gone: the data's dirty pages are dropped, not written
+     * back to the disk (a 7B step's is ~1 GB), by emptying the file. */
+    if (file && !r && truncate(jpath, 0) != 0 && f->log)
+        follow_log(f, "journal-not-emptied", "file", jpath, "reason", strerror(errno), NULL);
+    return r;
 }
 
 static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
@@ -1368,6 +1378,7 @@ int follower_recover(pulse_follower *f, int *did)
         follow_log(f, "recovered", "step", st, "phase", j.phase == JOURNAL_APPLIED ? "applied" : "applying", NULL);
     pulse_sync_step s;
     memset(&s, 0, sizeof s);
+    memset(&f->ph, 0, sizeof f->ph);   /* a step finished from the journal: no phases of its own */
     s.step = j.step;
     s.kind = j.kind;
     memcpy(s.base, j.base, 32);

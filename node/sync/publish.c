@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/durable.h"
 #include "base/fail.h"
 #include "base/names.h"
 #include "manifest/layout.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/patch/patch_spans.h"
+#include "node/sync/copy_link.h"
 #include "node/sync/phases.h"
 #include "node/sync/unsynced.h"
 #include "node/sync/sync_internal.h"
@@ -558,10 +560,33 @@ static int keep_last(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, 
     int r;
     if (!snap && !old_path && access(path, F_OK) == 0)
         return 0;   /* the copy of this very state is there (a step published again) */
-    if (!snap && old_path && sp && (r = update_last(p, c, old_path, path, sp->spans, sp->nspans)) != 1)
-        return r;
     char work[4096];   /* what a crash during an update left, if anything */
     updating_path(p, work);
+    /* The published file itself, linked: no byte of it written again (trainers write a new file
+     * a step, never into an old one; copy_link_unchanged catches one that does). */
+    if (!old_path)
+        unlink(work);
+    /* a file the trainer may not have synced: after a restart of the machine the copy is hashed
+     * before it is trusted, as one this publisher wrote (node/sync/unsynced.h) */
+    if (!snap && pulse_ckpt_nfiles(c) == 1 && (r = unsynced_before_write(&p->note, p->state_dir, p->o.durable)) != 0)
+        return r;
+    if (!snap && pulse_ckpt_nfiles(c) == 1 &&
+        (r = copy_link_make(pulse_ckpt_file_path(c, 0), path, p->state_dir)) != 1) {
+        if (!r && sync_each_publish(p)) {
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            r = fd < 0 || fsync(fd) != 0 ? pulse_fail_errno(PULSE_ERR_IO, "fsync %s", path) : pulse_fsync_parent(path);
+            if (fd >= 0)
+                close(fd);
+        }
+        if (!r && old_path)
+            unlink(old_path);
+        return r;
+    }
+    char lrec[4096];   /* a copy this publisher writes is no link */
+    snprintf(lrec, sizeof lrec, "%s/last.link", p->state_dir);
+    unlink(lrec);
+    if (!snap && old_path && sp && (r = update_last(p, c, old_path, path, sp->spans, sp->nspans)) != 1)
+        return r;
     unlink(work);
     if (snap) {
         char *final = strdup(path);
@@ -625,6 +650,20 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
         last_path(p, last_state, lpath);
         if (access(lpath, F_OK) == 0) {
             r = pulse_ckpt_open(&last, lpath, PULSE_CKPT_READ);
+            if (!r && !copy_link_unchanged(lpath, p->state_dir)) {
+                /* the trainer's file, linked as the copy, was written since: only its hash says
+                 * whether it is still the state its name says */
+                uint8_t id[32];
+                r = pulse_ckpt_state_id(last, p->o.threads, id);
+                if (!r && memcmp(id, last_state, 32) != 0) {
+                    fprintf(stderr, "pulse: %s was written since it was published: removed; the next publish is a "
+                                    "keyframe\n", lpath);
+                    pulse_ckpt_close(&last);
+                    unlink(lpath);
+                }
+            }
+        }
+        if (!r && last) {
             double t0 = pulse_monotonic_s();
             if (!r)
                 r = diff_mapped(p, last, c, last_state, NULL, &sp);

@@ -36,14 +36,18 @@ grep -q '"event":"started"' f.log || fail "follower did not start: $(cat f.log)"
 url=http://127.0.0.1:$port
 
 # scrape OUT: one GET /metrics; fails unless it answers 200 within 2 s with a well-formed
-# exposition (every sample line NAME VALUE, 14 samples, each with its TYPE).
+# exposition: 14 samples NAME VALUE, and the step phase histogram (8 phases x 13 bounds and
+# +Inf, a sum and a count each), each metric with its TYPE.
 scrape() {
   local code
   code=$(curl -s --max-time 2 -o "$1" -w '%{http_code}' "$url/metrics") || fail "scrape: no answer within 2 s (curl exit $?)"
   [ "$code" = 200 ] || fail "scrape: HTTP $code"
-  [ "$(grep -vc '^#' "$1")" = 14 ] || fail "scrape: not 14 samples: $(cat "$1")"
-  grep -v '^#' "$1" | grep -qvE '^pulse_[a-z_]+ -?[0-9]+(\.[0-9]+)?$' && fail "scrape: a malformed sample: $(cat "$1")"
-  [ "$(grep -c '^# TYPE pulse_' "$1")" = 14 ] || fail "scrape: not 14 TYPE lines"
+  [ "$(grep -v '^#' "$1" | grep -vc '^pulse_step_phase_seconds')" = 14 ] || fail "scrape: not 14 samples: $(cat "$1")"
+  grep -v '^#' "$1" | grep -v '^pulse_step_phase_seconds' | grep -qvE '^pulse_[a-z_]+ -?[0-9]+(\.[0-9]+)?$' \
+    && fail "scrape: a malformed sample: $(cat "$1")"
+  [ "$(grep -cE '^pulse_step_phase_seconds_(bucket\{phase="[a-z_]+",le="[0-9.+Inf]+"\}|(sum|count)\{phase="[a-z_]+"\}) [0-9]+(\.[0-9]+)?$' "$1")" = 128 ] \
+    || fail "scrape: not the 8 phases' 16 histogram samples each: $(grep phase "$1" | head -5)"
+  [ "$(grep -c '^# TYPE pulse_' "$1")" = 15 ] || fail "scrape: not 15 TYPE lines"
 }
 m() { metric "$1" "$2"; }
 
@@ -110,6 +114,14 @@ wait_until 120 test -e inside.2 || fail "the hook of step 2 never ran: $(cat f.l
 held2() { scrape s2 && [ "$(m s2 pulse_held_step)" = 2 ] && [ "$(m s2 pulse_lag_steps)" = 0 ]; }
 wait_until 60 held2 || fail "after the pull: $(cat s2)"
 ok "step 1's hook: held 1, 2 applied, bytes $f1; after the pull held 2, lag 0"
+# Each applied step is in the phase histogram once its hook is done (the hooks held the loop
+# for a while: their phase's sum is above 0).
+counted() { scrape s3 && grep -qx 'pulse_step_phase_seconds_count{phase="fetch"} 3' s3; }
+wait_until 60 counted || fail "the phase histogram does not count the 3 steps: $(grep 'count{' s3)"
+grep -qx 'pulse_step_phase_seconds_count{phase="hook"} 3' s3 || fail "hook phase count: $(grep 'count{' s3)"
+hook_sum=$(sed -n 's/^pulse_step_phase_seconds_sum{phase="hook"} //p' s3)
+awk -v s="$hook_sum" 'BEGIN { exit !(s > 0) }' || fail "hook phase sum $hook_sum, the hooks waited"
+ok "the phase histogram counts the 3 steps, their hooks' time in it"
 
 # 5. SIGTERM: the server thread is joined and the port closed; exit 0.
 kill -TERM "$bg"

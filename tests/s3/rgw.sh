@@ -4,6 +4,7 @@
 # bound to 127.0.0.1 only, so the e2e tests talk to a real S3 server that verifies SigV4.
 #
 #   tests/s3/rgw.sh start DIR   # DIR is created (or must be empty); writes DIR/env; progress on stderr
+#                               # (the OSD is a 4 GiB sparse file; PULSE_RGW_BLOCK_BYTES sets another size)
 #   tests/s3/rgw.sh stop DIR    # kills the daemons by their PID files (TERM, then KILL); safe twice
 #   tests/s3/rgw.sh env DIR     # prints DIR/env (export lines for the AWS_* and PULSE_TEST_BUCKET)
 #   tests/s3/rgw.sh users DIR UID...   # extra users with their own keys (tests/s3/rgw_users.sh create)
@@ -125,7 +126,7 @@ osd_data = $dir/osd/\$name
 osd_objectstore = bluestore
 bluestore_block_path = $dir/osd/\$name.block
 bluestore_block_create = true
-bluestore_block_size = 4294967296
+bluestore_block_size = ${PULSE_RGW_BLOCK_BYTES:-4294967296}
 bluestore_block_db_create = false
 bluestore_block_wal_create = false
 bluestore_fsck_on_mkfs = false

@@ -11,7 +11,8 @@
 #
 # Environment: PULSE_BENCH_RATE (tc rate, default 1gbit), PULSE_BENCH_RTT_MS (default 50),
 # PULSE_BENCH_LR (default 3e-6), PULSE_BENCH_POLL_MS (both nodes' poll, default 20),
-# PULSE_BENCH_DENSE=0 (skip the dense copies), PULSE_BIN (the pulse under test) and
+# PULSE_BENCH_DENSE=0 (skip the dense copies), PULSE_BENCH_KEEP=1 (keep the work directory and its
+# logs, named on exit), PULSE_BIN (the pulse under test) and
 # PULSE_BIN_BEFORE (another pulse binary run on the same checkpoints in the same invocation, first,
 # for a before/after table), PULSE_RGW_ENV (an RGW to use; else one is started).
 #
@@ -41,6 +42,9 @@ print(int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)])
 [ -n "$rate_bps" ] || { echo "wan.sh: PULSE_BENCH_RATE must look like 100mbit or 1gbit" >&2; exit 2; }
 
 ns="pulse-wan-$$" veth_h="pwh$$" veth_c="pwc$$"
+# a /30 of its own (from the pid), so a run left behind by a kill does not take this one's route
+net="10.205.$(($$ % 250))"
+host_ip="$net.1" ns_ip="$net.2"
 work=$(mktemp -d "${TMPDIR:-/tmp}/pulse-wan.XXXXXX")
 rgw_dir="" pids=() fwd_pid=""
 stop_pids() {
@@ -49,12 +53,19 @@ stop_pids() {
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   pids=()
 }
+# The run's objects: removed at exit from an RGW that outlives this run (PULSE_RGW_ENV).
+clear_objects() {
+  [ -n "${bucket:-}" ] || return 0
+  "$pulse" store ls "s3://$bucket/wan-$$/" 2>/dev/null | while read -r k; do
+    "$pulse" store rm "s3://$bucket/$k" >/dev/null 2>&1 || true
+  done
+}
 cleanup() {
   stop_pids
   if [ -n "$fwd_pid" ]; then kill "$fwd_pid" 2>/dev/null || true; wait "$fwd_pid" 2>/dev/null || true; fi
   ip netns del "$ns" 2>/dev/null || true   # the veth pair goes with it
-  if [ -n "$rgw_dir" ]; then "$root/tests/s3/rgw.sh" stop "$rgw_dir" || true; fi
-  rm -rf "$work"
+  if [ -n "$rgw_dir" ]; then "$root/tests/s3/rgw.sh" stop "$rgw_dir" || true; else clear_objects; fi
+  if [ "${PULSE_BENCH_KEEP:-0}" = 1 ]; then echo "wan.sh: kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -65,7 +76,8 @@ if [ -n "${PULSE_RGW_ENV:-}" ]; then
 fi
 if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   rgw_dir="$work/rgw"
-  "$root/tests/s3/rgw.sh" start "$rgw_dir"
+  # room for two runs' keyframes and steps at 1B (a sparse file: only what is written takes disk)
+  PULSE_RGW_BLOCK_BYTES=${PULSE_RGW_BLOCK_BYTES:-$((32 << 30))} "$root/tests/s3/rgw.sh" start "$rgw_dir"
   # shellcheck disable=SC1091
   . "$rgw_dir/env"
 fi
@@ -73,21 +85,25 @@ bucket=${PULSE_TEST_BUCKET:?PULSE_TEST_BUCKET must name a bucket}
 rgw_hostport=${AWS_ENDPOINT_URL#http://}
 
 # --- the link ---
+if ip -br addr | grep -q " $host_ip/"; then
+  echo "wan.sh: $host_ip is taken by another interface (a run left behind? ip netns list)" >&2
+  exit 1
+fi
 ip netns add "$ns"
 ip link add "$veth_h" type veth peer name "$veth_c"
 ip link set "$veth_c" netns "$ns"
-ip addr add 10.205.0.1/30 dev "$veth_h"
-ip -n "$ns" addr add 10.205.0.2/30 dev "$veth_c"
+ip addr add $host_ip/30 dev "$veth_h"
+ip -n "$ns" addr add $ns_ip/30 dev "$veth_c"
 ip -n "$ns" link set lo up
 ip link set "$veth_h" up
 ip -n "$ns" link set "$veth_c" up
 # Both directions shaped (egress of each end); burst above one GSO segment, or tbf drops them.
 tc qdisc add dev "$veth_h" root tbf rate "$rate" burst 512kb latency 100ms
 ip netns exec "$ns" tc qdisc add dev "$veth_c" root tbf rate "$rate" burst 512kb latency 100ms
-python3 "$root/tools/bench/tcpfwd.py" --listen 10.205.0.1:8000 --connect "$rgw_hostport" \
+python3 "$root/tools/bench/tcpfwd.py" --listen $host_ip:8000 --connect "$rgw_hostport" \
   --delay-ms "$(awk -v r="$rtt_ms" 'BEGIN { print r / 2 }')" >/dev/null &
 fwd_pid=$!
-c_env=(ip netns exec "$ns" env AWS_ENDPOINT_URL=http://10.205.0.1:8000)
+c_env=(ip netns exec "$ns" env AWS_ENDPOINT_URL=http://$host_ip:8000)
 for _ in $(seq 1 100); do
   "${c_env[@]}" "$pulse" store ls "s3://$bucket/none-$$" >/dev/null 2>&1 && break
   sleep 0.1
@@ -174,6 +190,7 @@ run_nodes() {
     echo "$label step $k: $t s, bit-identical: $same" >&2
   done
   stop_pids
+  clear_objects   # the next run's keyframe needs the room
   for k in $(seq 1 "$steps"); do
     local line
     line=$(python3 - "$k" "$d/trainer.log" "$d/f1.log" <<'PY'
