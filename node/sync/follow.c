@@ -1080,12 +1080,7 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
     }
     pulse_sync_step s;
     sync_step_of(rec, rel, *moved, &s);
-    r = finish_step(f, &j, &s);
-    /* The step is done and its journal gone: the data's dirty pages are dropped, not written
-     * back to the disk (a 7B step's is ~1 GB), by emptying the file. */
-    if (file && !r && truncate(jpath, 0) != 0 && f->log)
-        follow_log(f, "journal-not-emptied", "file", jpath, "reason", strerror(errno), NULL);
-    return r;
+    return finish_step(f, &j, &s);
 }
 
 static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)

@@ -314,7 +314,7 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
     }
     if (fd >= 0)
         close(fd);
-    unlink(path);
+    /* kept: the next step's patch is written over it, in pages already there (patch_file_create) */
     if (r)
         step_patch_free(sp);
     return r;

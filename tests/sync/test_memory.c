@@ -300,7 +300,8 @@ static void test_sync(void)
      * pulse_follower_open (as at() does, and as follower()'s URL goes out of scope) changes
      * nothing. Here the state directory's name is overwritten with one that cannot be made, and
      * a fresh follower still restores the keyframe through its state directory and applies the
-     * patches, each fetched through a temporary there (the cap at 0 for this follower). */
+     * patches, each fetched into the state directory's fetch.data (kept for the next step) and
+     * staged through an unlinked temporary there: nothing else is left. */
     {
         static model third;
         memset(&third, 0x33, sizeof third);
@@ -324,7 +325,8 @@ static void test_sync(void)
         DIR *d = opendir(at("fol3"));
         int temporaries = 0;
         for (struct dirent *e; d && (e = readdir(d));)
-            temporaries += !strncmp(e->d_name, "fetch", 5) || !strncmp(e->d_name, "keyframe", 8);
+            temporaries += (!strncmp(e->d_name, "fetch", 5) && strcmp(e->d_name, "fetch.data")) ||
+                           !strncmp(e->d_name, "keyframe", 8) || !strncmp(e->d_name, "staged", 6);
         CHECK(d != NULL && temporaries == 0);
         if (d)
             closedir(d);

@@ -207,7 +207,7 @@ def event(path, name):
     return {}
 pub, app = event(sys.argv[2], "published"), event(sys.argv[3], "applied")
 def ms(e):
-    return " ".join("%s=%s" % (key[:-3], v) for key, v in e.items() if key.endswith("_ms")) or "ms=%s" % e.get("ms", "-")
+    return "total=%s " % e.get("ms", "-") + " ".join("%s=%s" % (key[:-3], v) for key, v in e.items() if key.endswith("_ms"))
 print(app.get("bytes", "0"), "| trainer:", ms(pub), "| follower:", ms(app))
 PY
 )
