@@ -365,8 +365,10 @@ int node_follow_run(const node_follow_cfg *cfg)
         wait_poll(&n);
         if (node_stop_requested())
             break;
-        /* A failed catch-up (store down, a bad record) is retried every poll, heads or not. */
-        int need = poll_heads(&n) || cr != 0;
+        /* A failed catch-up (store down, a bad record) is retried every poll, heads or not; so is
+         * one after the last step's result check failed (the weights are hashed again). */
+        int need = follower_settle_check(n.f, 0) != 0;
+        need = poll_heads(&n) || need || cr != 0;
         run_due_hook(&n);   /* after the fast path's step */
         if (need && !node_stop_requested())
             cr = catch_up(&n);

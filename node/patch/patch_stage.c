@@ -33,6 +33,7 @@ struct patch_stage {
     uint8_t *plain_len;          /* and its length (<= CKPT_CHUNKS_A_RUN) */
     size_t nplain;
     atomic_size_t plain_next;    /* the next run to hash */
+    int hash;                    /* 0: nothing is hashed (the result is checked after the write) */
     patch_pool pool;
     uint8_t **part;              /* per pool slot: a chunk's journal part (bitmap + values), lazily */
     uint8_t **whole;             /* per pool slot: a state chunk built whole (shared ones), lazily */
@@ -134,7 +135,8 @@ static int plan_plain(patch_stage *st)
     return 0;
 }
 
-int patch_stage_open(patch_stage **out, const pulse_patch *p, const pulse_ckpt *target, int journal_fd, int threads)
+int patch_stage_open(patch_stage **out, const pulse_patch *p, const pulse_ckpt *target, int journal_fd, int threads,
+                     int hash)
 {
     *out = NULL;
     int r = patch_check_layout(p, target);
@@ -149,6 +151,7 @@ int patch_stage_open(patch_stage **out, const pulse_patch *p, const pulse_ckpt *
     st->p = p;
     st->target = target;
     st->jfd = journal_fd;
+    st->hash = hash;
     atomic_init(&st->plain_next, 0);
     r = journal_layout(p, &st->joff, &st->jbytes);
     if (!r)
@@ -332,7 +335,7 @@ int patch_stage_chunk(patch_stage *st, size_t k, const uint8_t *bytes)
     err = stage_span(st, c, s, bytes, part);
     if (!err)
         err = pwrite_all(st->jfd, part, (size_t)part_bytes(p, c), st->joff[k]);
-    if (!err) {
+    if (!err && st->hash) {
         /* the state chunks this span holds whole, hashed from the span while it is in cache */
         const uint64_t unit = p->tensors[c->tensor].unit, lo = c->first * unit;
         const pulse_tensor *t = pulse_ckpt_tensor(st->target, c->tensor);
@@ -361,6 +364,8 @@ int patch_stage_chunk(patch_stage *st, size_t k, const uint8_t *bytes)
 
 int patch_stage_hash_untouched(patch_stage *st)
 {
+    if (!st->hash)
+        return 0;
     size_t i = atomic_fetch_add(&st->plain_next, 1);
     if (i >= st->nplain)
         return 0;
@@ -432,6 +437,10 @@ static int finish_one(void *ctx, size_t i)
 
 int patch_stage_finish(patch_stage *st, int threads, uint8_t result[32])
 {
+    if (!st->hash) {
+        memset(result, 0, 32);
+        return 0;
+    }
     finish_job f = { .st = st };
     size_t done = atomic_load(&st->plain_next);
     f.nplain_jobs = done < st->nplain ? st->nplain - done : 0;

@@ -29,8 +29,10 @@ typedef struct patch_stage patch_stage;
  * outlive the stage. TARGET: the checkpoint P applies to, in P's base state; its layout is
  * checked here, and it is only read until patch_stage_write. JOURNAL_FD: a file this call sizes
  * and fills with P's head; staging writes each chunk's part. THREADS: the most workers that will
- * call patch_stage_work at once. */
-int patch_stage_open(patch_stage **out, const pulse_patch *p, const pulse_ckpt *target, int journal_fd, int threads);
+ * call patch_stage_chunk at once. HASH 0: no state chunk is hashed (the caller checks the result
+ * after the write, patch_stage_finish gives no id). */
+int patch_stage_open(patch_stage **out, const pulse_patch *p, const pulse_ckpt *target, int journal_fd, int threads,
+                     int hash);
 void patch_stage_close(patch_stage **st);
 
 /* Bytes of the journal file. */

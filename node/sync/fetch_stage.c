@@ -34,7 +34,7 @@ typedef struct fetch_job {
     pulse_store_range *rg;
     size_t nrg;
     const pulse_ckpt *target;
-    int jfd, threads;
+    int jfd, threads, hash;
     pthread_mutex_t lock;        /* guards head, st's creation, next[] */
     pulse_patch *head;
     patch_stage *_Atomic st;     /* set once the head is checked and the stage open */
@@ -104,7 +104,7 @@ static int open_head(fetch_job *j)
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
     patch_stage *st = NULL;
     if (!r)
-        r = patch_stage_open(&st, j->head, j->target, j->jfd, j->threads);
+        r = patch_stage_open(&st, j->head, j->target, j->jfd, j->threads, j->hash);
     size_t n = st ? patch_stage_chunks(st) : 0;
     for (size_t i = 0; !r && i < j->nrg; i++) {   /* the chunks starting in each range */
         size_t lo = i ? j->end[i - 1] : 0, k = lo;
@@ -193,7 +193,7 @@ static void *worker(void *arg)
 }
 
 int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *rec, const char *dir,
-                     const pulse_ckpt *target, int jfd, int threads, sync_staged *out, uint64_t *moved)
+                     const pulse_ckpt *target, int jfd, int threads, int hash, sync_staged *out, uint64_t *moved)
 {
     memset(out, 0, sizeof *out);
     const pulse_record_object *o = &rec->objects[0];
@@ -220,7 +220,7 @@ int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *re
     void *map = MAP_FAILED;
     if (!r && (map = mmap(NULL, (size_t)o->size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
         r = pulse_fail_errno(PULSE_ERR_IO, "mapping the fetched patch in %s", dir);
-    fetch_job j = { .obj = o, .rec = rec, .key = key, .map = map, .target = target, .jfd = jfd,
+    fetch_job j = { .obj = o, .rec = rec, .key = key, .map = map, .target = target, .jfd = jfd, .hash = hash,
                     .threads = threads > 0 ? threads : pulse_default_threads() };
     j.head_obj = rec->n_objects >= 2 && !strcmp(rec->objects[1].role, SYNC_PATCH_INDEX_ROLE) ? &rec->objects[1]
                                                                                              : NULL;

@@ -20,13 +20,14 @@ typedef struct sync_staged {
 
 /* Fetches REC's patch (its first object) as parallel ranges into an unlinked temporary in DIR and
  * stages each chunk against TARGET (in the record's base state, only read here) as soon as its
- * bytes are in, on THREADS workers, the journal's parts into JFD (patch_stage_open). The patch's
+ * bytes are in, on THREADS workers, the journal's parts into JFD (patch_stage_open; HASH 0: no
+ * result id, the caller checks it after the write). The patch's
  * head is checked against the record's head object first (for a record without one, the whole
  * patch against its digest before the result counts). Adds the bytes fetched to *moved. On
  * success OUT holds the stage and its result id, which the caller compares with the record's
  * before writing; on failure nothing is held and TARGET is as it was. */
 int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *rec, const char *dir,
-                     const pulse_ckpt *target, int jfd, int threads, sync_staged *out, uint64_t *moved);
+                     const pulse_ckpt *target, int jfd, int threads, int hash, sync_staged *out, uint64_t *moved);
 void sync_staged_close(sync_staged *s);
 
 #endif

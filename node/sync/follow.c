@@ -27,6 +27,7 @@
 #include "node/patch/patch_take.h"
 #include "node/sync/follow_internal.h"
 #include "node/sync/journal.h"
+#include "node/sync/late_check.h"
 #include "node/sync/slices.h"
 #include "node/sync/sync_internal.h"
 #include "node/sync/unsynced.h"
@@ -75,6 +76,9 @@ struct pulse_follower {
      * back, writable), so a step does not fault every page in again. */
     pulse_ckpt *w;
     struct stat w_stat;
+    /* A node's steps on its own last write: the result hashed after the write (late_check.h). */
+    int late_checks;
+    late_check late;
 };
 
 /* At most this many refused records are logged one by one per pull; the rest in one line. */
@@ -153,12 +157,14 @@ PULSE_API void pulse_follow_opts_default(pulse_follow_opts *o)
     o->size = sizeof *o;
 }
 
+static void weights_unmap(pulse_follower *f);
+
 PULSE_API void pulse_follower_close(pulse_follower **pf)
 {
     if (!pf || !*pf)
         return;
     pulse_follower *f = *pf;
-    pulse_ckpt_close(&f->w);
+    weights_unmap(f);
     pulse_follower_sync(f);
     pulse_index_close(&f->ix);
     pulse_store_close(&f->st);
@@ -281,6 +287,9 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
 
 void follower_configure(pulse_follower *f, unsigned max_behind, int log_events, int keep_untrusted)
 {
+    /* a node outlives its steps: their results can be checked after their writes (a one-shot
+     * pull exits with its last step, so it checks each before) */
+    f->late_checks = log_events;
     f->max_behind = max_behind;
     f->log = log_events;
     f->keep_untrusted = keep_untrusted;
@@ -986,6 +995,28 @@ static double ms_since(double t0)
  * weights is written; this checks the base too (weights that are not the base give another
  * result). Then the journal entry, and one scatter of the changes into the weights. A crash
  * during it is mended by replaying the journal (follower_recover). */
+int follower_settle_check(pulse_follower *f, int wait)
+{
+    if (!wait && !late_check_ended(&f->late))
+        return 0;
+    uint64_t step = 0;
+    int r = late_check_wait(&f->late, &step);
+    if (!r)
+        return 0;
+    /* The weights are not what the step's record says: no state this follower knows (a local
+     * fault, or a publisher whose patch does not give its result). Hashed again, as no record
+     * produces them they are replaced from the newest keyframe. */
+    char st[24], why[400];
+    u64s(st, sizeof st, step);
+    snprintf(why, sizeof why, "%s", pulse_last_error());
+    follow_log(f, "result-mismatch", "step", st, "reason", why, NULL);
+    f->c.verify_failures++;
+    f->known = 0;
+    f->suspect = 1;
+    pulse_ckpt_close(&f->w);
+    return pulse_fail(PULSE_ERR_IO, "the weights failed the result check of step %s: %s", st, why);
+}
+
 static int same_file(const struct stat *a, const struct stat *b)
 {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
@@ -994,21 +1025,27 @@ static int same_file(const struct stat *a, const struct stat *b)
 }
 
 /* The weights file open writable: the mapping of the last step when the file is still as this
- * handle left it, else opened afresh. Whether it is the base is the step's to check (its result
- * id covers every byte), so this is about the mapping, not about trust. */
+ * handle left it (1), else opened afresh (0). */
 static int weights_mapped(pulse_follower *f)
 {
     struct stat now;
     if (f->w && (stat(f->o.weights_path, &now) != 0 || !same_file(&now, &f->w_stat)))
-        pulse_ckpt_close(&f->w);
-    return f->w ? 0 : pulse_ckpt_open(&f->w, f->o.weights_path, PULSE_CKPT_WRITE);
+        weights_unmap(f);
+    return f->w ? 1 : pulse_ckpt_open(&f->w, f->o.weights_path, PULSE_CKPT_WRITE);
+}
+
+/* The mapping let go of, once no check reads it. */
+static void weights_unmap(pulse_follower *f)
+{
+    follower_settle_check(f, 1);
+    pulse_ckpt_close(&f->w);
 }
 
 /* After this handle wrote the weights: what they look like now, for the next step's mapping. */
 static void weights_written(pulse_follower *f)
 {
     if (f->w && stat(f->o.weights_path, &f->w_stat) != 0)
-        pulse_ckpt_close(&f->w);
+        weights_unmap(f);
 }
 
 static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
@@ -1016,13 +1053,19 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
     const int file = !in_memory(f);
     pulse_ckpt *w = NULL;
     char jpath[4096], stem[4096], name[4096];
-    int jfd = -1, r = 0;
+    int jfd = -1, r = 0, late = 0;
     if (file) {
         r = journal_data_path(f->o.state_dir, jpath, sizeof jpath);
         if (!r && (jfd = open(jpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
             r = pulse_fail_errno(PULSE_ERR_IO, "open %s", jpath);
-        if (!r && (r = weights_mapped(f)) == 0)
+        if (!r && (r = weights_mapped(f)) >= 0) {
+            /* a node's step on its own last write (the mapping it left, the file as it left it,
+             * that write checked or being checked): the result is hashed after this write, on
+             * idle cycles; any other step hashes it before (docs/trust.md) */
+            late = f->late_checks && r == 1;
+            r = 0;
             w = f->w;
+        }
     } else {
         /* memory does not outlive a crash: the changes are kept only until they are written */
         snprintf(stem, sizeof stem, "%s/staged", f->o.state_dir);
@@ -1035,14 +1078,17 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
     sync_staged sg;
     memset(&sg, 0, sizeof sg);
     if (!r)
-        r = sync_fetch_stage(f->st, f->run, rec, f->o.state_dir, target, jfd, f->o.threads, &sg, moved);
+        r = sync_fetch_stage(f->st, f->run, rec, f->o.state_dir, target, jfd, f->o.threads, !late, &sg, moved);
     f->ph.fetch = sg.fetch_ms;
     f->ph.verify = sg.verify_ms;
     char h1[65], h2[65];
-    if (!r && memcmp(sg.result, rec->result, 32) != 0)
+    /* the check of the last step's write, before this one writes on it */
+    if (!r && late)
+        r = follower_settle_check(f, 1);
+    if (!r && !late && memcmp(sg.result, rec->result, 32) != 0)
         r = pulse_fail(PULSE_ERR_MISMATCH, "these weights with the patch would be state %.16s.., the record's result is "
-                       "%.16s..: they are not its base (nothing was written)", pulse_id_hex(sg.result, h1),
-                       pulse_id_hex(rec->result, h2));
+                       "%.16s..: they are not its base, or the patch does not give its result (nothing was written)",
+                       pulse_id_hex(sg.result, h1), pulse_id_hex(rec->result, h2));
     node_journal j = journal_applying(rec, rel);
     double t0 = pulse_monotonic_s();
     if (!r && file) {
@@ -1062,11 +1108,13 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
     if (!r && file && sync_each_step(f))
         r = pulse_ckpt_sync(w);
     f->ph.apply = ms_since(t0);
+    if (!r && late && (r = late_check_start(&f->late, w, rec->result, rec->step, f->o.threads)) != 0)
+        r = pulse_fail(PULSE_ERR_IO, "%s (the weights were written)", pulse_last_error());
     sync_staged_close(&sg);
     if (file && !r)
         weights_written(f);
     else if (file)
-        pulse_ckpt_close(&f->w);   /* a step that failed maps them afresh */
+        weights_unmap(f);   /* a step that failed maps them afresh */
     if (jfd >= 0)
         close(jfd);
     if (r && file && !written)
@@ -1162,6 +1210,7 @@ static int apply_keyframe_memory(pulse_follower *f, const pulse_record *rec, con
 
 static int apply_keyframe_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
+    weights_unmap(f);   /* the file is replaced: no check may still read the old one */
     if (in_memory(f))
         return apply_keyframe_memory(f, rec, rel, moved);
     node_journal j = journal_applying(rec, rel);
@@ -1267,6 +1316,7 @@ int follower_recover(pulse_follower *f, int *did)
     f->recovered = 1;
     if (in_memory(f))
         return 0;   /* a journal in the directory speaks of a file, not of these buffers */
+    weights_unmap(f);
     journal_sweep(f->o.state_dir);
     int r = journal_read(f->o.state_dir, &j, &found);
     if (r || !found)
@@ -1641,6 +1691,9 @@ static void say_skipped(pulse_follower *f, const listing *l)
 static int pull_listed(pulse_follower *f, size_t *applied, pulse_sync_step *held_out)
 {
     pulse_clear_error();
+    /* a check that failed makes the weights unknown: this pull then hashes them */
+    if (follower_settle_check(f, 0) != 0)
+        pulse_clear_error();
     listing l = { 0 };
     uint64_t before = f->c.steps_applied;
     f->stopped = 0;

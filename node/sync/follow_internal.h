@@ -53,6 +53,12 @@ const follow_counters *follower_counters(pulse_follower *f);
 const apply_phases *follower_phases(const pulse_follower *f);
 void follower_set_hook_ms(pulse_follower *f, double ms);
 
+/* The result check of the last step, made after its write (a node's steps on its own last write,
+ * docs/trust.md): waited for (WAIT) or only looked at; a check that failed is logged
+ * (result-mismatch) and counted, and makes the weights unknown (hashed again at the next pull, and
+ * replaced from the newest keyframe). 0, or that failure. */
+int follower_settle_check(pulse_follower *f, int wait);
+
 /* The state held (after the first pull or recovery): 0, or PULSE_ERR_NOTFOUND. */
 int follower_held(const pulse_follower *f, uint64_t *step, uint8_t state[32]);
 

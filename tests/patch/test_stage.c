@@ -132,7 +132,7 @@ static patch_stage *stage_all(const uint8_t *bytes, size_t len, pulse_patch **he
     patch_stage *st = NULL;
     *err = pulse_patch_open_head(head, bytes, (size_t)head_bytes_of(bytes, len), len);
     if (!*err)
-        *err = patch_stage_open(&st, *head, target, jfd, 2);
+        *err = patch_stage_open(&st, *head, target, jfd, 2, 1);
     for (size_t k = st ? patch_stage_chunks(st) : 0; !*err && k-- > 0;) {
         *err = patch_stage_chunk(st, k, bytes + patch_stage_chunk_at(st, k));
         patch_stage_hash_untouched(st);
@@ -229,7 +229,7 @@ static void one_case(const char *label, const pulse_diff_opts *d)
     jfd = open(at("journal"), O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (w && jfd >= 0) {
         CHECK_OK(pulse_patch_open_head(&head, bytes, (size_t)head_bytes_of(bytes, len), len));
-        if (head && !patch_stage_open(&st, head, w, jfd, 1)) {
+        if (head && !patch_stage_open(&st, head, w, jfd, 1, 1)) {
             size_t k = patch_stage_chunks(st) / 2;
             uint8_t *bad = malloc(patch_stage_chunk_len(st, k));
             memcpy(bad, bytes + patch_stage_chunk_at(st, k), patch_stage_chunk_len(st, k));
