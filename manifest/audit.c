@@ -16,6 +16,7 @@
 #include "base/names.h"
 #include "crypto/sha256.h"
 #include "manifest/layout.h"
+#include "manifest/patch_objects.h"
 #include "pulseweights/audit.h"
 
 #define HEAD_MAX_BYTES PULSE_LAYOUT_HEAD_MAX   /* a key line, a time line and a record (manifest/layout.h) */
@@ -345,12 +346,10 @@ static void check_shape(struct audit *a, size_t i)
         problem(a, e, "summary says %llu patch bytes, its objects have %llu", (unsigned long long)e->patch_bytes,
                 (unsigned long long)e->object_bytes);
     if (r->kind == PULSE_RECORD_SYNC_PATCH) {
-        if (r->n_objects < 1 || r->n_objects > 3 || strcmp(r->objects[0].role, "patch")
-            || (r->n_objects >= 2 && strcmp(r->objects[1].role, "patch-index"))
-            || (r->n_objects == 3 && strcmp(r->objects[2].role, "patch-by-direction")))
-            problem(a, e, "a sync-patch record names one object of role 'patch', then at most one of role "
-                    "'patch-index' and after it one of role 'patch-by-direction' (this one: %u, first '%s')",
-                    r->n_objects, r->n_objects ? r->objects[0].role : "");
+        patch_objects po;
+        if (patch_objects_of(r, &po) != 0)
+            problem(a, e, "%s", pulse_last_error());
+        patch_objects_free(&po);
     } else if (r->kind == PULSE_RECORD_KEYFRAME) {
         uint64_t at = 0;
         for (uint32_t k = 0; k < r->n_objects; k++) {
@@ -918,11 +917,15 @@ static void estimate(struct audit *a)
             newest_kf = i;
         else {
             patch_steps++;
-            /* the head poll, which carries the record, then the patch (the first object; the
-             * others are its head again and older publishers' extras, fetched by slices only) */
+            /* the head poll, which carries the record, then the objects that hold the patch (not
+             * the head again that older publishers named after it, for followers of slices) */
             patch_gets += 1;
-            if (a->recs[i].n_objects)
-                patch_gets += object_gets(a, a->recs[i].objects[0].size);
+            patch_objects po;
+            if (patch_objects_of(&a->recs[i], &po) == 0)
+                for (size_t k = 0; k < po.n; k++)
+                    patch_gets += object_gets(a, po.ext[k].obj->size);
+            pulse_clear_error();
+            patch_objects_free(&po);
         }
     }
     if (newest_kf != SIZE_MAX) {

@@ -30,8 +30,7 @@ struct store_ops {
                const char *if_none_match, const struct store_dst *dst, pulse_object_info *info);
     int (*head)(pulse_store *st, const char *key, pulse_object_info *info);
     /* pulse_store_get_ranges, arguments checked. */
-    int (*get_ranges)(pulse_store *st, const char *key, pulse_store_range *r, size_t n, int fd,
-                      pulse_object_info *info);
+    int (*get_ranges)(pulse_store *st, pulse_store_range *r, size_t n, int fd);
     int (*del)(pulse_store *st, const char *key);
     int (*list)(pulse_store *st, const char *prefix, const char *start_after,
                 pulse_store_list_fn fn, void *ctx);

@@ -459,36 +459,33 @@ out:
 }
 
 /* The ranges one after another, each in CHUNK steps counted as they land. */
-static int file_get_ranges(pulse_store *st, const char *key, pulse_store_range *x, size_t n, int out,
-                           pulse_object_info *pinfo)
+static int file_get_ranges(pulse_store *st, pulse_store_range *x, size_t n, int out)
 {
-    int fd = -1, rc = open_object(st, "get", key, &fd, NULL);
-    if (rc)
-        return rc;
-    pulse_object_info info;
     char *chunk = malloc(CHUNK);
-    rc = chunk ? info_of(fd, "get", key, &info) : pulse_fail(PULSE_ERR_NOMEM, "get %s: out of memory", key);
-    if (!rc)
-        *pinfo = info;
+    int rc = chunk ? 0 : pulse_fail(PULSE_ERR_NOMEM, "get: out of memory");
     for (size_t i = 0; !rc && i < n; i++) {
-        if (x[i].offset >= info.size || x[i].length > info.size - x[i].offset) {
-            rc = pulse_fail(PULSE_ERR_INVALID, "get %s: range %llu-%llu, object has %llu bytes", key,
+        int fd = -1;
+        pulse_object_info info;
+        if ((rc = open_object(st, "get", x[i].key, &fd, NULL)) != 0)
+            break;
+        rc = info_of(fd, "get", x[i].key, &info);
+        x[i].object_size = info.size;
+        if (!rc && (x[i].offset >= info.size || x[i].length > info.size - x[i].offset))
+            rc = pulse_fail(PULSE_ERR_INVALID, "get %s: range %llu-%llu, object has %llu bytes", x[i].key,
                             (unsigned long long)x[i].offset, (unsigned long long)(x[i].offset + x[i].length - 1),
                             (unsigned long long)info.size);
-            break;
-        }
         for (uint64_t done = 0; !rc && done < x[i].length;) {
             size_t want = x[i].length - done < CHUNK ? (size_t)(x[i].length - done) : CHUNK;
             if (pread_full(fd, chunk, want, x[i].offset + done) != (ssize_t)want)
-                rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: read", key);
-            else if (pwrite_all(out, chunk, want, x[i].offset + done))
-                rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: write output", key);
+                rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: read", x[i].key);
+            else if (pwrite_all(out, chunk, want, x[i].at + done))
+                rc = pulse_fail_errno(PULSE_ERR_IO, "get %s: write output", x[i].key);
             else
                 __atomic_store_n(&x[i].done, done += want, __ATOMIC_RELEASE);
         }
+        close(fd);
     }
     free(chunk);
-    close(fd);
     return rc;
 }
 

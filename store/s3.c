@@ -528,24 +528,27 @@ out:
     return rc;
 }
 
-static int s3_get_ranges(pulse_store *st, const char *key, pulse_store_range *x, size_t n, int fd,
-                         pulse_object_info *info)
+static int s3_get_ranges(pulse_store *st, pulse_store_range *x, size_t n, int fd)
 {
     struct s3_store *s = s3_of(st);
-    char *fk = full_key(s, key);
     struct s3_req *rs = calloc(n, sizeof *rs);
     struct s3_req **rp = calloc(n, sizeof *rp);
+    char **fks = calloc(n, sizeof *fks);
     int rc = 0;
     uint64_t total = 0;
-    if (!fk || !rs || !rp)
-        rc = pulse_fail(PULSE_ERR_NOMEM, "get %s: out of memory", key);
+    if (!rs || !rp || !fks)
+        rc = pulse_fail(PULSE_ERR_NOMEM, "get: out of memory");
     for (size_t i = 0; !rc && i < n; i++) {
-        if ((rc = s3_req_init(s, &rs[i], "get (range)", "GET", fk, key)))
+        if (!(fks[i] = full_key(s, x[i].key))) {
+            rc = pulse_fail(PULSE_ERR_NOMEM, "get %s: out of memory", x[i].key);
+            break;
+        }
+        if ((rc = s3_req_init(s, &rs[i], "get (range)", "GET", fks[i], x[i].key)))
             break;
         s3_req_range(&rs[i], x[i].offset, x[i].length);
         rs[i].sink = SINK_FD;
         rs[i].sink_fd = fd;
-        rs[i].sink_off = x[i].offset;
+        rs[i].sink_off = x[i].at;
         rs[i].expect_len = x[i].length;
         rs[i].received_to = &x[i].done;
         rp[i] = &rs[i];
@@ -556,13 +559,18 @@ static int s3_get_ranges(pulse_store *st, const char *key, pulse_store_range *x,
         rc = s3_run(s, rp, n);
         s3_progress_end(s);
     }
-    if (!rc)
-        info_from(&rs[0], info, 1);
+    for (size_t i = 0; !rc && i < n; i++) {
+        pulse_object_info info;
+        info_from(&rs[i], &info, 1);
+        x[i].object_size = info.size;
+    }
     for (size_t i = 0; rs && i < n; i++)
         s3_req_free(&rs[i]);
+    for (size_t i = 0; fks && i < n; i++)
+        free(fks[i]);
     free(rs);
     free(rp);
-    free(fk);
+    free(fks);
     return rc;
 }
 

@@ -257,22 +257,23 @@ int pulse_store_get_fd(pulse_store *st, const char *key, uint64_t offset, uint64
     return store_get_fd(st, key, offset, length, fd, info);
 }
 
-int pulse_store_get_ranges(pulse_store *st, const char *key, pulse_store_range *ranges, size_t n, int fd,
-                           pulse_object_info *info)
+int pulse_store_get_ranges(pulse_store *st, pulse_store_range *ranges, size_t n, int fd)
 {
-    pulse_object_info tmp;
     pulse_clear_error();
     if (!st || fd < 0 || (n && !ranges))
         return pulse_fail(PULSE_ERR_INVALID, "get: no store, no output file or no ranges");
-    int rc = store_check_key("get", key);
+    int rc = 0;
     for (size_t i = 0; !rc && i < n; i++) {
         __atomic_store_n(&ranges[i].done, 0, __ATOMIC_RELEASE);
-        if (!ranges[i].length || ranges[i].offset > UINT64_MAX - ranges[i].length)
-            rc = pulse_fail(PULSE_ERR_INVALID, "get %s: range %zu is empty or past 2^64", key, i);
+        ranges[i].object_size = 0;
+        rc = store_check_key("get", ranges[i].key);
+        if (!rc && (!ranges[i].length || ranges[i].offset > UINT64_MAX - ranges[i].length ||
+                    ranges[i].at > UINT64_MAX - ranges[i].length))
+            rc = pulse_fail(PULSE_ERR_INVALID, "get %s: range %zu is empty or past 2^64", ranges[i].key, i);
     }
-    if (!rc)
-        rc = store_deadline_check(&st->deadline, "get", key);
-    return rc || !n ? rc : st->ops->get_ranges(st, key, ranges, n, fd, info ? info : &tmp);
+    if (!rc && n)
+        rc = store_deadline_check(&st->deadline, "get", ranges[0].key);
+    return rc || !n ? rc : st->ops->get_ranges(st, ranges, n, fd);
 }
 
 int pulse_store_head(pulse_store *st, const char *key, pulse_object_info *info)

@@ -7,7 +7,9 @@
 
 #include "base/fail.h"
 #include "base/names.h"
+#include "crypto/sha256.h"
 #include "manifest/layout.h"
+#include "manifest/patch_objects.h"
 #include "pulseweights/audit.h"
 #include "pulseweights/patch.h"
 #include "pulseweights/record.h"
@@ -176,27 +178,66 @@ static void utc(uint64_t t, char *buf, size_t cap)
         snprintf(buf, cap, "?");
 }
 
-/* The patch check the audit runs on every `patch` object: its own header names the record's base
- * and result, and every chunk decodes and matches its digest (as far as it can without the
- * weights; of a `patch-index` object, the head: it names them too). A `patch-by-direction` object
- * (format 6, named by earlier publishers) is no longer read: its size and digest are checked as
- * every object's, its contents not. Lives here, not in manifest/, because the patch codec is in
- * node/ (arrows point one way). */
+/* What the patch check needs beyond an object's bytes: the store, to read the head of a patch
+ * that comes in parts when it checks a part. */
+struct patch_check {
+    pulse_store *st;
+    const char *run;
+};
+
+/* The head of record R's patch (its first object, a patch-index), opened for PATCH_BYTES. */
+static int open_patch_head(struct patch_check *pc, const pulse_record *r, uint64_t patch_bytes, pulse_patch **p)
+{
+    const pulse_record_object *h = &r->objects[0];
+    char rel[80], key[PULSE_RECORD_MAX_RUN + 80];
+    if (pulse_layout_object(rel, sizeof rel, h->digest) || pulse_layout_join(key, sizeof key, pc->run, rel))
+        return PULSE_ERR_LIMIT;
+    void *bytes = NULL;
+    size_t len = 0;
+    int rc = pulse_store_get(pc->st, key, 0, PULSE_TO_END, (size_t)h->size + 1, &bytes, &len, NULL);
+    uint8_t d[32];
+    if (!rc && len == h->size)
+        pulse_sha256(bytes, len, d);
+    if (!rc && (len != h->size || memcmp(d, h->digest, 32)))
+        rc = pulse_fail(PULSE_ERR_CORRUPT, "its patch's head %s is not the object its record names", key);
+    if (!rc)
+        rc = pulse_patch_open_head(p, bytes, len, patch_bytes);
+    pulse_store_free(bytes);
+    return rc;
+}
+
+/* The patch check the audit runs on the objects of a sync-patch record: the patch's header names
+ * the record's base and result, and every chunk decodes and matches its digest (as far as it
+ * can without the weights). A whole `patch` object is checked alone; a `patch-index` object, the
+ * head, names the states; a `patch-data` part is checked under its head (read from the store),
+ * whole chunks only. A `patch-by-direction` object (format 6, named by earlier publishers) is no
+ * longer read: its size and digest are checked as every object's, its contents not. Lives here,
+ * not in manifest/, because the patch codec is in node/ (arrows point one way). */
 static int check_patch_object(void *ctx, const pulse_record *r, const pulse_record_object *o, const void *bytes,
                               size_t len)
 {
-    (void)ctx;
-    const int head = !strcmp(o->role, "patch-index");
-    if (strcmp(o->role, "patch") && !head)
+    const int head = !strcmp(o->role, PULSE_ROLE_PATCH_INDEX), part = !strcmp(o->role, PULSE_ROLE_PATCH_DATA);
+    if (strcmp(o->role, PULSE_ROLE_PATCH) && !head && !part)
         return 0;
-    /* A patch-index object is the patch's head: it must open as the head of a patch of the size
-     * the record gives its patch, and name the same states. */
-    if (head && (r->n_objects < 1 || strcmp(r->objects[0].role, "patch")))
-        return pulse_fail(PULSE_ERR_FORMAT, "a patch-index object without its patch");
-    pulse_patch *p = NULL;
-    int rc = head ? pulse_patch_open_head(&p, bytes, len, r->objects[0].size) : pulse_patch_open_mem(&p, bytes, len);
+    patch_objects po;
+    int rc = patch_objects_of(r, &po);
     if (rc)
+        return rc;
+    const uint64_t patch_bytes = po.bytes;
+    patch_objects_free(&po);
+    pulse_patch *p = NULL;
+    if (part) {
+        rc = open_patch_head(ctx, r, patch_bytes, &p);
+        if (!rc && (rc = pulse_patch_supply(p, o->range_offset, bytes, len)) == PULSE_ERR_INVALID)
+            rc = pulse_fail(PULSE_ERR_FORMAT, "part at byte %llu of the patch does not hold whole chunks",
+                            (unsigned long long)o->range_offset);
+    } else {
+        rc = head ? pulse_patch_open_head(&p, bytes, len, patch_bytes) : pulse_patch_open_mem(&p, bytes, len);
+    }
+    if (rc) {
+        pulse_patch_close(&p);
         return rc;  /* the detail says why */
+    }
     char pb[17], pr[17], rb[17], rr[17];
     abbrev(pulse_patch_base_id(p), pb);
     abbrev(pulse_patch_result_id(p), pr);
@@ -286,7 +327,9 @@ static int run_audit(struct opts *o, int level, pulse_audit_report *rep)
     ao.trust = o->trust;
     if (o->memory)
         ao.memory_bytes = o->memory;
+    struct patch_check pc = { st, o->run };
     ao.check_content = check_patch_object;
+    ao.content_ctx = &pc;
     rc = pulse_audit_run(st, o->run, &ao, rep);
     pulse_store_close(&st);
     if (rc) {

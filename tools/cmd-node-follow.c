@@ -60,10 +60,8 @@ static void usage(FILE *f)
         "  --log FORMAT         text (default) or json\n"
         "  --threads N          threads (default: all cores)\n"
         "\n"
-        "Environment: PULSE_FETCH_MEMORY=<bytes>[K|M|G] is the largest patch fetched into memory\n"
-        "(default 64M); a larger one goes to a temporary file in the state directory, unlinked as\n"
-        "soon as it is created (a crash leaves nothing), so the directory needs room for one patch\n"
-        "(0: every step so).\n");
+        "Each step's patch is fetched into fetch.data in the state directory (kept, and written\n"
+        "over by the next step), so the directory needs room for the largest patch.\n");
 }
 
 static int parse_u32(const char *val, uint64_t lo, uint64_t hi, unsigned *out)

@@ -46,9 +46,8 @@ static void usage(FILE *f)
         "\n"
         "On a terminal, each step's download shows bytes done, rate and ETA on stderr.\n"
         "\n"
-        "Environment: PULSE_FETCH_MEMORY=<bytes>[K|M|G] is the largest patch fetched into memory\n"
-        "(default 64M); a larger one goes to a temporary file in DIR, unlinked as soon as it is\n"
-        "created (a crash leaves nothing), so DIR needs room for one patch (0: every step so).\n");
+        "Each step's patch is fetched into DIR/fetch.data (kept, and written over by the next\n"
+        "step), so DIR needs room for the largest patch.\n");
 }
 
 /* The progress meter of the step in hand, ended before its line. */

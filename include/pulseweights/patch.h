@@ -68,6 +68,13 @@ typedef struct pulse_diff_opts {
      * hashes NEW as it scans it, so a caller that needs the id (a publisher, for its record)
      * gets it without a pass of its own. */
     uint8_t *new_id_out;
+    /* Called (may be NULL) from the diff's threads, one at a time, each time more of the patch's
+     * data section is in the file, in order: the file (FD, valid during the call only: dup it to
+     * read on), where the data section starts in it, and how many of its bytes are there from its
+     * start (only ever more). The head, before the data, is written last. A publisher uploads the
+     * data while the diff goes on. */
+    void (*on_data)(void *ctx, int fd, uint64_t data_start, uint64_t bytes);
+    void *data_ctx;
 } pulse_diff_opts;
 
 PULSE_API void pulse_diff_opts_default(pulse_diff_opts *o);

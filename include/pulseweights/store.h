@@ -116,23 +116,24 @@ PULSE_API int pulse_store_get_fd(pulse_store *st, const char *key, uint64_t offs
 
 /* One range of pulse_store_get_ranges. */
 typedef struct pulse_store_range {
-    uint64_t offset;   /* in the object, and where its bytes go in the file */
-    uint64_t length;   /* > 0 */
+    const char *key;      /* the object */
+    uint64_t offset;      /* where the range starts in the object */
+    uint64_t length;      /* > 0 */
+    uint64_t at;          /* where its bytes go in the file */
     /* Bytes of the range in the file so far, from its start: stored by the store as they land
      * (__atomic release), so another thread may read it (acquire) and use that many bytes while
      * the call runs. A retried attempt starts it again from 0, and writes the same bytes again
      * (an object that changed meanwhile is the caller's to notice: it checks what it fetched). */
     uint64_t done;
+    uint64_t object_size; /* out: the whole object's size, as the answer gave it (Content-Range) */
 } pulse_store_range;
 
-/* Fetches the n ranges of key into fd (pwrite at each range's offset), all at once (s3: up to
- * concurrency in flight, each one GET, no HEAD), counting each range's progress in its `done`:
- * a caller can check and use the first bytes while the rest arrive (a follower decoding a step
- * as it downloads). 0 when every range arrived whole; on failure fd may hold part of them. The
- * store checks no digest: the caller checks the ranges it named. info (may be NULL) receives the
- * object's metadata as the answers give it (its whole size, from a ranged answer's Content-Range). */
-PULSE_API int pulse_store_get_ranges(pulse_store *st, const char *key, pulse_store_range *ranges, size_t n, int fd,
-                                     pulse_object_info *info);
+/* Fetches the n ranges (of one object or several) into fd, each written at its `at`, all at once
+ * (s3: up to concurrency in flight, each one GET, no HEAD), counting each range's progress in
+ * its `done`: a caller can check and use the first bytes while the rest arrive (a follower
+ * decoding a step as it downloads). 0 when every range arrived whole; on failure fd may hold
+ * part of them. The store checks no digest: the caller checks the ranges it named. */
+PULSE_API int pulse_store_get_ranges(pulse_store *st, pulse_store_range *ranges, size_t n, int fd);
 
 PULSE_API int pulse_store_head(pulse_store *st, const char *key, pulse_object_info *info);
 

@@ -51,6 +51,10 @@ const dtype_info *ckpt_dtype_lookup(const char *name);
 int ckpt_create_shaped_like(pulse_ckpt **out, const char *path, const pulse_ckpt *like,
                             const char *dtype_name, const char *metadata);
 
+/* Fills the page tables of C's mappings from the page cache (MADV_POPULATE_READ; a hint, which
+ * kernels before 5.14 ignore), so that a pass over them later takes no fault per page. */
+void ckpt_prefault(const pulse_ckpt *c);
+
 /* Internal entry for the fuzz target: parses a single-file image held in memory (the
  * caller keeps buf alive until close). Same validation as pulse_ckpt_open. */
 int pulse_ckpt_open_memory(pulse_ckpt **out, const uint8_t *buf, size_t size);

@@ -621,6 +621,17 @@ static int open_dir(pulse_ckpt **out, const char *path, int flags)
     return r;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22   /* Linux 5.14 */
+#endif
+
+void ckpt_prefault(const pulse_ckpt *c)
+{
+    for (unsigned i = 0; i < c->nfiles; i++)
+        if (c->files[i].mapped && c->files[i].size)
+            (void)madvise(c->files[i].map, c->files[i].size, MADV_POPULATE_READ);
+}
+
 int pulse_ckpt_open(pulse_ckpt **out, const char *path, int flags)
 {
     if (!out || !path || (flags & ~PULSE_CKPT_WRITE))

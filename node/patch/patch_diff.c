@@ -367,6 +367,8 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     if ((err = patch_order_init(&d.order, njobs, pulse_env_bytes("PULSE_DIFF_PARK", DIFF_PARKED_MAX, DIFF_PARKED_MAX),
                                 pair_chunks, &d)) != 0)
         goto done;
+    d.order.on_prefix = o.on_data;
+    d.order.prefix_ctx = o.data_ctx;
     uint64_t table_len = 0;
     const uint32_t version = o.context && o.values == PULSE_VALUES_ULP ? PULSE_PATCH_VERSION_CONTEXT
                                                                         : PULSE_PATCH_VERSION;

@@ -538,6 +538,14 @@ typedef struct patch_order {
     int failed;
     patch_order_chunks_fn chunks_of;   /* a parked job's chunks, to write them in its turn */
     void *ctx;
+    /* The data section's prefix whose bytes are all in the file (jobs finish writing in any
+     * order): job_end[j] once job j is placed, written[j] once its bytes are in. */
+    uint64_t *job_end;
+    uint8_t *written;
+    size_t prefix_job;                 /* the first job not all in */
+    uint64_t prefix;
+    void (*on_prefix)(void *ctx, int fd, uint64_t data_start, uint64_t bytes);   /* may be NULL */
+    void *prefix_ctx;
 } patch_order;
 int patch_order_init(patch_order *o, size_t njobs, uint64_t parked_max, patch_order_chunks_fn chunks_of, void *ctx);
 /* Job j's n coded chunks (staged in the caller's slot, or kept): written now when every job

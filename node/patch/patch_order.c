@@ -17,7 +17,18 @@ int patch_order_init(patch_order *o, size_t njobs, uint64_t parked_max, patch_or
     o->ctx = ctx;
     pthread_mutex_init(&o->lock, NULL);
     pthread_cond_init(&o->moved, NULL);
-    if (!(o->parked = calloc(njobs ? njobs : 1, 1))) {
+    o->prefix_job = 0;
+    o->prefix = 0;
+    o->on_prefix = NULL;
+    o->prefix_ctx = NULL;
+    o->parked = calloc(njobs ? njobs : 1, 1);
+    o->written = calloc(njobs ? njobs : 1, 1);
+    o->job_end = calloc(njobs ? njobs : 1, sizeof *o->job_end);
+    if (!o->parked || !o->written || !o->job_end) {
+        free(o->parked);
+        free(o->written);
+        free(o->job_end);
+        o->parked = NULL;
         pthread_cond_destroy(&o->moved);
         pthread_mutex_destroy(&o->lock);
         return pulse_fail(PULSE_ERR_NOMEM, "patch output order (%zu jobs)", njobs);
@@ -30,6 +41,8 @@ void patch_order_free(patch_order *o)
     if (!o->parked)
         return;
     free(o->parked);
+    free(o->written);
+    free(o->job_end);
     o->parked = NULL;
     pthread_cond_destroy(&o->moved);
     pthread_mutex_destroy(&o->lock);
@@ -41,14 +54,29 @@ static uint64_t coded_bytes(const patch_out_chunk *oc)
     return oc->count ? (uint64_t)oc->pos_len + oc->val_len : 0;
 }
 
-/* Places a job's chunks at the end of the data section. Called with the lock held for the
+/* Places job j's chunks at the end of the data section. Called with the lock held for the
  * offsets only; the bytes are written after it is released. */
-static void place(patch_order *o, patch_out_chunk **oc, size_t n, uint64_t *at)
+static void place(patch_order *o, size_t j, patch_out_chunk **oc, size_t n, uint64_t *at)
 {
     for (size_t i = 0; i < n; i++) {
         at[i] = o->data_end;
         o->data_end += coded_bytes(oc[i]);
     }
+    o->job_end[j] = o->data_end;
+}
+
+/* Job j's bytes are in the file: the prefix all in moves on, and whoever follows it is told
+ * (under the lock, so it hears a prefix that only grows). */
+static void done_writing(patch_order *o, size_t j)
+{
+    pthread_mutex_lock(&o->lock);
+    o->written[j] = 1;
+    uint64_t before = o->prefix;
+    while (o->prefix_job < o->njobs && o->written[o->prefix_job])
+        o->prefix = o->job_end[o->prefix_job++];
+    if (o->on_prefix && o->prefix != before)
+        o->on_prefix(o->prefix_ctx, o->file.fd, o->file.data_start, o->prefix);
+    pthread_mutex_unlock(&o->lock);
 }
 
 static int put_chunk(patch_order *o, patch_out_chunk *oc, uint64_t at)
@@ -87,12 +115,14 @@ int patch_order_commit(patch_order *o, size_t j, patch_out_chunk **oc, size_t n)
         return err;
     }
     uint64_t at[PATCH_ORDER_MAX_CHUNKS];
-    place(o, oc, n, at);
+    place(o, j, oc, n, at);
     o->next_job++;
     pthread_mutex_unlock(&o->lock);
     int err = 0;
     for (size_t i = 0; i < n && !err; i++)
         err = put_chunk(o, oc[i], at[i]);
+    if (!err)
+        done_writing(o, j);
     /* Then the parked jobs right behind, one at a time (the offsets under the lock). */
     while (!err) {
         pthread_mutex_lock(&o->lock);
@@ -106,7 +136,7 @@ int patch_order_commit(patch_order *o, size_t j, patch_out_chunk **oc, size_t n)
         size_t pn;
         o->chunks_of(o->ctx, k, po, &pn);
         uint64_t pat[PATCH_ORDER_MAX_CHUNKS], bytes = 0;
-        place(o, po, pn, pat);
+        place(o, k, po, pn, pat);
         for (size_t i = 0; i < pn; i++)
             bytes += coded_bytes(po[i]);
         o->parked[k] = 0;
@@ -117,6 +147,8 @@ int patch_order_commit(patch_order *o, size_t j, patch_out_chunk **oc, size_t n)
         pthread_mutex_lock(&o->lock);
         o->parked_bytes -= bytes;
         pthread_mutex_unlock(&o->lock);
+        if (!err)
+            done_writing(o, k);
     }
     return err;
 }

@@ -18,6 +18,7 @@
 #include "node/patch/patch_stage.h"
 #include "node/parallel.h"
 #include "node/sync/fetch_stage.h"
+#include "manifest/patch_objects.h"
 #include "node/sync/sync_internal.h"
 
 /* Ranges of about a sixteenth of the patch (one concurrent wave of the store's default 16), at
@@ -27,9 +28,10 @@
 #define FETCH_RANGE_MIN ((uint64_t)4 << 20)
 
 typedef struct fetch_job {
-    const pulse_record_object *obj, *head_obj;   /* head_obj NULL: a record of older publishers */
+    const pulse_record_object *head_obj;   /* NULL: a record of older publishers */
     const pulse_record *rec;
-    const char *key;
+    const char *key;                       /* the first object's (for the head's errors) */
+    uint64_t size;                         /* the patch's */
     const uint8_t *map;
     pulse_store_range *rg;
     size_t nrg;
@@ -62,10 +64,12 @@ static int have(const fetch_job *j, uint64_t a, uint64_t b)
 {
     for (size_t i = 0; i < j->nrg && a < b; i++) {
         const pulse_store_range *r = &j->rg[i];
-        if (a >= r->offset + r->length)
+        if (a >= r->at + r->length || b <= r->at)
             continue;
-        uint64_t upto = r->offset + __atomic_load_n(&r->done, __ATOMIC_ACQUIRE);
-        uint64_t need = b < r->offset + r->length ? b : r->offset + r->length;
+        if (a < r->at)
+            return 0;   /* ranges are in patch order: the bytes before this one are in none */
+        uint64_t upto = r->at + __atomic_load_n(&r->done, __ATOMIC_ACQUIRE);
+        uint64_t need = b < r->at + r->length ? b : r->at + r->length;
         if (upto < need)
             return 0;
         a = need;
@@ -84,9 +88,9 @@ static int open_head(fetch_job *j)
         uint64_t table = 0;
         for (int i = 7; i >= 0; i--)
             table = table << 8 | j->map[88 + i];
-        head_len = table > j->obj->size ? j->obj->size + 1 : 104 + table + 32;
+        head_len = table > j->size ? j->size + 1 : 104 + table + 32;
     }
-    if (head_len > j->obj->size)
+    if (head_len > j->size)
         return pulse_fail(PULSE_ERR_FORMAT, "the patch's head (%llu bytes) is longer than the patch",
                           (unsigned long long)head_len);
     if (!have(j, 0, head_len))
@@ -98,7 +102,7 @@ static int open_head(fetch_job *j)
             return pulse_fail(PULSE_ERR_CORRUPT, "object %s: SHA-256 does not match: its head is not the one the "
                               "record names", j->key);
     }
-    int r = pulse_patch_open_head(&j->head, j->map, (size_t)head_len, j->obj->size);
+    int r = pulse_patch_open_head(&j->head, j->map, (size_t)head_len, j->size);
     if (!r && (memcmp(pulse_patch_base_id(j->head), j->rec->base, 32) ||
                memcmp(pulse_patch_result_id(j->head), j->rec->result, 32)))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
@@ -108,7 +112,7 @@ static int open_head(fetch_job *j)
     size_t n = st ? patch_stage_chunks(st) : 0;
     for (size_t i = 0; !r && i < j->nrg; i++) {   /* the chunks starting in each range */
         size_t lo = i ? j->end[i - 1] : 0, k = lo;
-        while (k < n && patch_stage_chunk_at(st, k) < j->rg[i].offset + j->rg[i].length)
+        while (k < n && patch_stage_chunk_at(st, k) < j->rg[i].at + j->rg[i].length)
             k++;
         j->next[i] = lo;
         j->end[i] = k;
@@ -196,38 +200,43 @@ int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *re
                      const pulse_ckpt *target, int jfd, int threads, int hash, sync_staged *out, uint64_t *moved)
 {
     memset(out, 0, sizeof *out);
-    const pulse_record_object *o = &rec->objects[0];
-    char key[SYNC_KEY_MAX], name[4096];
-    int r = sync_object_key(run, o->digest, key);
+    patch_objects po;
+    int r = patch_objects_of(rec, &po);
     if (r)
         return r;
-    if (o->size == 0 || o->size > SIZE_MAX)
-        return pulse_fail(PULSE_ERR_INVALID, "object %s: cannot map %llu bytes", key, (unsigned long long)o->size);
+    char (*keys)[SYNC_KEY_MAX] = calloc(po.n, sizeof *keys), name[4096];
+    if (!keys)
+        r = pulse_fail(PULSE_ERR_NOMEM, "patch objects");
+    for (size_t i = 0; !r && i < po.n; i++)
+        r = sync_object_key(run, po.ext[i].obj->digest, keys[i]);
+    const uint64_t size = po.bytes;
+    if (!r && (size == 0 || size > SIZE_MAX))
+        r = pulse_fail(PULSE_ERR_INVALID, "object %s: cannot map a patch of %llu bytes", keys[0],
+                       (unsigned long long)size);
     /* One file, written over step after step: its pages are in the page cache already, and
      * writing over them costs a copy, where new pages cost ~15x that. What it held before is
      * never read: a chunk is read only once its range says its bytes came. */
     snprintf(name, sizeof name, "%s/fetch.data", dir);
-    int fd = open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return pulse_fail_errno(PULSE_ERR_IO, "open %s", name);
+    int fd = r ? -1 : open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (!r && fd < 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "open %s", name);
     /* room for the whole patch before any of it is fetched: a full disk is said at once, not
      * after a download it cannot keep (each poll again) */
-    if (pulse_file_allocate(fd, 0, o->size) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: no room for its %llu bytes in %s", key,
-                             (unsigned long long)o->size, dir);
-    else if (ftruncate(fd, (off_t)o->size) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: sizing its temporary in %s", key, dir);
+    if (!r && pulse_file_allocate(fd, 0, size) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: no room for its %llu bytes in %s", keys[0],
+                             (unsigned long long)size, dir);
+    else if (!r && ftruncate(fd, (off_t)size) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: sizing its temporary in %s", keys[0], dir);
     void *map = MAP_FAILED;
-    if (!r && (map = mmap(NULL, (size_t)o->size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
+    if (!r && (map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
         r = pulse_fail_errno(PULSE_ERR_IO, "mapping the fetched patch in %s", dir);
-    fetch_job j = { .obj = o, .rec = rec, .key = key, .map = map, .target = target, .jfd = jfd, .hash = hash,
-                    .threads = threads > 0 ? threads : pulse_default_threads() };
-    j.head_obj = rec->n_objects >= 2 && !strcmp(rec->objects[1].role, SYNC_PATCH_INDEX_ROLE) ? &rec->objects[1]
-                                                                                             : NULL;
-    uint64_t size = o->size, each = (size + FETCH_RANGES - 1) / FETCH_RANGES;
+    fetch_job j = { .rec = rec, .key = keys ? keys[0] : "", .size = size, .map = map, .target = target, .jfd = jfd,
+                    .hash = hash, .threads = threads > 0 ? threads : pulse_default_threads(), .head_obj = po.head };
+    uint64_t each = (size + FETCH_RANGES - 1) / FETCH_RANGES;
     if (each < FETCH_RANGE_MIN)
         each = FETCH_RANGE_MIN;
-    j.nrg = (size_t)((size + each - 1) / each);
+    for (size_t i = 0; !r && i < po.n; i++)
+        j.nrg += (size_t)((po.ext[i].obj->size + each - 1) / each);
     pthread_mutex_init(&j.lock, NULL);
     atomic_init(&j.st, NULL);
     atomic_init(&j.staged, 0);
@@ -236,10 +245,16 @@ int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *re
     if (!r && (!(j.rg = calloc(j.nrg, sizeof *j.rg)) || !(j.next = calloc(j.nrg, sizeof *j.next)) ||
                !(j.end = calloc(j.nrg, sizeof *j.end))))
         r = pulse_fail(PULSE_ERR_NOMEM, "fetch ranges");
-    for (size_t i = 0; !r && i < j.nrg; i++) {
-        j.rg[i].offset = i * each;
-        j.rg[i].length = size - i * each < each ? size - i * each : each;
-    }
+    size_t *owner = r ? NULL : calloc(j.nrg, sizeof *owner);   /* the extent of each range */
+    if (!r && !owner)
+        r = pulse_fail(PULSE_ERR_NOMEM, "fetch ranges");
+    for (size_t i = 0, k = 0; !r && i < po.n; i++)
+        for (uint64_t off = 0; off < po.ext[i].obj->size; off += each, k++) {
+            uint64_t left = po.ext[i].obj->size - off;
+            j.rg[k] = (pulse_store_range){ .key = keys[i], .offset = off, .length = left < each ? left : each,
+                                           .at = po.ext[i].at + off };
+            owner[k] = i;
+        }
     pthread_t tid[64];
     worker_arg wa[64];
     size_t nw = 0;
@@ -251,17 +266,20 @@ int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *re
     if (!r && !nw)
         r = pulse_fail(PULSE_ERR_NOMEM, "cannot start a staging thread");
     double t0 = pulse_monotonic_s();
-    pulse_object_info info;
     if (!r) {
-        r = pulse_store_get_ranges(store, key, j.rg, j.nrg, fd, &info);
+        r = pulse_store_get_ranges(store, j.rg, j.nrg, fd);
         if (r) {
             char d[512];
             snprintf(d, sizeof d, "%s", pulse_last_error());
-            r = pulse_fail(r, "object %s: %s", key, d);
-        } else if (info.size != size) {
+            r = pulse_fail(r, "%s", d);
+        }
+        for (size_t k = 0; !r && k < j.nrg; k++) {
             /* the bytes the record names are there, but the object is not the one it names */
-            r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: %s than the %llu bytes the record declares", key,
-                           info.size > size ? "longer" : "shorter", (unsigned long long)size);
+            const pulse_record_object *o = po.ext[owner[k]].obj;
+            if (j.rg[k].object_size != o->size)
+                r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: %s than the %llu bytes the record declares",
+                               keys[owner[k]], j.rg[k].object_size > o->size ? "longer" : "shorter",
+                               (unsigned long long)o->size);
         }
     }
     out->fetch_ms = 1e3 * (pulse_monotonic_s() - t0);
@@ -297,8 +315,8 @@ int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *re
         /* no head digest in the record: the whole patch's, before the result counts */
         uint8_t d[32];
         pulse_sha256(map, (size_t)size, d);
-        if (memcmp(d, o->digest, 32) != 0)
-            r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: SHA-256 does not match its digest", key);
+        if (memcmp(d, po.ext[0].obj->digest, 32) != 0)
+            r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: SHA-256 does not match its digest", keys[0]);
     }
     if (!r)
         r = patch_stage_finish(st, threads, out->result);
@@ -316,13 +334,82 @@ int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *re
     }
     if (map != MAP_FAILED)
         munmap(map, (size_t)size);
-    if (r)
+    if (r && fd >= 0)
         unlink(name);   /* scratch: a failed step gives its room back */
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     pthread_mutex_destroy(&j.lock);
     free(j.rg);
     free(j.next);
     free(j.end);
+    free(owner);
+    free(keys);
+    patch_objects_free(&po);
+    return r;
+}
+
+int sync_fetch_patch_file(pulse_store *store, const char *run, const pulse_record *rec, const char *dir, void **map,
+                          uint64_t *len, uint64_t *moved)
+{
+    *map = NULL;
+    *len = 0;
+    patch_objects po;
+    int r = patch_objects_of(rec, &po);
+    if (r)
+        return r;
+    char (*keys)[SYNC_KEY_MAX] = calloc(po.n, sizeof *keys), name[4096];
+    pulse_store_range *rg = calloc(po.n, sizeof *rg);
+    if (!keys || !rg)
+        r = pulse_fail(PULSE_ERR_NOMEM, "patch objects");
+    for (size_t i = 0; !r && i < po.n; i++) {
+        r = sync_object_key(run, po.ext[i].obj->digest, keys[i]);
+        rg[i] = (pulse_store_range){ .key = keys[i], .offset = 0, .length = po.ext[i].obj->size, .at = po.ext[i].at };
+    }
+    if (!r && (po.bytes == 0 || po.bytes > SIZE_MAX))
+        r = pulse_fail(PULSE_ERR_INVALID, "object %s: cannot map a patch of %llu bytes", keys[0],
+                       (unsigned long long)po.bytes);
+    snprintf(name, sizeof name, "%s/fetch.data", dir);
+    int fd = r ? -1 : open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (!r && fd < 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "open %s", name);
+    if (!r && pulse_file_allocate(fd, 0, po.bytes) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: no room for its %llu bytes in %s", keys[0],
+                             (unsigned long long)po.bytes, dir);
+    else if (!r && ftruncate(fd, (off_t)po.bytes) != 0)
+        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: sizing its temporary in %s", keys[0], dir);
+    if (!r)
+        r = pulse_store_get_ranges(store, rg, po.n, fd);
+    uint8_t *m = MAP_FAILED;
+    if (!r && (m = mmap(NULL, (size_t)po.bytes, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        r = pulse_fail_errno(PULSE_ERR_IO, "mapping the fetched patch in %s", dir);
+    for (size_t i = 0; !r && i < po.n; i++) {
+        /* each object is the one its record names: its size, then its SHA-256 */
+        const pulse_record_object *o = po.ext[i].obj;
+        uint8_t d[32];
+        if (rg[i].object_size != o->size) {
+            r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: %s than the %llu bytes the record declares", keys[i],
+                           rg[i].object_size > o->size ? "longer" : "shorter", (unsigned long long)o->size);
+            break;
+        }
+        pulse_sha256(m + po.ext[i].at, (size_t)o->size, d);
+        if (memcmp(d, o->digest, 32) != 0)
+            r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: SHA-256 does not match its digest", keys[i]);
+    }
+    if (!r) {
+        *moved += po.bytes;
+        sync_progress_add(po.bytes);
+        *map = m;
+        *len = po.bytes;
+    } else if (m != MAP_FAILED) {
+        munmap(m, (size_t)po.bytes);
+    }
+    if (fd >= 0)
+        close(fd);
+    if (r && fd >= 0)
+        unlink(name);
+    free(keys);
+    free(rg);
+    patch_objects_free(&po);
     return r;
 }
 

@@ -30,4 +30,10 @@ int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *re
                      const pulse_ckpt *target, int jfd, int threads, int hash, sync_staged *out, uint64_t *moved);
 void sync_staged_close(sync_staged *s);
 
+/* REC's patch whole (an engine's step): its objects fetched into DIR/fetch.data at their places
+ * in the patch, each checked against its size and SHA-256, and the patch mapped read-only in
+ * *map (*len bytes; munmap, or hand to patch_open_map_take). Nothing is returned on failure. */
+int sync_fetch_patch_file(pulse_store *store, const char *run, const pulse_record *rec, const char *dir, void **map,
+                          uint64_t *len, uint64_t *moved);
+
 #endif

@@ -28,6 +28,7 @@
 #include "node/sync/follow_internal.h"
 #include "node/sync/journal.h"
 #include "node/sync/late_check.h"
+#include "manifest/patch_objects.h"
 #include "node/sync/slices.h"
 #include "node/sync/sync_internal.h"
 #include "node/sync/unsynced.h"
@@ -930,41 +931,18 @@ static int finish_step(pulse_follower *f, const node_journal *j, const pulse_syn
     return r;
 }
 
-/* The largest fetched step held in the process's memory; a larger one is fetched into an
- * unlinked temporary in the state directory and read mapped, so a follower's anonymous memory
- * does not grow with the step (a 7B step at RL densities is several hundred MB). Below it, one
- * GET into memory saves s3's HEAD before a GET to a file (a round trip) and the temporary's
- * page-cache writes. PULSE_FETCH_MEMORY sets it (0: every step through a file). */
-#define FETCH_MEMORY_CAP (64u << 20)
-
-/* Fetches object o (its size and digest checked) and opens it as a patch over the fetched
- * bytes, which the patch then holds. */
-static int fetch_open(pulse_follower *f, const pulse_record_object *o, uint64_t *moved, pulse_patch **p)
-{
-    if (o->size > pulse_env_bytes("PULSE_FETCH_MEMORY", FETCH_MEMORY_CAP, SIZE_MAX)) {
-        void *map = NULL;
-        int r = sync_fetch_object_mapped(f->st, f->run, o, f->o.state_dir, &map, moved);
-        return r ? r : patch_open_map_take(p, map, (size_t)o->size);
-    }
-    void *data = NULL;
-    int r = sync_fetch_objects(f->st, f->run, o, 1, &data, moved);
-    if (r) {
-        pulse_store_free(data);
-        return r;
-    }
-    return patch_open_mem_take(p, data, o->size);
-}
-
 /* A step for weights an engine holds: the patch (or the chunks of the engine's slices) fetched
  * and checked whole, then handed to the engine, which applies it where its tensors live. */
 static int apply_patch_engine(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
     pulse_patch *p = NULL;
     int r;
-    if (f->slices.n && rec->n_objects >= 2)
+    void *map = NULL;
+    uint64_t len = 0;
+    if (f->slices.n)
         r = sync_fetch_patch_slices(f->st, f->run, rec, &f->slices, &p, moved);
-    else
-        r = fetch_open(f, rec->objects, moved, &p);
+    else if ((r = sync_fetch_patch_file(f->st, f->run, rec, f->o.state_dir, &map, &len, moved)) == 0)
+        r = patch_open_map_take(&p, map, (size_t)len);
     if (!r && (memcmp(pulse_patch_base_id(p), rec->base, 32) || memcmp(pulse_patch_result_id(p), rec->result, 32)))
         r = pulse_fail(PULSE_ERR_MISMATCH, "the patch's own state ids differ from the record's");
     /* The whole patch is checked before the engine sees any of it: a step is all or nothing. */
@@ -1133,14 +1111,11 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
 
 static int apply_patch_step(pulse_follower *f, const pulse_record *rec, const char *rel, uint64_t *moved)
 {
-    /* a third object, a patch by direction, is named by records of earlier publishers: followed by
-     * their plain patch */
-    if (rec->n_objects < 1 || rec->n_objects > 3 || strcmp(rec->objects[0].role, "patch") != 0
-        || (rec->n_objects >= 2 && strcmp(rec->objects[1].role, SYNC_PATCH_INDEX_ROLE) != 0)
-        || (rec->n_objects == 3 && strcmp(rec->objects[2].role, SYNC_PATCH_BY_DIRECTION_ROLE) != 0))
-        return pulse_fail(PULSE_ERR_FORMAT, "sync-patch record names %u objects, wanted a 'patch', at most "
-                          "its '" SYNC_PATCH_INDEX_ROLE "' and then its '" SYNC_PATCH_BY_DIRECTION_ROLE "'",
-                          rec->n_objects);
+    patch_objects po;   /* the objects checked against the roles a patch has */
+    int r = patch_objects_of(rec, &po);
+    patch_objects_free(&po);
+    if (r)
+        return r;
     if (memcmp(rec->base, f->state, 32) != 0)
         return pulse_fail(PULSE_ERR_MISMATCH, "its base is not the state these weights hold");
     return f->engine ? apply_patch_engine(f, rec, rel, moved) : apply_patch_staged(f, rec, rel, moved);
@@ -1229,6 +1204,17 @@ static int apply_keyframe_step(pulse_follower *f, const pulse_record *rec, const
     r = note_settled(f);
     if (r)
         return r;
+    /* A node maps it now, its pages in the mapping, off the next step's path: this handle's own
+     * last write, whose result the restore checked, which the next step then writes on as on
+     * any step's (a failure here only leaves that step to map it) */
+    if (f->late_checks) {
+        if (pulse_ckpt_open(&f->w, f->o.weights_path, PULSE_CKPT_WRITE) == 0) {
+            weights_written(f);
+            if (f->w)
+                ckpt_prefault(f->w);
+        }
+        pulse_clear_error();
+    }
     pulse_sync_step s;
     sync_step_of(rec, rel, *moved, &s);
     return finish_step(f, &j, &s);
@@ -1300,7 +1286,7 @@ static int journal_vouched(pulse_follower *f, const node_journal *j)
         r = pulse_fail(PULSE_ERR_MISMATCH, "the record %s is not the step the journal says (kind, step, base or result)",
                        j->rel);
     /* a staged step's patch head is the one the record names, where it names one */
-    else if (j->staged && rec.n_objects >= 2 && !strcmp(rec.objects[1].role, SYNC_PATCH_INDEX_ROLE) &&
+    else if (j->staged && rec.n_objects >= 2 && !strcmp(rec.objects[1].role, PULSE_ROLE_PATCH_INDEX) &&
              memcmp(rec.objects[1].digest, j->head, 32) != 0)
         r = pulse_fail(PULSE_ERR_MISMATCH, "the journal's patch head is not the one the record %s names", j->rel);
     pulse_record_clear(&rec);

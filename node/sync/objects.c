@@ -1,18 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Content-addressed objects: parallel create-if-absent uploads, and bounded, digest-checked downloads (to memory, or mapped from an unlinked temporary). */
-#include <fcntl.h>
+/* Content-addressed objects: parallel create-if-absent uploads, and bounded, digest-checked downloads to memory. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "base/durable.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
-#include "node/checkpoint/filespace.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/keys.h"
 
@@ -127,57 +121,3 @@ int sync_fetch_objects(pulse_store *st, const char *run, const pulse_record_obje
     return r;
 }
 
-int sync_fetch_object_mapped(pulse_store *st, const char *run, const pulse_record_object *o, const char *dir,
-                             void **map, uint64_t *moved)
-{
-    *map = NULL;
-    char key[SYNC_KEY_MAX], stem[4096], name[4096];
-    int r = sync_object_key(run, o->digest, key);
-    if (r)
-        return r;
-    if (o->size == 0 || o->size > SIZE_MAX)
-        return pulse_fail(PULSE_ERR_INVALID, "object %s: cannot map %llu bytes", key, (unsigned long long)o->size);
-    snprintf(stem, sizeof stem, "%s/fetch", dir);
-    int fd = pulse_create_temp(stem, ".tmp.", 0600, name, sizeof name);
-    if (fd < 0)
-        return fd;
-    unlink(name);   /* open, not named: its blocks go with the last close or the process */
-    /* Room for the object before any of it is fetched: a full disk is said at once, not after a
-     * download it cannot keep (each poll again). Its size stays 0, so a short object is seen. */
-    if (pulse_file_allocate(fd, FALLOC_FL_KEEP_SIZE, o->size) != 0) {
-        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: no room for its %llu bytes in %s", key,
-                             (unsigned long long)o->size, dir);
-        close(fd);
-        return r;
-    }
-    pulse_object_info info;
-    /* One byte more than declared: a longer object shows itself without being read whole. */
-    r = pulse_store_get_fd(st, key, 0, o->size + 1, fd, &info);
-    struct stat sb;
-    if (r) {
-        char detail[512];
-        snprintf(detail, sizeof detail, "%s", pulse_last_error());
-        r = pulse_fail(r, "object %s: %s", key, detail);
-    } else if (fstat(fd, &sb) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: fstat of its temporary in %s", key, dir);
-    /* What came is mapped whole (at most one byte more than declared), then checked as a fetch
-     * into memory is: no check reads past the end of the file. */
-    const uint64_t got = r ? 0 : (uint64_t)sb.st_size;
-    if (!r) {
-        *moved += got;
-        sync_progress_add(got);
-    }
-    void *m = MAP_FAILED;
-    if (!r && got && (m = mmap(NULL, (size_t)got, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
-        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: mapping its temporary in %s", key, dir);
-    close(fd);
-    if (!r)
-        r = object_bytes_check(key, o, m == MAP_FAILED ? NULL : m, got);
-    if (r) {
-        if (m != MAP_FAILED)
-            munmap(m, (size_t)got);
-        return r;
-    }
-    *map = m;
-    return 0;
-}

@@ -15,11 +15,13 @@
 #include "base/fail.h"
 #include "base/names.h"
 #include "manifest/layout.h"
+#include "manifest/patch_objects.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/patch/patch_spans.h"
 #include "node/sync/copy_link.h"
 #include "node/sync/phases.h"
+#include "node/sync/stream_upload.h"
 #include "node/sync/unsynced.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/manifest.h"
@@ -29,6 +31,7 @@ struct pulse_publisher {
     pulse_publish_opts o;
     char *run, *state_dir;
     pulse_store *st;
+    pulse_store *st_up;        /* the patch's data, uploaded by a thread of its own during the diff */
     pulse_secret_key *key;
     uint8_t node[32];
     pulse_index *ix;
@@ -121,6 +124,7 @@ PULSE_API void pulse_publisher_close(pulse_publisher **pp)
     pulse_index_close(&p->ix);
     pulse_key_free(&p->key);
     pulse_store_close(&p->st);
+    pulse_store_close(&p->st_up);
     state_dir_close(&p->dir);
     free(p->run);
     free(p->state_dir);
@@ -172,6 +176,8 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     }
     if (!r)
         r = pulse_store_open(&p->st, opts->store_url, NULL);
+    if (!r)
+        r = pulse_store_open(&p->st_up, opts->store_url, NULL);
     if (!r)
         sync_abort_stale_uploads(p->st, p->run, (int64_t)time(NULL));
     if (!r) {
@@ -244,10 +250,12 @@ static double ms_since(double t0)
     return 1e3 * (pulse_monotonic_s() - t0);
 }
 
-/* A step's patch between its diff and its upload: mapped read-only (the file deleted), so the
+/* A step's patch between its diff and its record: its data uploaded in parts as the diff wrote
+ * it (the upload still going on at the diff's end), the patch mapped read-only, so the head's
  * upload reads page cache the kernel may drop, not a copy in the process's memory, and a
  * publisher's memory does not grow with the step (~290 MB at 1B and lr 3e-5). */
 typedef struct step_patch {
+    stream_upload *up;
     void *map;
     pulse_patch_stats stats;
     uint8_t result[32];      /* NEW's state id, hashed by the diff as it read NEW */
@@ -257,6 +265,7 @@ typedef struct step_patch {
 
 static void step_patch_free(step_patch *sp)
 {
+    stream_upload_free(&sp->up);
     if (sp->map)
         munmap(sp->map, (size_t)sp->stats.file_bytes);
     free(sp->spans);
@@ -273,6 +282,9 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
     char path[4096];
     snprintf(path, sizeof path, "%s/pending.patch", p->state_dir);
     memset(sp, 0, sizeof *sp);
+    int r = stream_upload_start(&sp->up, p->st_up, p->run);
+    if (r)
+        return r;
     pulse_diff_opts d;
     pulse_diff_opts_default(&d);
     d.values = p->o.values;
@@ -286,7 +298,9 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
     if (p->o.chunk_elems)
         d.chunk_elems = p->o.chunk_elems;
     d.context = p->o.context && p->o.values == PULSE_VALUES_ULP;
-    int r = pulse_patch_diff(last, c, &d, path);
+    d.on_data = stream_upload_on_data;
+    d.data_ctx = sp->up;
+    r = pulse_patch_diff(last, c, &d, path);
     if (!r && result)
         memcpy(sp->result, result, 32);
     pulse_patch *patch = NULL;
@@ -320,32 +334,36 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
     return r;
 }
 
-/* The step's patch (diffed already, in sp) and its head. */
-static int publish_patch(pulse_publisher *p, pulse_record *rec, pulse_sync_step *s, const step_patch *sp)
+/* The step's patch (diffed already, its data uploading, in sp): the rest of its data, then its
+ * head, an object of its own so that the record's digest of it binds the chunk table: a follower
+ * holding part of each tensor checks the table, then fetches only its chunks by range. */
+static int publish_patch(pulse_publisher *p, pulse_record *rec, pulse_sync_step *s, step_patch *sp)
 {
-    /* The patch, and its head again as an object of its own: the record's digest of the head
-     * binds the chunk table, so a follower holding part of each tensor can check the table,
-     * then fetch only its chunks by range and check each against its digest there. */
-    sync_blob blob[2] = { { .data = sp->map, .len = (size_t)sp->stats.file_bytes },
-                          { .data = sp->map, .len = (size_t)sp->stats.header_bytes } };
+    const uint64_t head_len = sp->stats.header_bytes;
+    const upload_part *parts = NULL;
+    size_t n = 0;
+    sync_blob head = { .data = sp->map, .len = (size_t)head_len };
     double t0 = pulse_monotonic_s();
-    for (size_t i = 0; i < 2; i++)
-        pulse_sha256(blob[i].data, blob[i].len, blob[i].digest);
-    int r = sync_put_objects(p->st, p->run, blob, 2, &s->moved_bytes);
+    int r = stream_upload_finish(sp->up, sp->stats.file_bytes - head_len, &parts, &n, &s->moved_bytes);
+    if (!r) {
+        pulse_sha256(head.data, head.len, head.digest);
+        r = sync_put_objects(p->st, p->run, &head, 1, &s->moved_bytes);
+    }
     p->phases.upload += ms_since(t0);
     if (!r)
-        r = pulse_record_add_object(rec, blob[0].digest, blob[0].len, "patch", "", 0, 0);
-    if (!r)
-        r = pulse_record_add_object(rec, blob[1].digest, blob[1].len, SYNC_PATCH_INDEX_ROLE, "", 0, 0);
+        r = pulse_record_add_object(rec, head.digest, head_len, PULSE_ROLE_PATCH_INDEX, "", 0, head_len);
+    for (size_t i = 0; !r && i < n; i++)
+        r = pulse_record_add_object(rec, parts[i].digest, parts[i].len, PULSE_ROLE_PATCH_DATA, "",
+                                    head_len + parts[i].off, parts[i].len);
     if (!r) {
         rec->changes = sp->stats.changes + sp->stats.opaque_changes;
-        rec->patch_bytes = blob[0].len + blob[1].len;
+        rec->patch_bytes = sp->stats.file_bytes;
     }
     return r;
 }
 
 static int publish_one(pulse_publisher *p, int kind, const uint8_t last_state[32], const pulse_ckpt *c,
-                       const uint8_t state[32], uint64_t step, pulse_sync_step *s, const step_patch *sp)
+                       const uint8_t state[32], uint64_t step, pulse_sync_step *s, step_patch *sp)
 {
     pulse_record rec;
     int r = pulse_record_init(&rec, kind, p->run, step);

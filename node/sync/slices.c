@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/fail.h"
+#include "manifest/patch_objects.h"
 #include "node/sync/slices.h"
 #include "node/sync/sync_internal.h"
 
@@ -60,36 +61,78 @@ static int want_all(pulse_patch *p, const sync_slices *sl)
     return 0;
 }
 
-/* Fetches the ranges with one batch of ranged GETs of the patch object and supplies them. */
-static int fetch_ranges(pulse_store *st, const char *key, pulse_patch *p, const pulse_patch_range *rg, size_t n,
-                        uint64_t *moved)
+/* Fetches the patch's byte ranges RG in one batch of ranged GETs (of the objects that hold them:
+ * one range may span two), and supplies each to the patch. */
+static int fetch_ranges(pulse_store *st, const char *run, const patch_objects *po, pulse_patch *p,
+                        const pulse_patch_range *rg, size_t n, uint64_t *moved)
 {
-    pulse_transfer *x = calloc(n ? n : 1, sizeof *x);
-    if (!x)
-        return pulse_fail(PULSE_ERR_NOMEM, "%zu ranged GETs", n);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (pulse_transfer){ .op = PULSE_XFER_GET, .key = key, .offset = rg[i].offset, .length = rg[i].length,
-                                 .max_size = (size_t)rg[i].length };
-    pulse_store_batch(st, x, n);
-    int r = 0;
-    for (size_t i = 0; i < n && !r; i++) {
-        if (x[i].result)
-            r = pulse_fail(x[i].result, "object %s bytes %llu+%llu: %s", key, (unsigned long long)rg[i].offset,
-                           (unsigned long long)rg[i].length, x[i].detail);
-        else {
-            *moved += x[i].len;
-            sync_progress_add(x[i].len);
-            /* A short answer is a shorter object than the record says; supply refuses it by its chunks. */
-            r = x[i].len != rg[i].length
-                    ? pulse_fail(PULSE_ERR_CORRUPT, "object %s: %zu bytes at %llu where the patch's head places "
-                                 "%llu", key, x[i].len, (unsigned long long)rg[i].offset,
-                                 (unsigned long long)rg[i].length)
-                    : pulse_patch_supply(p, rg[i].offset, x[i].out, x[i].len);
+    size_t m = 0, cap = n + po->n;
+    pulse_transfer *x = calloc(cap, sizeof *x);
+    size_t *of = calloc(cap, sizeof *of);   /* the range each piece belongs to */
+    char (*keys)[SYNC_KEY_MAX] = calloc(po->n, sizeof *keys);
+    int r = !x || !of || !keys ? pulse_fail(PULSE_ERR_NOMEM, "%zu ranged GETs", n) : 0;
+    for (size_t e = 0; !r && e < po->n; e++)
+        r = sync_object_key(run, po->ext[e].obj->digest, keys[e]);
+    for (size_t i = 0; !r && i < n; i++)
+        for (size_t e = 0; !r && e < po->n; e++) {
+            const patch_extent *ex = &po->ext[e];
+            uint64_t end = rg[i].offset + rg[i].length, xend = ex->at + ex->obj->size;
+            uint64_t a = rg[i].offset > ex->at ? rg[i].offset : ex->at, b = end < xend ? end : xend;
+            if (a >= b)
+                continue;
+            if (m == cap) {
+                pulse_transfer *y = realloc(x, 2 * cap * sizeof *x);
+                size_t *z = y ? realloc(of, 2 * cap * sizeof *of) : NULL;
+                if (y)
+                    x = y;
+                if (z)
+                    of = z;
+                if (!y || !z) {
+                    r = pulse_fail(PULSE_ERR_NOMEM, "ranged GETs");
+                    break;
+                }
+                memset(x + cap, 0, cap * sizeof *x);
+                cap *= 2;
+            }
+            x[m] = (pulse_transfer){ .op = PULSE_XFER_GET, .key = keys[e], .offset = a - ex->at, .length = b - a,
+                                     .max_size = (size_t)(b - a) };
+            of[m++] = i;
+        }
+    if (!r)
+        pulse_store_batch(st, x, m);
+    uint8_t *buf = NULL;
+    for (size_t k = 0, i = 0; !r && i < n; i++) {
+        /* this range's pieces, in order, into one buffer */
+        if (!(buf = realloc(buf, (size_t)rg[i].length ? (size_t)rg[i].length : 1))) {
+            r = pulse_fail(PULSE_ERR_NOMEM, "a range of %llu bytes", (unsigned long long)rg[i].length);
+            break;
+        }
+        size_t got = 0;
+        for (; !r && k < m && of[k] == i; k++) {
+            if (x[k].result)
+                r = pulse_fail(x[k].result, "object %s bytes %llu+%llu: %s", x[k].key, (unsigned long long)x[k].offset,
+                               (unsigned long long)x[k].length, x[k].detail);
+            /* a short answer is a shorter object than the record says */
+            else if (x[k].len != x[k].length)
+                r = pulse_fail(PULSE_ERR_CORRUPT, "object %s: %zu bytes at %llu where the patch's head places %llu",
+                               x[k].key, x[k].len, (unsigned long long)x[k].offset, (unsigned long long)x[k].length);
+            else {
+                memcpy(buf + got, x[k].out, x[k].len);
+                got += x[k].len;
+            }
+        }
+        if (!r) {
+            *moved += got;
+            sync_progress_add(got);
+            r = pulse_patch_supply(p, rg[i].offset, buf, got);
         }
     }
-    for (size_t i = 0; i < n; i++)
-        pulse_store_free(x[i].out);
+    for (size_t k = 0; x && k < m; k++)
+        pulse_store_free(x[k].out);
+    free(buf);
     free(x);
+    free(of);
+    free(keys);
     return r;
 }
 
@@ -97,11 +140,16 @@ int sync_fetch_patch_slices(pulse_store *st, const char *run, const pulse_record
                             pulse_patch **out, uint64_t *moved)
 {
     *out = NULL;
+    patch_objects po;
+    int r = patch_objects_of(rec, &po);
+    if (!r && !po.head)
+        r = pulse_fail(PULSE_ERR_UNSUPPORTED, "the record names no head of its patch: a follower of slices needs one");
     void *head = NULL;
-    int r = sync_fetch_objects(st, run, &rec->objects[1], 1, &head, moved);
+    if (!r)
+        r = sync_fetch_objects(st, run, po.head, 1, &head, moved);
     pulse_patch *p = NULL;
     if (!r)
-        r = pulse_patch_open_head(&p, head, (size_t)rec->objects[1].size, rec->objects[0].size);
+        r = pulse_patch_open_head(&p, head, (size_t)po.head->size, po.bytes);
     pulse_store_free(head);
     if (!r)
         r = want_all(p, sl);
@@ -109,14 +157,12 @@ int sync_fetch_patch_slices(pulse_store *st, const char *run, const pulse_record
     size_t n = r ? 0 : pulse_patch_missing(p, 0, NULL, 0);
     if (n && !(rg = malloc(n * sizeof *rg)))
         r = pulse_fail(PULSE_ERR_NOMEM, "%zu ranges", n);
-    char key[SYNC_KEY_MAX];
     if (!r && n) {
         pulse_patch_missing(p, 0, rg, n);
-        r = sync_object_key(run, rec->objects[0].digest, key);
+        r = fetch_ranges(st, run, &po, p, rg, n, moved);
     }
-    if (!r && n)
-        r = fetch_ranges(st, key, p, rg, n, moved);
     free(rg);
+    patch_objects_free(&po);
     if (r) {
         pulse_patch_close(&p);
         return r;

@@ -13,16 +13,6 @@
 
 #define SYNC_KEY_MAX 512
 
-/* A sync-patch record names its patch (role "patch"), then the patch's head (header, tensor
- * table, digest) as an object of this role, so a follower holding slices can fetch the table
- * alone, checked against the signed record, then only its chunks by range. Records without the
- * head object (older publishers) are still followed; slices then fetch the whole patch. */
-#define SYNC_PATCH_INDEX_ROLE "patch-index"
-
-/* Publishers of earlier builds that coded by direction named a third object of this role: the
- * same step as a format-6 patch, which this build no longer reads. Such records still verify and
- * are followed by their plain patch (objects[0]). */
-#define SYNC_PATCH_BY_DIRECTION_ROLE "patch-by-direction"
 
 /* "<run>/objects/<hex>". */
 int sync_object_key(const char *run, const uint8_t digest[32], char out[SYNC_KEY_MAX]);
@@ -65,15 +55,6 @@ void sync_progress_end(void);
  * failure nothing is returned (all freed) and the detail names the object. */
 int sync_fetch_objects(pulse_store *st, const char *run, const pulse_record_object *o, size_t n,
                        void **data, uint64_t *moved);
-
-/* Fetches object o into a temporary in dir that is unlinked at once (a crash leaves nothing
- * there), checks its size and SHA-256 as sync_fetch_objects does, and returns it mapped
- * read-only in *map (o->size bytes, o->size > 0; munmap, or hand to patch_open_map_take).
- * The bytes are page cache the kernel may write back and drop, not the process's anonymous
- * memory: how a follower holds a step larger than its cap in memory (PULSE_FETCH_MEMORY).
- * On failure nothing is returned and the detail names the object (or dir's full disk). */
-int sync_fetch_object_mapped(pulse_store *st, const char *run, const pulse_record_object *o, const char *dir,
-                             void **map, uint64_t *moved);
 
 /* Copies C (sharded, or tensors in caller memory) into one new safetensors file at PATH, opened
  * writable and not yet committed (closing without commit removes it): a keyframe is always one

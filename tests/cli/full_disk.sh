@@ -117,8 +117,8 @@ rm -f full/filler
 ok pull full/fst full/w.safetensors
 check "[ \"\$(hash_of full/w.safetensors)\" = \"\$(hash_of '$s2')\" ]"
 
-# A step fetched through a temporary in the state directory (PULSE_FETCH_MEMORY=0: the road of
-# a step over 64 MiB) with room for the index but not for the patch (~430 kB at lr 3e-4): the
+# A step fetched into the state directory's fetch.data with room for the index but not for the
+# patch (~430 kB at lr 3e-4): the
 # fetch is refused before any byte of it is fetched, naming the object; the weights as they
 # were, no temporary left; taken once there is room.
 rm -rf full/store full/fst full/w.safetensors full/filler
@@ -129,12 +129,12 @@ ok pub3 wide/step-000000.safetensors
 ok pull3
 ok pub3 wide/step-000001.safetensors
 fill 200000
-PULSE_FETCH_MEMORY=0 full pull3
+full pull3
 check "grep -q '^pulse pull: .*object .*: no room for its [0-9]* bytes in full/fst3: No space left on device' err"
 check "[ \"\$(hash_of full/w3.safetensors)\" = \"\$(hash_of wide/step-000000.safetensors)\" ]"
 check "[ -z \"\$(ls -A full/fst3 | grep -v -x -e index.db -e index.db-wal -e index.db-shm -e lock -e unsynced)\" ]"
 rm -f full/filler
-PULSE_FETCH_MEMORY=0 ok pull3
+ok pull3
 check "[ \"\$(hash_of full/w3.safetensors)\" = \"\$(hash_of wide/step-000001.safetensors)\" ]"
 rm -rf full/fst3 full/w3.safetensors
 

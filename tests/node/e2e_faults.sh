@@ -34,12 +34,10 @@ schedule() {
 
 start_trainer trainer --keyframe-every 1000
 # f3 runs a slow hook, so some kills land between apply and receipt; all keep the default retries.
-# f3 also fetches every step into its state directory, mapped (the road of a step over 64 MiB,
-# PULSE_FETCH_MEMORY), so the faults and the kills meet that road too.
 start_follower f1 --key "$work/f1.key"
 start_follower f2 --key "$work/f2.key"
 f3_args=(--key "$work/f3.key" --on-update "sleep 0.2")
-PULSE_FETCH_MEMORY=0 start_follower f3 "${f3_args[@]}"
+start_follower f3 "${f3_args[@]}"
 
 kills=0
 for k in $(seq 0 "$steps"); do
@@ -54,7 +52,7 @@ for k in $(seq 0 "$steps"); do
     wait "${node_pid[f3]}" 2>/dev/null || true
     kills=$((kills + 1))
     echo "killed f3 with -9 after step $k (kill $kills)"
-    PULSE_FETCH_MEMORY=0 start_follower f3 "${f3_args[@]}"
+    start_follower f3 "${f3_args[@]}"
   fi
   wait_until 60 "the trainer to publish step $k" published "$k"
 done

@@ -145,6 +145,7 @@ import tempfile
 
 import pulseweights as pw
 from pulseweights.updates import Patch
+from stored_patch import patch_bytes
 
 tmp = tempfile.mkdtemp(prefix="pulse-fused-py.")
 atexit.register(shutil.rmtree, tmp, ignore_errors=True)
@@ -152,16 +153,8 @@ store = "file://" + os.path.join(tmp, "store")
 pw.keygen(os.path.join(tmp, "t"))
 with pw.Publisher(store, "r", os.path.join(tmp, "t.key"), os.path.join(tmp, "pub"), chunk_elems=256) as pub:
     pub.publish({k: (v, "BF16") for k, v in old.items()})
-    pub.publish({k: (v, "BF16") for k, v in new.items()})
-objdir = os.path.join(tmp, "store", "r", "objects")
-raw = None
-for f in sorted(os.listdir(objdir), key=lambda f: os.path.getsize(os.path.join(objdir, f)), reverse=True):
-    try:
-        with Patch(os.path.join(objdir, f)):
-            raw = open(os.path.join(objdir, f), "rb").read()
-            break
-    except pw.PulseError:
-        continue
+    last = pub.publish({k: (v, "BF16") for k, v in new.items()})
+raw = patch_bytes(os.path.join(tmp, "store"), "r", last.record_key)
 whole = Patch.from_bytes(raw)
 whole.verify()
 for tp in (1, 2, 4):

@@ -11,6 +11,7 @@ import pulseweights as pw
 from pulseweights import fused
 from pulseweights.engine import EngineFollower
 from pulseweights.updates import Patch
+from stored_patch import patch_bytes
 
 fails = 0
 
@@ -88,18 +89,14 @@ with pw.Publisher(store, "r", os.path.join(tmp, "t.key"), os.path.join(tmp, "pub
     except ValueError:
         check(True, "an empty slice is refused")
 
-    # By hand: the newest patch object of the store, its head, then the rank's ranges.
-    pub.publish({"a": (w["a"] + 1, "BF16"), "n": w["n"]})
-objdir = os.path.join(tmp, "store", "r", "objects")
-paths = sorted((os.path.join(objdir, x) for x in os.listdir(objdir)), key=os.path.getmtime)
-whole_patch = None
-for path in reversed(paths):
-    try:
-        whole_patch = Patch(path)
-        break
-    except pw.PulseError:
-        continue            # a head object, or a keyframe chunk
-raw = open(path, "rb").read()
+    # By hand: the newest patch, put together from the objects its record names (its head,
+    # then its data in parts), its head, then the rank's ranges.
+    last = pub.publish({"a": (w["a"] + 1, "BF16"), "n": w["n"]})
+raw = patch_bytes(os.path.join(tmp, "store"), "r", last.record_key)
+path = os.path.join(tmp, "whole.patch")
+with open(path, "wb") as f:
+    f.write(raw)
+whole_patch = Patch(path)
 hb = whole_patch.head_bytes
 check(not whole_patch.sliced and 0 < hb < len(raw), "a whole patch of %d bytes, head %d" % (len(raw), hb))
 try:

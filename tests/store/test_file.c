@@ -88,17 +88,15 @@ static void ranges_and_limits(void)
     /* Named ranges into a file, each counted whole; past the end refused. */
     char tmp[] = "/tmp/pulse-ranges-XXXXXX";
     int fd = mkstemp(tmp);
-    pulse_store_range rg[2] = { { 1, 2, 0 }, { 6, 4, 0 } };
-    pulse_object_info info;
-    CHECK_OK(pulse_store_get_ranges(st, "r", rg, 2, fd, &info));
-    CHECK(info.size == 10);
+    pulse_store_range rg[2] = { { "r", 1, 2, 1, 0, 0 }, { "r", 6, 4, 6, 0, 0 } };
+    CHECK_OK(pulse_store_get_ranges(st, rg, 2, fd));
     char b[10] = { 0 };
     CHECK(pread(fd, b, 10, 0) == 10 && !memcmp(b, "\0" "12\0\0\0" "6789", 10));
-    CHECK(rg[0].done == 2 && rg[1].done == 4);
-    pulse_store_range past = { 8, 3, 0 }, none = { 0, 0, 0 };
-    CHECK_ERR(pulse_store_get_ranges(st, "r", &past, 1, fd, NULL), PULSE_ERR_INVALID);
-    CHECK_ERR(pulse_store_get_ranges(st, "r", &none, 1, fd, NULL), PULSE_ERR_INVALID);
-    CHECK_ERR(pulse_store_get_ranges(st, "missing", rg, 1, fd, NULL), PULSE_ERR_NOTFOUND);
+    CHECK(rg[0].done == 2 && rg[1].done == 4 && rg[0].object_size == 10);
+    pulse_store_range past = { "r", 8, 3, 0, 0, 0 }, none = { "r", 0, 0, 0, 0, 0 }, missing = { "missing", 0, 1, 0, 0, 0 };
+    CHECK_ERR(pulse_store_get_ranges(st, &past, 1, fd), PULSE_ERR_INVALID);
+    CHECK_ERR(pulse_store_get_ranges(st, &none, 1, fd), PULSE_ERR_INVALID);
+    CHECK_ERR(pulse_store_get_ranges(st, &missing, 1, fd), PULSE_ERR_NOTFOUND);
     close(fd);
     unlink(tmp);
     /* An empty object is a real, empty object. */

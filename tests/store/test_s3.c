@@ -129,27 +129,37 @@ static void multipart(void)
     CHECK(same("big/multi part", d, n));
     /* Named ranges at once, each one GET, each counted whole when the call returns; the bytes
      * between them are not fetched; a range past the end is refused. */
-    pulse_store_range rg[3] = { { 0, 1u << 20, 0 }, { 3u << 20, 5u << 20, 0 }, { n - 7, 7, 0 } };
+    const char *mp = "big/multi part";
+    pulse_store_range rg[4] = { { mp, 0, 1u << 20, 0, 0, 0 }, { mp, 3u << 20, 5u << 20, 3u << 20, 0, 0 },
+                                { mp, n - 7, 7, n - 7, 0, 0 }, { "big/mem", 0, 10, n, 0, 0 } };
     ofd = open(out, O_RDWR | O_TRUNC);
-    CHECK_OK(pulse_store_get_ranges(st, "big/multi part", rg, 3, ofd, &info));
-    CHECK_EQ_INT(info.size, n);
+    CHECK_OK(pulse_store_get_ranges(st, rg, 3, ofd));
     for (int i = 0; i < 3; i++) {
         CHECK_EQ_INT(rg[i].done, rg[i].length);
+        CHECK_EQ_INT(rg[i].object_size, n);
         unsigned char *b = malloc(rg[i].length);
-        CHECK(pread(ofd, b, rg[i].length, (off_t)rg[i].offset) == (ssize_t)rg[i].length &&
+        CHECK(pread(ofd, b, rg[i].length, (off_t)rg[i].at) == (ssize_t)rg[i].length &&
               !memcmp(b, d + rg[i].offset, rg[i].length));
         free(b);
     }
     unsigned char hole = 1;
     CHECK(pread(ofd, &hole, 1, 2u << 20) == 1 && hole == 0);
-    pulse_store_range past = { n - 3, 7, 0 };
-    CHECK(pulse_store_get_ranges(st, "big/multi part", &past, 1, ofd, NULL) != 0);
-    CHECK_ERR(pulse_store_get_ranges(st, "big/nope", rg, 1, ofd, NULL), PULSE_ERR_NOTFOUND);
+    pulse_store_range past = { mp, n - 3, 7, 0, 0, 0 };
+    CHECK(pulse_store_get_ranges(st, &past, 1, ofd) != 0);
+    pulse_store_range nope = { "big/nope", 0, 10, 0, 0, 0 };
+    CHECK_ERR(pulse_store_get_ranges(st, &nope, 1, ofd), PULSE_ERR_NOTFOUND);
     close(ofd);
     /* Multipart from memory, and if-absent on a multipart put. */
     CHECK_OK(pulse_store_put(st, "big/mem", d, n, PULSE_PUT_IF_ABSENT));
     CHECK_ERR(pulse_store_put(st, "big/mem", d, n, PULSE_PUT_IF_ABSENT), PULSE_ERR_EXISTS);
     CHECK(same("big/mem", d, n));
+    /* ranges of two objects in one call, each to its own place in the file */
+    ofd = open(out, O_RDWR | O_TRUNC);
+    CHECK_OK(pulse_store_get_ranges(st, rg + 2, 2, ofd));
+    unsigned char two[17];
+    CHECK(pread(ofd, two, 7, (off_t)(n - 7)) == 7 && !memcmp(two, d + n - 7, 7));
+    CHECK(pread(ofd, two, 10, (off_t)n) == 10 && !memcmp(two, d, 10));
+    close(ofd);
     /* A batch runs what is not a small put or get (files, multipart from memory) one at a time
      * through the backend's own put and get. */
     pulse_transfer bx[3];

@@ -15,6 +15,9 @@ forge=${2:?usage: attacks.sh file|s3 FORGE}
 forge=$(cd "$(dirname "$forge")" && pwd)/$(basename "$forge")   # the script works in its own directory
 : "${PULSE_BIN:?PULSE_BIN must name the pulse binary (meson test sets it)}"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# Patches of a few tens of KiB uploaded in parts of 4 KiB and up: records of a head and several
+# parts, as a large model's are, so that each part is audited under its head and tampered with.
+export PULSE_UPLOAD_PART=4096
 
 if [ "$mode" = s3 ]; then
   if [ -z "${PULSE_RGW_ENV:-}" ] || [ ! -f "${PULSE_RGW_ENV:-}" ]; then
@@ -112,8 +115,11 @@ fresh_copy() {
 }
 kget() { P store get "$store/$run/$1" -o "$2" >/dev/null; }
 kput() { P store put "$store/$run/$1" "$2" >/dev/null; }
-digest_of() {  # the first object digest of the record at REL
+digest_of() {  # the first object digest of the record at REL (a patch's head)
   P manifest show --store "$store" --run "$run" --json "$1" | sed -n 's/.*"objects":\[{"digest":"\([0-9a-f]*\)".*/\1/p'
+}
+last_digest_of() {  # the last object digest of the record at REL (a patch's last part)
+  P manifest show --store "$store" --run "$run" --json "$1" | grep -o '"digest":"[0-9a-f]*"' | tail -1 | cut -d'"' -f4
 }
 flip_middle() { python3 -c 'import sys
 p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0x01; open(p, "wb").write(b)' "$1"; }
@@ -157,11 +163,17 @@ fresh_copy flip-record
 kget "$r4" rec.bin && flip_middle rec.bin && kput "$r4" rec.bin
 expect flip-record "$work/f-flip-record" "step 4: $r4" "$r4: (signature does not verify|does not parse)"
 
-# 3. One flipped byte in an object.
+# 3. One flipped byte in an object (a patch's head).
 fresh_copy flip-object
 d4=$(digest_of "$r4")
 kget "objects/$d4" obj.bin && flip_middle obj.bin && kput "objects/$d4" obj.bin
 expect flip-object "$work/f-flip-object" "step 4: $r4" "objects/$d4: SHA-256 of its bytes"
+
+# 3b. One flipped byte in a part of a patch's data (the head above, a part here).
+fresh_copy flip-part
+dl=$(last_digest_of "$r4")
+kget "objects/$dl" obj.bin && flip_middle obj.bin && kput "objects/$dl" obj.bin
+expect flip-part "$work/f-flip-part" "step 4: $r4" "objects/$dl: SHA-256 of its bytes"
 
 # 4. Rollback: an old record (step 2) re-served as step 4, the head moved to it.
 fresh_copy rollback

@@ -14,12 +14,14 @@
 
 static const char usage[] =
     "usage: forge sign KEY.key STORE-URL RUN SRC-REL STEP [--base-of REL] [--objects-of REL]\n"
-    "                  [--put-as REL] [--head] [--add-object FILE ROLE]\n"
+    "                  [--put-as REL] [--head] [--one-patch] [--add-object FILE ROLE]\n"
     "         a copy of the record at SRC-REL with step STEP, signed by KEY: base := the result\n"
     "         of the record at REL; objects (and the summary) := those of the record at REL;\n"
     "         --add-object: FILE stored as an object and named last, of ROLE (its bytes added to\n"
     "         the summary's); stored under its own key, or under REL with --put-as; --head moves\n"
-    "         the signer's head to it. Prints the key it was stored under.\n"
+    "         the signer's head to it; --one-patch: a patch in parts stored as one 'patch' object\n"
+    "         and named as earlier publishers named it (the patch, then its head). Prints the key\n"
+    "         it was stored under.\n"
     "       forge held STATE-DIR RUN\n"
     "         prints 'step N state HEX' of the last applied row of RUN in STATE-DIR/index.db,\n"
     "         or 'none'.\n";
@@ -66,6 +68,69 @@ static int add_object(pulse_store *st, const char *run, pulse_record *r, const c
     return rc;
 }
 
+/* R's patch, a head and parts, read and stored again as one object, and R's objects made what
+ * publishers before parts wrote: the patch, then its head. */
+static int one_patch(pulse_store *st, const char *run, pulse_record *r)
+{
+    if (r->n_objects < 1 || strcmp(r->objects[0].role, "patch-index"))
+        return PULSE_ERR_FORMAT;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < r->n_objects; i++)
+        total += r->objects[i].size;
+    uint8_t *patch = malloc(total ? total : 1);
+    int rc = patch ? 0 : PULSE_ERR_NOMEM;
+    uint64_t at = 0;
+    for (uint32_t i = 0; !rc && i < r->n_objects; i++) {
+        char rel[512], key[1024];
+        pulse_layout_object(rel, sizeof rel, r->objects[i].digest);
+        snprintf(key, sizeof key, "%s/%s", run, rel);
+        void *data = NULL;
+        size_t len = 0;
+        rc = pulse_store_get(st, key, 0, PULSE_TO_END, (size_t)r->objects[i].size, &data, &len, NULL);
+        if (!rc)
+            memcpy(patch + at, data, len);
+        at += len;
+        pulse_store_free(data);
+    }
+    pulse_record one;
+    memset(&one, 0, sizeof one);
+    if (!rc)
+        rc = pulse_record_init(&one, r->kind, r->run, r->step);
+    if (!rc) {
+        one.time = r->time;
+        memcpy(one.base, r->base, sizeof one.base);
+        memcpy(one.result, r->result, sizeof one.result);
+        one.changes = r->changes;
+        one.dense_bytes = r->dense_bytes;
+        one.patch_bytes = total + r->objects[0].size;
+        uint8_t digest[32];
+        char rel[512], key[1024];
+        pulse_sha256(patch, total, digest);
+        pulse_layout_object(rel, sizeof rel, digest);
+        snprintf(key, sizeof key, "%s/%s", run, rel);
+        rc = pulse_store_put(st, key, patch, total, 0);
+        if (!rc)
+            rc = pulse_record_add_object(&one, digest, total, "patch", "", 0, 0);
+        if (!rc)
+            rc = pulse_record_add_object(&one, r->objects[0].digest, r->objects[0].size, "patch-index", "", 0, 0);
+    }
+    free(patch);
+    /* the parts no record names now (an audit would call them orphans) */
+    for (uint32_t i = 1; !rc && i < r->n_objects; i++) {
+        char rel[512], key[1024];
+        pulse_layout_object(rel, sizeof rel, r->objects[i].digest);
+        snprintf(key, sizeof key, "%s/%s", run, rel);
+        rc = pulse_store_delete(st, key);
+    }
+    if (rc) {
+        pulse_record_clear(&one);
+        return rc;
+    }
+    pulse_record_clear(r);
+    *r = one;
+    return 0;
+}
+
 static int cmd_sign(int argc, char **argv)
 {
     if (argc < 7)
@@ -73,10 +138,12 @@ static int cmd_sign(int argc, char **argv)
     const char *keyfile = argv[2], *url = argv[3], *run = argv[4], *src = argv[5];
     uint64_t step = strtoull(argv[6], NULL, 10);
     const char *base_of = NULL, *objects_of = NULL, *put_as = NULL, *add_file = NULL, *add_role = NULL;
-    int head = 0;
+    int head = 0, as_one = 0;
     for (int i = 7; i < argc; i++) {
         if (!strcmp(argv[i], "--head"))
             head = 1;
+        else if (!strcmp(argv[i], "--one-patch"))
+            as_one = 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--base-of"))
             base_of = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--objects-of"))
@@ -135,6 +202,8 @@ static int cmd_sign(int argc, char **argv)
         pulse_record_clear(&r);
         r = fresh;
     }
+    if (as_one && (rc = one_patch(st, run, &r)))
+        return die("--one-patch", rc);
     if (add_file && (rc = add_object(st, run, &r, add_file, add_role)))
         return die(add_file, rc);
     uint8_t *bytes = NULL;

@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# A run published by an earlier build with patches by direction: its sync-patch records name a
-# third object, role "patch-by-direction" (a format-6 patch, no longer read). Such a record still
+# A run published by an earlier build with patches by direction: its sync-patch records name the
+# whole patch, its head, and a third object, role "patch-by-direction" (a format-6 patch, no
+# longer read); records as every publisher before patches came in parts wrote them. Such a record still
 # verifies, a follower takes it by its plain patch (objects[0]), step by step and catching up,
 # bit for bit, and `pulse manifest audit` accepts the run.
 # usage: old_by_direction.sh FORGE   (FORGE: tests/sync/forge, the record-forging helper)
@@ -28,11 +29,11 @@ pub "$(ckpt 0)"
 pub "$(ckpt 1)"
 pull a
 check "[ \"\$(id a.safetensors)\" = \"\$(id $(ckpt 1))\" ]"
-# steps 2 and 3 re-signed as the earlier publisher signed them: a format-6 patch named third
+# steps 2 and 3 re-signed as the earlier publisher signed them: the patch whole, a format-6 patch named third
 for s in 2 3; do
   pub "$(ckpt $s)"
   rel=$(cd store/r && ls records/sync-patch/00000000000$s/*)
-  ok "$forge" sign tr.key "$store" r "$rel" $s --put-as "$rel" --add-object "$SRC/tests/fuzz/corpus/patch/v6-prev.patch" patch-by-direction
+  ok "$forge" sign tr.key "$store" r "$rel" $s --put-as "$rel" --one-patch --add-object "$SRC/tests/fuzz/corpus/patch/v6-prev.patch" patch-by-direction
   ok "$P" manifest show --store "$store" --run r --json "$rel"
   check "grep -q '\"role\":\"patch-by-direction\"' out"
 done

@@ -312,12 +312,10 @@ static void test_sync(void)
         char sd[512];
         snprintf(sd, sizeof sd, "%s", at("fol3"));
         pulse_follower *f3 = NULL;
-        setenv("PULSE_FETCH_MEMORY", "0", 1);
         CHECK_OK(follower(&f3, trust, sd, c3));
         snprintf(sd, sizeof sd, "/nonexistent/state");
         size_t applied = 0;
         CHECK_OK(pulse_follower_pull(f3, &applied, NULL));
-        unsetenv("PULSE_FETCH_MEMORY");
         CHECK_EQ_INT(applied, 3);
         CHECK(same(&third, &trainer));
         pulse_follower_close(&f3);

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* An engine-held follower holding slices (a tensor-parallel rank's rows) fetches the patch head and only its chunks by range through a file:// store, bit-identical on its rows; damaged chunks and bad slices are refused. */
-#include <dirent.h>
 #include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include "pulseweights/checkpoint.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/patch.h"
+#include "pulseweights/record.h"
 #include "pulseweights/sync.h"
 
 #define ROWS 64
@@ -136,42 +136,28 @@ static int on_patch(void *ctx, const pulse_sync_step *s, const pulse_patch *p)
     return 0;
 }
 
-/* The one object added since BEFORE whose size is largest (a step's patch, not its head). */
-static void patch_object(const char *objdir, char before[][300], int nb, char *out, size_t cap)
+/* The object holding the last bytes of the patch of the record at REL (store/rl/REL): its last
+ * part, whose last chunk is one of the rank's rows. */
+static void patch_tail(const char *objdir, const char *rel, char *out, size_t cap)
 {
-    DIR *h = opendir(objdir);
-    struct dirent *x;
-    long best = -1;
+    char path[700];
+    snprintf(path, sizeof path, "%s/rl/%s", at("store"), rel);
+    static uint8_t bytes[1 << 16];
+    FILE *fp = fopen(path, "rb");
+    size_t len = fp ? fread(bytes, 1, sizeof bytes, fp) : 0;
+    if (fp)
+        fclose(fp);
+    pulse_record r;
+    memset(&r, 0, sizeof r);
     out[0] = 0;
-    while (h && (x = readdir(h))) {
-        if (x->d_name[0] == '.')
-            continue;
-        int seen = 0;
-        for (int j = 0; j < nb; j++)
-            seen |= !strcmp(x->d_name, before[j]);
-        char p[700];
-        struct stat st;
-        snprintf(p, sizeof p, "%s/%s", objdir, x->d_name);
-        if (!seen && stat(p, &st) == 0 && st.st_size > best) {
-            best = st.st_size;
-            snprintf(out, cap, "%s", p);
-        }
+    CHECK_OK(pulse_record_parse(bytes, len, &r));
+    CHECK(r.n_objects >= 2 && !strcmp(r.objects[r.n_objects - 1].role, "patch-data"));
+    if (r.n_objects) {
+        char hex[65];
+        pulse_hex_encode(r.objects[r.n_objects - 1].digest, 32, hex);
+        snprintf(out, cap, "%s/%s", objdir, hex);
     }
-    if (h)
-        closedir(h);
-}
-
-static int list(const char *objdir, char names[][300], int cap)
-{
-    DIR *h = opendir(objdir);
-    int n = 0;
-    struct dirent *x;
-    while (h && (x = readdir(h)) && n < cap)
-        if (x->d_name[0] != '.')
-            snprintf(names[n++], 300, "%s", x->d_name);
-    if (h)
-        closedir(h);
-    return n;
+    pulse_record_clear(&r);
 }
 
 static void flip_last(const char *path)
@@ -277,7 +263,7 @@ int main(void)
         if (step) {
             /* Both fetch the record; the whole patch is head + data, the slices the head and a
              * quarter of w's chunks and the norm's: under half the data. */
-            const uint64_t data = s.object_bytes - 2 * r.head;
+            const uint64_t data = s.object_bytes - r.head;
             printf("step %d: slices fetched %llu bytes, the whole patch %llu (head %llu, data %llu)\n", step,
                    (unsigned long long)r.moved, (unsigned long long)rw.moved, (unsigned long long)r.head,
                    (unsigned long long)data);
@@ -292,12 +278,10 @@ int main(void)
     pulse_follower_close(&fw);
 
     /* A damaged chunk the rank holds: refused, nothing written, and the same step again after. */
-    static char names[256][300];
-    int nb = list(objdir, names, 256);
     train(&m, R0, R1, 0);
     CHECK_OK(pulse_publisher_publish_ckpt(pub, ct, -1, 0, &s));
     char obj[700];
-    patch_object(objdir, names, nb, obj, sizeof obj);
+    patch_tail(objdir, s.record_key, obj, sizeof obj);
     flip_last(obj);   /* the last coded chunk: one of the rank's rows */
     rank before = r;
     CHECK_ERR(pulse_follower_pull(f, &applied, NULL), PULSE_ERR_CORRUPT);
@@ -312,10 +296,9 @@ int main(void)
     CHECK(same(&r, &m));
 
     /* A damaged chunk of rows the rank does not hold is never fetched: the step applies. */
-    nb = list(objdir, names, 256);
     train(&m, 48, ROWS, 0);
     CHECK_OK(pulse_publisher_publish_ckpt(pub, ct, -1, 0, &s));
-    patch_object(objdir, names, nb, obj, sizeof obj);
+    patch_tail(objdir, s.record_key, obj, sizeof obj);
     flip_last(obj);
     CHECK_OK(pulse_follower_pull(f, &applied, &held));
     CHECK_EQ_INT(applied, 1);
