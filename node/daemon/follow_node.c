@@ -17,6 +17,7 @@
 #include "node/daemon/log.h"
 #include "node/daemon/metrics.h"
 #include "node/daemon/receipt.h"
+#include "node/daemon/head_watch.h"
 #include "node/daemon/signals.h"
 #include "node/sync/follow_internal.h"
 #include "pulseweights/checkpoint.h"
@@ -33,11 +34,10 @@ typedef struct node_follower {
     node_metrics_server *srv;
     uint64_t hook_failures;
     uint64_t bytes_shown;          /* pulse_bytes_fetched_total as last published (it never goes back) */
-    char (*etags)[132];            /* per trusted key: the head's ETag last seen */
+    head_watch *watch;             /* the trusted nodes' heads, polled */
     char text[NODE_METRICS_TEXT];  /* the exposition written to --metrics-file */
     node_phase_hist hist;          /* the applied steps' phases */
     char weights_abs[4096];        /* PULSE_WEIGHTS for the hook: absolute, as it may cd */
-    unsigned rng;
     int stale;                     /* pulse_stale as last logged */
     char failing[512];             /* the failure last logged; "" while pulls succeed */
     int hook_due;                  /* --hook-after pull: steps were applied since the hook last ran */
@@ -190,93 +190,57 @@ static int on_step(void *ctx, const pulse_sync_step *s)
     return node_stop_requested();   /* SIGTERM: stop after this step, which is complete */
 }
 
-/* Waits about poll_ms (+-25%, so many followers do not poll in lockstep). */
-static void wait_poll(node_follower *n)
+/* What the newest head of trusted key H->node says, for the fast path: 1 when a catch-up (LIST)
+ * is needed, 0 when it names nothing newer or the next step applied; errors are logged. */
+static int head_says(node_follower *n, const head_seen *h)
 {
-    unsigned base = n->cfg->poll_ms ? n->cfg->poll_ms : 1000;
-    node_sleep_ms(base - base / 4 + (unsigned)(rand_r(&n->rng) % (base / 2 + 1)));
-}
-
-/* Conditional GET of every trusted node's head. Returns 1 when a catch-up (LIST) is needed,
- * 0 when nothing changed or the fast path applied the next step; errors are logged. */
-static int poll_heads(node_follower *n)
-{
-    const pulse_trust *trust = n->cfg->trust;
-    int need = 0;
-    for (size_t i = 0; i < pulse_trust_count(trust) && !node_stop_requested(); i++) {
-        const uint8_t *node = pulse_trust_get(trust, i)->key;
-        char hrel[100], key[700];
-        if (pulse_layout_head(hrel, sizeof hrel, node) || pulse_layout_join(key, sizeof key, n->cfg->run, hrel)) {
-            node_log("store-error", "key", hrel, "reason", pulse_last_error(), NULL);
-            continue;
-        }
-        void *data = NULL;
-        size_t len = 0;
-        pulse_object_info info;
-        int r = pulse_store_get_if_none_match(n->st, key, n->etags[i][0] ? n->etags[i] : NULL, PULSE_LAYOUT_HEAD_MAX,
-                                              &data, &len, &info);
-        if (r == PULSE_ERR_NOT_MODIFIED || r == PULSE_ERR_NOTFOUND)
-            continue;
-        if (r) {
-            node_log("store-error", "key", key, "reason", pulse_last_error(), NULL);
-            continue;
-        }
-        snprintf(n->etags[i], sizeof n->etags[i], "%s", info.etag);
-        /* The newest record's key relative to the run, and the record itself (manifest/layout.h).
-         * Only a hint: the record is verified like any other, and an older step never rolls the
-         * weights back. */
-        char rel[600], steps[16];
-        uint64_t written_ms;
-        const uint8_t *carried;
-        size_t carried_len;
-        int kind;
-        uint64_t step, held;
-        uint8_t named[32];
-        if (pulse_layout_parse_head_content(data, len, rel, sizeof rel, &written_ms, &carried, &carried_len) ||
-            pulse_layout_parse_record(rel, &kind, &step, named) || kind == PULSE_RECORD_RECEIPT) {
-            pulse_store_free(data);
-            node_log("head-invalid", "key", key, NULL);
-            continue;
-        }
-        /* how long after the head's write this poll read it: the clocks of two machines */
-        double seen = written_ms ? 1e3 * pulse_realtime_s() - (double)written_ms : 0;
-        snprintf(steps, sizeof steps, "%012" PRIu64, step);
-        uint8_t state[32];
-        if (follower_held(n->f, &held, state) != 0) {
-            pulse_store_free(data);
-            need = 1;
-            continue;
-        }
-        if (step < held) {
-            /* A head moved back (a restored bucket, a replay): verified records decide, so
-             * this changes nothing; it is worth a line for the operator. */
-            char hs[24];
-            u64s(hs, sizeof hs, held);
-            node_log("head-stale", "head", key, "step", steps, "held", hs, NULL);
-            pulse_store_free(data);
-            continue;
-        }
-        if (step == held) {
-            pulse_store_free(data);
-            continue;
-        }
-        /* The step's sync-patch record, without listing: the one the head carries, or (a head
-         * naming a keyframe record, or an older head without a record) fetched by its key.
-         * Applied when it chains on the held state, whatever steps lie between. */
-        char prel[700];
-        int applied = 0, own = kind == PULSE_RECORD_SYNC_PATCH && carried_len;
-        r = own ? (snprintf(prel, sizeof prel, "%s", rel), 0)
-                : pulse_layout_record(prel, sizeof prel, PULSE_RECORD_SYNC_PATCH, step, node);
-        if (!r)
-            r = follower_try_next(n->f, prel, own ? carried : NULL, own ? carried_len : 0, seen > 0 ? seen : 0,
-                                  &applied);
-        pulse_store_free(data);
-        if (r && !node_stop_requested())
-            node_log("step-failed", "record", prel, "reason", pulse_last_error(), NULL);
-        if (!applied)
-            need = 1;
+    const char *key = h->key;
+    /* The newest record's key relative to the run, and the record itself (manifest/layout.h).
+     * Only a hint: the record is verified like any other, and an older step never rolls the
+     * weights back. */
+    char rel[600], steps[16];
+    uint64_t written_ms;
+    const uint8_t *carried;
+    size_t carried_len;
+    int kind;
+    uint64_t step, held;
+    uint8_t named[32], state[32];
+    if (pulse_layout_parse_head_content(h->data, h->len, rel, sizeof rel, &written_ms, &carried, &carried_len) ||
+        pulse_layout_parse_record(rel, &kind, &step, named) || kind == PULSE_RECORD_RECEIPT) {
+        node_log("head-invalid", "key", key, NULL);
+        return 0;
     }
-    return need;
+    /* how long after the head's write this poll read it: the clocks of two machines */
+    double seen = written_ms ? 1e3 * pulse_realtime_s() - (double)written_ms : 0;
+    snprintf(steps, sizeof steps, "%012" PRIu64, step);
+    if (follower_held(n->f, &held, state) != 0)
+        return 1;
+    if (step < held) {
+        /* A head moved back (a restored bucket, a replay): verified records decide, so this
+         * changes nothing; it is worth a line for the operator. */
+        char hs[24];
+        u64s(hs, sizeof hs, held);
+        node_log("head-stale", "head", key, "step", steps, "held", hs, NULL);
+        return 0;
+    }
+    if (step == held)
+        return 0;
+    /* The step's sync-patch record, without listing: the one the head carries, or (a head
+     * naming a keyframe record, or an older head without a record) fetched by its key.
+     * Applied when it chains on the held state, whatever steps lie between. */
+    char prel[700];
+    int applied = 0, r = 0, own = kind == PULSE_RECORD_SYNC_PATCH && carried_len;
+    if (own)
+        snprintf(prel, sizeof prel, "%s", rel);
+    else
+        r = pulse_layout_record(prel, sizeof prel, PULSE_RECORD_SYNC_PATCH, step,
+                                pulse_trust_get(n->cfg->trust, h->node)->key);
+    if (!r)
+        r = follower_try_next(n->f, prel, own ? carried : NULL, own ? carried_len : 0, seen > 0 ? seen : 0,
+                              &applied);
+    if (r && !node_stop_requested())
+        node_log("step-failed", "record", prel, "reason", pulse_last_error(), NULL);
+    return !applied;
 }
 
 /* A failure is logged when it starts or changes, not at every poll that meets it again; its
@@ -312,7 +276,6 @@ int node_follow_run(const node_follow_cfg *cfg)
     static const char *const phase_names[] = { "seen", "fetch", "verify", "journal", "apply", "check", "hook",
                                                "index" };
     node_phase_hist_init(&n.hist, phase_names, sizeof phase_names / sizeof *phase_names);
-    n.rng = (unsigned)time(NULL) ^ (unsigned)getpid();
     pulse_follow_opts o;
     pulse_follow_opts_default(&o);
     o.store_url = cfg->store_url;
@@ -334,9 +297,7 @@ int node_follow_run(const node_follow_cfg *cfg)
         snprintf(n.weights_abs, sizeof n.weights_abs, "%s", cfg->weights_path);
     else
         snprintf(n.weights_abs, sizeof n.weights_abs, "%s/%s", cwd, cfg->weights_path);
-    if (!(n.etags = calloc(pulse_trust_count(cfg->trust) + 1, sizeof *n.etags)))
-        r = pulse_fail(PULSE_ERR_NOMEM, "follower");
-    if (!r && cfg->key_path)
+    if (cfg->key_path)
         r = pulse_key_load_secret(cfg->key_path, &n.key);
     if (!r)
         r = pulse_store_open(&n.st, cfg->store_url, NULL);
@@ -361,14 +322,28 @@ int node_follow_run(const node_follow_cfg *cfg)
         r = node_stop_requested() ? 0 : cr;
         goto out;
     }
+    /* the heads, watched from here on */
+    const unsigned poll_ms = cfg->poll_ms ? cfg->poll_ms : 1000;
+    if ((r = head_watch_start(&n.watch, cfg->store_url, cfg->run, cfg->trust, poll_ms)) != 0) {
+        node_log("start-failed", "reason", pulse_last_error(), NULL);
+        goto out;
+    }
     while (!node_stop_requested()) {
-        wait_poll(&n);
-        if (node_stop_requested())
+        head_seen h;
+        int got = head_watch_next(n.watch, poll_ms, &h);
+        if (node_stop_requested()) {
+            pulse_store_free(h.data);
             break;
+        }
         /* A failed catch-up (store down, a bad record) is retried every poll, heads or not; so is
          * one after the last step's result check failed (the weights are hashed again). */
         int need = follower_settle_check(n.f, 0) != 0;
-        need = poll_heads(&n) || need || cr != 0;
+        if (got && !h.data)
+            node_log("store-error", "key", h.key, "reason", h.error, NULL);
+        else if (got)
+            need = head_says(&n, &h) || need;
+        pulse_store_free(h.data);
+        need = need || cr != 0;
         run_due_hook(&n);   /* after the fast path's step */
         if (need && !node_stop_requested())
             cr = catch_up(&n);
@@ -388,10 +363,10 @@ out:
         update_metrics(&n);
         node_log("stopped", "step", st, "state", hex, NULL);
     }
+    head_watch_stop(&n.watch);
     pulse_follower_close(&n.f);
     node_metrics_close(&n.srv);
     pulse_store_close(&n.st);
     pulse_key_free(&n.key);
-    free(n.etags);
     return r;
 }

@@ -11,6 +11,8 @@
 #
 # Environment: PULSE_BENCH_RATE (tc rate, default 1gbit), PULSE_BENCH_RTT_MS (default 50),
 # PULSE_BENCH_LR (default 3e-6), PULSE_BENCH_POLL_MS (both nodes' poll, default 20),
+# PULSE_BENCH_GAP_S (seconds between one step held and the next released, default 0; 40 lets the
+# kernel write the weights' pages back between steps, as at a real run's cadence),
 # PULSE_BENCH_DENSE=0 (skip the dense copies), PULSE_BENCH_KEEP=1 (keep the work directory and its
 # logs, named on exit), PULSE_BIN (the pulse under test) and
 # PULSE_BIN_BEFORE (another pulse binary run on the same checkpoints in the same invocation, first,
@@ -29,9 +31,10 @@ rate=${PULSE_BENCH_RATE:-1gbit}
 rtt_ms=${PULSE_BENCH_RTT_MS:-50}
 lr=${PULSE_BENCH_LR:-3e-6}
 poll=${PULSE_BENCH_POLL_MS:-20}
+gap=${PULSE_BENCH_GAP_S:-0}
 pulse=${PULSE_BIN:-$root/build/tools/pulse}
 before=${PULSE_BIN_BEFORE:-}
-case "$steps$nf$rtt_ms$poll" in *[!0-9]*) echo "wan.sh: STEPS, FOLLOWERS, RTT and poll must be whole numbers" >&2; exit 2 ;; esac
+case "$steps$nf$rtt_ms$poll$gap" in *[!0-9]*) echo "wan.sh: STEPS, FOLLOWERS, RTT, poll and gap must be whole numbers" >&2; exit 2 ;; esac
 [ "$(id -u)" = 0 ] || { echo "wan.sh: needs root (network namespaces and tc)" >&2; exit 2; }
 for b in "$pulse" ${before:+"$before"}; do
   [ -x "$b" ] || { echo "wan.sh: no pulse binary at $b" >&2; exit 2; }
@@ -182,6 +185,7 @@ run_nodes() {
   t=$(release 0 "$d/watch" "${mfiles[@]}")
   echo "$label keyframe (step 0, not compared): $t s" >&2
   for k in $(seq 1 "$steps"); do
+    sleep "$gap"
     t=$(release "$k" "$d/watch" "${mfiles[@]}")
     eval "t_${label}[$k]=$t"
     local same=yes
