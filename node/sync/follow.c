@@ -80,6 +80,7 @@ struct pulse_follower {
     /* A node's steps on its own last write: the result hashed after the write (late_check.h). */
     int late_checks;
     late_check late;
+    char late_rel[SYNC_KEY_MAX];   /* the record of the step being checked late */
 };
 
 /* At most this many refused records are logged one by one per pull; the rest in one line. */
@@ -982,13 +983,15 @@ int follower_settle_check(pulse_follower *f, int wait)
     if (!r)
         return 0;
     /* The weights are not what the step's record says: no state this follower knows (a local
-     * fault, or a publisher whose patch does not give its result). Hashed again, as no record
-     * produces them they are replaced from the newest keyframe. */
+     * fault, or a publisher whose patch does not give its result). The step is refused for good,
+     * as it is when the check comes before the write; the weights are hashed again and, as no
+     * record produces them, replaced from the newest keyframe. */
     char st[24], why[400];
     u64s(st, sizeof st, step);
     snprintf(why, sizeof why, "%s", pulse_last_error());
     follow_log(f, "result-mismatch", "step", st, "reason", why, NULL);
-    f->c.verify_failures++;
+    pulse_fail(PULSE_ERR_CORRUPT, "its patch did not give its result (checked after the write): %s", why);
+    refuse_step(f, PULSE_ERR_CORRUPT, f->late_rel);
     f->known = 0;
     f->suspect = 1;
     pulse_ckpt_close(&f->w);
@@ -1086,6 +1089,8 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
     if (!r && file && sync_each_step(f))
         r = pulse_ckpt_sync(w);
     f->ph.apply = ms_since(t0);
+    if (!r && late)
+        snprintf(f->late_rel, sizeof f->late_rel, "%s", rel);
     if (!r && late && (r = late_check_start(&f->late, w, rec->result, rec->step, f->o.threads)) != 0)
         r = pulse_fail(PULSE_ERR_IO, "%s (the weights were written)", pulse_last_error());
     sync_staged_close(&sg);

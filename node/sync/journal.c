@@ -107,8 +107,9 @@ int journal_clear(const char *dir, int durable)
 
 void journal_sweep(const char *dir)
 {
-    /* the journal patch's; and a step's directions file and its temporaries, which builds that
-     * kept them (format 6, no longer read) left */
-    static const char *const stems[] = { "journal.patch.tmp.", "directions" };
+    /* the journal's, its patch's and the unsynced note's temporaries (a process killed while
+     * writing one); and a step's directions file and its temporaries, which builds that kept them
+     * (format 6, no longer read) left */
+    static const char *const stems[] = { "journal.tmp.", "journal.patch.tmp.", "unsynced.tmp.", "directions" };
     state_dir_sweep(dir, stems, sizeof stems / sizeof stems[0]);
 }

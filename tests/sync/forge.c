@@ -15,13 +15,16 @@
 static const char usage[] =
     "usage: forge sign KEY.key STORE-URL RUN SRC-REL STEP [--base-of REL] [--objects-of REL]\n"
     "                  [--put-as REL] [--head] [--one-patch] [--add-object FILE ROLE]\n"
+    "                  [--result-of REL] [--patch FILE]\n"
     "         a copy of the record at SRC-REL with step STEP, signed by KEY: base := the result\n"
     "         of the record at REL; objects (and the summary) := those of the record at REL;\n"
     "         --add-object: FILE stored as an object and named last, of ROLE (its bytes added to\n"
     "         the summary's); stored under its own key, or under REL with --put-as; --head moves\n"
     "         the signer's head to it; --one-patch: a patch in parts stored as one 'patch' object\n"
     "         and named as earlier publishers named it (the patch, then its head). Prints the key\n"
-    "         it was stored under.\n"
+    "         it was stored under; --result-of: result := the result of the record at REL;\n"
+    "         --patch: the objects := FILE (a patch) whole as 'patch' and its head as\n"
+    "         'patch-index', both stored (as publishers before parts named a patch).\n"
     "       forge held STATE-DIR RUN\n"
     "         prints 'step N state HEX' of the last applied row of RUN in STATE-DIR/index.db,\n"
     "         or 'none'.\n";
@@ -66,6 +69,58 @@ static int add_object(pulse_store *st, const char *run, pulse_record *r, const c
     if (!rc)
         r->patch_bytes += len;
     return rc;
+}
+
+/* Stores bytes as the run's object (objects/<digest>) and names it in r, of role, as [0, len). */
+static int put_object(pulse_store *st, const char *run, pulse_record *r, const uint8_t *bytes, size_t len,
+                      const char *role)
+{
+    uint8_t digest[32];
+    pulse_sha256(bytes, len, digest);
+    char rel[512], key[1024];
+    int rc = pulse_layout_object(rel, sizeof rel, digest);
+    snprintf(key, sizeof key, "%s/%s", run, rel);
+    if (!rc)
+        rc = pulse_store_put(st, key, bytes, len, 0);
+    if (!rc)
+        rc = pulse_record_add_object(r, digest, len, role, "", 0, 0);
+    return rc;
+}
+
+/* R's objects := the patch in FILE whole, then its head (header, table, digest), both stored. */
+static int whole_patch(pulse_store *st, const char *run, pulse_record *r, const char *file)
+{
+    FILE *f = fopen(file, "rb");
+    if (!f)
+        return PULSE_ERR_IO;
+    static uint8_t buf[1 << 24];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    uint64_t table = 0;
+    for (int i = 7; len >= 104 && i >= 0; i--)
+        table = table << 8 | buf[88 + i];
+    if (len < 104 || table > len - 104 - 32)
+        return PULSE_ERR_FORMAT;
+    pulse_record fresh;
+    memset(&fresh, 0, sizeof fresh);
+    int rc = pulse_record_init(&fresh, r->kind, r->run, r->step);
+    if (!rc)
+        rc = put_object(st, run, &fresh, buf, len, "patch");
+    if (!rc)
+        rc = put_object(st, run, &fresh, buf, (size_t)(104 + table + 32), "patch-index");
+    if (rc) {
+        pulse_record_clear(&fresh);
+        return rc;
+    }
+    fresh.time = r->time;
+    memcpy(fresh.base, r->base, sizeof fresh.base);
+    memcpy(fresh.result, r->result, sizeof fresh.result);
+    fresh.changes = r->changes;
+    fresh.dense_bytes = r->dense_bytes;
+    fresh.patch_bytes = len + 104 + table + 32;
+    pulse_record_clear(r);
+    *r = fresh;
+    return 0;
 }
 
 /* R's patch, a head and parts, read and stored again as one object, and R's objects made what
@@ -138,6 +193,7 @@ static int cmd_sign(int argc, char **argv)
     const char *keyfile = argv[2], *url = argv[3], *run = argv[4], *src = argv[5];
     uint64_t step = strtoull(argv[6], NULL, 10);
     const char *base_of = NULL, *objects_of = NULL, *put_as = NULL, *add_file = NULL, *add_role = NULL;
+    const char *result_of = NULL, *patch_file = NULL;
     int head = 0, as_one = 0;
     for (int i = 7; i < argc; i++) {
         if (!strcmp(argv[i], "--head"))
@@ -150,6 +206,10 @@ static int cmd_sign(int argc, char **argv)
             objects_of = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--put-as"))
             put_as = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--result-of"))
+            result_of = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--patch"))
+            patch_file = argv[++i];
         else if (i + 2 < argc && !strcmp(argv[i], "--add-object")) {
             add_file = argv[++i];
             add_role = argv[++i];
@@ -202,6 +262,14 @@ static int cmd_sign(int argc, char **argv)
         pulse_record_clear(&r);
         r = fresh;
     }
+    if (result_of) {
+        if ((rc = load(st, run, result_of, &other)))
+            return die(result_of, rc);
+        memcpy(r.result, other.result, sizeof r.result);
+        pulse_record_clear(&other);
+    }
+    if (patch_file && (rc = whole_patch(st, run, &r, patch_file)))
+        return die(patch_file, rc);
     if (as_one && (rc = one_patch(st, run, &r)))
         return die("--one-patch", rc);
     if (add_file && (rc = add_object(st, run, &r, add_file, add_role)))
