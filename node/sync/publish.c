@@ -343,16 +343,13 @@ static int publish_patch(pulse_publisher *p, pulse_record *rec, pulse_sync_step 
     const uint64_t head_len = sp->stats.header_bytes;
     const upload_part *parts = NULL;
     size_t n = 0;
-    sync_blob head = { .data = sp->map, .len = (size_t)head_len };
+    uint8_t head_digest[32];
     double t0 = pulse_monotonic_s();
-    int r = stream_upload_finish(sp->up, sp->stats.file_bytes - head_len, &parts, &n, &s->moved_bytes);
-    if (!r) {
-        pulse_sha256(head.data, head.len, head.digest);
-        r = sync_put_objects(p->st, p->run, &head, 1, &s->moved_bytes);
-    }
+    int r = stream_upload_finish(sp->up, sp->stats.file_bytes - head_len, sp->map, (size_t)head_len, head_digest,
+                                 &parts, &n, &s->moved_bytes);
     p->phases.upload += ms_since(t0);
     if (!r)
-        r = pulse_record_add_object(rec, head.digest, head_len, PULSE_ROLE_PATCH_INDEX, "", 0, head_len);
+        r = pulse_record_add_object(rec, head_digest, head_len, PULSE_ROLE_PATCH_INDEX, "", 0, head_len);
     for (size_t i = 0; !r && i < n; i++)
         r = pulse_record_add_object(rec, parts[i].digest, parts[i].len, PULSE_ROLE_PATCH_DATA, "",
                                     head_len + parts[i].off, parts[i].len);
