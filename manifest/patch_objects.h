@@ -8,7 +8,7 @@
 
 #include "pulseweights/record.h"
 
-/* The roles of a sync-patch record's objects (docs/sync.md, "Records"):
+/* The roles of a sync-patch record's objects (docs/sync.md, "Objects of a sync-patch record"):
  * - "patch": the whole patch in one object (publishers before patches came in parts);
  * - "patch-index": the patch's head (header, tensor table, digest): after a "patch", the same
  *   head again, for followers of slices; or first, the patch's first bytes;

@@ -158,7 +158,7 @@ static int check_object_numbers(uint32_t idx, const pulse_record_object *o)
     return 0;
 }
 
-/* What each kind must and must not carry (docs/trust.md, "kind rules"). */
+/* What each kind must and must not carry (docs/trust.md, "Kind rules"). */
 static int check_kind_rules(const pulse_record *r)
 {
     int base = !all_zero(r->base, sizeof r->base), result = !all_zero(r->result, sizeof r->result);

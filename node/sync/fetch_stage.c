@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A step's patch fetched as parallel ranges into an unlinked temporary, each chunk staged against the weights as soon as its bytes are in. */
+/* A step's patch fetched as parallel ranges into the state directory's fetch.data, each chunk staged against the weights as soon as its bytes are in. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>

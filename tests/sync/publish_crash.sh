@@ -3,7 +3,7 @@
 # A publisher killed with -9 at random moments of a step (the diff with NEW's state id fused in,
 # parts uploading while it writes them, the head, the record, the copy of the last state): run
 # again, each step is published once, a follower ends bit-identical, and the audit finds nothing
-# but the orphaned parts of the killed runs (docs/sync.md, "Records"; retention collects them).
+# but the orphaned parts of the killed runs (docs/sync.md, "Objects of a sync-patch record"; retention collects them).
 # usage: publish_crash.sh FOLLOW_CHECK
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/../node/follow_lib.sh"
