@@ -26,6 +26,15 @@ def address(text):
     return socket.AF_INET, (host, int(port))
 
 
+def shut(*socks):
+    """Both ways of each socket closed: a side that ended ends its peer too."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 def pump(src, dst):
     try:
         while True:
@@ -36,11 +45,7 @@ def pump(src, dst):
     except OSError:
         pass
     finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shut(src, dst)
 
 
 def delayed_pump(src, dst, delay):
@@ -65,11 +70,7 @@ def delayed_pump(src, dst, delay):
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shut(src, dst)
 
     t = threading.Thread(target=sender, daemon=True)
     t.start()
