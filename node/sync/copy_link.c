@@ -27,7 +27,9 @@ static int fingerprint(const char *path, const struct stat *sb, char *out, size_
 int copy_link_make(const char *from, const char *to, const char *dir)
 {
     char tmp[4200], rec[4096], text[4400];
-    snprintf(tmp, sizeof tmp, "%s.link", to);
+    /* under the stem the publisher sweeps at open, as the record's own temporary: a publisher
+     * killed between the link and its rename leaves nothing behind for good */
+    snprintf(tmp, sizeof tmp, "%s/last.link.tmp.copy", dir);
     unlink(tmp);
     if (link(from, tmp) != 0)
         return 1;   /* EXDEV, EPERM, ...: the caller writes a copy */

@@ -172,7 +172,7 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
          * step makes it again; the unsynced note's temporary (killed while writing it); and
          * last.dirs with its temporaries, which builds that published patches by direction
          * (format 6, no longer read) kept */
-        static const char *const stems[] = { "pending.patch", "unsynced.tmp.", "last.dirs" };
+        static const char *const stems[] = { "pending.patch", "unsynced.tmp.", "last.link.tmp.", "last.dirs" };
         state_dir_sweep(opts->state_dir, stems, sizeof stems / sizeof stems[0]);
     }
     if (!r)
