@@ -202,9 +202,13 @@ static int apply_patch_staged(pulse_follower *f, const pulse_record *rec, const 
     f->ph.fetch = sg.fetch_ms;
     f->ph.verify = sg.verify_ms;
     char h1[65], h2[65];
-    /* the check of the last step's write, before this one writes on it */
-    if (!r && late)
+    /* the check of the last step's write, before this one writes on it (a wait counted as
+     * this step's check) */
+    if (!r && late) {
+        double tc = pulse_monotonic_s();
         r = follower_settle_check(f, 1);
+        f->ph.check += 1e3 * (pulse_monotonic_s() - tc);
+    }
     if (!r && !late && memcmp(sg.result, rec->result, 32) != 0)
         r = pulse_fail(PULSE_ERR_MISMATCH, "these weights with the patch would be state %.16s.., the record's result is "
                        "%.16s..: they are not its base, or the patch does not give its result (nothing was written)",

@@ -17,6 +17,7 @@ typedef struct late_check {
     uint8_t want[32], got[32];
     uint64_t step;
     int threads;
+    int lift;                    /* at SCHED_IDLE, lifted to the normal policy when waited for */
     int verdict;                 /* 0: the weights are the step's result; else the error */
     char detail[300];
 } late_check;

@@ -24,7 +24,7 @@ typedef struct apply_phases {
     double verify;     /* checking and staging left when the download ended, the result's state id */
     double journal;    /* the step journalled before the first write to the weights */
     double apply;      /* the weights written */
-    double check;      /* a result check after the writes (recovery, keyframes); 0 when it came before */
+    double check;      /* a result check after the writes (recovery, keyframes), or the wait for the last step's */
     double hook;       /* the on-update command run after the step (--hook-after step) */
     double index;      /* the local index: the record stored and verified, the step marked applied */
 } apply_phases;
