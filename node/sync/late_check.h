@@ -6,30 +6,41 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
+#include "node/checkpoint/ckpt_internal.h"
 #include "pulseweights/checkpoint.h"
 
+#define LATE_CHECK_THREADS_MAX 64
+
+struct late_check;
+typedef struct late_worker {
+    struct late_check *lc;
+    size_t i;
+} late_worker;
+
 typedef struct late_check {
-    pthread_t tid;
     int running;                 /* a check was started and not waited for */
-    atomic_int done;             /* it ended (its verdict below is set) */
-    const pulse_ckpt *w;
-    uint8_t want[32], got[32];
+    ckpt_chunk_ids ids;          /* the weights' state chunks, hashed by the workers */
+    atomic_uint_fast64_t next;   /* the next chunk to claim */
+    atomic_int working;          /* workers not finished */
+    pthread_t tid[LATE_CHECK_THREADS_MAX];
+    late_worker arg[LATE_CHECK_THREADS_MAX];
+    _Atomic pid_t ktid[LATE_CHECK_THREADS_MAX];   /* each worker's kernel thread id, once it runs */
+    size_t nthreads;
+    int lift;                    /* workers at SCHED_IDLE, lifted to the normal policy when waited for */
+    uint8_t want[32];
     uint64_t step;
-    int threads;
-    int lift;                    /* at SCHED_IDLE, lifted to the normal policy when waited for */
-    int verdict;                 /* 0: the weights are the step's result; else the error */
-    char detail[300];
 } late_check;
 
-/* Hashes W (the state id, on THREADS threads at SCHED_IDLE: cycles no other thread wants) and
- * compares it with WANT, the result of STEP, on a thread of its own. W must stay mapped, and
- * unwritten, until late_check_wait. */
+/* Hashes W (its state id, on THREADS threads of idle cycles: ones no other thread wants) to
+ * compare it with WANT, the result of STEP. W must stay mapped, and unwritten, until
+ * late_check_wait. */
 int late_check_start(late_check *lc, const pulse_ckpt *w, const uint8_t want[32], uint64_t step, int threads);
 /* Whether a started check has ended (late_check_wait then does not block). */
 int late_check_ended(const late_check *lc);
-/* Waits for the check started, if any: 0 when none or it passed; else its error (the detail set:
- * PULSE_ERR_CORRUPT when the weights are another state), *step the step it checked. */
+/* Waits for the check started, if any, helping it at the caller's priority: 0 when none or it
+ * passed; else PULSE_ERR_CORRUPT (the weights are another state), *step the step it checked. */
 int late_check_wait(late_check *lc, uint64_t *step);
 
 #endif
