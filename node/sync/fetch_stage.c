@@ -226,7 +226,7 @@ int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *re
         r = pulse_fail_errno(PULSE_ERR_IO, "object %s: no room for its %llu bytes in %s", keys[0],
                              (unsigned long long)size, dir);
     else if (!r && ftruncate(fd, (off_t)size) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: sizing its temporary in %s", keys[0], dir);
+        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: sizing %s", keys[0], name);
     void *map = MAP_FAILED;
     if (!r && (map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
         r = pulse_fail_errno(PULSE_ERR_IO, "mapping the fetched patch in %s", dir);
@@ -376,7 +376,7 @@ int sync_fetch_patch_file(pulse_store *store, const char *run, const pulse_recor
         r = pulse_fail_errno(PULSE_ERR_IO, "object %s: no room for its %llu bytes in %s", keys[0],
                              (unsigned long long)po.bytes, dir);
     else if (!r && ftruncate(fd, (off_t)po.bytes) != 0)
-        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: sizing its temporary in %s", keys[0], dir);
+        r = pulse_fail_errno(PULSE_ERR_IO, "object %s: sizing %s", keys[0], name);
     if (!r)
         r = pulse_store_get_ranges(store, rg, po.n, fd);
     uint8_t *m = MAP_FAILED;

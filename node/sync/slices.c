@@ -66,7 +66,8 @@ static int want_all(pulse_patch *p, const sync_slices *sl)
 static int fetch_ranges(pulse_store *st, const char *run, const patch_objects *po, pulse_patch *p,
                         const pulse_patch_range *rg, size_t n, uint64_t *moved)
 {
-    size_t m = 0, cap = n + po->n;
+    const size_t cap = n + po->n;
+    size_t m = 0;
     pulse_transfer *x = calloc(cap, sizeof *x);
     size_t *of = calloc(cap, sizeof *of);   /* the range each piece belongs to */
     char (*keys)[SYNC_KEY_MAX] = calloc(po->n, sizeof *keys);
@@ -80,19 +81,10 @@ static int fetch_ranges(pulse_store *st, const char *run, const patch_objects *p
             uint64_t a = rg[i].offset > ex->at ? rg[i].offset : ex->at, b = end < xend ? end : xend;
             if (a >= b)
                 continue;
+            /* disjoint ranges (pulse_patch_missing's): each object boundary splits at most one */
             if (m == cap) {
-                pulse_transfer *y = realloc(x, 2 * cap * sizeof *x);
-                size_t *z = y ? realloc(of, 2 * cap * sizeof *of) : NULL;
-                if (y)
-                    x = y;
-                if (z)
-                    of = z;
-                if (!y || !z) {
-                    r = pulse_fail(PULSE_ERR_NOMEM, "ranged GETs");
-                    break;
-                }
-                memset(x + cap, 0, cap * sizeof *x);
-                cap *= 2;
+                r = pulse_fail(PULSE_ERR_INVALID, "overlapping patch ranges");
+                break;
             }
             x[m] = (pulse_transfer){ .op = PULSE_XFER_GET, .key = keys[e], .offset = a - ex->at, .length = b - a,
                                      .max_size = (size_t)(b - a) };

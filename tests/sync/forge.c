@@ -48,29 +48,6 @@ static int load(pulse_store *st, const char *run, const char *rel, pulse_record 
     return rc;
 }
 
-/* The bytes of file stored as the run's object (objects/<digest>) and named last in r, of role. */
-static int add_object(pulse_store *st, const char *run, pulse_record *r, const char *file, const char *role)
-{
-    FILE *f = fopen(file, "rb");
-    if (!f)
-        return PULSE_ERR_IO;
-    static uint8_t buf[1 << 22];
-    size_t len = fread(buf, 1, sizeof buf, f);
-    fclose(f);
-    uint8_t digest[32];
-    pulse_sha256(buf, len, digest);
-    char rel[512], key[1024];
-    int rc = pulse_layout_object(rel, sizeof rel, digest);
-    snprintf(key, sizeof key, "%s/%s", run, rel);
-    if (!rc)
-        rc = pulse_store_put(st, key, buf, len, 0);
-    if (!rc)
-        rc = pulse_record_add_object(r, digest, len, role, "", 0, 0);
-    if (!rc)
-        r->patch_bytes += len;
-    return rc;
-}
-
 /* Stores bytes as the run's object (objects/<digest>) and names it in r, of role, as [0, len). */
 static int put_object(pulse_store *st, const char *run, pulse_record *r, const uint8_t *bytes, size_t len,
                       const char *role)
@@ -84,6 +61,21 @@ static int put_object(pulse_store *st, const char *run, pulse_record *r, const u
         rc = pulse_store_put(st, key, bytes, len, 0);
     if (!rc)
         rc = pulse_record_add_object(r, digest, len, role, "", 0, 0);
+    return rc;
+}
+
+/* The bytes of file stored as the run's object (objects/<digest>) and named last in r, of role. */
+static int add_object(pulse_store *st, const char *run, pulse_record *r, const char *file, const char *role)
+{
+    FILE *f = fopen(file, "rb");
+    if (!f)
+        return PULSE_ERR_IO;
+    static uint8_t buf[1 << 22];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    int rc = put_object(st, run, r, buf, len, role);
+    if (!rc)
+        r->patch_bytes += len;
     return rc;
 }
 
