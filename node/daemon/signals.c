@@ -3,17 +3,22 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
 #include "node/daemon/signals.h"
 
-static volatile sig_atomic_t stop_flag;
+/* An atomic, not a volatile sig_atomic_t: the signal lands on whichever thread it finds (a head
+ * watcher, a store's), and the main loop reads the flag from another; a lock-free atomic is both
+ * safe in a handler and a defined cross-thread write. */
+static atomic_int stop_flag;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the stop flag is set in a signal handler");
 
 static void on_stop_signal(int sig)
 {
     (void)sig;
-    stop_flag = 1;
+    atomic_store(&stop_flag, 1);
 }
 
 void node_signals_install(void)
@@ -29,12 +34,12 @@ void node_signals_install(void)
 
 int node_stop_requested(void)
 {
-    return stop_flag != 0;
+    return atomic_load(&stop_flag) != 0;
 }
 
 void node_stop_request(void)
 {
-    stop_flag = 1;
+    atomic_store(&stop_flag, 1);
 }
 
 void node_signals_hold(int hold)
@@ -57,5 +62,5 @@ int node_sleep_ms(unsigned ms)
             ;
         ms -= slice;
     }
-    return stop_flag != 0;
+    return atomic_load(&stop_flag) != 0;
 }
