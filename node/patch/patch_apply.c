@@ -158,9 +158,10 @@ static int check_run(void *ctx, size_t j)
     return err;
 }
 
-/* Cuts p's chunks into pass 1's runs (PATCH_RUN_MOST, PATCH_RUN_BYTES) and, with more than
- * one thread, no larger than a quarter of each thread's share of the bytes, so that threads
- * taking runs as they finish end close together. runs has room for nchunks + 1 entries;
+/* Cuts p's chunks into pass 1's runs (PATCH_RUN_MOST, PATCH_RUN_BYTES, each contiguous in the
+ * data section so that one read brings it) and, with more than one thread, no larger than a
+ * quarter of each thread's share of the bytes, so that threads taking runs as they finish end
+ * close together. runs has room for nchunks + 1 entries;
  * returns the count. */
 static size_t cut_runs(const pulse_patch *p, int threads, size_t *runs)
 {
@@ -175,7 +176,7 @@ static size_t cut_runs(const pulse_patch *p, int threads, size_t *runs)
         runs[n++] = i;
         uint64_t bytes = patch_chunk_coded(&p->chunks[i]);
         size_t k = 1;
-        while (i + k < p->nchunks && k < PATCH_RUN_MOST) {
+        while (i + k < p->nchunks && k < PATCH_RUN_MOST && patch_chunk_follows(p, i + k)) {
             uint64_t next = patch_chunk_coded(&p->chunks[i + k]);
             if (bytes + next > most)
                 break;

@@ -81,6 +81,11 @@ struct pulse_patch {
     size_t nchunks;
     const uint8_t *data;    /* the data section, in memory only (NULL for a file) */
     uint64_t data_len;
+    /* The coded chunks' bytes are disjoint and cover the data section, in any order; every
+     * writer puts them in table order (in_table_order set, by_offset NULL). Otherwise by_offset
+     * lists the chunks by ascending offset (a committer that merged parts' heads). */
+    int in_table_order;
+    size_t *by_offset;
     uint64_t header_bytes;
     /* A sliced patch (pulse_patch_open_head, patch_slice.c): only the head is held, and each
      * coded chunk's bytes once supplied (digest checked then), else NULL. NULL otherwise. */
@@ -93,6 +98,19 @@ struct pulse_patch {
      * skipped. Never set for a patch read from a file, which can change between reads. */
     atomic_int verified;
 };
+
+/* The i-th coded chunk in data order: its index in p->chunks. */
+static inline size_t patch_chunk_by_offset(const pulse_patch *p, size_t i)
+{
+    return p->by_offset ? p->by_offset[i] : i;
+}
+
+/* Chunk k starts where chunk k - 1 ends in the data section (always, in a patch in table order). */
+static inline int patch_chunk_follows(const pulse_patch *p, size_t k)
+{
+    const patch_chunk *a = &p->chunks[k - 1];
+    return p->in_table_order || a->offset + (uint64_t)a->pos_len + a->val_len == p->chunks[k].offset;
+}
 
 /* A sliced patch's chunk k (in p->chunks) was not supplied: decoding it is refused, the walks
  * over "all" chunks (verify, updates) skip it. */
@@ -251,14 +269,16 @@ size_t patch_chunk_bytes_bound(uint32_t chunk_elems);
 int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch *s, int check,
                       const uint8_t **bytes);
 /* Pass 1 takes chunks in runs: up to PATCH_RUN_MOST consecutive chunks (consecutive in the
- * data section too) of at most PATCH_RUN_BYTES in all, so that one read brings them and
- * pulse_sha256_many hashes them side by side (its sixteen lanes want sixteen or more
- * messages), and their bytes are still in L2 for the checks that follow. */
+ * data section too: a run is cut where patch_chunk_follows is not) of at most PATCH_RUN_BYTES
+ * in all, so that one read brings them and pulse_sha256_many hashes them side by side (its
+ * sixteen lanes want sixteen or more messages), and their bytes are still in L2 for the checks
+ * that follow. */
 #define PATCH_RUN_MOST 32
 #define PATCH_RUN_BYTES ((size_t)2 << 20)
 /* Chunks first .. first + n - 1 (n <= PATCH_RUN_MOST, at most PATCH_RUN_BYTES together when
  * n > 1) into bytes[]: pointers into the in-memory patch, or one read of their span into
- * s->run; every digest checked, all at once. */
+ * s->run (chunk by chunk when they do not follow each other in the data); every digest
+ * checked, all at once. */
 int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, const uint8_t *bytes[]);
 
 /* ---- the chunk decoder (patch_decode.c) ---- */
@@ -448,6 +468,13 @@ typedef struct patch_out_tensor {
     uint64_t changes;
     patch_out_chunk *chunks;   /* nchunks entries; count 0 = unchanged */
 } patch_out_tensor;
+
+/* The head (header, table, digest) of a patch of the tensors T[0..n) in memory (*out, malloc'd):
+ * the k-th coded chunk in table order at data offset AT[k], wherever the caller placed it
+ * (a committer's head over its parts' data, node/patch/patch_merge.c). */
+int patch_head_build(uint32_t version, pulse_value_code values, uint32_t chunk_elems, const uint8_t base_id[32],
+                     const uint8_t result_id[32], const patch_out_tensor *t, size_t n, const char *metadata,
+                     const uint64_t *at, uint8_t **out, size_t *len);
 
 /* The tensor t holding global chunk `job`: chunk_start[t] <= job < chunk_start[t + 1]
  * (chunk_start: ntensors + 1 prefix sums of the tensors' chunk counts). */

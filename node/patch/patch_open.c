@@ -66,7 +66,9 @@ static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, s
 {
     rd r = { table, table_len, 0 };
     size_t coded = 0;
-    uint64_t expect_off = 0;
+    uint64_t expect_off = 0;   /* where the next chunk starts while they are in table order */
+    uint64_t total = 0;        /* coded bytes of all chunks */
+    int in_order = 1;
     const int fill = p->tensors != NULL;
     char prev_name[PATCH_MAX_NAME + 1] = "";
     for (size_t i = 0; i < ntensors; i++) {
@@ -155,16 +157,15 @@ static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, s
                 if (count > len)
                     return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %u changes in %u elements",
                                       nm, (unsigned long long)c, count, len);
-                /* Chunks are laid out back to back in table order: no overlap, no holes. */
-                if (off != expect_off)
-                    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: offset %llu, expected %llu",
-                                      nm, (unsigned long long)c, (unsigned long long)off,
-                                      (unsigned long long)expect_off);
+                /* Each chunk inside the data; that they are disjoint and cover it is checked
+                 * once every chunk is known (check_cover), here only while in table order. */
                 uint64_t clen = (uint64_t)pos_len + val_len;
-                if (clen == 0 || clen > p->data_len - expect_off)
-                    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %llu bytes past the data end",
-                                      nm, (unsigned long long)c, (unsigned long long)clen);
-                expect_off += clen;
+                if (clen == 0 || off > p->data_len || clen > p->data_len - off)
+                    return pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: %llu bytes at %llu, past the data end",
+                                      nm, (unsigned long long)c, (unsigned long long)clen, (unsigned long long)off);
+                in_order &= off == expect_off;
+                expect_off = off + clen;
+                total += clen;
                 sum += count;
                 if (fill) {
                     patch_chunk *pc = &p->chunks[coded];
@@ -228,10 +229,60 @@ static int parse_table(pulse_patch *p, const uint8_t *table, size_t table_len, s
     }
     if (r.left != 0)
         return pulse_fail(PULSE_ERR_FORMAT, "%zu stray bytes after the tensor table", r.left);
-    if (expect_off != p->data_len)
+    /* Disjoint chunks inside the data cover it exactly when their lengths add up to it. */
+    if (total < p->data_len)
         return pulse_fail(PULSE_ERR_FORMAT, "%llu data bytes not referenced by any chunk",
-                          (unsigned long long)(p->data_len - expect_off));
+                          (unsigned long long)(p->data_len - total));
+    if (total > p->data_len)
+        return pulse_fail(PULSE_ERR_FORMAT, "chunks of %llu bytes in all overlap in a %llu-byte data section",
+                          (unsigned long long)total, (unsigned long long)p->data_len);
+    p->in_table_order = in_order;
     *ncoded = coded;
+    return 0;
+}
+
+typedef struct chunk_key {
+    uint64_t offset;
+    size_t k;
+} chunk_key;
+
+static int by_offset_cmp(const void *a, const void *b)
+{
+    const chunk_key *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Chunks out of table order (a writer that merged parts' heads): sorted by offset, each must start
+ * where the one before it ends, so that they are disjoint and, their lengths adding up to the data
+ * section (parse_table), cover it. Keeps the order in p->by_offset. */
+static int check_cover(pulse_patch *p)
+{
+    if (p->in_table_order || !p->nchunks)
+        return 0;
+    chunk_key *key = malloc(p->nchunks * sizeof *key);
+    p->by_offset = malloc(p->nchunks * sizeof *p->by_offset);
+    if (!key || !p->by_offset) {
+        free(key);
+        return pulse_fail(PULSE_ERR_NOMEM, "chunk order (%zu chunks)", p->nchunks);
+    }
+    for (size_t k = 0; k < p->nchunks; k++)
+        key[k] = (chunk_key){ p->chunks[k].offset, k };
+    qsort(key, p->nchunks, sizeof *key, by_offset_cmp);
+    uint64_t end = 0;
+    for (size_t i = 0; i < p->nchunks; i++) {
+        const patch_chunk *c = &p->chunks[key[i].k];
+        if (c->offset != end) {
+            int err = pulse_fail(PULSE_ERR_FORMAT, "tensor %s chunk %llu: offset %llu, %s at %llu",
+                                 p->tensors[c->tensor].name, (unsigned long long)c->index,
+                                 (unsigned long long)c->offset, c->offset < end ? "overlapping the chunk that ends"
+                                 : "after a hole that starts", (unsigned long long)end);
+            free(key);
+            return err;
+        }
+        end += patch_chunk_coded(c);
+        p->by_offset[i] = key[i].k;
+    }
+    free(key);
     return 0;
 }
 
@@ -349,7 +400,7 @@ static int open_owned(pulse_patch **out, uint8_t *buf, size_t buf_len, size_t le
     }
     p->ntensors = ntensors;
     p->nchunks = ncoded;
-    if ((err = parse_table(p, table, (size_t)table_len, ntensors, &ncoded)) != 0)
+    if ((err = parse_table(p, table, (size_t)table_len, ntensors, &ncoded)) != 0 || (err = check_cover(p)) != 0)
         goto fail;
     /* No valid chunk is larger than the coder's output buffer for a full chunk: refusing
      * larger ones here bounds the per-worker copy of a chunk read from the file. */
@@ -584,6 +635,41 @@ int patch_chunk_bytes(const pulse_patch *p, const patch_chunk *c, patch_scratch 
     return 0;
 }
 
+/* Reads a run's chunks into s->run, one after the other: one read of their span when they lie
+ * back to back in the data (what cut_runs makes), else one read each. */
+static int run_read(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, const uint8_t *bytes[])
+{
+    const patch_chunk *a = &p->chunks[first], *z = &p->chunks[first + n - 1];
+    size_t span = 0;
+    int apart = 0;
+    for (size_t i = 0; i < n; i++) {
+        span += patch_chunk_coded(&p->chunks[first + i]);
+        apart |= i > 0 && !patch_chunk_follows(p, first + i);
+    }
+    if (s->run_cap < span) {
+        size_t cap = span > PATCH_RUN_BYTES ? span : PATCH_RUN_BYTES;
+        uint8_t *in = realloc(s->run, cap);
+        if (!in)
+            return pulse_fail(PULSE_ERR_NOMEM, "chunk run buffer of %zu bytes", cap);
+        s->run = in;
+        s->run_cap = cap;
+    }
+    int err = apart ? 0 : pread_full(p->fd, s->run, span, p->data_off + a->offset);
+    size_t at = 0;
+    for (size_t i = 0; !err && i < n; i++) {
+        const patch_chunk *c = &p->chunks[first + i];
+        bytes[i] = s->run + at;
+        if (apart)
+            err = pread_full(p->fd, s->run + at, patch_chunk_coded(c), p->data_off + c->offset);
+        at += patch_chunk_coded(c);
+    }
+    if (err)
+        return pulse_fail(err, "tensor %s chunk %llu to tensor %s chunk %llu: %s", p->tensors[a->tensor].name,
+                          (unsigned long long)a->index, p->tensors[z->tensor].name, (unsigned long long)z->index,
+                          pulse_last_error());
+    return 0;
+}
+
 int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_scratch *s, const uint8_t *bytes[])
 {
     if (n == 1 || p->present) {   /* a sliced patch's chunks lie wherever they were supplied */
@@ -594,33 +680,20 @@ int patch_chunk_bytes_run(const pulse_patch *p, size_t first, size_t n, patch_sc
         }
         return 0;
     }
-    const patch_chunk *a = &p->chunks[first], *z = &p->chunks[first + n - 1];
-    size_t span = (size_t)(z->offset - a->offset) + patch_chunk_coded(z);
-    const uint8_t *base = p->data + a->offset;
     if (p->fd >= 0) {
-        if (s->run_cap < span) {
-            size_t cap = span > PATCH_RUN_BYTES ? span : PATCH_RUN_BYTES;
-            uint8_t *in = realloc(s->run, cap);
-            if (!in)
-                return pulse_fail(PULSE_ERR_NOMEM, "chunk run buffer of %zu bytes", cap);
-            s->run = in;
-            s->run_cap = cap;
-        }
-        int err = pread_full(p->fd, s->run, span, p->data_off + a->offset);
+        int err = run_read(p, first, n, s, bytes);
         if (err)
-            return pulse_fail(err, "tensor %s chunk %llu to tensor %s chunk %llu: %s", p->tensors[a->tensor].name,
-                              (unsigned long long)a->index, p->tensors[z->tensor].name,
-                              (unsigned long long)z->index, pulse_last_error());
-        base = s->run;
+            return err;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            bytes[i] = p->data + p->chunks[first + i].offset;
     }
-    const void *data[PATCH_RUN_MOST];
-    size_t len[PATCH_RUN_MOST];
+    const void *data[PATCH_RUN_MOST] = { 0 };   /* set below for i < n; zeroed for the compiler */
+    size_t len[PATCH_RUN_MOST] = { 0 };
     uint8_t digest[PATCH_RUN_MOST][32];
     for (size_t i = 0; i < n; i++) {
-        const patch_chunk *c = &p->chunks[first + i];
-        bytes[i] = base + (c->offset - a->offset);   /* laid out back to back, checked at open */
         data[i] = bytes[i];
-        len[i] = patch_chunk_coded(c);
+        len[i] = patch_chunk_coded(&p->chunks[first + i]);
     }
     pulse_sha256_many(n, data, len, digest);
     for (size_t i = 0; i < n; i++)
@@ -639,6 +712,7 @@ void pulse_patch_close(pulse_patch **pp)
             free(p->tensors[i].name);
     free(p->tensors);
     free(p->chunks);
+    free(p->by_offset);
     free(p->metadata);
     /* a sliced patch's (pulse_patch_open_head, patch_slice.c) */
     for (size_t i = 0; i < p->nheld; i++)

@@ -65,6 +65,12 @@ int pulse_patch_want(pulse_patch *p, size_t i, uint64_t start, uint64_t stop)
     return 0;
 }
 
+/* The i-th coded chunk in data order. */
+static const patch_chunk *at_of(const pulse_patch *p, size_t i)
+{
+    return &p->chunks[patch_chunk_by_offset(p, i)];
+}
+
 size_t pulse_patch_missing(const pulse_patch *p, uint64_t max_bytes, pulse_patch_range *out, size_t cap)
 {
     if (!p || !p->present)
@@ -73,13 +79,13 @@ size_t pulse_patch_missing(const pulse_patch *p, uint64_t max_bytes, pulse_patch
         max_bytes = SLICE_RANGE_DEFAULT;
     size_t n = 0;
     uint64_t cur_at = 0, cur_len = 0;   /* the range being built (n - 1), counted even past cap */
-    for (size_t k = 0; k < p->nchunks; k++) {
+    for (size_t i = 0; i < p->nchunks; i++) {   /* in data order, so the ranges ascend */
+        const size_t k = patch_chunk_by_offset(p, i);
         if (!p->wanted[k] || p->present[k])
             continue;
         const patch_chunk *c = &p->chunks[k];
         const uint64_t at = p->header_bytes + c->offset, len = patch_chunk_coded(c);
-        /* Coded chunks lie back to back in table order: the range ends where this chunk starts
-         * exactly when the two are neighbours in the table. */
+        /* Only neighbours in the data merge: the range ends where this chunk starts. */
         if (n && cur_at + cur_len == at && cur_len + len <= max_bytes) {
             cur_len += len;
         } else {
@@ -103,25 +109,26 @@ int pulse_patch_supply(pulse_patch *p, uint64_t offset, const void *bytes, size_
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_supply: %zu bytes at %llu are not inside the data of "
                           "this %zu-byte patch", len, (unsigned long long)offset, p->len);
     const uint64_t lo = offset - p->header_bytes, hi = lo + len;
-    /* The coded chunks inside [lo, hi): found by offset (ascending in table order). */
+    /* The coded chunks inside [lo, hi): positions first .. last - 1 of the data order, found by
+     * offset (chunks cover the data section without overlap, checked at open). */
     size_t a = 0, b = p->nchunks;
     while (a < b) {
         size_t mid = a + (b - a) / 2;
-        if (p->chunks[mid].offset < lo)
+        if (at_of(p, mid)->offset < lo)
             a = mid + 1;
         else
             b = mid;
     }
     size_t first = a, last = a;
-    while (last < p->nchunks && p->chunks[last].offset + patch_chunk_coded(&p->chunks[last]) <= hi)
+    while (last < p->nchunks && at_of(p, last)->offset + patch_chunk_coded(at_of(p, last)) <= hi)
         last++;
-    const uint64_t end = last > first ? p->chunks[last - 1].offset + patch_chunk_coded(&p->chunks[last - 1]) : lo;
-    if (first == p->nchunks || p->chunks[first].offset != lo || end != hi)
+    const uint64_t end = last > first ? at_of(p, last - 1)->offset + patch_chunk_coded(at_of(p, last - 1)) : lo;
+    if (first == p->nchunks || at_of(p, first)->offset != lo || end != hi)
         return pulse_fail(PULSE_ERR_INVALID, "pulse_patch_supply: bytes [%llu, %llu) of the patch do not start "
                           "and end on coded chunks", (unsigned long long)offset,
                           (unsigned long long)(offset + len));
-    for (size_t k = first; k < last; k++) {
-        const patch_chunk *c = &p->chunks[k];
+    for (size_t i = first; i < last; i++) {
+        const patch_chunk *c = at_of(p, i);
         uint8_t d[32];
         pulse_sha256((const uint8_t *)bytes + (c->offset - lo), patch_chunk_coded(c), d);
         if (memcmp(d, c->digest, 32) != 0)
@@ -139,8 +146,10 @@ int pulse_patch_supply(pulse_patch *p, uint64_t offset, const void *bytes, size_
         return pulse_fail(PULSE_ERR_NOMEM, "%zu bytes of a sliced patch", len);
     memcpy(copy, bytes, len);
     p->held[p->nheld++] = copy;
-    for (size_t k = first; k < last; k++)
+    for (size_t i = first; i < last; i++) {
+        const size_t k = patch_chunk_by_offset(p, i);
         p->present[k] = copy + (p->chunks[k].offset - lo);
+    }
     /* New chunks are not yet decoded: the next verify checks them. */
     atomic_store_explicit(&p->verified, 0, memory_order_release);
     return 0;

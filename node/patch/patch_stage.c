@@ -233,6 +233,11 @@ size_t patch_stage_chunk_len(const patch_stage *st, size_t k)
     return patch_chunk_coded(&st->p->chunks[k]);
 }
 
+size_t patch_stage_chunk_by_offset(const patch_stage *st, size_t i)
+{
+    return patch_chunk_by_offset(st->p, i);
+}
+
 /* The values of the set bits of bitmap (words) from span, unit bytes each, into vals; returns
  * how many. */
 static size_t gather_bits(const uint64_t *bits, size_t words, const uint8_t *span, unsigned unit, uint8_t *vals)

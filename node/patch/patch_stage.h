@@ -46,6 +46,9 @@ int patch_stage_chunk(patch_stage *st, size_t k, const uint8_t *bytes);
 uint64_t patch_stage_chunk_at(const patch_stage *st, size_t k);
 size_t patch_stage_chunk_len(const patch_stage *st, size_t k);
 size_t patch_stage_chunks(const patch_stage *st);
+/* The coded chunk (k above) that is the i-th by its place in the patch: the chunks' bytes cover
+ * the data section in any order (i itself when they lie in table order, as writers put them). */
+size_t patch_stage_chunk_by_offset(const patch_stage *st, size_t i);
 
 /* Hashes one run of the state chunks no coded chunk touches (so an idle worker hashes the
  * unchanged part of the model while the patch is still arriving). 1 when it did, 0 when none

@@ -56,8 +56,9 @@ static void put_le(wbuf *w, uint64_t v, unsigned n)
  * table's length (patch_table_len) from this one description of the layout. */
 static int build_table(wbuf *w, uint32_t version, pulse_value_code values, uint32_t chunk_elems,
                        const uint8_t base_id[32], const uint8_t result_id[32], const patch_out_tensor *t, size_t n,
-                       int planned, const char *metadata, uint64_t *data_len)
+                       int planned, const char *metadata, const uint64_t *at, uint64_t *data_len)
 {
+    size_t k = 0;   /* coded chunks so far: with AT, the k-th lies at at[k] */
     uint8_t zero[PATCH_HEADER_BYTES] = { 0 };
     put(w, zero, PATCH_HEADER_BYTES);   /* filled once the table length is known */
     uint64_t off = 0;
@@ -85,7 +86,7 @@ static int build_table(wbuf *w, uint32_t version, pulse_value_code values, uint3
             put_le(w, oc->count, 4);
             if (planned ? !oc->planned : !oc->count)
                 continue;
-            put_le(w, off, 8);
+            put_le(w, at ? at[k++] : off, 8);
             put_le(w, oc->pos_len, 4);
             put_le(w, oc->val_len, 4);
             put(w, oc->digest, 32);
@@ -131,11 +132,27 @@ int patch_table_len(const patch_out_tensor *t, size_t n, int planned, const char
     wbuf w = { 0 };
     uint64_t data_len;
     int err = build_table(&w, version ? version : PULSE_PATCH_VERSION, PULSE_VALUES_ULP, 1, zero_id, zero_id, t, n,
-                          planned, metadata, &data_len);
+                          planned, metadata, NULL, &data_len);
     if (!err)
         *len = w.len - PATCH_HEADER_BYTES - 32;
     free(w.p);
     return err;
+}
+
+int patch_head_build(uint32_t version, pulse_value_code values, uint32_t chunk_elems, const uint8_t base_id[32],
+                     const uint8_t result_id[32], const patch_out_tensor *t, size_t n, const char *metadata,
+                     const uint64_t *at, uint8_t **out, size_t *len)
+{
+    wbuf w = { 0 };
+    uint64_t data_len;
+    int err = build_table(&w, version, values, chunk_elems, base_id, result_id, t, n, 0, metadata, at, &data_len);
+    if (err) {
+        free(w.p);
+        return err;
+    }
+    *out = w.p;
+    *len = w.len;
+    return 0;
 }
 
 /* The flusher: fdatasync whenever flush_step more bytes have been put since the last one. The
@@ -275,7 +292,7 @@ int patch_file_commit(patch_file_out *f, pulse_value_code values, uint32_t chunk
     wbuf w = { 0 };
     uint64_t data_len = 0;
     int err = build_table(&w, f->version ? f->version : PULSE_PATCH_VERSION, values, chunk_elems, base_id, result_id,
-                          t, n, 0, metadata, &data_len);
+                          t, n, 0, metadata, NULL, &data_len);
     /* The chunk bytes were placed after a table of the planned length; a chunk that turned out
      * unchanged (or changed) against the plan means the inputs changed under the diff. */
     if (!err && (w.len != f->data_start || data_len != atomic_load(&f->written)))

@@ -40,7 +40,8 @@ typedef struct fetch_job {
     pthread_mutex_t lock;        /* guards head, st's creation, next[] */
     pulse_patch *head;
     patch_stage *_Atomic st;     /* set once the head is checked and the stage open */
-    size_t *next, *end;          /* per range: the next chunk to stage starting in it, and past its last */
+    size_t *next, *end;          /* per range: the next chunk to stage starting in it, and past its last,
+                                    as places in data order (patch_stage_chunk_by_offset) */
     atomic_size_t staged;
     atomic_int fetched;          /* 0 downloading, 1 every byte in, -1 the download failed */
     atomic_int failed;
@@ -77,6 +78,12 @@ static int have(const fetch_job *j, uint64_t a, uint64_t b)
     return a >= b;
 }
 
+/* Where the k-th coded chunk in data order starts in the patch. */
+static uint64_t nth_at(const patch_stage *st, size_t k)
+{
+    return patch_stage_chunk_at(st, patch_stage_chunk_by_offset(st, k));
+}
+
 /* Once the head's bytes are in: checked against the record (the head object's digest, or for a
  * record without one the whole object's at the end), opened, and the stage made (under lock). */
 static int open_head(fetch_job *j)
@@ -110,9 +117,9 @@ static int open_head(fetch_job *j)
     if (!r)
         r = patch_stage_open(&st, j->head, j->target, j->jfd, j->threads, j->hash);
     size_t n = st ? patch_stage_chunks(st) : 0;
-    for (size_t i = 0; !r && i < j->nrg; i++) {   /* the chunks starting in each range */
+    for (size_t i = 0; !r && i < j->nrg; i++) {   /* the chunks starting in each range, in data order */
         size_t lo = i ? j->end[i - 1] : 0, k = lo;
-        while (k < n && patch_stage_chunk_at(st, k) < j->rg[i].at + j->rg[i].length)
+        while (k < n && nth_at(st, k) < j->rg[i].at + j->rg[i].length)
             k++;
         j->next[i] = lo;
         j->end[i] = k;
@@ -134,9 +141,12 @@ static size_t pick(fetch_job *j, patch_stage *st, size_t from)
         size_t i = (from + t) % j->nrg;
         if (j->next[i] >= j->end[i])
             continue;
-        uint64_t a = patch_stage_chunk_at(st, j->next[i]);
-        if (have(j, a, a + patch_stage_chunk_len(st, j->next[i])))
-            k = j->next[i]++;
+        size_t c = patch_stage_chunk_by_offset(st, j->next[i]);
+        uint64_t a = patch_stage_chunk_at(st, c);
+        if (have(j, a, a + patch_stage_chunk_len(st, c))) {
+            k = c;
+            j->next[i]++;
+        }
     }
     pthread_mutex_unlock(&j->lock);
     return k;
@@ -306,7 +316,7 @@ int sync_fetch_stage(pulse_store *store, const char *run, const pulse_record *re
     /* chunks left (none, unless the workers stopped early) */
     for (size_t k = 0; !r && st && atomic_load(&j.staged) < patch_stage_chunks(st) && k < j.nrg; k++)
         while (!r && j.next[k] < j.end[k]) {
-            size_t c = j.next[k]++;
+            size_t c = patch_stage_chunk_by_offset(st, j.next[k]++);
             r = patch_stage_chunk(st, c, j.map + patch_stage_chunk_at(st, c));
             if (!r)
                 atomic_fetch_add(&j.staged, 1);
