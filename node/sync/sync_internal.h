@@ -66,9 +66,11 @@ int sync_copy_to_file(const pulse_ckpt *c, const char *path, pulse_ckpt **out);
 int sync_keyframe_publish(pulse_store *st, const char *run, const pulse_ckpt *c, int threads,
                           int zstd_level, pulse_record *r, uint64_t *moved);
 
-/* Rebuilds the checkpoint of keyframe record R at PATH: fetches and checks every chunk,
- * decompresses into a temporary file, checks its state id against R's result, renames it
- * into place. Nothing is left at PATH on failure. */
+/* Rebuilds the checkpoint of keyframe record R at PATH, always as one file: fetches and checks
+ * every chunk, decompresses into a temporary file (a sharded keyframe: each shard into its file
+ * in a temporary directory, opened as one checkpoint and copied into one file), checks its state
+ * id against R's result, renames it into place. Trailing tensor-hashes objects are not fetched.
+ * Nothing is left at PATH on failure, and no temporary on any path. */
 int sync_keyframe_restore(pulse_store *st, const char *run, const pulse_record *r, int threads,
                           const char *path, uint64_t *moved);
 
