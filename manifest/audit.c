@@ -18,6 +18,7 @@
 #include "manifest/layout.h"
 #include "manifest/patch_objects.h"
 #include "pulseweights/audit.h"
+#include "pulseweights/checkpoint.h"
 
 #define HEAD_MAX_BYTES PULSE_LAYOUT_HEAD_MAX   /* a key line, a time line and a record (manifest/layout.h) */
 #define RECORD_BATCH 256u              /* records or heads fetched per batch */
@@ -29,6 +30,7 @@ struct listed_object {
     uint8_t digest[PULSE_DIGEST_BYTES];
     uint64_t size;
     int named;
+    int family;    /* listed under the parent run's objects/ (a part run's audit): another part's, maybe */
 };
 
 /* One (record, object) pair: a record naming an object. */
@@ -129,6 +131,25 @@ static int classify_record_key(const char *rel, int *kind, uint64_t *step)
     return pulse_layout_parse_record(rel, kind, step, node);
 }
 
+/* A part run's objects lie in its parent's objects/ (manifest/layout.h), beside its siblings':
+ * listed so that what its records name is found, never reported as orphans. */
+static int list_family_cb(void *ctx, const char *key, const pulse_object_info *info)
+{
+    struct audit *a = ctx;
+    const char *slash = strchr(key, '/');
+    uint8_t d[PULSE_DIGEST_BYTES];
+    if (!slash || pulse_layout_parse_object(slash + 1, d))
+        return 0;
+    int rc = grow((void **)&a->objects, &a->cap_objects, a->n_objects, sizeof *a->objects);
+    if (rc)
+        return rc;
+    memset(&a->objects[a->n_objects], 0, sizeof *a->objects);
+    memcpy(a->objects[a->n_objects].digest, d, sizeof d);
+    a->objects[a->n_objects].size = info->size;
+    a->objects[a->n_objects++].family = 1;
+    return 0;
+}
+
 static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
 {
     struct audit *a = ctx;
@@ -152,6 +173,7 @@ static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
         int rc = grow((void **)&a->objects, &a->cap_objects, a->n_objects, sizeof *a->objects);
         if (rc)
             return rc;
+        memset(&a->objects[a->n_objects], 0, sizeof *a->objects);
         memcpy(a->objects[a->n_objects].digest, d, sizeof d);
         a->objects[a->n_objects++].size = info->size;
     } else if (!classify_record_key(rel, &kind, &step)) {
@@ -337,6 +359,21 @@ static int is_chain_kind(int kind)
     return kind == PULSE_RECORD_SYNC_PATCH || kind == PULSE_RECORD_KEYFRAME;
 }
 
+/* A keyframe shard's file name (docs/sync.md): [A-Za-z0-9._-]+ ending in .safetensors, not
+ * starting with '.', at most 255 bytes. */
+static int keyframe_shard_name_ok(const char *s)
+{
+    static const char ext[] = ".safetensors";
+    size_t n = strlen(s);
+    if (n < sizeof ext || n > 255 || s[0] == '.' || strcmp(s + n - (sizeof ext - 1), ext))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9')
+              || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
 /* What the layout of docs/sync.md requires of a valid sync record's objects and figures. */
 static void check_shape(struct audit *a, size_t i)
 {
@@ -351,22 +388,70 @@ static void check_shape(struct audit *a, size_t i)
             problem(a, e, "%s", pulse_last_error());
         patch_objects_free(&po);
     } else if (r->kind == PULSE_RECORD_KEYFRAME) {
+        /* keyframe-chunk objects, all with tensor "" (one file) or all naming a shard file (a
+         * sharded keyframe: each shard's chunks consecutive, tiling that shard's file), then only
+         * tensor-hashes objects (not part of the content). */
         uint64_t at = 0;
-        for (uint32_t k = 0; k < r->n_objects; k++) {
+        uint32_t *starts = NULL, nstarts = 0;   /* each shard's first chunk */
+        int hashes = 0;
+        uint32_t k = 0;
+        for (; k < r->n_objects; k++) {
             const pulse_record_object *o = &r->objects[k];
+            if (!strcmp(o->role, "tensor-hashes")) {
+                hashes = 1;
+                continue;
+            }
             if (strcmp(o->role, "keyframe-chunk")) {
-                problem(a, e, "keyframe object %u has role '%s', not 'keyframe-chunk'", k, o->role);
-                return;
+                problem(a, e, "keyframe object %u has role '%s', not 'keyframe-chunk' or 'tensor-hashes'", k, o->role);
+                break;
+            }
+            if (hashes) {
+                problem(a, e, "keyframe object %u is a keyframe-chunk after a tensor-hashes object", k);
+                break;
+            }
+            const char *name = o->tensor ? o->tensor : "";
+            const char *first = r->objects[0].tensor ? r->objects[0].tensor : "";
+            if (!*first != !*name) {
+                problem(a, e, "keyframe object %u: chunks with and without a shard name in one record", k);
+                break;
+            }
+            if (*name && !keyframe_shard_name_ok(name)) {
+                problem(a, e, "keyframe object %u: shard name '%.80s' is not a plain *.safetensors file name", k, name);
+                break;
+            }
+            const char *cur = nstarts ? r->objects[starts[nstarts - 1]].tensor : NULL;
+            if (!cur || strcmp(cur, name)) {
+                uint32_t q = 0;
+                while (q < nstarts && strcmp(r->objects[starts[q]].tensor, name))
+                    q++;
+                if (q < nstarts) {
+                    problem(a, e, "keyframe object %u: shard %s again after shard %s "
+                            "(a shard's chunks must be consecutive)", k, name, cur);
+                    break;
+                }
+                if (nstarts == PULSE_ST_MAX_SHARDS) {
+                    problem(a, e, "keyframe of more than %u shards", PULSE_ST_MAX_SHARDS);
+                    break;
+                }
+                if (!starts && !(starts = malloc(PULSE_ST_MAX_SHARDS * sizeof *starts))) {
+                    a->oom = 1;
+                    break;
+                }
+                starts[nstarts++] = k;
+                at = 0;
             }
             if (o->range_offset != at || o->range_length == 0) {
-                problem(a, e, "keyframe chunk %u covers [%llu+%llu], expected to start at %llu "
-                        "(chunks must cover the file in order without gaps or overlaps)", k,
+                problem(a, e, "keyframe chunk %u covers [%llu+%llu]%s%s, expected to start at %llu "
+                        "(chunks must cover the %s in order without gaps or overlaps)", k,
                         (unsigned long long)o->range_offset, (unsigned long long)o->range_length,
-                        (unsigned long long)at);
-                return;
+                        *name ? " of shard " : "", name, (unsigned long long)at, *name ? "shard's file" : "file");
+                break;
             }
             at += o->range_length;
         }
+        if (k == r->n_objects && !nstarts)
+            problem(a, e, "keyframe record names no chunk");
+        free(starts);
     }
 }
 
@@ -624,9 +709,8 @@ static int download(struct audit *a, const struct naming *nm, struct job *jobs, 
             j->to_file = j->size > a->o.memory_bytes;
             if (!j->to_file && m && mem + j->size > a->o.memory_bytes)
                 break;
-            char orel[80];
-            pulse_layout_object(orel, sizeof orel, nm[j->first].digest);
-            full_key(a, orel, keys[m], sizeof keys[m]);
+            if (pulse_layout_object_key(keys[m], sizeof keys[m], a->run, nm[j->first].digest))
+                pulse_clear_error();   /* the run was checked on entry; a key too long is not found */
             pulse_transfer *t = &x[m];
             memset(t, 0, sizeof *t);
             t->op = PULSE_XFER_GET;
@@ -739,7 +823,7 @@ static int check_objects(struct audit *a)
         first = end;
     }
     for (size_t i = 0; i < a->n_objects; i++) {
-        if (a->objects[i].named)
+        if (a->objects[i].named || a->objects[i].family)
             continue;
         char hex[2 * PULSE_DIGEST_BYTES + 1];
         pulse_hex_encode(a->objects[i].digest, PULSE_DIGEST_BYTES, hex);
@@ -987,6 +1071,13 @@ PULSE_API int pulse_audit_run(pulse_store *st, const char *run, const pulse_audi
         rc = pulse_fail(PULSE_ERR_LIMIT, "run name longer than %u bytes", PULSE_RECORD_MAX_RUN);
     if (!rc)
         rc = pulse_store_list(st, prefix, NULL, list_cb, &a);
+    size_t parent_len;
+    unsigned part, parts;
+    if (!rc && pulse_layout_parse_part_run(run, &parent_len, &part, &parts) == 0) {
+        char family[PULSE_RECORD_MAX_RUN + 16];
+        snprintf(family, sizeof family, "%.*s/" PULSE_LAYOUT_OBJECTS, (int)parent_len, run);
+        rc = pulse_store_list(st, family, NULL, list_family_cb, &a);
+    }
     if (!rc && !a.n_entries)
         problem(&a, NULL, "%s: no records in the run", prefix);
     if (!rc && a.n_entries) {

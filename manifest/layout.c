@@ -119,6 +119,68 @@ int pulse_layout_object(char *out, size_t cap, const uint8_t *digest)
     return put(out, cap, snprintf(out, cap, PULSE_LAYOUT_OBJECTS "%s", hex));
 }
 
+int pulse_layout_part_run(char *out, size_t cap, const char *run, unsigned part, unsigned parts)
+{
+    if (parts < 1 || parts > PULSE_LAYOUT_MAX_PARTS || part >= parts)
+        return pulse_fail(PULSE_ERR_INVALID, "part %u of %u: parts are 0 .. N-1, N at most %u", part, parts,
+                          PULSE_LAYOUT_MAX_PARTS);
+    int r = put(out, cap, snprintf(out, cap, "%s.part-%u-of-%u", run, part, parts));
+    return r ? r : pulse_check_run(out);
+}
+
+/* S[0..N) as a decimal of 1..4 digits without leading zeros; -1 otherwise. */
+static int part_number(const char *s, size_t n, unsigned *out)
+{
+    if (n < 1 || n > 4 || (n > 1 && s[0] == '0'))
+        return -1;
+    unsigned v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (unsigned)(s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+int pulse_layout_parse_part_run(const char *run, size_t *parent_len, unsigned *part, unsigned *parts)
+{
+    const char *at = strstr(run, ".part-");
+    while (at) {   /* the last ".part-" decides: a parent's name may contain one */
+        const char *next = strstr(at + 1, ".part-");
+        if (!next)
+            break;
+        at = next;
+    }
+    if (!at || at == run)
+        return -1;
+    const char *i = at + 6, *of = strstr(i, "-of-");
+    if (!of)
+        return -1;
+    unsigned a, b;
+    if (part_number(i, (size_t)(of - i), &a) || part_number(of + 4, strlen(of + 4), &b) || b < 1 ||
+        b > PULSE_LAYOUT_MAX_PARTS || a >= b)
+        return -1;
+    *parent_len = (size_t)(at - run);
+    *part = a;
+    *parts = b;
+    return 0;
+}
+
+int pulse_layout_object_key(char *out, size_t cap, const char *run, const uint8_t digest[32])
+{
+    char parent[PULSE_NAMES_MAX_RUN + 1], rel[80];
+    size_t plen;
+    unsigned a, b;
+    if (strlen(run) <= PULSE_NAMES_MAX_RUN && pulse_layout_parse_part_run(run, &plen, &a, &b) == 0) {
+        memcpy(parent, run, plen);
+        parent[plen] = 0;
+        run = parent;
+    }
+    int r = pulse_layout_object(rel, sizeof rel, digest);
+    return r ? r : pulse_layout_join(out, cap, run, rel);
+}
+
 int pulse_layout_loco_rs(char *out, size_t cap, uint64_t round, unsigned attempt, const char *name)
 {
     if (!name)

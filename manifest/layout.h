@@ -46,6 +46,18 @@ int pulse_layout_loco_rs(char *out, size_t cap, uint64_t round, unsigned attempt
 /* "<run>/<rel>" after the run-name rule (pulse_check_run: its error when RUN breaks it). */
 int pulse_layout_join(char *out, size_t cap, const char *run, const char *rel);
 
+/* A step published in parts (docs/sync.md, "A trainer in parts"): part I (0-based) of N of run R
+ * is the run "R.part-I-of-N" (decimal, no leading zeros, 1 <= N <= PULSE_LAYOUT_MAX_PARTS), and a
+ * run shares one object space with its parts: the objects of every run of the family lie under
+ * "R/objects/", so the record committing a step of R names its parts' objects where they are. */
+#define PULSE_LAYOUT_MAX_PARTS 4096u
+int pulse_layout_part_run(char *out, size_t cap, const char *run, unsigned part, unsigned parts);
+/* Whether RUN is a part run: 0 with *parent_len (bytes of R), *part, *parts; else -1. */
+int pulse_layout_parse_part_run(const char *run, size_t *parent_len, unsigned *part, unsigned *parts);
+/* "<object run>/objects/<hex>": the key of an object that a record of RUN names (the parent's
+ * objects/ for a part run). */
+int pulse_layout_object_key(char *out, size_t cap, const char *run, const uint8_t digest[32]);
+
 /* Every parser returns 0 when REL is exactly such a key, else -1 (outputs then unspecified);
  * it sets no error detail. */
 

@@ -28,6 +28,9 @@ int patch_objects_of(const pulse_record *rec, patch_objects *out)
     if (n < 1 || strcmp(o[0].role, PULSE_ROLE_PATCH_INDEX))
         return pulse_fail(PULSE_ERR_FORMAT, "sync-patch record names %u objects, first '%s': wanted a 'patch', or a '"
                           PULSE_ROLE_PATCH_INDEX "' and its '" PULSE_ROLE_PATCH_DATA "' objects", n, n ? o[0].role : "");
+    /* a trainer in parts' tensor hashes and part heads, last: not part of the patch */
+    while (n >= 2 && (!strcmp(o[n - 1].role, PULSE_ROLE_TENSOR_HASHES) || !strcmp(o[n - 1].role, PULSE_ROLE_PART_INDEX)))
+        n--;
     if (!(out->ext = malloc(n * sizeof *out->ext)))
         return pulse_fail(PULSE_ERR_NOMEM, "patch objects");
     uint64_t at = 0;

@@ -114,3 +114,19 @@ void cli_opaque_note(char *buf, size_t cap, uint64_t opaque_changes)
         snprintf(buf, cap, " and %" PRIu64 " changed byte%s in opaque tensors", opaque_changes,
                  opaque_changes == 1 ? "" : "s");
 }
+
+int cli_parse_part(const char *s, uint32_t *part, uint32_t *parts)
+{
+    const char *slash = strchr(s, '/');
+    char head[32];
+    uint64_t a, b;
+    if (!slash || (size_t)(slash - s) >= sizeof head)
+        return -1;
+    memcpy(head, s, (size_t)(slash - s));
+    head[slash - s] = 0;
+    if (cli_parse_u64(head, &a) || cli_parse_u64(slash + 1, &b) || b < 1 || b > 4096 || a >= b)
+        return -1;
+    *part = (uint32_t)a;
+    *parts = (uint32_t)b;
+    return 0;
+}

@@ -26,6 +26,8 @@ int cli_wants_help(int argc, char **argv);
 /* Parses a non-negative integer with an optional K/M/G suffix (powers of 1024);
  * returns 0, or -1 when the text is not one. */
 int cli_parse_u64(const char *s, uint64_t *out);
+/* "I/N", a part of a model published in parts: 0 <= I < N <= 4096. 0, or -1. */
+int cli_parse_part(const char *s, uint32_t *part, uint32_t *parts);
 
 /* Flushes and checks stdout; returns 0 or prints an error and returns 1 (git's rule:
  * a verb that could not write its output failed). */

@@ -189,8 +189,8 @@ struct patch_check {
 static int open_patch_head(struct patch_check *pc, const pulse_record *r, uint64_t patch_bytes, pulse_patch **p)
 {
     const pulse_record_object *h = &r->objects[0];
-    char rel[80], key[PULSE_RECORD_MAX_RUN + 80];
-    if (pulse_layout_object(rel, sizeof rel, h->digest) || pulse_layout_join(key, sizeof key, pc->run, rel))
+    char key[PULSE_RECORD_MAX_RUN + 80];
+    if (pulse_layout_object_key(key, sizeof key, pc->run, h->digest))
         return PULSE_ERR_LIMIT;
     void *bytes = NULL;
     size_t len = 0;

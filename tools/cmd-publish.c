@@ -34,6 +34,9 @@ static void usage(FILE *f)
         "                  holding slices fetches (docs/serving.md)\n"
         "  --context       context-coded patches (format 5, about 0.7x the bytes): only followers\n"
         "                  that hold the weights decode them (docs/patch-format.md)\n"
+        "  --part I/N      CKPT is part I (0..N-1) of a model published by N publishers, each its\n"
+        "                  own tensors: published as run R.part-I-of-N with its tensor hashes,\n"
+        "                  for `pulse commit` (docs/sync.md \"A trainer in parts\"); needs --step\n"
         "On a terminal, a keyframe's upload shows bytes done, rate and ETA on stderr.\n"
         "\n"
         "  --json          print one JSON object instead of the line: step, kind, record, base and\n"
@@ -93,6 +96,9 @@ int cmd_publish(int argc, char **argv)
             if (cli_parse_u64(val, &v) || v < 1 || v > 1024)
                 return cli_usage_error("publish", "--threads wants a number from 1 to 1024");
             o.threads = (int)v;
+        } else if (!strcmp(a, "--part")) {
+            if (cli_parse_part(val, &o.part, &o.parts))
+                return cli_usage_error("publish", "--part wants I/N with 0 <= I < N <= 4096, not '%s'", val);
         } else if (!strcmp(a, "--chunk")) {
             if (cli_parse_u64(val, &v) || v < 1 || v > PULSE_PATCH_MAX_CHUNK)
                 return cli_usage_error("publish", "--chunk wants a number from 1 to %u", PULSE_PATCH_MAX_CHUNK);
@@ -107,6 +113,8 @@ int cmd_publish(int argc, char **argv)
         return cli_usage_error("publish", "%s", pulse_last_error());
     if (!ckpt)
         return cli_usage_error("publish", "needs the checkpoint to publish");
+    if (o.parts && step < 0)
+        return cli_usage_error("publish", "--part needs --step: every part and the commit name the same step");
 
     pulse_publisher *p = NULL;
     pulse_sync_step s;
@@ -124,19 +132,6 @@ int cmd_publish(int argc, char **argv)
     pulse_publisher_close(&p);
     if (r)
         return cli_fail("publish", r, ckpt);
-    char hex[65];
-    if (json) {
-        putchar('{');
-        sync_json_step_fields(&s);
-        printf(",\"already\":%s}\n", s.already ? "true" : "false");
-    } else if (s.already)
-        printf("step %" PRIu64 ": state %.16s already published (%s)\n", s.step, pulse_id_hex(s.result, hex),
-               s.record_key);
-    else
-        printf("step %" PRIu64 ": %s %s, %" PRIu64 " changes, %" PRIu64 " bytes of objects for %" PRIu64
-               " dense (%.2f%%), %" PRIu64 " bytes uploaded, state %.16s\n",
-               s.step, pulse_record_kind_name(s.kind), s.record_key, s.changes, s.object_bytes, s.dense_bytes,
-               s.dense_bytes ? 100.0 * (double)s.object_bytes / (double)s.dense_bytes : 0.0, s.moved_bytes,
-               pulse_id_hex(s.result, hex));
+    sync_print_published(&s, json);
     return cli_finish_stdout("publish");
 }

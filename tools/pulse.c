@@ -24,6 +24,7 @@ static const struct verb verbs[] = {
     { "bench",   cmd_bench,   "measure the codec against zstd, xdelta3 and memory bandwidth" },
     { "demo",    cmd_demo,    "run the demo: synthetic trajectory, diff and apply, what moved" },
     { "publish", cmd_publish, "publish a checkpoint as a signed patch or keyframe in a store" },
+    { "commit",  cmd_commit,  "commit a step its part publishers published, as one record" },
     { "pull",    cmd_pull,    "bring local weights to the newest published state, verified" },
     { "keygen",  cmd_keygen,  "make an Ed25519 key pair: NAME.key (secret) and NAME.pub" },
     { "manifest", cmd_manifest, "list, show and audit the signed records and objects of a run" },

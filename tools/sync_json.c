@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The JSON form of what publish and pull did, for their --json output. */
+/* What publish, commit and pull did, as their output line or --json object. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,4 +23,22 @@ void sync_json_step_fields(const pulse_sync_step *s)
     printf(",\"state\":\"%s\",\"changes\":%" PRIu64 ",\"dense_bytes\":%" PRIu64 ",\"object_bytes\":%" PRIu64
            ",\"bytes\":%" PRIu64,
            pulse_id_hex(s->result, hex), s->changes, s->dense_bytes, s->object_bytes, s->moved_bytes);
+}
+
+void sync_print_published(const pulse_sync_step *s, int json)
+{
+    char hex[65];
+    if (json) {
+        putchar('{');
+        sync_json_step_fields(s);
+        printf(",\"already\":%s}\n", s->already ? "true" : "false");
+    } else if (s->already)
+        printf("step %" PRIu64 ": state %.16s already published (%s)\n", s->step, pulse_id_hex(s->result, hex),
+               s->record_key);
+    else
+        printf("step %" PRIu64 ": %s %s, %" PRIu64 " changes, %" PRIu64 " bytes of objects for %" PRIu64
+               " dense (%.2f%%), %" PRIu64 " bytes uploaded, state %.16s\n",
+               s->step, pulse_record_kind_name(s->kind), s->record_key, s->changes, s->object_bytes, s->dense_bytes,
+               s->dense_bytes ? 100.0 * (double)s->object_bytes / (double)s->dense_bytes : 0.0, s->moved_bytes,
+               pulse_id_hex(s->result, hex));
 }

@@ -17,6 +17,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_publish(int argc, char **argv);
+int cmd_commit(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_manifest(int argc, char **argv);
 int cmd_node(int argc, char **argv);

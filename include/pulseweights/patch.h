@@ -75,6 +75,10 @@ typedef struct pulse_diff_opts {
      * data while the diff goes on. */
     void (*on_data)(void *ctx, int fd, uint64_t data_start, uint64_t bytes);
     void *data_ctx;
+    /* Where each of NEW's tensor hashes goes (count x 32 bytes, canonical order; NULL: nowhere),
+     * from the same scan as new_id_out (docs/checkpoints.md "State id"): a part publisher hands
+     * them to the committer, which combines the whole model's id without reading a tensor. */
+    uint8_t *new_tensor_hashes_out;
 } pulse_diff_opts;
 
 PULSE_API void pulse_diff_opts_default(pulse_diff_opts *o);

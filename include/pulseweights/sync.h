@@ -62,6 +62,12 @@ typedef struct pulse_publish_opts {
      * bytes on training steps, but followers that do not hold the weights (engine-held, slices
      * of column-split tensors, sparse updates) cannot decode them. Default 0. */
     int context;
+    /* parts > 0: this publisher holds part PART (0 .. parts-1) of a model published in parts by
+     * as many publishers (docs/sync.md, "A trainer in parts"): a disjoint set of whole tensors,
+     * published as the run "<run>.part-PART-of-PARTS" with its tensor hashes, every step (a
+     * part that did not change publishes a patch of no changes), for pulse_publisher_commit.
+     * Steps must be given (>= 0). Default 0: the whole model. */
+    uint32_t part, parts;
 } pulse_publish_opts;
 
 PULSE_API void pulse_publish_opts_default(pulse_publish_opts *o);
@@ -92,6 +98,19 @@ PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt, int6
  * file); the caller must not change them during the call. C is only read; it stays the caller's. */
 PULSE_API int pulse_publisher_publish_ckpt(pulse_publisher *p, const pulse_ckpt *c, int64_t step,
                                            unsigned flags, pulse_sync_step *out);
+
+/* Commits step STEP (-1: one more than the last committed, 0 for the first) of a model published
+ * in PARTS parts (pulse_publish_opts.part) as one record of P's run, signed by P's key (the key
+ * the parts signed with): waits up to WAIT_S seconds for every part's record of the step, checks
+ * each (signature, run, step, its tensor hashes against its state, its base against the last
+ * committed step, no tensor in two parts), then writes one head over the parts' patches (their
+ * data objects named where they lie) and the record, whose base and result are the whole
+ * model's state ids, computed from the parts' tensor hashes without reading a tensor. A step
+ * every part published as a keyframe is committed as a keyframe of the parts' files. Nothing is
+ * written unless every part is there and checks: the error names the part. Idempotent, as a
+ * publish. P must be opened without parts. */
+PULSE_API int pulse_publisher_commit(pulse_publisher *p, uint32_t parts, int64_t step, double wait_s,
+                                     pulse_sync_step *out);
 
 /* --- Follower ----------------------------------------------------------------------- */
 

@@ -84,6 +84,10 @@ void ckpt_chunk_ids_hash_run(ckpt_chunk_ids *ids, uint64_t g, size_t n);
  * the slots, every one of which the caller filled. */
 void ckpt_chunk_ids_state(const ckpt_chunk_ids *ids, uint8_t out[PULSE_STATE_ID_BYTES], uint8_t *tensor_hashes);
 
+/* The state id of tensors whose hashes (canonical order) are HASHES[0..n): what a committer
+ * computes for the whole model from its parts' tensor hashes. */
+void ckpt_state_of_hashes(size_t n, const uint8_t (*hashes)[32], uint8_t out[PULSE_STATE_ID_BYTES]);
+
 /* pulse_ckpt_state_id that also stores each tensor's hash (canonical order) in
  * tensor_hashes (count * 32 bytes) when it is not NULL: one pass over the data. */
 int ckpt_state_id_tensors(const pulse_ckpt *c, int threads, uint8_t out[PULSE_STATE_ID_BYTES],

@@ -132,6 +132,17 @@ size_t ckpt_chunk_bytes(const ckpt_chunk_ids *ids, uint64_t g, size_t *tensor, c
     return chunk_span(&ids->c->t[t], g - ids->first[t], data);
 }
 
+void ckpt_state_of_hashes(size_t n, const uint8_t (*hashes)[32], uint8_t out[PULSE_STATE_ID_BYTES])
+{
+    pulse_sha256_ctx h;
+    pulse_sha256_init(&h);
+    pulse_sha256_update(&h, STATE_TAG, sizeof STATE_TAG - 1);
+    put_u64(&h, n);
+    for (size_t i = 0; i < n; i++)
+        pulse_sha256_update(&h, hashes[i], 32);
+    pulse_sha256_final(&h, out);
+}
+
 void ckpt_chunk_ids_state(const ckpt_chunk_ids *ids, uint8_t out[PULSE_STATE_ID_BYTES], uint8_t *tensor_hashes)
 {
     const pulse_ckpt *c = ids->c;

@@ -391,7 +391,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     if (err)
         goto done;
     if (d.new_ids) {
-        ckpt_chunk_ids_state(d.new_ids, result_id, NULL);
+        ckpt_chunk_ids_state(d.new_ids, result_id, o.new_tensor_hashes_out);
         if (o.new_id_out)
             memcpy(o.new_id_out, result_id, 32);
     }

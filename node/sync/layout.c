@@ -11,9 +11,7 @@ int sync_run_key(const char *run, const char *rel, char out[SYNC_KEY_MAX])
 
 int sync_object_key(const char *run, const uint8_t digest[32], char out[SYNC_KEY_MAX])
 {
-    char rel[80];
-    int r = pulse_layout_object(rel, sizeof rel, digest);
-    return r ? r : sync_run_key(run, rel, out);
+    return pulse_layout_object_key(out, SYNC_KEY_MAX, run, digest);
 }
 
 void sync_head_rel(const uint8_t node[32], char out[SYNC_KEY_MAX])

@@ -20,25 +20,14 @@
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/patch/patch_spans.h"
 #include "node/sync/copy_link.h"
+#include "node/sync/part_hashes.h"
 #include "node/sync/phases.h"
+#include "node/sync/publisher.h"
 #include "node/sync/stream_upload.h"
 #include "node/sync/unsynced.h"
 #include "node/sync/sync_internal.h"
 #include "pulseweights/manifest.h"
 #include "pulseweights/sync.h"
-
-struct pulse_publisher {
-    pulse_publish_opts o;
-    char *run, *state_dir;
-    pulse_store *st;
-    pulse_store *st_up;        /* the patch's data, uploaded by a thread of its own during the diff */
-    pulse_secret_key *key;
-    uint8_t node[32];
-    pulse_index *ix;
-    unsynced_note note;        /* the copy of the last state's (node/sync/unsynced.h) */
-    state_dir dir;             /* locked while open: one process publishes from this state */
-    publish_phases phases;     /* of the last publish */
-};
 
 static void updating_path(const pulse_publisher *p, char out[4096]);
 static void last_path(const pulse_publisher *p, const uint8_t state[32], char out[4096]);
@@ -126,6 +115,7 @@ PULSE_API void pulse_publisher_close(pulse_publisher **pp)
     pulse_store_close(&p->st);
     pulse_store_close(&p->st_up);
     state_dir_close(&p->dir);
+    free(p->hashes);
     free(p->run);
     free(p->state_dir);
     free(p);
@@ -152,7 +142,15 @@ PULSE_API int pulse_publisher_open(pulse_publisher **out, const pulse_publish_op
     memcpy(&p->o, opts, opts->size < sizeof p->o ? opts->size : sizeof p->o);
     p->o.size = sizeof p->o;
     p->dir.fd = -1;
-    p->run = strdup(opts->run);
+    char part_run[PULSE_RECORD_MAX_RUN + 1];
+    if (p->o.parts) {   /* a part publishes as a run of its own, "R.part-I-of-N" (manifest/layout.h) */
+        int e = pulse_layout_part_run(part_run, sizeof part_run, opts->run, p->o.part, p->o.parts);
+        if (e) {
+            free(p);
+            return e;
+        }
+    }
+    p->run = strdup(p->o.parts ? part_run : opts->run);
     p->state_dir = strdup(opts->state_dir);
     int r = (!p->run || !p->state_dir) ? pulse_fail(PULSE_ERR_NOMEM, "publisher") : 0;
     /* A run name becomes a key component and a record field: the record's rule decides. */
@@ -211,7 +209,7 @@ static void last_path(const pulse_publisher *p, const uint8_t state[32], char ou
 
 /* The head names the record and carries it (manifest/layout.h), so a follower that polls the head
  * has the record without fetching it. */
-static int move_head_and_index(pulse_publisher *p, const char *rel, const uint8_t *bytes, size_t len)
+int publisher_move_head(pulse_publisher *p, const char *rel, const uint8_t *bytes, size_t len)
 {
     char head_rel[SYNC_KEY_MAX], head[SYNC_KEY_MAX];
     sync_head_rel(p->node, head_rel);
@@ -293,6 +291,7 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
     d.old_id = base;
     d.new_id = result;
     d.new_id_out = sp->result;
+    d.new_tensor_hashes_out = p->o.parts ? (uint8_t *)p->hashes : NULL;
     d.scratch = 1;
     if (p->o.zstd_level > 0)
         d.zstd_level = p->o.zstd_level;
@@ -360,6 +359,31 @@ static int publish_patch(pulse_publisher *p, pulse_record *rec, pulse_sync_step 
     return r;
 }
 
+/* A part's tensor hashes (of C, hashed by this publish), an object its record names last, which
+ * the committer combines into the whole model's state ids. */
+static int add_tensor_hashes(pulse_publisher *p, const pulse_ckpt *c, pulse_record *rec, uint64_t *moved)
+{
+    uint8_t *bytes = NULL;
+    size_t len = 0, n = pulse_ckpt_count(c);
+    const char **names = calloc(n ? n : 1, sizeof *names);
+    if (!names)
+        return pulse_fail(PULSE_ERR_NOMEM, "tensor names");
+    for (size_t i = 0; i < n; i++)
+        names[i] = pulse_ckpt_tensor(c, i)->name;
+    int r = part_hashes_encode(n, names, (const uint8_t(*)[32])p->hashes, &bytes, &len);
+    free(names);
+    sync_blob b = { .data = bytes, .len = len };
+    if (!r) {
+        pulse_sha256(bytes, len, b.digest);
+        r = sync_put_objects(p->st, p->run, &b, 1, moved);
+    }
+    if (!r)
+        r = pulse_record_add_object(rec, b.digest, len, PULSE_ROLE_TENSOR_HASHES, "", 0, 0);
+    rec->patch_bytes += len;   /* the sum of the record's objects */
+    free(bytes);
+    return r;
+}
+
 static int publish_one(pulse_publisher *p, int kind, const uint8_t last_state[32], const pulse_ckpt *c,
                        const uint8_t state[32], uint64_t step, pulse_sync_step *s, step_patch *sp)
 {
@@ -382,6 +406,8 @@ static int publish_one(pulse_publisher *p, int kind, const uint8_t last_state[32
         for (uint32_t i = 0; i < rec.n_objects; i++)
             rec.patch_bytes += rec.objects[i].size;
     }
+    if (!r && p->o.parts)
+        r = add_tensor_hashes(p, c, &rec, &s->moved_bytes);
     uint8_t *bytes = NULL;
     size_t len = 0;
     char rel[SYNC_KEY_MAX];
@@ -390,7 +416,7 @@ static int publish_one(pulse_publisher *p, int kind, const uint8_t last_state[32
         r = sync_commit_record(p->st, p->run, p->key, &rec, sync_same_transition, rel, &bytes, &len,
                                &s->moved_bytes);
     if (!r)
-        r = move_head_and_index(p, rel, bytes, len);
+        r = publisher_move_head(p, rel, bytes, len);
     p->phases.record += ms_since(t0);
     if (!r) {
         s->step = step;
@@ -429,7 +455,7 @@ static int head_is_own_progress(const pulse_record *rec, int have_last, uint64_t
  * A head that is missing, unreadable as a key or names no record of this node is no evidence
  * of anything (anyone may write it) and is overwritten by this publish. Costs one GET of the
  * head, and one of the record it names when that is not in the index. */
-static int check_head_is_ours(pulse_publisher *p, int have_last, uint64_t last_step, const uint8_t last_state[32],
+int publisher_check_head(pulse_publisher *p, int have_last, uint64_t last_step, const uint8_t last_state[32],
                               uint64_t step, const uint8_t state[32])
 {
     char head_rel[SYNC_KEY_MAX], head[SYNC_KEY_MAX], rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX];
@@ -657,6 +683,14 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
     memset(&p->phases, 0, sizeof p->phases);
 
     int r = 0;
+    if (p->o.parts) {
+        uint8_t (*hs)[32] = realloc(p->hashes, (pulse_ckpt_count(c) ? pulse_ckpt_count(c) : 1) * 32);
+        if (!hs)
+            return pulse_fail(PULSE_ERR_NOMEM, "tensor hashes");
+        p->hashes = hs;
+        if (step < 0)
+            return pulse_fail(PULSE_ERR_INVALID, "a part publishes a given step (the committer's), not the next one");
+    }
     int h = pulse_index_head(p->ix, p->run, &last_step, last_state);
     if (h == 0)
         have_last = 1;
@@ -692,15 +726,18 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
     }
     if (!r && !diffed) {
         double t0 = pulse_monotonic_s();
-        r = pulse_ckpt_state_id(c, p->o.threads, state);
+        r = ckpt_state_id_tensors(c, p->o.threads, state, p->o.parts ? (uint8_t *)p->hashes : NULL);
         p->phases.state_id = ms_since(t0);
     }
-    if (!r && have_last && !memcmp(state, last_state, 32)) {
+    /* A part whose tensors did not change still publishes its step (a patch of no changes): the
+     * committer needs every part's record of every step. */
+    const int part_moves_on = p->o.parts && (uint64_t)step > last_step;
+    if (!r && have_last && !memcmp(state, last_state, 32) && !part_moves_on) {
         /* Already published: make sure the head says so (a crash may have come before it),
          * unless another publisher of this key has gone on from there. */
         pulse_index_link *links = NULL;
         size_t n = 0;
-        r = check_head_is_ours(p, have_last, last_step, last_state, last_step, state);
+        r = publisher_check_head(p, have_last, last_step, last_state, last_step, state);
         if (!r)
             r = pulse_index_chain(p->ix, p->run, last_step, &links, &n);
         if (!r && n) {
@@ -709,7 +746,7 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
             int verdict;
             r = pulse_index_get_record(p->ix, links[n - 1].key, &bytes, &len, &verdict);
             if (!r)
-                r = move_head_and_index(p, links[n - 1].key, bytes, len);
+                r = publisher_move_head(p, links[n - 1].key, bytes, len);
             snprintf(s.record_key, sizeof s.record_key, "%s", links[n - 1].key);
             s.kind = links[n - 1].kind;
             free(bytes);
@@ -739,7 +776,7 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
                            (long long)step, (unsigned long long)last_step);
     }
     if (!r)
-        r = check_head_is_ours(p, have_last, last_step, last_state, (uint64_t)step, state);
+        r = publisher_check_head(p, have_last, last_step, last_state, (uint64_t)step, state);
     if (!r && have_last && !diffed) {
         fprintf(stderr, "pulse: %s is missing: publishing step %lld as a keyframe only\n", lpath, (long long)step);
         have_last = 0;

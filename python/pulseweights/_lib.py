@@ -165,7 +165,8 @@ class PublishOpts(ctypes.Structure):
     _fields_ = [("size", c_size), ("store_url", c_str), ("run", c_str), ("key_path", c_str),
                 ("state_dir", c_str), ("values", c_int), ("threads", c_int), ("zstd_level", c_int),
                 ("durable", c_int), ("on_progress", c_void), ("progress_ctx", c_void), ("chunk_elems", ctypes.c_uint32),
-                ("context", c_int), ("_tail", ctypes.c_uint8 * _TAIL)]
+                ("context", c_int), ("part", ctypes.c_uint32), ("parts", ctypes.c_uint32),
+                ("_tail", ctypes.c_uint8 * _TAIL)]
 
 
 ON_STEP = ctypes.CFUNCTYPE(c_int, c_void, ctypes.POINTER(SyncStep))
@@ -263,6 +264,8 @@ publisher_publish = _proto("pulse_publisher_publish", c_int, c_void, c_str, ctyp
                            P(SyncStep))
 publisher_publish_ckpt = _proto("pulse_publisher_publish_ckpt", c_int, c_void, c_void, ctypes.c_int64,
                                 ctypes.c_uint, P(SyncStep))
+publisher_commit = _proto("pulse_publisher_commit", c_int, c_void, ctypes.c_uint32, ctypes.c_int64, ctypes.c_double,
+                          P(SyncStep))
 follow_opts_default = _proto("pulse_follow_opts_default", None, P(FollowOpts))
 follower_open = _proto("pulse_follower_open", c_int, P(c_void), P(FollowOpts))
 follower_close = _proto("pulse_follower_close", None, P(c_void))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple, Union
 
@@ -82,20 +83,62 @@ def _pull(handle, steps: Callable[[], List[StepInfo]],
     return int(n.value), info
 
 
+_MAX_PARTS = 4096   # PULSE_LAYOUT_MAX_PARTS (manifest/layout.h)
+
+
+def _as_int(v) -> Optional[int]:
+    """V as an int (a Python or numpy integer; not a bool or a float), else None."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
+def _check_part(part) -> Tuple[int, int]:
+    """(i, n) with 0 <= i < n <= 4096, else ValueError."""
+    try:
+        i, n = (_as_int(v) for v in part)
+    except (TypeError, ValueError):
+        raise ValueError("part must be a pair (i, n), not %r" % (part,)) from None
+    if i is None or n is None or not 0 <= i < n <= _MAX_PARTS:
+        raise ValueError("part must be (i, n) with ints 0 <= i < n <= %d, not %r" % (_MAX_PARTS, tuple(part)))
+    return i, n
+
+
+def _check_step(step, what) -> Optional[int]:
+    """STEP as an int >= 0 (None stays None), else ValueError."""
+    if step is None:
+        return None
+    v = _as_int(step)
+    if v is None or v < 0:
+        raise ValueError("%s: step must be an int >= 0, not %r" % (what, step))
+    return v
+
+
 class Publisher(_lib.Closeable):
     """Signs and publishes checkpoints of a run (docs/sync.md). One publisher per run and key;
     STATE_DIR keeps its index and the last published state (the next diff's base), synced to disk
     by sync() and close(), or after every publish with durable=True. chunk_elems: elements per
     patch chunk (0: 2^20), the unit a follower holding slices fetches (docs/serving.md).
     context=True: patches are context-coded (format 5, about 0.7x the bytes), which only followers
-    holding the weights decode: not EngineFollower or Patch.updates() (docs/patch-format.md)."""
+    holding the weights decode: not EngineFollower or Patch.updates() (docs/patch-format.md).
+
+    part=(i, n): this publisher holds part I (0 .. n-1) of a model published in N parts by as many
+    publishers (a trainer's ranks), each a disjoint set of whole tensors: publish_part() publishes
+    them as the run "RUN.part-I-of-N", and a Publisher of RUN opened without part, with the same
+    key, commit()s each step as one record of the whole model (docs/sync.md, "A trainer in parts").
+    Each part's tensor descriptors and hashes travel through the store in its signed records, so
+    the trainer needs no collective for them: the committer reads them there."""
 
     def __init__(self, store: str, run: str, key: PathLike, state_dir: PathLike, values: str = "ulp",
                  threads: int = 0, zstd_level: int = 0, durable: bool = False, chunk_elems: int = 0,
-                 context: bool = False) -> None:
+                 context: bool = False, part: Optional[Tuple[int, int]] = None) -> None:
         self._p = ctypes.c_void_p()
         if values not in _VALUES:
             raise ValueError("values must be 'ulp' or 'abs', not %r" % (values,))
+        self._part = None if part is None else _check_part(part)
         _lib.need_file(key, "Publisher key file")
         o = _lib.PublishOpts()
         _lib.publish_opts_default(ctypes.byref(o))
@@ -108,6 +151,8 @@ class Publisher(_lib.Closeable):
         o.durable = 1 if durable else 0
         o.chunk_elems = int(chunk_elems)   # elements per patch chunk, the unit a slice follower fetches; 0: 2^20
         o.context = 1 if context else 0
+        if self._part is not None:
+            o.part, o.parts = self._part
         _lib.check(_lib.publisher_open(ctypes.byref(self._p), ctypes.byref(o)))
 
     def _handle(self):
@@ -132,6 +177,59 @@ class Publisher(_lib.Closeable):
         s = _lib.SyncStep()
         _lib.check(_lib.publisher_publish(self._handle(), _lib.enc(path), -1 if step is None else int(step),
                                           _lib.PUBLISH_KEYFRAME if keyframe else 0, ctypes.byref(s)))
+        return _step_info(s)
+
+    def publish_part(self, tensors: Tensors, step: int, part: Optional[Tuple[int, int]] = None,
+                     keyframe: bool = False) -> StepInfo:
+        """Publishes this part's tensors (the forms publish() takes) as STEP of the part's run, with
+        their tensor hashes, for commit(). STEP is required (an int >= 0, the step the committer
+        will commit): every part publishes every step, a part whose tensors did not change a patch
+        of no changes. PART, when given, must be the part this Publisher was opened with (a check
+        for the caller's bookkeeping). The first publish is a keyframe; keyframe=True adds one to a
+        later step, which the commit makes a keyframe of the whole model when every part has one.
+        Nothing is exchanged between ranks: the part's record carries its tensors' names, dtypes,
+        shapes and hashes to the committer through the store. Returns the part's StepInfo
+        (result: the part's own state id, not the model's)."""
+        if self._part is None:
+            raise ValueError("open the Publisher with part=(i, n) to publish a part; this one publishes the "
+                             "whole model (publish), and commits parts (commit)")
+        if part is not None and _check_part(part) != self._part:
+            raise ValueError("part %r is not this Publisher's part %r" % (tuple(part), self._part))
+        step = _check_step(step, "publish_part")
+        if step is None:
+            raise ValueError("publish_part needs the step (an int >= 0): every part publishes the step the "
+                             "committer commits")
+        return self.publish(tensors, step=step, keyframe=keyframe)
+
+    def commit(self, step: Optional[int] = None, parts: Optional[int] = None, wait: float = 600.0) -> StepInfo:
+        """Commits STEP (None: one more than the last committed, 0 for the first) of the model
+        published in PARTS parts (required) by Publishers opened with part=(i, PARTS) on this run
+        and this key, as one signed record of this run (pulse_publisher_commit): waits up to WAIT
+        seconds for every part's record of the step, checks each (signature, step, its tensor
+        hashes, its base against the last commit, no tensor in two parts), then writes one head
+        over the parts' patches, which stay where they lie, and the record, whose state ids are
+        the whole model's, computed from the parts' tensor hashes without reading a tensor. The
+        descriptors come from the parts' signed records in the store, so the committing rank
+        needs nothing from the others: it can be any process holding the key (rank 0, or a
+        process of its own). Nothing is written unless every part is there and checks: a
+        PulseError names the part (a missing one, "part I of N", after WAIT). Idempotent: a step
+        already committed returns its StepInfo with already=True. The Publisher must be opened
+        without part. Returns the StepInfo of the whole model's step."""
+        if self._part is not None:
+            raise ValueError("commit on a Publisher opened without part: this one publishes part %d of %d "
+                             "(publish_part)" % self._part)
+        if parts is None:
+            raise ValueError("commit needs parts=N, the number of parts the model is published in")
+        n = _as_int(parts)
+        if n is None or not 1 <= n <= _MAX_PARTS:
+            raise ValueError("parts must be an int in 1 .. %d, not %r" % (_MAX_PARTS, parts))
+        step = _check_step(step, "commit")
+        wait = float(wait)
+        if not wait >= 0:
+            raise ValueError("wait must be seconds >= 0, not %r" % (wait,))
+        s = _lib.SyncStep()
+        _lib.check(_lib.publisher_commit(self._handle(), n, -1 if step is None else step, wait,
+                                         ctypes.byref(s)))
         return _step_info(s)
 
     def sync(self) -> None:
