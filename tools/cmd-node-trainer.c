@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pulse node trainer: argument parsing for the trainer node (node/daemon/trainer_node.c does the work). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/names.h"
@@ -53,6 +54,13 @@ static void usage(FILE *f)
         "  --metrics A:P          serve Prometheus metrics over HTTP on A:P (e.g. 127.0.0.1:9108):\n"
         "                         steps published, failures, pulse_step_phase_seconds by phase\n"
         "  --metrics-file PATH    write the metrics to PATH (atomically) after each publish\n"
+        "  --part I/N             the checkpoints are part I (0..N-1) of a model published by N\n"
+        "                         nodes, each its own tensors (docs/sync.md \"A trainer in parts\");\n"
+        "                         no retention\n"
+        "  --commit               with --part: also commit each step once every part published it\n"
+        "                         (state in DIR/commit); one node of the N does\n"
+        "  --commit-wait S        seconds a commit waits for the other parts (default 600); a part\n"
+        "                         still missing is tried again at the next poll\n"
         "  --log FORMAT           text (default) or json: one line per event on stderr\n");
 }
 
@@ -64,6 +72,7 @@ int node_trainer_main(int argc, char **argv)
     }
     node_trainer_opts o;
     node_trainer_opts_default(&o);
+    int keep_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         uint64_t v;
@@ -73,6 +82,10 @@ int node_trainer_main(int argc, char **argv)
         }
         if (!strcmp(a, "--context")) {
             o.pub.context = 1;
+            continue;
+        }
+        if (!strcmp(a, "--commit")) {
+            o.commit = 1;
             continue;
         }
         if (!strcmp(a, "--once")) {
@@ -91,6 +104,15 @@ int node_trainer_main(int argc, char **argv)
         else if (!strcmp(a, "--watch")) o.watch_dir = val;
         else if (!strcmp(a, "--metrics")) o.metrics_addr = val;
         else if (!strcmp(a, "--metrics-file")) o.metrics_file = val;
+        else if (!strcmp(a, "--part")) {
+            if (cli_parse_part(val, &o.pub.part, &o.pub.parts))
+                return cli_usage_error(VERB, "--part wants I/N with 0 <= I < N <= 4096, not '%s'", val);
+        } else if (!strcmp(a, "--commit-wait")) {
+            char *end = NULL;
+            o.commit_wait_s = strtod(val, &end);
+            if (!end || *end || !(o.commit_wait_s >= 0 && o.commit_wait_s <= 86400))
+                return cli_usage_error(VERB, "--commit-wait wants seconds from 0 to 86400");
+        }
         else if (!strcmp(a, "--pattern")) {
             const char *why;
             if (watch_pattern_check(val, &why))
@@ -105,6 +127,7 @@ int node_trainer_main(int argc, char **argv)
             if (cli_parse_u64(val, &v) || v > 1000000)
                 return cli_usage_error(VERB, "--keep-keyframes wants a number from 0 to 1000000");
             o.keep_keyframes = (unsigned)v;
+            keep_set = 1;
         } else if (!strcmp(a, "--poll-ms")) {
             if (cli_parse_u64(val, &v) || v < 1 || v > 86400000)
                 return cli_usage_error(VERB, "--poll-ms wants milliseconds from 1 to 86400000");
@@ -129,6 +152,12 @@ int node_trainer_main(int argc, char **argv)
         return cli_usage_error(VERB, "needs --store, --run, --key, --state and --watch");
     if (pulse_check_run(o.pub.run))
         return cli_usage_error(VERB, "%s", pulse_last_error());
+    if (o.commit && !o.pub.parts)
+        return cli_usage_error(VERB, "--commit goes with --part (the node that commits the parts' steps)");
+    if (o.pub.parts && keep_set && o.keep_keyframes)
+        return cli_usage_error(VERB, "--keep-keyframes: retention does not yet span a run and its parts; use 0");
+    if (o.pub.parts)
+        o.keep_keyframes = 0;   /* a part's retention would delete objects its siblings' records name */
     node_signals_install();
     int r = node_trainer_run(&o);
     if (r)

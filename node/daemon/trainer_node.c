@@ -14,6 +14,7 @@
 #include "node/daemon/signals.h"
 #include "node/daemon/trainer_node.h"
 #include "node/daemon/trainer_watch.h"
+#include "manifest/layout.h"
 #include "node/sync/phases.h"
 #include "pulseweights/keys.h"
 #include "pulseweights/manifest.h"
@@ -25,6 +26,7 @@ void node_trainer_opts_default(node_trainer_opts *o)
     memset(o, 0, sizeof *o);
     pulse_publish_opts_default(&o->pub);
     o->keep_keyframes = 2;
+    o->commit_wait_s = 600;
     o->orphan_grace_s = 3600;
     o->poll_ms = 1000;
 }
@@ -102,6 +104,7 @@ typedef struct trainer {
     node_metrics_server *srv;
     char text[NODE_METRICS_TEXT];
     pulse_publisher *pub;
+    pulse_publisher *committer;   /* --commit: the whole run's, in <state>/commit */
     pulse_store *st;       /* retention's own handle (the publisher's is private) */
     uint8_t node[32];
     int have_last;
@@ -145,6 +148,38 @@ static int is_transient(int err)
 {
     return err == PULSE_ERR_NETWORK || err == PULSE_ERR_SERVER || err == PULSE_ERR_AUTH || err == PULSE_ERR_IO ||
            err == PULSE_ERR_NOMEM || err == PULSE_ERR_PRECONDITION;
+}
+
+/* --commit: the step this node just published its part of, committed once every part is there.
+ * A part still missing after the wait (or the store failing) is tried again next poll; a refusal
+ * for what the parts are (forged, overlapping, another base) is logged and not retried. Returns 1
+ * to try again. */
+static int commit_step(trainer *t, const watch_entry *e)
+{
+    pulse_sync_step s;
+    char step_s[24], ms[24], wait_ms[24], objb[24], hex[65];
+    snprintf(step_s, sizeof step_s, "%" PRIu64, e->step);
+    double t0 = now_ms();
+    node_signals_hold(1);
+    int r = pulse_publisher_commit(t->committer, t->o->pub.parts, (int64_t)e->step, t->o->commit_wait_s, &s);
+    node_signals_hold(0);
+    if (r) {
+        log_error("commit", e->name, r);
+        t->m.publish_failures++;
+        show_metrics(t);
+        if (is_transient(r) || r == PULSE_ERR_NOTFOUND) {
+            t->transient = r;
+            return 1;
+        }
+        return 0;
+    }
+    snprintf(ms, sizeof ms, "%.0f", now_ms() - t0);
+    snprintf(wait_ms, sizeof wait_ms, "%.1f", publisher_phases(t->committer)->wait);
+    snprintf(objb, sizeof objb, "%" PRIu64, s.object_bytes);
+    node_log(s.already ? "skipped" : "committed", "step", step_s, "kind", pulse_record_kind_name(s.kind), "ms", ms,
+             "wait_ms", wait_ms, "objects", objb, "state", pulse_id_hex(s.result, hex), "record",
+             s.record_key, (char *)NULL);
+    return 0;
 }
 
 /* Returns 0 when E is handled (published, skipped, or refused for good), 1 when it must be
@@ -197,7 +232,7 @@ static int publish_entry(trainer *t, const watch_entry *e)
         snprintf(last_s, sizeof last_s, "%" PRIu64, s.step);
         node_log("skipped", "step", step_s, "file", e->name, "reason", "state already published", "last", last_s,
                  "state", pulse_id_hex(s.result, hex), (char *)NULL);
-        return 0;
+        return t->committer ? commit_step(t, e) : 0;
     }
     snprintf(moved, sizeof moved, "%" PRIu64, s.moved_bytes);
     snprintf(objb, sizeof objb, "%" PRIu64, s.object_bytes);
@@ -222,7 +257,7 @@ static int publish_entry(trainer *t, const watch_entry *e)
     node_phase_hist_add(&t->m.phases, pv);
     show_metrics(t);
     retain(t);
-    return 0;
+    return t->committer ? commit_step(t, e) : 0;
 }
 
 int node_trainer_run(const node_trainer_opts *o)
@@ -240,6 +275,18 @@ int node_trainer_run(const node_trainer_opts *o)
     int r = o->metrics_addr ? node_metrics_listen(&t.srv, o->metrics_addr) : 0;
     if (!r)
         r = pulse_publisher_open(&t.pub, &o->pub);
+    char run[PULSE_RECORD_MAX_RUN + 1];   /* the run this node's own records are of (a part's) */
+    snprintf(run, sizeof run, "%s", o->pub.run);
+    if (!r && o->pub.parts)
+        r = pulse_layout_part_run(run, sizeof run, o->pub.run, o->pub.part, o->pub.parts);
+    if (!r && o->commit) {
+        pulse_publish_opts c = o->pub;
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/commit", o->pub.state_dir);
+        c.state_dir = dir;
+        c.part = c.parts = 0;
+        r = pulse_publisher_open(&t.committer, &c);
+    }
     if (!r)
         r = pulse_key_load_secret(o->pub.key_path, &key);
     if (!r) {
@@ -253,7 +300,7 @@ int node_trainer_run(const node_trainer_opts *o)
         uint8_t state[32];
         snprintf(path, sizeof path, "%s/index.db", o->pub.state_dir);
         r = pulse_index_open(&ix, path);
-        int h = r ? r : pulse_index_head(ix, o->pub.run, &t.last_step, state);
+        int h = r ? r : pulse_index_head(ix, run, &t.last_step, state);
         if (!r && h == 0)
             t.have_last = 1;
         else if (!r && h != PULSE_ERR_NOTFOUND)
@@ -335,5 +382,6 @@ out:
     watch_rules_clear(&rules);
     pulse_store_close(&t.st);
     pulse_publisher_close(&t.pub);
+    pulse_publisher_close(&t.committer);
     return r;
 }

@@ -18,6 +18,11 @@ typedef struct node_trainer_opts {
     int once;                    /* scan twice (poll_ms apart), publish what is finished, return */
     const char *metrics_addr;    /* "ADDR:PORT" to serve metrics on, or NULL */
     const char *metrics_file;    /* written after each publish, or NULL */
+    /* With pub.parts: this node publishes its part of each step; with commit also, it then commits
+     * the step (pulse_publisher_commit, waiting up to commit_wait_s for the other parts) from the
+     * state directory <pub.state_dir>/commit. */
+    int commit;
+    double commit_wait_s;
 } node_trainer_opts;
 
 void node_trainer_opts_default(node_trainer_opts *o);

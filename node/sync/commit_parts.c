@@ -516,8 +516,12 @@ PULSE_API int pulse_publisher_commit(pulse_publisher *p, uint32_t parts, int64_t
         r = pulse_trust_add(j.self, &self);
     for (uint32_t i = 0; !r && i < parts; i++)
         r = pulse_layout_part_run(j.part[i].run, sizeof j.part[i].run, p->run, i, parts);
+    memset(&p->phases, 0, sizeof p->phases);
+    double t0 = pulse_monotonic_s();
     if (!r)
         r = gather_records(&j, wait_s);
+    p->phases.wait = 1e3 * (pulse_monotonic_s() - t0);
+    t0 = pulse_monotonic_s();
 
     /* A patch needs every part's patch and a commit to start from; a keyframe every part's. */
     int all_patch = 1, all_keyframe = 1;
@@ -569,6 +573,7 @@ PULSE_API int pulse_publisher_commit(pulse_publisher *p, uint32_t parts, int64_t
             s = k;
     }
     s.moved_bytes = j.moved;
+    p->phases.record = 1e3 * (pulse_monotonic_s() - t0);   /* checks, the merged head, the record */
     part_hashes_free(&last);
     whole_free(&w);
     parts_free(&j);

@@ -12,6 +12,7 @@ typedef struct publish_phases {
     double upload;     /* the step's objects */
     double record;     /* the signed record, the head, the local index */
     double keep;       /* the copy of the published state brought up to it (after the record) */
+    double wait;       /* a commit of parts: until every part's record of the step was there */
 } publish_phases;
 
 /* The phases of the last publish of P (zeroed at the start of each). */

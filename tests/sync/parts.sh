@@ -130,5 +130,20 @@ for s in 6 7 8; do
 done
 check "P manifest audit --store '$S' --run r --trust tr.pub >audit.out 2>&1 || { cat audit.out; false; }" "the run audits clean after the faults"
 
+# 7. The nodes: three `pulse node trainer --part I/3`, each watching its own directory of shards, the
+#    first also committing each step (run nd).
+for i in 0 1 2; do
+  mkdir -p "nw$i"
+  for s in 0 1 2; do cp "$(shard "$s" "$i")" "nw$i/part-step$s.safetensors"; done
+done
+for i in 0 1 2; do
+  extra=(); [ "$i" = 0 ] && extra=(--commit --commit-wait 60)
+  timeout 300 "$PULSE_BIN" node trainer --store "$S" --run nd --key tr.key --state "nst$i" --watch "nw$i" \
+    --pattern 'part-step{N}.safetensors' --part "$i/3" --once --poll-ms 200 "${extra[@]}" 2>"node$i.log" &
+done
+wait
+check "[ \$(grep -c '\"committed\"\\|event=committed\\|committed ' node0.log) -ge 3 ]" "the committing node committed steps 0, 1 and 2"
+check "pull nd fn wn.safetensors >/dev/null && [ \"\$(id wn.safetensors)\" = \"\$(id sh2)\" ]" "a follower of the nodes' run holds step 2"
+
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]
