@@ -33,12 +33,35 @@ typedef struct commit_job {
     uint64_t step;
     part_in *part;
     pulse_trust *self;
+    sync_blob up[2];        /* the record's objects of the committer's own, uploaded in one batch */
+    uint8_t *up_buf[2];
+    size_t nup;
     uint64_t moved;         /* bytes uploaded */
     uint64_t fetched;       /* bytes downloaded: the parts' heads and tensor hashes */
 } commit_job;
 
+/* Object BUF (LEN bytes, taken) for the batch before the record; its digest into DIGEST. */
+static void stage_object(commit_job *j, uint8_t *buf, size_t len, uint8_t digest[32])
+{
+    pulse_sha256(buf, len, digest);
+    j->up[j->nup] = (sync_blob){ .data = buf, .len = len };
+    memcpy(j->up[j->nup].digest, digest, 32);
+    j->up_buf[j->nup++] = buf;
+}
+
+static int upload_staged(commit_job *j)
+{
+    int r = sync_put_objects(j->p->st, j->p->run, j->up, j->nup, &j->moved);
+    for (size_t i = 0; i < j->nup; i++)
+        free(j->up_buf[i]);
+    j->nup = 0;
+    return r;
+}
+
 static void parts_free(commit_job *j)
 {
+    for (size_t i = 0; i < j->nup; i++)
+        free(j->up_buf[i]);
     for (uint32_t i = 0; j->part && i < j->n; i++) {
         part_in *q = &j->part[i];
         pulse_record_clear(&q->rec[0]);
@@ -319,16 +342,13 @@ static int add_whole_hashes(commit_job *j, const whole_hashes *w, pulse_record *
 {
     uint8_t *bytes = NULL;
     size_t len = 0;
+    uint8_t digest[32];
     int r = part_hashes_encode(w->n, w->name, (const uint8_t(*)[32])w->hash, &bytes, &len);
-    sync_blob b = { .data = bytes, .len = len };
     if (!r) {
-        pulse_sha256(bytes, len, b.digest);
-        r = sync_put_objects(j->p->st, j->p->run, &b, 1, &j->moved);
+        stage_object(j, bytes, len, digest);
+        r = pulse_record_add_object(rec, digest, len, PULSE_ROLE_TENSOR_HASHES, "", 0, 0);
     }
-    if (!r)
-        r = pulse_record_add_object(rec, b.digest, len, PULSE_ROLE_TENSOR_HASHES, "", 0, 0);
     rec->patch_bytes += len;   /* the sum of the record's objects */
-    free(bytes);
     return r;
 }
 
@@ -353,13 +373,12 @@ static int build_patch(commit_job *j, pulse_record *rec)
     size_t head_len = 0;
     if (!r)
         r = patch_merge_heads(heads, j->n, at, rec->base, rec->result, &head, &head_len);
-    sync_blob b = { .data = head, .len = head_len };
+    uint8_t digest[32];
     if (!r) {
-        pulse_sha256(head, head_len, b.digest);
-        r = sync_put_objects(j->p->st, j->p->run, &b, 1, &j->moved);
+        stage_object(j, head, head_len, digest);
+        head = NULL;
+        r = pulse_record_add_object(rec, digest, head_len, PULSE_ROLE_PATCH_INDEX, "", 0, head_len);
     }
-    if (!r)
-        r = pulse_record_add_object(rec, b.digest, head_len, PULSE_ROLE_PATCH_INDEX, "", 0, head_len);
     for (uint32_t i = 0; !r && i < j->n; i++) {
         const part_in *q = &j->part[i];
         for (size_t e = 1; !r && e < q->po.n; e++) {
@@ -432,6 +451,8 @@ static int commit_one(commit_job *j, int kind, const uint8_t base[32], const who
         r = add_whole_hashes(j, w, &rec);
     if (!r)
         r = add_part_objects(j, kind, &rec);
+    if (!r)
+        r = upload_staged(j);
     uint8_t *bytes = NULL;
     size_t len = 0;
     char rel[SYNC_KEY_MAX];
@@ -452,6 +473,26 @@ static int commit_one(commit_job *j, int kind, const uint8_t base[32], const who
     }
     free(bytes);
     pulse_record_clear(&rec);
+    return r;
+}
+
+/* The model's tensor hashes at STATE, kept for the next commit's bases. */
+static int remember(pulse_publisher *p, const whole_hashes *w, const uint8_t state[32])
+{
+    part_hashes_free(&p->committed);
+    part_hashes *h = &p->committed;
+    h->name = calloc(w->n ? w->n : 1, sizeof *h->name);
+    h->hash = calloc(w->n ? w->n : 1, sizeof *h->hash);
+    int r = !h->name || !h->hash ? pulse_fail(PULSE_ERR_NOMEM, "tensor hashes") : 0;
+    for (size_t i = 0; !r && i < w->n; i++, h->n++) {
+        if (!(h->name[i] = strdup(w->name[i])))
+            r = pulse_fail(PULSE_ERR_NOMEM, "tensor hashes");
+        memcpy(h->hash[i], w->hash[i], 32);
+    }
+    if (r)
+        part_hashes_free(h);
+    else
+        memcpy(p->committed_state, state, 32);
     return r;
 }
 
@@ -553,11 +594,14 @@ PULSE_API int pulse_publisher_commit(pulse_publisher *p, uint32_t parts, int64_t
         if (!r && !n)
             r = pulse_fail(PULSE_ERR_NOTFOUND, "the index holds no record of the last committed step %llu",
                            (unsigned long long)last_step);
-        if (!r)
+        const part_hashes *base = &p->committed;   /* kept from the last commit of this handle */
+        if (!r && (!p->committed.n || memcmp(p->committed_state, last_state, 32))) {
             r = last_hashes(&j, links[n - 1].key, last_state, &last);
+            base = &last;
+        }
         free(links);
         if (!r)
-            r = check_bases(&j, &last, last_step);
+            r = check_bases(&j, base, last_step);
     }
     uint8_t result[32];
     if (!r) {
@@ -572,6 +616,8 @@ PULSE_API int pulse_publisher_commit(pulse_publisher *p, uint32_t parts, int64_t
         if (!r && !as_patch)
             s = k;
     }
+    if (!r)
+        r = remember(p, &w, result);
     s.moved_bytes = j.moved;
     p->phases.record = 1e3 * (pulse_monotonic_s() - t0);   /* checks, the merged head, the record */
     part_hashes_free(&last);

@@ -116,6 +116,7 @@ PULSE_API void pulse_publisher_close(pulse_publisher **pp)
     pulse_store_close(&p->st_up);
     state_dir_close(&p->dir);
     free(p->hashes);
+    part_hashes_free(&p->committed);
     free(p->run);
     free(p->state_dir);
     free(p);

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "node/sync/part_hashes.h"
 #include "node/sync/phases.h"
 #include "node/sync/sync_internal.h"
 #include "node/sync/unsynced.h"
@@ -23,6 +24,8 @@ struct pulse_publisher {
     state_dir dir;             /* locked while open: one process publishes from this state */
     publish_phases phases;     /* of the last publish */
     uint8_t (*hashes)[32];     /* a part's tensor hashes of the step in hand (o.parts set) */
+    part_hashes committed;     /* a committer's: the model's tensor hashes at its last commit, */
+    uint8_t committed_state[32];   /* of this state (n 0: none kept), so the next needs no GET */
 };
 
 /* The head moved to the record REL (it carries the record's BYTES), the record indexed as this

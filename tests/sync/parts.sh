@@ -75,7 +75,7 @@ check "commit r 3 4 >/dev/null && pull r f w.safetensors >/dev/null && [ \"\$(id
 
 # 3. A forged part record (signed by another key, put over the part's record): refused by name.
 for i in 0 1 2; do pub r 5 "$i" 3 "$(shard 5 "$i")" >/dev/null; done
-rel=r.part-1-of-3/records/sync-patch/000000000005/$(P store ls "$S/r.part-1-of-3/records/sync-patch/000000000005/" | head -1)
+rel=r.part-1-of-3/records/sync-patch/000000000005/$(P store ls "$S/r.part-1-of-3/records/sync-patch/000000000005/" | head -1 | sed 's|.*/||')
 P store get "$S/$rel" -o genuine.rec
 python3 -c 'import sys; b=bytearray(open("genuine.rec","rb").read()); b[-1]^=1; open("forged.rec","wb").write(b)'
 P store put "$S/$rel" forged.rec
@@ -114,16 +114,21 @@ check "commit b 2 1 >/dev/null && commit b 2 2 >/dev/null && pull b fb wb.safete
 
 # 6. kill -9 of a part publisher and of the committer at random moments, then re-run: each step
 #    completes once, bit-identical.
+# killed CMD...: CMD started, killed -9 after 10-90 ms (or finished before), reaped.
+killed() {
+  "$@" >/dev/null 2>&1 &
+  local k=$!
+  sleep "0.0$((RANDOM % 9 + 1))"
+  kill -9 "$k" 2>/dev/null || true
+  { wait "$k"; } 2>/dev/null || true
+}
 for s in 6 7 8; do
   for i in 0 1 2; do
-    ( timeout -s KILL "0.0$((RANDOM % 9 + 1))" "$PULSE_BIN" publish --store "$S" --run r --key tr.key \
-      --state "st-r-$i" --part "$i/3" --step "$s" "$(shard "$s" "$i")" >/dev/null 2>&1 ) 2>/dev/null || true
-    sleep 0.3   # timeout's KILL of its own group leaves the killed process to be reaped a moment later
+    killed "$PULSE_BIN" publish --store "$S" --run r --key tr.key --state "st-r-$i" --part "$i/3" --step "$s" \
+      "$(shard "$s" "$i")"
     pub r "$s" "$i" 3 "$(shard "$s" "$i")" >/dev/null
   done
-  ( timeout -s KILL "0.0$((RANDOM % 9 + 1))" "$PULSE_BIN" commit --store "$S" --run r --key tr.key --state cst-r \
-    --parts 3 --step "$s" --wait 30 >/dev/null 2>&1 ) 2>/dev/null || true
-  sleep 0.3
+  killed "$PULSE_BIN" commit --store "$S" --run r --key tr.key --state cst-r --parts 3 --step "$s" --wait 30
   commit r 3 "$s" >/dev/null
   pull r f w.safetensors >/dev/null
   check "[ \"\$(id w.safetensors)\" = \"\$(id sh$s)\" ] && [ \$(P store ls '$S/r/records/sync-patch/00000000000$s/' | wc -l) = 1 ]" "step $s after kills: one record, the follower bit-identical"

@@ -13,7 +13,9 @@
 # PULSE_BENCH_LR (default 3e-6), PULSE_BENCH_POLL_MS (both nodes' poll, default 20),
 # PULSE_BENCH_GAP_S (seconds between one step held and the next released, default 0; 40 lets the
 # kernel write the weights' pages back between steps, as at a real run's cadence),
-# PULSE_BENCH_DENSE=0 (skip the dense copies), PULSE_BENCH_KEEP=1 (keep the work directory and its
+# PULSE_BENCH_DENSE=0 (skip the dense copies), PULSE_BENCH_PARTS=N (a trainer in N parts: each step
+# split into N shards, N trainer nodes with --part, the first also --commit; docs/sync.md),
+# PULSE_BENCH_KEEP=1 (keep the work directory and its
 # logs, named on exit), PULSE_BIN (the pulse under test) and
 # PULSE_BIN_BEFORE (another pulse binary run on the same checkpoints in the same invocation, first,
 # for a before/after table), PULSE_RGW_ENV (an RGW to use; else one is started).
@@ -33,8 +35,9 @@ lr=${PULSE_BENCH_LR:-3e-6}
 poll=${PULSE_BENCH_POLL_MS:-20}
 gap=${PULSE_BENCH_GAP_S:-0}
 pulse=${PULSE_BIN:-$root/build/tools/pulse}
+parts=${PULSE_BENCH_PARTS:-0}
 before=${PULSE_BIN_BEFORE:-}
-case "$steps$nf$rtt_ms$poll$gap" in *[!0-9]*) echo "wan.sh: STEPS, FOLLOWERS, RTT, poll and gap must be whole numbers" >&2; exit 2 ;; esac
+case "$steps$nf$rtt_ms$poll$gap$parts" in *[!0-9]*) echo "wan.sh: STEPS, FOLLOWERS, RTT, poll and gap must be whole numbers" >&2; exit 2 ;; esac
 [ "$(id -u)" = 0 ] || { echo "wan.sh: needs root (network namespaces and tc)" >&2; exit 2; }
 for b in "$pulse" ${before:+"$before"}; do
   [ -x "$b" ] || { echo "wan.sh: no pulse binary at $b" >&2; exit 2; }
@@ -117,6 +120,14 @@ echo "wan.sh: synthetic trajectory, $params params, lr $lr, $steps steps" >&2
 "$pulse" synth --out "$work/ckpt" --params "$params" --steps "$steps" --lr "$lr" >"$work/synth.log"
 ckpt() { printf '%s/ckpt/step-%06d.safetensors' "$work" "$1"; }
 dense=$(stat -c %s "$(ckpt 0)")
+if [ "$parts" -gt 0 ]; then
+  for k in $(seq 0 "$steps"); do
+    python3 "$root/tests/sync/shard.py" "$(ckpt "$k")" "$parts" "$work/shards/$k"
+    for i in $(seq 0 $((parts - 1))); do
+      mv "$work/shards/$k/$(printf 'model-%05d-of-%05d.safetensors' $((i + 1)) "$parts")" "$work/shards/$k/part$i.safetensors"
+    done
+  done
+fi
 
 # --- dense: one put beside the bucket, then every follower gets it across the link ---
 declare -A t_dense
@@ -139,16 +150,24 @@ if [ "${PULSE_BENCH_DENSE:-1}" != 0 ]; then
 fi
 
 # release K WATCH FILES...: hard-links step K into WATCH under its own name (a rename, as a trainer
-# writes), then waits until every metrics file says the step is held; prints the seconds between.
+# writes; with parts, part I's shard into WATCH-I as part-step<K>), then waits until every metrics
+# file says the step is held; prints the seconds between.
 release() {
   python3 - "$@" <<'PY'
 import os, re, sys, time
 k, watch, files = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-src = os.path.join(os.environ["CKPT_DIR"], "step-%06d.safetensors" % k)
-tmp = os.path.join(watch, ".incoming")
-os.link(src, tmp)
+parts = int(os.environ.get("PARTS", "0"))
+if parts:
+    moves = [(os.path.join(os.environ["SHARD_DIR"], str(k), "part%d.safetensors" % i),
+              os.path.join("%s-%d" % (watch, i), "part-step%d.safetensors" % k)) for i in range(parts)]
+else:
+    src = os.path.join(os.environ["CKPT_DIR"], "step-%06d.safetensors" % k)
+    moves = [(src, os.path.join(watch, os.path.basename(src)))]
+for i, (src, dst) in enumerate(moves):
+    os.link(src, os.path.join(os.path.dirname(dst), ".incoming"))
 t0 = time.time()
-os.rename(tmp, os.path.join(watch, os.path.basename(src)))
+for src, dst in moves:
+    os.rename(os.path.join(os.path.dirname(dst), ".incoming"), dst)
 def held(path):
     try:
         m = re.search(r"^pulse_held_step (-?\d+)$", open(path).read(), re.M)
@@ -162,7 +181,7 @@ while not all(held(f) >= k for f in files):
 print("%.3f" % (time.time() - t0))
 PY
 }
-export CKPT_DIR="$work/ckpt"
+export CKPT_DIR="$work/ckpt" SHARD_DIR="$work/shards" PARTS="$parts"
 
 # run LABEL BIN: a trainer node and NF follower nodes of BIN through the link; fills t_<label>[k],
 # bytes_<label>[k] (what follower 1 fetched) and phases_<label>[k].
@@ -171,9 +190,22 @@ run_nodes() {
   mkdir -p "$d/watch"
   local store="s3://$bucket/wan-$$/$label"
   "$bin" keygen "$d/trainer" >/dev/null
-  "$bin" node trainer --store "$store" --run bench --key "$d/trainer.key" --state "$d/trainer.state" \
-    --watch "$d/watch" --poll-ms "$poll" --keep-keyframes 0 --log json 2>"$d/trainer.log" &
-  pids+=($!)
+  local tpids=()
+  if [ "$parts" -gt 0 ]; then
+    for i in $(seq 0 $((parts - 1))); do
+      mkdir -p "$d/watch-$i"
+      local extra=(); [ "$i" = 0 ] && extra=(--commit)
+      "$bin" node trainer --store "$store" --run bench --key "$d/trainer.key" --state "$d/trainer$i.state" \
+        --watch "$d/watch-$i" --pattern 'part-step{N}.safetensors' --part "$i/$parts" "${extra[@]}" \
+        --poll-ms "$poll" --keep-keyframes 0 --log json 2>"$d/trainer$i.log" &
+      pids+=($!) tpids+=($!)
+    done
+    cp "$d/trainer0.log" "$d/trainer.log" 2>/dev/null || true
+  else
+    "$bin" node trainer --store "$store" --run bench --key "$d/trainer.key" --state "$d/trainer.state" \
+      --watch "$d/watch" --poll-ms "$poll" --keep-keyframes 0 --log json 2>"$d/trainer.log" &
+    pids+=($!) tpids+=($!)
+  fi
   local mfiles=()
   for f in $(seq 1 "$nf"); do
     "${c_env[@]}" "$bin" node follow --store "$store" --run bench --trust "$d/trainer.pub" --state "$d/f$f.state" \
@@ -189,11 +221,22 @@ run_nodes() {
     t=$(release "$k" "$d/watch" "${mfiles[@]}")
     eval "t_${label}[$k]=$t"
     local same=yes
-    for f in $(seq 1 "$nf"); do cmp -s "$d/f$f.safetensors" "$(ckpt "$k")" || same=no; done
+    for f in $(seq 1 "$nf"); do
+      if [ "$parts" -gt 0 ]; then   # rebuilt from a sharded keyframe: the same state, its own layout
+        [ "$("$bin" hash "$d/f$f.safetensors")" = "$("$bin" hash "$(ckpt "$k")")" ] || same=no
+      else
+        cmp -s "$d/f$f.safetensors" "$(ckpt "$k")" || same=no
+      fi
+    done
     eval "same_${label}[$k]=$same"
     echo "$label step $k: $t s, bit-identical: $same" >&2
   done
+  local p
+  for p in "${tpids[@]}"; do   # peak resident memory of each publisher node (its maps included)
+    echo "$label trainer node $p: peak $(awk '/^VmHWM/ {print $2}' "/proc/$p/status") kB, model $((dense / 1024)) kB" >&2
+  done
   stop_pids
+  [ "$parts" -gt 0 ] && cp "$d/trainer0.log" "$d/trainer.log"
   clear_objects   # the next run's keyframe needs the room
   for k in $(seq 1 "$steps"); do
     local line
@@ -212,7 +255,8 @@ def event(path, name):
 pub, app = event(sys.argv[2], "published"), event(sys.argv[3], "applied")
 def ms(e):
     return "total=%s " % e.get("ms", "-") + " ".join("%s=%s" % (key[:-3], v) for key, v in e.items() if key.endswith("_ms"))
-print(app.get("bytes", "0"), "| trainer:", ms(pub), "| follower:", ms(app))
+com = event(sys.argv[2], "committed")
+print(app.get("bytes", "0"), "| trainer:", ms(pub), ("| commit: " + ms(com)) if com else "", "| follower:", ms(app))
 PY
 )
     eval "bytes_${label}[$k]=${line%% *}"
