@@ -369,8 +369,8 @@ typedef struct pulse_patch_range {
  * to out and returns how many there are (0 for a patch that is not sliced). */
 PULSE_API size_t pulse_patch_missing(const pulse_patch *p, uint64_t max_bytes, pulse_patch_range *out, size_t cap);
 /* Hands in len bytes of the patch starting at offset: whole coded chunks (a range
- * pulse_patch_missing listed, or any run of neighbouring chunks), each checked against its
- * digest, then copied and made present. PULSE_ERR_INVALID for a range that does not start and
+ * pulse_patch_missing listed, or any run of chunks neighbouring in the data), each checked
+ * against its digest, then copied and made present. PULSE_ERR_INVALID for a range that does not start and
  * end on chunks, PULSE_ERR_CORRUPT naming the tensor and chunk whose digest fails; either way
  * nothing is added. */
 PULSE_API int pulse_patch_supply(pulse_patch *p, uint64_t offset, const void *bytes, size_t len);
