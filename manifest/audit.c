@@ -131,6 +131,19 @@ static int classify_record_key(const char *rel, int *kind, uint64_t *step)
     return pulse_layout_parse_record(rel, kind, step, node);
 }
 
+static int add_listed(struct audit *a, const uint8_t d[PULSE_DIGEST_BYTES], uint64_t size, int family)
+{
+    int rc = grow((void **)&a->objects, &a->cap_objects, a->n_objects, sizeof *a->objects);
+    if (rc)
+        return rc;
+    struct listed_object *o = &a->objects[a->n_objects++];
+    memset(o, 0, sizeof *o);
+    memcpy(o->digest, d, PULSE_DIGEST_BYTES);
+    o->size = size;
+    o->family = family;
+    return 0;
+}
+
 /* A part run's objects lie in its parent's objects/ (manifest/layout.h), beside its siblings':
  * listed so that what its records name is found, never reported as orphans. */
 static int list_family_cb(void *ctx, const char *key, const pulse_object_info *info)
@@ -140,14 +153,7 @@ static int list_family_cb(void *ctx, const char *key, const pulse_object_info *i
     uint8_t d[PULSE_DIGEST_BYTES];
     if (!slash || pulse_layout_parse_object(slash + 1, d))
         return 0;
-    int rc = grow((void **)&a->objects, &a->cap_objects, a->n_objects, sizeof *a->objects);
-    if (rc)
-        return rc;
-    memset(&a->objects[a->n_objects], 0, sizeof *a->objects);
-    memcpy(a->objects[a->n_objects].digest, d, sizeof d);
-    a->objects[a->n_objects].size = info->size;
-    a->objects[a->n_objects++].family = 1;
-    return 0;
+    return add_listed(a, d, info->size, 1);
 }
 
 static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
@@ -170,12 +176,9 @@ static int list_cb(void *ctx, const char *key, const pulse_object_info *info)
             problem(a, NULL, "%s: not a content address (objects/<64 lower-case hex digits>)", rel);
             return 0;
         }
-        int rc = grow((void **)&a->objects, &a->cap_objects, a->n_objects, sizeof *a->objects);
+        int rc = add_listed(a, d, info->size, 0);
         if (rc)
             return rc;
-        memset(&a->objects[a->n_objects], 0, sizeof *a->objects);
-        memcpy(a->objects[a->n_objects].digest, d, sizeof d);
-        a->objects[a->n_objects++].size = info->size;
     } else if (!classify_record_key(rel, &kind, &step)) {
         r->records++;
         r->record_bytes += info->size;
@@ -359,21 +362,6 @@ static int is_chain_kind(int kind)
     return kind == PULSE_RECORD_SYNC_PATCH || kind == PULSE_RECORD_KEYFRAME;
 }
 
-/* A keyframe shard's file name (docs/sync.md): [A-Za-z0-9._-]+ ending in .safetensors, not
- * starting with '.', at most 255 bytes. */
-static int keyframe_shard_name_ok(const char *s)
-{
-    static const char ext[] = ".safetensors";
-    size_t n = strlen(s);
-    if (n < sizeof ext || n > 255 || s[0] == '.' || strcmp(s + n - (sizeof ext - 1), ext))
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9')
-              || s[i] == '.' || s[i] == '_' || s[i] == '-'))
-            return 0;
-    return 1;
-}
-
 /* What the layout of docs/sync.md requires of a valid sync record's objects and figures. */
 static void check_shape(struct audit *a, size_t i)
 {
@@ -415,7 +403,7 @@ static void check_shape(struct audit *a, size_t i)
                 problem(a, e, "keyframe object %u: chunks with and without a shard name in one record", k);
                 break;
             }
-            if (*name && !keyframe_shard_name_ok(name)) {
+            if (*name && !pulse_layout_shard_name_ok(name)) {
                 problem(a, e, "keyframe object %u: shard name '%.80s' is not a plain *.safetensors file name", k, name);
                 break;
             }

@@ -167,6 +167,19 @@ int pulse_layout_parse_part_run(const char *run, size_t *parent_len, unsigned *p
     return 0;
 }
 
+int pulse_layout_shard_name_ok(const char *s)
+{
+    static const char ext[] = ".safetensors";
+    size_t n = strlen(s);
+    if (n < sizeof ext || n > 255 || s[0] == '.' || strcmp(s + n - (sizeof ext - 1), ext))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+              s[i] == '.' || s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
 int pulse_layout_object_key(char *out, size_t cap, const char *run, const uint8_t digest[32])
 {
     char parent[PULSE_NAMES_MAX_RUN + 1], rel[80];

@@ -54,6 +54,10 @@ int pulse_layout_join(char *out, size_t cap, const char *run, const char *rel);
 int pulse_layout_part_run(char *out, size_t cap, const char *run, unsigned part, unsigned parts);
 /* Whether RUN is a part run: 0 with *parent_len (bytes of R), *part, *parts; else -1. */
 int pulse_layout_parse_part_run(const char *run, size_t *parent_len, unsigned *part, unsigned *parts);
+/* Whether S may name a file of a sharded keyframe (docs/sync.md): [A-Za-z0-9._-]+ ending in
+ * .safetensors, not starting with '.', at most 255 bytes. A plain name, so no record can make a
+ * follower write outside the directory it restores into. */
+int pulse_layout_shard_name_ok(const char *s);
 /* "<object run>/objects/<hex>": the key of an object that a record of RUN names (the parent's
  * objects/ for a part run). */
 int pulse_layout_object_key(char *out, size_t cap, const char *run, const uint8_t digest[32]);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The commit point of every flow: a signed record written create-if-absent, idempotent across crashes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,4 +55,16 @@ int sync_commit_record(pulse_store *st, const char *run, const pulse_secret_key 
     }
     pulse_store_free(old);
     return r;
+}
+
+void sync_step_from_record(pulse_sync_step *s, const pulse_record *rec, const char *rel)
+{
+    s->step = rec->step;
+    s->kind = rec->kind;
+    memcpy(s->base, rec->base, 32);
+    memcpy(s->result, rec->result, 32);
+    s->changes = rec->changes;
+    s->dense_bytes = rec->dense_bytes;
+    s->object_bytes = rec->patch_bytes;
+    snprintf(s->record_key, sizeof s->record_key, "%s", rel);
 }

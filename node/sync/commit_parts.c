@@ -461,16 +461,8 @@ static int commit_one(commit_job *j, int kind, const uint8_t base[32], const who
                                &j->moved);
     if (!r)
         r = publisher_move_head(j->p, rel, bytes, len);
-    if (!r) {
-        s->step = j->step;
-        s->kind = kind;
-        memcpy(s->base, rec.base, 32);
-        memcpy(s->result, rec.result, 32);
-        s->changes = rec.changes;
-        s->dense_bytes = rec.dense_bytes;
-        s->object_bytes = rec.patch_bytes;
-        snprintf(s->record_key, sizeof s->record_key, "%s", rel);
-    }
+    if (!r)
+        sync_step_from_record(s, &rec, rel);
     free(bytes);
     pulse_record_clear(&rec);
     return r;

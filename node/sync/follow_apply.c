@@ -26,15 +26,8 @@ static int step_journal_clear(pulse_follower *f)
 static void sync_step_of(const pulse_record *rec, const char *rel, uint64_t moved, pulse_sync_step *s)
 {
     memset(s, 0, sizeof *s);
-    s->step = rec->step;
-    s->kind = rec->kind;
-    memcpy(s->base, rec->base, 32);
-    memcpy(s->result, rec->result, 32);
-    s->changes = rec->changes;
-    s->dense_bytes = rec->dense_bytes;
-    s->object_bytes = rec->patch_bytes;
+    sync_step_from_record(s, rec, rel);
     s->moved_bytes = moved;
-    snprintf(s->record_key, sizeof s->record_key, "%s", rel);
 }
 
 /* The journal entry of a step about to write the weights: a sync-patch step names its base,

@@ -11,6 +11,7 @@
 
 #include "base/durable.h"
 #include "base/fail.h"
+#include "manifest/layout.h"
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/checkpoint/filespace.h"
 #include "node/checkpoint/json.h"
@@ -141,21 +142,6 @@ struct kf_part {
     char *path;              /* its temporary file */
 };
 
-/* A shard's file name: [A-Za-z0-9._-]+ ending in .safetensors, not starting with '.', at most
- * 255 bytes. A plain name, so no record can make us write outside the temporary directory. */
-static int shard_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    static const char ext[] = ".safetensors";
-    if (n == 0 || n > 255 || s[0] == '.' || n < sizeof ext || strcmp(s + n - (sizeof ext - 1), ext) != 0)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9')
-              || s[i] == '.' || s[i] == '_' || s[i] == '-'))
-            return 0;
-    return 1;
-}
-
 /* The files of keyframe record R (docs/sync.md "Objects of a keyframe record"): its
  * keyframe-chunk objects first, all with tensor "" (one file) or all naming a shard file (a
  * sharded keyframe; each shard's chunks consecutive, its name not seen again after another's),
@@ -191,7 +177,7 @@ static int keyframe_layout(const pulse_record *r, struct kf_part **parts, size_t
                             "in one record", i);
             break;
         }
-        if (name[0] && !shard_name_ok(name)) {
+        if (name[0] && !pulse_layout_shard_name_ok(name)) {
             rc = pulse_fail(PULSE_ERR_FORMAT, "keyframe object %u: shard name '%.80s' is not a plain "
                             "*.safetensors file name", i, name);
             break;

@@ -419,16 +419,8 @@ static int publish_one(pulse_publisher *p, int kind, const uint8_t last_state[32
     if (!r)
         r = publisher_move_head(p, rel, bytes, len);
     p->phases.record += ms_since(t0);
-    if (!r) {
-        s->step = step;
-        s->kind = kind;
-        memcpy(s->base, rec.base, 32);
-        memcpy(s->result, rec.result, 32);
-        s->changes = rec.changes;
-        s->dense_bytes = rec.dense_bytes;
-        s->object_bytes = rec.patch_bytes;
-        snprintf(s->record_key, sizeof s->record_key, "%s", rel);
-    }
+    if (!r)
+        sync_step_from_record(s, &rec, rel);
     free(bytes);
     pulse_record_clear(&rec);
     return r;

@@ -10,6 +10,7 @@
 #include "pulseweights/keys.h"
 #include "pulseweights/record.h"
 #include "pulseweights/store.h"
+#include "pulseweights/sync.h"
 
 #define SYNC_KEY_MAX 512
 
@@ -86,6 +87,9 @@ int sync_same_transition(const pulse_record *prev, const pulse_record *mine);
 int sync_commit_record(pulse_store *st, const char *run, const pulse_secret_key *key, pulse_record *rec,
                        sync_same_fn same, char rel[SYNC_KEY_MAX], uint8_t **bytes, size_t *len,
                        uint64_t *moved);
+
+/* What REC (committed under REL) says, as the caller's step summary (moved_bytes untouched). */
+void sync_step_from_record(pulse_sync_step *s, const pulse_record *rec, const char *rel);
 
 /* mkdir -p (EEXIST is fine, at every level); what it creates gets mode 0700. */
 int sync_mkdir(const char *dir);

@@ -240,8 +240,8 @@ run_nodes() {
   clear_objects   # the next run's keyframe needs the room
   for k in $(seq 1 "$steps"); do
     local line
-    line=$(python3 - "$k" "$d/trainer.log" "$d/f1.log" <<'PY'
-import json, sys
+    line=$(python3 - "$k" "$d/trainer.log" "$d/f1.log" "$d" <<'PY'
+import json, os, sys
 k = str(sys.argv[1])
 def event(path, name):
     for l in open(path):
@@ -256,7 +256,11 @@ pub, app = event(sys.argv[2], "published"), event(sys.argv[3], "applied")
 def ms(e):
     return "total=%s " % e.get("ms", "-") + " ".join("%s=%s" % (key[:-3], v) for key, v in e.items() if key.endswith("_ms"))
 com = event(sys.argv[2], "committed")
-print(app.get("bytes", "0"), "| trainer:", ms(pub), ("| commit: " + ms(com)) if com else "", "| follower:", ms(app))
+parts = int(os.environ.get("PARTS", "0"))
+each = [event(os.path.join(sys.argv[4], "trainer%d.log" % i), "published") for i in range(parts)]
+per = ("| parts: objects " + "/".join(str(e.get("objects", "-")) for e in each) + " B, ms " +
+       "/".join(str(e.get("ms", "-")) for e in each)) if parts else ""
+print(app.get("bytes", "0"), "| trainer:", ms(pub), ("| commit: " + ms(com)) if com else "", per, "| follower:", ms(app))
 PY
 )
     eval "bytes_${label}[$k]=${line%% *}"
