@@ -133,7 +133,11 @@ for s in 6 7 8; do
   pull r f w.safetensors >/dev/null
   check "[ \"\$(id w.safetensors)\" = \"\$(id sh$s)\" ] && [ \$(P store ls '$S/r/records/sync-patch/00000000000$s/' | wc -l) = 1 ]" "step $s after kills: one record, the follower bit-identical"
 done
-check "P manifest audit --store '$S' --run r --trust tr.pub >audit.out 2>&1 || { cat audit.out; false; }" "the run audits clean after the faults"
+# A killed upload may leave data objects no record names (a re-run cuts its parts anew): orphans,
+# which retention collects (docs/node.md); anything else the audit finds is a failure.
+P manifest audit --store "$S" --run r --trust tr.pub >audit.out 2>audit.err || true
+check "! grep '^pulse manifest audit:' audit.err | grep -vq 'orphan: no record names it'" "the run audits clean after the faults, orphans of killed uploads aside"
+grep -v 'orphan' audit.err || true
 
 # 7. The nodes: three `pulse node trainer --part I/3`, each watching its own directory of shards, the
 #    first also committing each step (run nd).
