@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of a patch whose coded chunks lie in the data section in another order than the table's (as a committer that merges parts' heads writes it): opened, verified, applied, sliced and staged as the in-order patch is; overlaps and holes refused. */
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,6 +427,12 @@ static void refused_offset(const uint8_t *b, size_t len, const entry *e, size_t 
     free(q);
 }
 
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st, (void)flag, (void)f;
+    return remove(path);
+}
+
 int main(void)
 {
     CHECK(mkdtemp(dir) != NULL);
@@ -515,5 +522,6 @@ int main(void)
     free(perm);
     free(b);
     free(new_bytes);
+    nftw(dir, remove_one, 8, FTW_DEPTH | FTW_PHYS);   /* the temporary directory and its files */
     return check_done("chunk_order");
 }
