@@ -88,9 +88,20 @@ static int cpu_has_lanes16(unsigned flags)
 #endif
 }
 
+static int cpu_has_x4_evex(unsigned flags)
+{
+#ifdef PULSE_HAVE_SHA_NI_EVEX
+    return cpu_has_sha_ni(flags) && (flags & PULSE_CPU_AVX512) != 0;
+#else
+    (void)flags;
+    return 0;
+#endif
+}
+
 static blocks_fn best_blocks = pulse_sha256_blocks_c;
 static const char *best_name = "portable";
 static int best_lanes16;
+static pulse_sha256_x4_fn best_x4;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 static void choose(void)
@@ -99,8 +110,20 @@ static void choose(void)
     if (cpu_has_sha_ni(flags)) {
         best_blocks = pulse_sha256_blocks_ni;
         best_name = "sha-ni";
+        best_x4 = cpu_has_x4_evex(flags) ? pulse_sha256_blocks_ni_x4_evex : pulse_sha256_blocks_ni_x4;
     }
     best_lanes16 = cpu_has_lanes16(flags);
+}
+
+pulse_sha256_x4_fn pulse_sha256_x4(void)
+{
+    pthread_once(&best_once, choose);
+    return best_x4;
+}
+
+int pulse_sha256_x4_evex_built(void)
+{
+    return cpu_has_x4_evex(pulse_cpu_detected());
 }
 
 static blocks_fn get_blocks(void)
@@ -137,6 +160,19 @@ void pulse_sha256_blocks_ni_x2(uint32_t ha[8], const uint8_t *pa, uint32_t hb[8]
 {
     pulse_sha256_blocks_c(ha, pa, nblocks);   /* never chosen either */
     pulse_sha256_blocks_c(hb, pb, nblocks);
+}
+
+void pulse_sha256_blocks_ni_x4(uint32_t h[4][8], const uint8_t *const p[4], size_t nblocks)
+{
+    for (int i = 0; i < 4; i++)
+        pulse_sha256_blocks_c(h[i], p[i], nblocks);   /* never chosen either */
+}
+#endif
+
+#ifndef PULSE_HAVE_SHA_NI_EVEX
+void pulse_sha256_blocks_ni_x4_evex(uint32_t h[4][8], const uint8_t *const p[4], size_t nblocks)
+{
+    pulse_sha256_blocks_ni_x4(h, p, nblocks);   /* never chosen: cpu_has_x4_evex() is 0 */
 }
 #endif
 

@@ -241,10 +241,9 @@ coded:
     return err;
 }
 
-/* NEW's state chunks that start inside global chunk `job`, hashed while its bytes are still in
- * cache from the diff (a state chunk reaching into the next chunk's span reads on into NEW,
- * which nothing writes): NEW's state id costs no pass of its own. */
-static void hash_new_chunks(const diff_job *d, size_t job)
+/* NEW's state chunks that start inside global chunk `job`: [*g0, *g1) in the state id's global
+ * numbering. */
+static void new_chunks_of(const diff_job *d, size_t job, uint64_t *g0, uint64_t *g1)
 {
     size_t tensor, len;
     const uint8_t *pa, *pb;
@@ -253,8 +252,28 @@ static void hash_new_chunks(const diff_job *d, size_t job)
     const uint64_t u = unit ? unit : 1, first = (uint64_t)(pb - pulse_ckpt_tensor(d->b, tensor)->data);
     const uint64_t k0 = (first + PULSE_STATE_CHUNK - 1) / PULSE_STATE_CHUNK;
     const uint64_t k1 = (first + len * u + PULSE_STATE_CHUNK - 1) / PULSE_STATE_CHUNK;
-    if (k1 > k0)
-        ckpt_chunk_ids_hash_run(d->new_ids, d->new_ids->first[tensor] + k0, (size_t)(k1 - k0));
+    *g0 = d->new_ids->first[tensor] + k0;
+    *g1 = d->new_ids->first[tensor] + (k1 > k0 ? k1 : k0);
+}
+
+/* NEW's state chunks that start inside global chunks first .. first + n - 1, hashed while their
+ * bytes are still in cache from the diff (a state chunk reaching into the next chunk's span
+ * reads on into NEW, which nothing writes): NEW's state id costs no pass of its own. The
+ * chunks' state chunks go in one run where they follow each other, so that four of them share
+ * the four-message kernel. */
+static void hash_new_chunks(const diff_job *d, size_t first, size_t n)
+{
+    uint64_t g0, g1, h0, h1;
+    new_chunks_of(d, first, &g0, &g1);
+    if (n == 2) {
+        new_chunks_of(d, first + 1, &h0, &h1);
+        if (h0 == g1)
+            g1 = h1;
+        else if (h1 > h0)
+            ckpt_chunk_ids_hash_run(d->new_ids, h0, (size_t)(h1 - h0));
+    }
+    if (g1 > g0)
+        ckpt_chunk_ids_hash_run(d->new_ids, g0, (size_t)(g1 - g0));
 }
 
 /* Job j: global chunks 2j and 2j + 1 (when there is one), the second coded into the slot's
@@ -291,8 +310,8 @@ static int diff_pair(void *ctx, size_t j)
             pulse_sha256(a->staged, (size_t)a->pos_len + a->val_len, a->digest);
         err = patch_order_commit(&d->order, j, oc, n);   /* before the slot (where they are staged) is given back */
     }
-    for (size_t i = 0; i < n && !err && d->new_ids; i++)
-        hash_new_chunks(d, first + i);
+    if (!err && d->new_ids)
+        hash_new_chunks(d, first, n);
     if (err)
         patch_order_fail(&d->order);
     patch_pool_give(d->pool, s);

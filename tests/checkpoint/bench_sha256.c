@@ -154,7 +154,7 @@ int main(int argc, char **argv)
         printf("%4zu KiB messages: one by one %6.0f MB/s, pairs %6.0f MB/s, many %6.0f MB/s (%s), "
                "EVP one by one %6.0f MB/s\n",
                pieces[k] >> 10, m * pieces[k] / best[0] / 1e6, m * pieces[k] / best[1] / 1e6,
-               m * pieces[k] / best[2] / 1e6, pulse_sha256_lanes16() ? "sixteen lanes" : "pairs",
+               m * pieces[k] / best[2] / 1e6, pulse_sha256_many_uses_lanes() ? "sixteen lanes" : pulse_sha256_x4() ? "fours" : "one by one",
                m * pieces[k] / best[3] / 1e6);
     }
     free(data);

@@ -93,7 +93,7 @@ static void against_openssl(void)
         }
     }
     printf("against OpenSSL: 700 messages in every form, %d through pulse_sha256_many (%s)\n", checked,
-           pulse_sha256_lanes16() ? "sixteen lanes" : "pairs");
+           pulse_sha256_many_uses_lanes() ? "sixteen lanes" : pulse_sha256_x4() ? "fours" : "one by one");
     CHECK_EQ_INT(single, 0);
     CHECK_EQ_INT(split, 0);
     CHECK_EQ_INT(pairs, 0);
@@ -183,9 +183,10 @@ int main(void)
      * lanes outside the mask must come back as they went in. */
     int lanes = pulse_sha256_lanes16_built();
     printf("sixteen lanes %savailable on this CPU; pulse_sha256_many %s them\n", lanes ? "" : "NOT ",
-           pulse_sha256_lanes16() ? "uses" : "does not use");
+           pulse_sha256_many_uses_lanes() ? "uses" : "does not use");
     int masked16 = mask && (strtoul(mask, NULL, 16) & 0x2);
     CHECK_EQ_INT(pulse_sha256_lanes16(), lanes && !masked16);
+    CHECK(!pulse_sha256_many_uses_lanes() || pulse_sha256_lanes16());
     int x16_mismatches = 0;
     for (int iter = 0; lanes && iter < 300; iter++) {
         uint32_t st[8][16], want[16][8];
@@ -206,10 +207,31 @@ int main(void)
     }
     CHECK_EQ_INT(x16_mismatches, 0);
 
+    /* The four-message SHA-NI kernels (each this CPU has, whatever the mask says), likewise. */
+    int has_ni = pulse_sha256_with("sha-ni", "", 0, (uint8_t[32]){ 0 }) == 0;
+    int evex = pulse_sha256_x4_evex_built(), x4_mismatches = 0;
+    CHECK(!evex || has_ni);
+    for (int k = 0; has_ni && k < 1 + evex; k++)
+        for (int iter = 0; iter < 200; iter++) {
+            uint32_t h[4][8], want[4][8];
+            const uint8_t *p[4];
+            size_t nb = iter < 8 ? (size_t)(iter % 4) : randombytes_uniform(9);
+            for (int l = 0; l < 4; l++) {
+                p[l] = buf + randombytes_uniform(10000 - 9 * 64);
+                for (int j = 0; j < 8; j++)
+                    h[l][j] = want[l][j] = randombytes_random();
+                pulse_sha256_blocks_c(want[l], p[l], nb);
+            }
+            (k ? pulse_sha256_blocks_ni_x4_evex : pulse_sha256_blocks_ni_x4)(h, p, nb);
+            x4_mismatches += memcmp(h, want, sizeof h) != 0;
+        }
+    printf("four-message kernels checked: %s\n", !has_ni ? "none (no SHA-NI)" : evex ? "SSE and AVX-512 VL" : "SSE");
+    CHECK_EQ_INT(x4_mismatches, 0);
+
     /* pulse_sha256_many against libsodium: counts around the lanes (0, 1, the thresholds, 16,
      * 17, many more), lengths equal, spread, short (no whole block: 0..63) and at the padding's
      * edges (55, 56, 63, 64, 119, 120), so lanes refill at different steps and the last ones
-     * finish in pairs; and the mask, when set, through the pairs alone. */
+     * finish in fours and pairs; with the lanes and without, and the mask, when set, without. */
     enum { MANY = 80 };
     const void *md[MANY];
     size_t ml[MANY];
@@ -227,11 +249,13 @@ int main(void)
                                 : (i % 2 ? randombytes_uniform(64) : 1000 + randombytes_uniform(9001));
             md[i] = buf + randombytes_uniform(64);
         }
-        pulse_sha256_many(n, md, ml, mo);
-        for (size_t i = 0; i < n; i++) {
-            uint8_t w[32];
-            crypto_hash_sha256(w, md[i], ml[i]);
-            many_mismatches += memcmp(w, mo[i], 32) != 0;
+        for (int lanes = 0; lanes < 2; lanes++) {   /* whichever pulse_sha256_many chose, both ways */
+            pulse_sha256_many_with(lanes, n, md, ml, mo);
+            for (size_t i = 0; i < n; i++) {
+                uint8_t w[32];
+                crypto_hash_sha256(w, md[i], ml[i]);
+                many_mismatches += memcmp(w, mo[i], 32) != 0;
+            }
         }
     }
     CHECK_EQ_INT(many_mismatches, 0);
