@@ -111,7 +111,6 @@ static int gather_records(commit_job *j, double wait_s)
     int r = !x || !keys || !rels || !who ? pulse_fail(PULSE_ERR_NOMEM, "records of %u parts", j->n) : 0;
     for (;;) {
         size_t m = 0;
-        uint32_t missing = j->n, first_missing = 0;
         for (uint32_t i = 0; !r && i < j->n; i++) {
             if (j->part[i].have[AS_PATCH] || j->part[i].have[AS_KEYFRAME])
                 continue;
@@ -139,7 +138,7 @@ static int gather_records(commit_job *j, double wait_s)
         }
         if (r)
             break;
-        missing = 0;
+        uint32_t missing = 0, first_missing = 0;
         for (uint32_t i = j->n; i-- > 0;)
             if (!j->part[i].have[AS_PATCH] && !j->part[i].have[AS_KEYFRAME]) {
                 missing++;

@@ -138,6 +138,8 @@ PULSE_API int pulse_follower_open(pulse_follower **out, const pulse_follow_opts 
     r = state_dir_open(opts->state_dir, &f->dir);
     if (!r && opts->weights_path)
         r = unsynced_open(&f->note, opts->state_dir);
+    if (!r && opts->weights_path)
+        sync_keyframe_sweep(opts->weights_path);   /* a restore killed midway, under this lock */
     if (!r)
         r = pulse_store_open(&f->st, opts->store_url, NULL);
     if (!r) {

@@ -335,21 +335,52 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
     return r;
 }
 
+/* A part's tensor hashes (of C, hashed by this publish) as an object's bytes (*bytes, *len,
+ * malloc'ed): its record names it last, and the committer combines them into the whole model's
+ * state ids. */
+static int tensor_hashes_bytes(const pulse_publisher *p, const pulse_ckpt *c, uint8_t **bytes, size_t *len)
+{
+    size_t n = pulse_ckpt_count(c);
+    const char **names = calloc(n ? n : 1, sizeof *names);
+    if (!names)
+        return pulse_fail(PULSE_ERR_NOMEM, "tensor names");
+    for (size_t i = 0; i < n; i++)
+        names[i] = pulse_ckpt_tensor(c, i)->name;
+    int r = part_hashes_encode(n, names, (const uint8_t(*)[32])p->hashes, bytes, len);
+    free(names);
+    return r;
+}
+
+static int add_tensor_hashes_object(pulse_record *rec, const sync_blob *b)
+{
+    rec->patch_bytes += b->len;   /* the sum of the record's objects */
+    return pulse_record_add_object(rec, b->digest, b->len, PULSE_ROLE_TENSOR_HASHES, "", 0, 0);
+}
+
 /* The step's patch (diffed already, its data uploading, in sp): the rest of its data, then its
  * head, an object of its own so that the record's digest of it binds the chunk table: a follower
- * holding part of each tensor checks the table, then fetches only its chunks by range. */
-static int publish_patch(pulse_publisher *p, pulse_record *rec, pulse_sync_step *s, step_patch *sp)
+ * holding part of each tensor checks the table, then fetches only its chunks by range. A part's
+ * tensor hashes go in the same batch as the head. */
+static int publish_patch(pulse_publisher *p, const pulse_ckpt *c, pulse_record *rec, pulse_sync_step *s,
+                         step_patch *sp)
 {
     const uint64_t head_len = sp->stats.header_bytes;
     const upload_part *parts = NULL;
-    size_t n = 0;
-    uint8_t head_digest[32];
+    size_t n = 0, ntail = 1;
+    sync_blob tail[2] = { { .data = sp->map, .len = (size_t)head_len } };
+    uint8_t *hashes = NULL;
+    int r = 0;
+    if (p->o.parts) {
+        r = tensor_hashes_bytes(p, c, &hashes, &tail[1].len);
+        tail[1].data = hashes;
+        ntail = 2;
+    }
     double t0 = pulse_monotonic_s();
-    int r = stream_upload_finish(sp->up, sp->stats.file_bytes - head_len, sp->map, (size_t)head_len, head_digest,
-                                 &parts, &n, &s->moved_bytes);
+    if (!r)
+        r = stream_upload_finish(sp->up, sp->stats.file_bytes - head_len, tail, ntail, &parts, &n, &s->moved_bytes);
     p->phases.upload += ms_since(t0);
     if (!r)
-        r = pulse_record_add_object(rec, head_digest, head_len, PULSE_ROLE_PATCH_INDEX, "", 0, head_len);
+        r = pulse_record_add_object(rec, tail[0].digest, head_len, PULSE_ROLE_PATCH_INDEX, "", 0, head_len);
     for (size_t i = 0; !r && i < n; i++)
         r = pulse_record_add_object(rec, parts[i].digest, parts[i].len, PULSE_ROLE_PATCH_DATA, "",
                                     head_len + parts[i].off, parts[i].len);
@@ -357,30 +388,25 @@ static int publish_patch(pulse_publisher *p, pulse_record *rec, pulse_sync_step 
         rec->changes = sp->stats.changes + sp->stats.opaque_changes;
         rec->patch_bytes = sp->stats.file_bytes;
     }
+    if (!r && ntail == 2)
+        r = add_tensor_hashes_object(rec, &tail[1]);
+    free(hashes);
     return r;
 }
 
-/* A part's tensor hashes (of C, hashed by this publish), an object its record names last, which
- * the committer combines into the whole model's state ids. */
-static int add_tensor_hashes(pulse_publisher *p, const pulse_ckpt *c, pulse_record *rec, uint64_t *moved)
+/* A keyframe part's tensor hashes, in a request of their own after the keyframe's chunks. */
+static int put_tensor_hashes(pulse_publisher *p, const pulse_ckpt *c, pulse_record *rec, uint64_t *moved)
 {
     uint8_t *bytes = NULL;
-    size_t len = 0, n = pulse_ckpt_count(c);
-    const char **names = calloc(n ? n : 1, sizeof *names);
-    if (!names)
-        return pulse_fail(PULSE_ERR_NOMEM, "tensor names");
-    for (size_t i = 0; i < n; i++)
-        names[i] = pulse_ckpt_tensor(c, i)->name;
-    int r = part_hashes_encode(n, names, (const uint8_t(*)[32])p->hashes, &bytes, &len);
-    free(names);
-    sync_blob b = { .data = bytes, .len = len };
+    sync_blob b = { 0 };
+    int r = tensor_hashes_bytes(p, c, &bytes, &b.len);
+    b.data = bytes;
     if (!r) {
-        pulse_sha256(bytes, len, b.digest);
+        pulse_sha256(bytes, b.len, b.digest);
         r = sync_put_objects(p->st, p->run, &b, 1, moved);
     }
     if (!r)
-        r = pulse_record_add_object(rec, b.digest, len, PULSE_ROLE_TENSOR_HASHES, "", 0, 0);
-    rec->patch_bytes += len;   /* the sum of the record's objects */
+        r = add_tensor_hashes_object(rec, &b);
     free(bytes);
     return r;
 }
@@ -397,7 +423,7 @@ static int publish_one(pulse_publisher *p, int kind, const uint8_t last_state[32
     rec.dense_bytes = dense_bytes_of(c);
     if (kind == PULSE_RECORD_SYNC_PATCH) {
         memcpy(rec.base, last_state, 32);
-        r = publish_patch(p, &rec, s, sp);
+        r = publish_patch(p, c, &rec, s, sp);
     } else {
         double t0 = pulse_monotonic_s();
         r = sync_keyframe_publish(p->st, p->run, c, p->o.threads, p->o.zstd_level > 0 ? p->o.zstd_level : 3,
@@ -406,9 +432,9 @@ static int publish_one(pulse_publisher *p, int kind, const uint8_t last_state[32
         rec.changes = elems_of(c);
         for (uint32_t i = 0; i < rec.n_objects; i++)
             rec.patch_bytes += rec.objects[i].size;
+        if (!r && p->o.parts)
+            r = put_tensor_hashes(p, c, &rec, &s->moved_bytes);
     }
-    if (!r && p->o.parts)
-        r = add_tensor_hashes(p, c, &rec, &s->moved_bytes);
     uint8_t *bytes = NULL;
     size_t len = 0;
     char rel[SYNC_KEY_MAX];

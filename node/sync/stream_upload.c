@@ -27,6 +27,8 @@
 /* Once the diff is done, what is left goes as up to PARTS_AT_ONCE parts side by side (of at least
  * this size, the store's per-request cost against its bytes), with the head among them. */
 #define TAIL_PART_MIN (1ull << 20)
+/* The head and the objects that go beside it (a part's tensor hashes). */
+#define TAIL_MAX 2
 
 struct stream_upload {
     pulse_store *st;
@@ -45,10 +47,9 @@ struct stream_upload {
     int err;                      /* the first failure, its detail below */
     char detail[512];
     uint64_t sent, part_len, moved;
-    const void *head;             /* the patch's head, sent with the last parts (set at finish) */
-    size_t head_len;
-    uint8_t head_digest[32];
-    int head_sent;
+    sync_blob *tail;              /* the patch's head and what goes with it, sent beside the last */
+    size_t ntail;                 /* parts, their digests filled in (set at finish) */
+    int tail_sent;
     upload_part *parts;
     size_t n, cap;
 };
@@ -120,29 +121,28 @@ static int send_parts(stream_upload *su, const uint64_t *len, size_t k, uint64_t
     uint8_t *map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, su->fd, (off_t)base);
     if (map == MAP_FAILED)
         return pulse_fail_errno(PULSE_ERR_IO, "mapping the patch's data for its upload");
-    sync_blob blob[PARTS_AT_ONCE + 1];
+    sync_blob blob[PARTS_AT_ONCE + TAIL_MAX];
     const uint8_t *p = map + (from - base);
     for (size_t i = 0; i < k; i++) {
         blob[i] = (sync_blob){ .data = p, .len = (size_t)len[i] };
         pulse_sha256(p, (size_t)len[i], blob[i].digest);
         p += len[i];
     }
-    /* the last parts: the head goes beside them (read under the lock: set by finish) */
+    /* the last parts: the head and its company go beside them (read under the lock: set by finish) */
     pthread_mutex_lock(&su->lock);
-    const int with_head = su->head && su->end != UINT64_MAX && su->sent + total == su->end;
+    const size_t with = su->tail && su->end != UINT64_MAX && su->sent + total == su->end ? su->ntail : 0;
     pthread_mutex_unlock(&su->lock);
-    if (with_head) {
-        blob[k] = (sync_blob){ .data = su->head, .len = su->head_len };
-        pulse_sha256(su->head, su->head_len, blob[k].digest);
+    for (size_t i = 0; i < with; i++) {
+        blob[k + i] = (sync_blob){ .data = su->tail[i].data, .len = su->tail[i].len };
+        pulse_sha256(su->tail[i].data, su->tail[i].len, blob[k + i].digest);
     }
-    int r = sync_put_objects(su->st, su->run, blob, k + (size_t)with_head, moved);
+    int r = sync_put_objects(su->st, su->run, blob, k + with, moved);
     munmap(map, map_len);
     if (r)
         return r;
-    if (with_head) {
-        memcpy(su->head_digest, blob[k].digest, 32);
-        su->head_sent = 1;
-    }
+    for (size_t i = 0; i < with; i++)
+        memcpy(su->tail[i].digest, blob[k + i].digest, 32);
+    su->tail_sent = with > 0;
     if (su->n + k > su->cap) {
         size_t cap = su->cap ? su->cap * 2 : 16;
         while (cap < su->n + k)
@@ -240,9 +240,11 @@ void stream_upload_on_data(void *ctx, int fd, uint64_t data_start, uint64_t byte
     pthread_mutex_unlock(&su->lock);
 }
 
-int stream_upload_finish(stream_upload *su, uint64_t data_len, const void *head, size_t head_len,
-                         uint8_t head_digest[32], const upload_part **parts, size_t *n, uint64_t *moved)
+int stream_upload_finish(stream_upload *su, uint64_t data_len, sync_blob *tail, size_t ntail,
+                         const upload_part **parts, size_t *n, uint64_t *moved)
 {
+    if (ntail < 1 || ntail > TAIL_MAX)
+        return pulse_fail(PULSE_ERR_INVALID, "stream_upload_finish: %zu objects beside the parts", ntail);
     pthread_mutex_lock(&su->lock);
     if (data_len == UINT64_MAX)
         su->stop = 1;
@@ -250,27 +252,25 @@ int stream_upload_finish(stream_upload *su, uint64_t data_len, const void *head,
         fail_locked(su, PULSE_ERR_INVALID, "the diff reported fewer of the patch's data bytes than it wrote");
     else
         su->end = data_len;
-    su->head = head;
-    su->head_len = head_len;
+    su->tail = tail;
+    su->ntail = ntail;
     pthread_cond_signal(&su->wake);
     pthread_mutex_unlock(&su->lock);
     pthread_join(su->thread, NULL);
     su->running = 0;
-    if (!su->err && !su->stop && !su->head_sent) {
+    if (!su->err && !su->stop && !su->tail_sent) {
         /* no part was left for the head to go with (all sent before the diff ended, or none) */
-        sync_blob hb = { .data = head, .len = head_len };
-        pulse_sha256(head, head_len, hb.digest);
-        int r = sync_put_objects(su->st, su->run, &hb, 1, &su->moved);
+        for (size_t i = 0; i < ntail; i++)
+            pulse_sha256(tail[i].data, tail[i].len, tail[i].digest);
+        int r = sync_put_objects(su->st, su->run, tail, ntail, &su->moved);
         if (r)
             fail_locked(su, r, pulse_last_error());
-        memcpy(su->head_digest, hb.digest, 32);
     }
     *moved += su->moved;
     if (su->err)
         return pulse_fail(su->err, "%s", su->detail);
     if (su->stop)
         return 0;
-    memcpy(head_digest, su->head_digest, 32);
     *parts = su->parts;
     *n = su->n;
     return 0;

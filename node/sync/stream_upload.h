@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "node/sync/sync_internal.h"
 #include "pulseweights/store.h"
 
 /* One part of the data section: bytes [off, off + len) of it, stored under its SHA-256. */
@@ -22,12 +23,12 @@ int stream_upload_start(stream_upload **out, pulse_store *st, const char *run);
 /* The diff's pulse_diff_opts.on_data (CTX: the stream_upload). */
 void stream_upload_on_data(void *ctx, int fd, uint64_t data_start, uint64_t bytes);
 /* After the diff: DATA_LEN, the data section's size when it succeeded (the rest is stored, with
- * the patch's HEAD of HEAD_LEN bytes beside the last parts, and waited for), or UINT64_MAX when it
- * failed (the thread stops; parts stored are orphans, which retention collects). 0 with the
- * head's SHA-256 in HEAD_DIGEST, the parts in order in *parts (owned by SU) and *n, the bytes
- * sent added to *moved; or the first failure. */
-int stream_upload_finish(stream_upload *su, uint64_t data_len, const void *head, size_t head_len,
-                         uint8_t head_digest[32], const upload_part **parts, size_t *n, uint64_t *moved);
+ * TAIL, the patch's head and up to one more object (data and len set), beside the last parts in
+ * the same batch, and waited for), or UINT64_MAX when it failed (the thread stops; parts stored
+ * are orphans, which retention collects). 0 with TAIL's digests filled in, the parts in order
+ * in *parts (owned by SU) and *n, the bytes sent added to *moved; or the first failure. */
+int stream_upload_finish(stream_upload *su, uint64_t data_len, sync_blob *tail, size_t ntail,
+                         const upload_part **parts, size_t *n, uint64_t *moved);
 void stream_upload_free(stream_upload **su);
 
 #endif

@@ -71,9 +71,11 @@ int sync_keyframe_publish(pulse_store *st, const char *run, const pulse_ckpt *c,
  * every chunk, decompresses into a temporary file (a sharded keyframe: each shard into its file
  * in a temporary directory, opened as one checkpoint and copied into one file), checks its state
  * id against R's result, renames it into place. Trailing tensor-hashes objects are not fetched.
- * Nothing is left at PATH on failure, and no temporary on any path. */
+ * Nothing is left at PATH on failure, and no temporary on any path but a kill (sync_keyframe_sweep). */
 int sync_keyframe_restore(pulse_store *st, const char *run, const pulse_record *r, int threads,
                           const char *path, uint64_t *moved);
+/* Removes the temporaries a restore into PATH left when it was killed (PATH.keyframe.*, PATH.tmp.*). */
+void sync_keyframe_sweep(const char *path);
 
 /* Whether an existing record PREV says what MINE says (the caller's rule for a re-run). */
 typedef int (*sync_same_fn)(const pulse_record *prev, const pulse_record *mine);

@@ -382,6 +382,31 @@ int main(void)
         pulse_record_clear(&r);
     }
 
+    /* What a restore killed midway leaves beside PATH is swept (a follower does at open), and
+     * nothing else: a temporary file, a shard directory with its files, a copy's temporary. */
+    {
+        FILE *f;
+        mkdir(at("out/model.safetensors.keyframe.AbC123"), 0700);
+        const char *made[] = { "out/model.safetensors.keyframe.AbC123/part-00001-of-00003.safetensors",
+                               "out/model.safetensors.keyframe.AbC123/model.safetensors.index.json",
+                               "out/model.safetensors.keyframe.x9y8z7", "out/model.safetensors.tmp.Q1w2E3",
+                               "out/model.safetensors.keep", "out/other.safetensors.keyframe.x9y8z7",
+                               "out/model.safetensors" };
+        for (size_t i = 0; i < sizeof made / sizeof *made; i++)
+            if ((f = fopen(at(made[i]), "w")) != NULL) {
+                fputs("x", f);
+                fclose(f);
+            }
+        CHECK_EQ_INT(entries(at("out")), 6);
+        sync_keyframe_sweep(at("out/model.safetensors"));
+        CHECK_EQ_INT(entries(at("out")), 3);
+        CHECK(exists(at("out/model.safetensors")) && exists(at("out/model.safetensors.keep")) &&
+              exists(at("out/other.safetensors.keyframe.x9y8z7")));
+        for (size_t i = 4; i < sizeof made / sizeof *made; i++)
+            unlink(at(made[i]));
+        CHECK_EQ_INT(entries(at("out")), 0);
+    }
+
     /* Refusals. */
     check_refused(st, MIXED, PULSE_ERR_FORMAT);
     check_refused(st, SLASH, PULSE_ERR_FORMAT);

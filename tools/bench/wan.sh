@@ -200,7 +200,6 @@ run_nodes() {
         --poll-ms "$poll" --keep-keyframes 0 --log json 2>"$d/trainer$i.log" &
       pids+=($!) tpids+=($!)
     done
-    cp "$d/trainer0.log" "$d/trainer.log" 2>/dev/null || true
   else
     "$bin" node trainer --store "$store" --run bench --key "$d/trainer.key" --state "$d/trainer.state" \
       --watch "$d/watch" --poll-ms "$poll" --keep-keyframes 0 --log json 2>"$d/trainer.log" &
