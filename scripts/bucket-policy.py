@@ -3,14 +3,17 @@
 # Prints the least-privilege S3 bucket policy of docs/deploy.md for one bucket: each writer may
 # write only its own keys of a run, everyone else is denied writes there, the run's nodes may read.
 """Usage:
-  bucket-policy.py --bucket B --run R --trainer UID=NODE [--trainer ...]
+  bucket-policy.py --bucket B --run R --trainer UID=NODE [--trainer ...] [--parts N]
                    [--follower UID[=NODE]]... [--reader UID]...
                    [--loco-run L --loco UID=NODE [--loco ...]] [--principal-arn FMT]
 
 UID is the S3 user (RGW: radosgw-admin's --uid); NODE is the node id of the pulse key that user's
 node signs with (the hex in NAME.pub; `pulse keygen` prints it). A follower given a NODE may write
 its receipts (R/receipts/NODE/...); without one it only reads. A reader (pulse status, pulse manifest
-audit) only reads. --principal-arn is the principal for a UID, default "arn:aws:iam:::user/{uid}"
+audit) only reads. --parts N: R is published in N parts (docs/sync.md, "A trainer in parts"), so
+its part runs R.part-I-of-N (records, heads, receipts; their objects lie under R/objects/) get the
+same statements as R; every host of the trainer is a --trainer with the trainer key's NODE.
+--principal-arn is the principal for a UID, default "arn:aws:iam:::user/{uid}"
 (RGW without tenants; AWS IAM users: "arn:aws:iam::ACCOUNT:user/{uid}").
 
 Resource patterns use one `*` per key segment (records/*/*/NODE, not records/*/NODE): RGW's
@@ -56,6 +59,8 @@ def build(a):
         fail("--loco-run needs at least one --loco UID=NODE")
     if a.loco_run == a.run:
         fail("--loco-run must differ from --run (the serving run is written by its trainers only)")
+    if a.parts is not None and not 1 <= a.parts <= 4096:
+        fail(f"--parts {a.parts}: 1 to 4096")
 
     trainers = [uid_node(s, "--trainer", True) for s in a.trainer]
     followers = [uid_node(s, "--follower", False) for s in a.follower]
@@ -77,37 +82,39 @@ def build(a):
         return (what + "For" + "".join(w[:1].upper() + w[1:] for w in words))[:120]
 
     R = a.run
+    # The run's own key prefixes: R/, and with parts each part run's (one * within a segment).
+    runs = [R] + ([f"{R}.part-*-of-{a.parts}"] if a.parts else [])
     writes = ["s3:PutObject", "s3:AbortMultipartUpload"]
     st = []
     run_readers = [u for u, _ in trainers] + [u for u, _ in followers] + readers
     st.append({"Sid": "ReadRun", "Effect": "Allow", "Principal": who(run_readers),
-               "Action": ["s3:GetObject"], "Resource": [obj(f"{R}/*")]})
+               "Action": ["s3:GetObject"], "Resource": [obj(f"{r}/*") for r in runs]})
     for uid, node in trainers:
         st.append({"Sid": sid("TrainerWrites", uid), "Effect": "Allow", "Principal": who([uid]),
                    "Action": writes,
-                   "Resource": [obj(f"{R}/objects/*"), obj(f"{R}/records/*/*/{node}"),
-                                obj(f"{R}/heads/*/{node}")]})
+                   "Resource": [obj(f"{R}/objects/*")] +
+                               [obj(f"{r}/{k}") for r in runs for k in (f"records/*/*/{node}", f"heads/*/{node}")]})
         # Retention: its own records, and any object no kept record names.
         st.append({"Sid": sid("TrainerRetention", uid), "Effect": "Allow", "Principal": who([uid]),
                    "Action": ["s3:DeleteObject"],
-                   "Resource": [obj(f"{R}/objects/*"), obj(f"{R}/records/*/*/{node}")]})
+                   "Resource": [obj(f"{R}/objects/*")] + [obj(f"{r}/records/*/*/{node}") for r in runs]})
     # Whatever the bucket's ACL says, nobody but the trainers writes or deletes the run's data.
     st.append({"Sid": "OnlyTrainersWriteRunData", "Effect": "Deny",
                "NotPrincipal": who([u for u, _ in trainers]),
                "Action": writes + ["s3:DeleteObject"],
-               "Resource": [obj(f"{R}/objects/*"), obj(f"{R}/records/*"), obj(f"{R}/heads/*")]})
+               "Resource": [obj(f"{R}/objects/*")] + [obj(f"{r}/{k}") for r in runs for k in ("records/*", "heads/*")]})
     for uid, node in followers:
         if not node:
             continue
         st.append({"Sid": sid("FollowerReceipts", uid), "Effect": "Allow", "Principal": who([uid]),
-                   "Action": ["s3:PutObject"], "Resource": [obj(f"{R}/receipts/{node}/*")]})
+                   "Action": ["s3:PutObject"], "Resource": [obj(f"{r}/receipts/{node}/*") for r in runs]})
         st.append({"Sid": sid("OnlyFollowerWritesReceipts", uid), "Effect": "Deny",
                    "NotPrincipal": who([uid]), "Action": writes + ["s3:DeleteObject"],
-                   "Resource": [obj(f"{R}/receipts/{node}/*")]})
+                   "Resource": [obj(f"{r}/receipts/{node}/*") for r in runs]})
     # A receipt is create-if-absent and never removed by its node.
     if any(node for _, node in followers):
         st.append({"Sid": "NoReceiptDeletes", "Effect": "Deny", "Principal": who(run_readers),
-                   "Action": ["s3:DeleteObject"], "Resource": [obj(f"{R}/receipts/*")]})
+                   "Action": ["s3:DeleteObject"], "Resource": [obj(f"{r}/receipts/*") for r in runs]})
 
     if a.loco_run:
         L = a.loco_run
@@ -170,6 +177,7 @@ def main():
     ap.add_argument("--run", required=True,
                     help="the run followers pull, after the store URL's prefix if any: [PREFIX/]RUN")
     ap.add_argument("--trainer", action="append", default=[], metavar="UID=NODE")
+    ap.add_argument("--parts", type=int, metavar="N", help="R is published in N parts (its part runs too)")
     ap.add_argument("--follower", action="append", default=[], metavar="UID[=NODE]")
     ap.add_argument("--reader", action="append", default=[], metavar="UID")
     ap.add_argument("--loco-run", help="the LoCo trainers' run (their shards and rounds): [PREFIX/]RUN")

@@ -55,10 +55,10 @@ static void usage(FILE *f)
         "                         steps published, failures, pulse_step_phase_seconds by phase\n"
         "  --metrics-file PATH    write the metrics to PATH (atomically) after each publish\n"
         "  --part I/N             the checkpoints are part I (0..N-1) of a model published by N\n"
-        "                         nodes, each its own tensors (docs/sync.md \"A trainer in parts\");\n"
-        "                         no retention\n"
+        "                         nodes, each its own tensors (docs/sync.md \"A trainer in parts\")\n"
         "  --commit               with --part: also commit each step once every part published it\n"
-        "                         (state in DIR/commit); one node of the N does\n"
+        "                         (state in DIR/commit); one node of the N does, and its\n"
+        "                         --keep-keyframes keeps the run and its parts' runs\n"
         "  --commit-wait S        seconds a commit waits for the other parts (default 600); a part\n"
         "                         still missing is tried again at the next poll\n"
         "  --log FORMAT           text (default) or json: one line per event on stderr\n");
@@ -154,10 +154,11 @@ int node_trainer_main(int argc, char **argv)
         return cli_usage_error(VERB, "%s", pulse_last_error());
     if (o.commit && !o.pub.parts)
         return cli_usage_error(VERB, "--commit goes with --part (the node that commits the parts' steps)");
-    if (o.pub.parts && keep_set && o.keep_keyframes)
-        return cli_usage_error(VERB, "--keep-keyframes: retention does not yet span a run and its parts; use 0");
-    if (o.pub.parts)
-        o.keep_keyframes = 0;   /* a part's retention would delete objects its siblings' records name */
+    if (o.pub.parts && !o.commit && keep_set && o.keep_keyframes)
+        return cli_usage_error(VERB, "--keep-keyframes: the committing node (--commit) keeps a run in parts; "
+                                     "give it there, and 0 or nothing here");
+    if (o.pub.parts && !o.commit)
+        o.keep_keyframes = 0;   /* a part's own retention would delete objects its siblings' records name */
     node_signals_install();
     int r = node_trainer_run(&o);
     if (r)

@@ -20,6 +20,7 @@ typedef struct rec_entry {
     int kind;
     uint64_t step;
     int mine;
+    int fetched;             /* fetch_own has read it */
     int own;                 /* fetched and verified as this node's record (fetch_own) */
     uint8_t (*digests)[32];  /* the objects it names, when own */
     uint32_t n_digests;
@@ -129,6 +130,7 @@ static void log_junk(const char *key, const char *why)
 static int fetch_own(pulse_store *st, const char *run, const pulse_trust *trust, rec_entry *e)
 {
     e->own = 0;
+    e->fetched = 1;
     void *data = NULL;
     size_t len = 0;
     int r = pulse_store_get(st, e->key, 0, PULSE_TO_END, PULSE_RECORD_MAX_BYTES, &data, &len, NULL);
@@ -258,8 +260,45 @@ static void free_entries(rec_list *l)
     l->n = l->cap = 0;
 }
 
-int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32], unsigned keep_keyframes,
-                       uint64_t orphan_grace_s, node_retention_stats *out)
+/* Deletes the records of L (of run RUN) that retention drops with OLDEST the oldest kept
+ * keyframe's step, each only once it verifies as this node's, adding the objects each named to
+ * FREED. */
+static int drop_records(pulse_store *st, const char *run, const pulse_trust *trust, rec_list *l, uint64_t oldest,
+                        digest_set *freed, node_retention_stats *out)
+{
+    int r = 0;
+    for (size_t i = 0; !r && i < l->n; i++) {
+        rec_entry *e = &l->e[i];
+        /* The patch AT the oldest kept keyframe's step leads into the chain from a state
+         * before it (its base is older than the chain's start): it goes too, so the run's
+         * chain starts with a keyframe (what `pulse manifest audit` checks). */
+        int doomed = e->mine && ((e->kind == PULSE_RECORD_KEYFRAME && e->step < oldest) ||
+                                 (e->kind == PULSE_RECORD_SYNC_PATCH && e->step <= oldest));
+        if (!doomed)
+            continue;
+        if (!e->fetched) {
+            int g = fetch_own(st, run, trust, e);
+            if (g == PULSE_ERR_NOTFOUND)
+                continue;  /* deleted meanwhile (another pass) */
+            if (g)
+                return g;
+            out->records_skipped += !e->own;
+        }
+        if (!e->own)
+            continue;
+        for (uint32_t k = 0; !r && k < e->n_digests; k++)
+            r = digest_add(freed, e->digests[k]);
+        int g = r ? 0 : pulse_store_delete(st, e->key);
+        if (g && g != PULSE_ERR_NOTFOUND)
+            r = g;
+        else if (!r)
+            out->records_deleted++;
+    }
+    return r;
+}
+
+int node_retention_run(pulse_store *st, const char *run, uint32_t parts, const uint8_t node[32],
+                       unsigned keep_keyframes, uint64_t orphan_grace_s, node_retention_stats *out)
 {
     memset(out, 0, sizeof *out);
     if (keep_keyframes < 1)
@@ -310,35 +349,19 @@ int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32],
     uint64_t oldest = out->oldest_kept_keyframe;
 
     /* 1. The doomed records' objects, then the records themselves (before any object: a
-     *    reader that still lists a record must still find everything it names). */
-    for (size_t i = 0; !r && i < l.n; i++) {
-        rec_entry *e = &l.e[i];
-        /* The patch AT the oldest kept keyframe's step leads into the chain from a state
-         * before it (its base is older than the chain's start): it goes too, so the run's
-         * chain starts with a keyframe (what `pulse manifest audit` checks). */
-        int doomed = e->mine && ((e->kind == PULSE_RECORD_KEYFRAME && e->step < oldest) ||
-                                 (e->kind == PULSE_RECORD_SYNC_PATCH && e->step <= oldest));
-        if (!doomed)
-            continue;
-        if (e->kind == PULSE_RECORD_SYNC_PATCH) {
-            int g = fetch_own(st, run, trust, e);
-            if (g == PULSE_ERR_NOTFOUND)
-                continue;  /* deleted meanwhile (another pass) */
-            if (g) {
-                r = g;
-                break;
-            }
-            out->records_skipped += !e->own;
-        }
-        if (!e->own)
-            continue;
-        for (uint32_t k = 0; !r && k < e->n_digests; k++)
-            r = digest_add(&freed, e->digests[k]);
-        int g = r ? 0 : pulse_store_delete(st, e->key);
-        if (g && g != PULSE_ERR_NOTFOUND)
-            r = g;
-        else if (!r)
-            out->records_deleted++;
+     *    reader that still lists a record must still find everything it names); the run's, then
+     *    each part run's, whose objects lie under the run's. */
+    r = drop_records(st, run, trust, &l, oldest, &freed, out);
+    for (uint32_t i = 0; !r && i < parts; i++) {
+        char part_run[PULSE_RECORD_MAX_RUN + 1];
+        rec_list pl = { .run = part_run };
+        memcpy(pl.node_hex, l.node_hex, sizeof pl.node_hex);
+        r = pulse_layout_part_run(part_run, sizeof part_run, run, i, parts);
+        if (!r)
+            r = list_records(st, part_run, &pl);
+        if (!r)
+            r = drop_records(st, part_run, trust, &pl, oldest, &freed, out);
+        free_entries(&pl);
     }
     if (r)
         goto done;
@@ -347,13 +370,23 @@ int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32],
 
     /* 2. Everything still named, by any node: listed again, after the deletions, so records
      *    written meanwhile count too. */
-    free_entries(&l);
-    r = list_records(st, run, &l);
-    for (size_t i = 0; !r && i < l.n; i++) {
-        int g = record_digests(st, l.e[i].key, &named);
-        if (g && g != PULSE_ERR_NOTFOUND)
-            r = pulse_fail(g, "retention: cannot read %s, so no object is deleted", l.e[i].key);
+    for (uint32_t i = 0; !r && i <= parts; i++) {
+        char family_run[PULSE_RECORD_MAX_RUN + 1];
+        free_entries(&l);
+        l.run = family_run;
+        if (i == 0)
+            snprintf(family_run, sizeof family_run, "%s", run);
+        else
+            r = pulse_layout_part_run(family_run, sizeof family_run, run, i - 1, parts);
+        if (!r)
+            r = list_records(st, family_run, &l);
+        for (size_t k = 0; !r && k < l.n; k++) {
+            int g = record_digests(st, l.e[k].key, &named);
+            if (g && g != PULSE_ERR_NOTFOUND)
+                r = pulse_fail(g, "retention: cannot read %s, so no object is deleted", l.e[k].key);
+        }
     }
+    l.run = run;
     if (r)
         goto done;
     if (named.n)

@@ -16,7 +16,9 @@ typedef struct node_retention_stats {
     uint64_t object_bytes_deleted;
 } node_retention_stats;
 
-/* One pass over run RUN for the node NODE (its public key): keeps NODE's newest KEEP_KEYFRAMES
+/* One pass over run RUN for the node NODE (its public key), and with PARTS > 0 over its part runs
+ * RUN.part-I-of-PARTS too (a trainer in parts: their objects lie under RUN's, and their records
+ * go by the same steps as RUN's; the keyframes counted are RUN's): keeps NODE's newest KEEP_KEYFRAMES
  * (>= 1) keyframe records and every record of NODE after the oldest of them; deletes NODE's
  * older keyframe records and its sync-patch records up to and including that keyframe's step
  * (that patch starts from a state before the chain), then the objects they named that no record
@@ -28,7 +30,7 @@ typedef struct node_retention_stats {
  * per process) and left alone. Does nothing (no GETs) while NODE has at most KEEP_KEYFRAMES
  * keyframe keys. If a remaining record cannot be read, no object is deleted and the error is
  * returned; bytes that do not parse as a record name no object. */
-int node_retention_run(pulse_store *st, const char *run, const uint8_t node[32], unsigned keep_keyframes,
-                       uint64_t orphan_grace_s, node_retention_stats *out);
+int node_retention_run(pulse_store *st, const char *run, uint32_t parts, const uint8_t node[32],
+                       unsigned keep_keyframes, uint64_t orphan_grace_s, node_retention_stats *out);
 
 #endif

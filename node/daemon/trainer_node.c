@@ -127,7 +127,8 @@ static void retain(trainer *t)
         return;
     node_retention_stats rs;
     node_signals_hold(1);
-    int r = node_retention_run(t->st, t->o->pub.run, t->node, t->o->keep_keyframes, t->o->orphan_grace_s, &rs);
+    int r = node_retention_run(t->st, t->o->pub.run, t->o->pub.parts, t->node, t->o->keep_keyframes,
+                               t->o->orphan_grace_s, &rs);
     node_signals_hold(0);
     if (r) {
         log_error("retention", NULL, r);
@@ -179,6 +180,7 @@ static int commit_step(trainer *t, const watch_entry *e)
     node_log(s.already ? "skipped" : "committed", "step", step_s, "kind", pulse_record_kind_name(s.kind), "ms", ms,
              "wait_ms", wait_ms, "objects", objb, "state", pulse_id_hex(s.result, hex), "record",
              s.record_key, (char *)NULL);
+    retain(t);   /* the run's and its parts' records: the committer's, who knows the steps all hold */
     return 0;
 }
 
@@ -256,7 +258,8 @@ static int publish_entry(trainer *t, const watch_entry *e)
     t->m.published_step = s.step;
     node_phase_hist_add(&t->m.phases, pv);
     show_metrics(t);
-    retain(t);
+    if (!t->o->pub.parts)
+        retain(t);
     return t->committer ? commit_step(t, e) : 0;
 }
 

@@ -154,5 +154,28 @@ wait
 check "[ \$(grep -c '\"committed\"\\|event=committed\\|committed ' node0.log) -ge 3 ]" "the committing node committed steps 0, 1 and 2"
 check "pull nd fn wn.safetensors >/dev/null && [ \"\$(id wn.safetensors)\" = \"\$(id sh2)\" ]" "a follower of the nodes' run holds step 2"
 
+# 8. Retention spans the run and its parts' runs, kept by the committing node: keyframes every 2
+#    steps, the newest one kept; steps 0..5 (run ndr).
+for i in 0 1 2; do
+  mkdir -p "rw$i"
+  for s in 0 1 2 3 4 5; do cp "$(shard "$s" "$i")" "rw$i/part-step$s.safetensors"; done
+done
+for i in 0 1 2; do
+  extra=(--keep-keyframes 0); [ "$i" = 0 ] && extra=(--commit --commit-wait 60 --keep-keyframes 1)
+  timeout 300 "$PULSE_BIN" node trainer --store "$S" --run ndr --key tr.key --state "rst$i" --watch "rw$i" \
+    --pattern 'part-step{N}.safetensors' --part "$i/3" --once --poll-ms 200 --keyframe-every 2 \
+    "${extra[@]}" 2>"rnode$i.log" &
+done
+wait
+records_at() { local c=0 k; for k in keyframe sync-patch; do c=$((c + $(P store ls "$S/$1/records/$k/$(printf %012d "$2")/" 2>/dev/null | wc -l))); done; echo "$c"; }
+check "grep -q 'retained' rnode0.log" "the committing node ran retention over the run in parts"
+check "[ \$(( \$(records_at ndr 0) + \$(records_at ndr 1) + \$(records_at ndr 2) + \$(records_at ndr 3) )) = 0 ] && [ \$(records_at ndr 4) = 1 ] && [ \$(records_at ndr 5) = 1 ]" "the run keeps its records from the newest keyframe (step 4) on, and nothing before"
+check "[ \$(( \$(records_at ndr.part-1-of-3 0) + \$(records_at ndr.part-1-of-3 3) )) = 0 ] && [ \$(records_at ndr.part-1-of-3 4) = 1 ] && [ \$(records_at ndr.part-1-of-3 5) = 1 ]" "a part run's records before step 4 went with the run's"
+check "P manifest audit --store '$S' --run ndr --trust tr.pub >raudit.out 2>&1" "the run audits clean after retention (every object a record names is there, no orphan)"
+check "P manifest audit --store '$S' --run ndr.part-0-of-3 --trust tr.pub >raudit0.out 2>&1" "a part run audits clean after retention"
+check "pull ndr fr wr.safetensors >/dev/null && [ \"\$(id wr.safetensors)\" = \"\$(id sh5)\" ]" "a new follower of the run holds step 5 (from the kept keyframe)"
+check "! P node trainer --store '$S' --run ndr --key tr.key --state x --watch rw1 --part 1/3 --keep-keyframes 2 2>err && grep -q 'committing node' err" "--keep-keyframes on a part that does not commit is refused, naming who keeps the run"
+said
+
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]
