@@ -79,6 +79,11 @@ typedef struct pulse_diff_opts {
      * from the same scan as new_id_out (docs/checkpoints.md "State id"): a part publisher hands
      * them to the committer, which combines the whole model's id without reading a tensor. */
     uint8_t *new_tensor_hashes_out;
+    /* Called (may be NULL) with data_ctx just before each on_data call: the data it reports is
+     * that of the diff's first DONE of TOTAL jobs (pairs of chunks, in order), so that whoever
+     * uploads it can tell how much is still to come (a publisher cuts smaller parts near the
+     * end, so little is left to send once the diff is done). */
+    void (*on_data_progress)(void *ctx, uint64_t done, uint64_t total);
 } pulse_diff_opts;
 
 PULSE_API void pulse_diff_opts_default(pulse_diff_opts *o);

@@ -387,6 +387,7 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
                                 pair_chunks, &d)) != 0)
         goto done;
     d.order.on_prefix = o.on_data;
+    d.order.on_progress = o.on_data_progress;
     d.order.prefix_ctx = o.data_ctx;
     uint64_t table_len = 0;
     const uint32_t version = o.context && o.values == PULSE_VALUES_ULP ? PULSE_PATCH_VERSION_CONTEXT

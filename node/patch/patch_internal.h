@@ -572,6 +572,7 @@ typedef struct patch_order {
     size_t prefix_job;                 /* the first job not all in */
     uint64_t prefix;
     void (*on_prefix)(void *ctx, int fd, uint64_t data_start, uint64_t bytes);   /* may be NULL */
+    void (*on_progress)(void *ctx, uint64_t done, uint64_t total);   /* may be NULL: before on_prefix */
     void *prefix_ctx;
 } patch_order;
 int patch_order_init(patch_order *o, size_t njobs, uint64_t parked_max, patch_order_chunks_fn chunks_of, void *ctx);

@@ -20,6 +20,7 @@ int patch_order_init(patch_order *o, size_t njobs, uint64_t parked_max, patch_or
     o->prefix_job = 0;
     o->prefix = 0;
     o->on_prefix = NULL;
+    o->on_progress = NULL;
     o->prefix_ctx = NULL;
     o->parked = calloc(njobs ? njobs : 1, 1);
     o->written = calloc(njobs ? njobs : 1, 1);
@@ -74,6 +75,8 @@ static void done_writing(patch_order *o, size_t j)
     uint64_t before = o->prefix;
     while (o->prefix_job < o->njobs && o->written[o->prefix_job])
         o->prefix = o->job_end[o->prefix_job++];
+    if (o->on_progress && o->prefix != before)
+        o->on_progress(o->prefix_ctx, o->prefix_job, o->njobs);
     if (o->on_prefix && o->prefix != before)
         o->on_prefix(o->prefix_ctx, o->file.fd, o->file.data_start, o->prefix);
     pthread_mutex_unlock(&o->lock);

@@ -300,6 +300,7 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
         d.chunk_elems = p->o.chunk_elems;
     d.context = p->o.context && p->o.values == PULSE_VALUES_ULP;
     d.on_data = stream_upload_on_data;
+    d.on_data_progress = stream_upload_on_progress;
     d.data_ctx = sp->up;
     r = pulse_patch_diff(last, c, &d, path);
     if (!r && result)

@@ -43,6 +43,7 @@ struct stream_upload {
     uint64_t *cuts;               /* every size ready has had: where a job's chunks end */
     size_t ncuts, cuts_cap, next_cut;   /* next_cut: the first cut beyond sent */
     uint64_t end;                 /* the data's size, UINT64_MAX until the diff is done */
+    uint64_t jobs_done, jobs;     /* the diff's jobs the data ready covers, of all (0: not told) */
     int stop;                     /* the diff failed: nothing more is sent */
     int err;                      /* the first failure, its detail below */
     char detail[512];
@@ -78,6 +79,16 @@ static size_t next_batch(stream_upload *su, uint64_t len[PARTS_AT_ONCE])
         if (even < part)
             part = even;
     }
+    /* While the diff goes on, no part larger than what is still to come (estimated from the data
+     * per job so far): parts shrink towards the end, so what is left to send once it is done is
+     * about a small part, not a large one half filled. */
+    uint64_t cap = PART_MAX;
+    if (!tail && su->jobs_done && su->jobs > su->jobs_done) {
+        cap = su->ready / su->jobs_done * (su->jobs - su->jobs_done);
+        cap = cap < TAIL_PART_MIN ? TAIL_PART_MIN : cap > PART_MAX ? PART_MAX : cap;
+    }
+    if (part > cap)
+        part = cap;
     while (k < PARTS_AT_ONCE && c < su->ncuts) {
         if (su->ready - at < part && su->end == UINT64_MAX)
             break;
@@ -87,8 +98,8 @@ static size_t next_batch(stream_upload *su, uint64_t len[PARTS_AT_ONCE])
         len[k++] = su->cuts[e] - at;
         at = su->cuts[e];
         c = e + 1;
-        if (part < PART_MAX && !tail)
-            part *= 2;
+        if (part < cap && !tail)
+            part = part * 2 < cap ? part * 2 : cap;
     }
     return k;
 }
@@ -122,20 +133,27 @@ static int send_parts(stream_upload *su, const uint64_t *len, size_t k, uint64_t
     if (map == MAP_FAILED)
         return pulse_fail_errno(PULSE_ERR_IO, "mapping the patch's data for its upload");
     sync_blob blob[PARTS_AT_ONCE + TAIL_MAX];
+    const void *data[PARTS_AT_ONCE + TAIL_MAX];
+    size_t dlen[PARTS_AT_ONCE + TAIL_MAX];
+    uint8_t digest[PARTS_AT_ONCE + TAIL_MAX][32];
     const uint8_t *p = map + (from - base);
     for (size_t i = 0; i < k; i++) {
         blob[i] = (sync_blob){ .data = p, .len = (size_t)len[i] };
-        pulse_sha256(p, (size_t)len[i], blob[i].digest);
         p += len[i];
     }
     /* the last parts: the head and its company go beside them (read under the lock: set by finish) */
     pthread_mutex_lock(&su->lock);
     const size_t with = su->tail && su->end != UINT64_MAX && su->sent + total == su->end ? su->ntail : 0;
     pthread_mutex_unlock(&su->lock);
-    for (size_t i = 0; i < with; i++) {
+    for (size_t i = 0; i < with; i++)
         blob[k + i] = (sync_blob){ .data = su->tail[i].data, .len = su->tail[i].len };
-        pulse_sha256(su->tail[i].data, su->tail[i].len, blob[k + i].digest);
+    for (size_t i = 0; i < k + with; i++) {
+        data[i] = blob[i].data;
+        dlen[i] = blob[i].len;
     }
+    pulse_sha256_many(k + with, data, dlen, digest);   /* side by side: four at a time on SHA-NI */
+    for (size_t i = 0; i < k + with; i++)
+        memcpy(blob[i].digest, digest[i], 32);
     int r = sync_put_objects(su->st, su->run, blob, k + with, moved);
     munmap(map, map_len);
     if (r)
@@ -222,6 +240,15 @@ int stream_upload_start(stream_upload **out, pulse_store *st, const char *run)
     su->running = 1;
     *out = su;
     return 0;
+}
+
+void stream_upload_on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    stream_upload *su = ctx;
+    pthread_mutex_lock(&su->lock);
+    su->jobs_done = done;
+    su->jobs = total;
+    pthread_mutex_unlock(&su->lock);
 }
 
 void stream_upload_on_data(void *ctx, int fd, uint64_t data_start, uint64_t bytes)

@@ -22,6 +22,8 @@ typedef struct stream_upload stream_upload;
 int stream_upload_start(stream_upload **out, pulse_store *st, const char *run);
 /* The diff's pulse_diff_opts.on_data (CTX: the stream_upload). */
 void stream_upload_on_data(void *ctx, int fd, uint64_t data_start, uint64_t bytes);
+/* The diff's pulse_diff_opts.on_data_progress: how far along it is, so that parts shrink near the end. */
+void stream_upload_on_progress(void *ctx, uint64_t done, uint64_t total);
 /* After the diff: DATA_LEN, the data section's size when it succeeded (the rest is stored, with
  * TAIL, the patch's head and up to one more object (data and len set), beside the last parts in
  * the same batch, and waited for), or UINT64_MAX when it failed (the thread stops; parts stored
