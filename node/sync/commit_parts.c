@@ -38,6 +38,12 @@ typedef struct commit_job {
     size_t nup;
     uint64_t moved;         /* bytes uploaded */
     uint64_t fetched;       /* bytes downloaded: the parts' heads and tensor hashes */
+    /* The run's head, fetched beside the first poll of the parts' records (the split-brain check
+     * costs no request of its own): whether it was (head_fetched: 0 when not, or when stale as
+     * the records took more polls, so it is fetched again at the check), its GET's result, bytes. */
+    int head_fetched, head_result;
+    void *head_data;
+    size_t head_len;
 } commit_job;
 
 /* Object BUF (LEN bytes, taken) for the batch before the record; its digest into DIGEST. */
@@ -73,6 +79,8 @@ static void parts_free(commit_job *j)
     }
     free(j->part);
     pulse_trust_free(&j->self);
+    pulse_store_free(j->head_data);
+    j->head_data = NULL;
 }
 
 /* Part I's record of kind K at the step, from BYTES: signed by this trainer's key, of the part's
@@ -104,8 +112,9 @@ static int gather_records(commit_job *j, double wait_s)
     static const int kinds[2] = { PULSE_RECORD_SYNC_PATCH, PULSE_RECORD_KEYFRAME };
     const double until = pulse_monotonic_s() + wait_s;
     double nap = 0.02;
-    pulse_transfer *x = calloc(2 * (size_t)j->n, sizeof *x);
-    char (*keys)[SYNC_KEY_MAX] = calloc(2 * (size_t)j->n, sizeof *keys);
+    unsigned polls = 0;
+    pulse_transfer *x = calloc(2 * (size_t)j->n + 1, sizeof *x);
+    char (*keys)[SYNC_KEY_MAX] = calloc(2 * (size_t)j->n + 1, sizeof *keys);
     char (*rels)[SYNC_KEY_MAX] = calloc(2 * (size_t)j->n, sizeof *rels);
     uint32_t *who = calloc(2 * (size_t)j->n, sizeof *who);
     int r = !x || !keys || !rels || !who ? pulse_fail(PULSE_ERR_NOMEM, "records of %u parts", j->n) : 0;
@@ -123,8 +132,26 @@ static int gather_records(commit_job *j, double wait_s)
                 who[m++] = i;
             }
         }
-        if (!r && m)
-            pulse_store_batch(j->p->st, x, m);
+        const int with_head = !r && polls++ == 0 && !publisher_head_key(j->p, keys[m]);
+        if (with_head)
+            x[m] = (pulse_transfer){ .op = PULSE_XFER_GET, .key = keys[m], .length = PULSE_TO_END,
+                                     .max_size = PULSE_LAYOUT_HEAD_MAX };
+        if (!r && m + (size_t)with_head)
+            pulse_store_batch(j->p->st, x, m + (size_t)with_head);
+        /* a head that failed otherwise is fetched again at the check, which then says why */
+        if (with_head && (x[m].result == 0 || x[m].result == PULSE_ERR_NOTFOUND || x[m].result == PULSE_ERR_LIMIT)) {
+            j->head_fetched = 1;
+            j->head_result = x[m].result;
+            j->head_data = x[m].out;
+            j->head_len = x[m].len;
+            x[m].out = NULL;
+        } else if (with_head) {
+            pulse_store_free(x[m].out);
+        } else if (j->head_fetched) {   /* a later poll: the head fetched with the first is stale */
+            pulse_store_free(j->head_data);
+            j->head_data = NULL;
+            j->head_fetched = 0;
+        }
         for (size_t t = 0; !r && t < m; t++) {
             uint32_t i = who[t];
             if (x[t].result == 0)
@@ -597,7 +624,11 @@ PULSE_API int pulse_publisher_commit(pulse_publisher *p, uint32_t parts, int64_t
     uint8_t result[32];
     if (!r) {
         ckpt_state_of_hashes(w.n, (const uint8_t(*)[32])w.hash, result);
-        r = publisher_check_head(p, have_last, last_step, last_state, (uint64_t)step, result);
+        r = j.head_fetched ? publisher_check_head_got(p, j.head_result, j.head_data, j.head_len, have_last, last_step,
+                                                      last_state, (uint64_t)step, result)
+                           : publisher_check_head(p, have_last, last_step, last_state, (uint64_t)step, result);
+        j.head_data = NULL;   /* taken */
+        j.head_fetched = 0;
     }
     if (!r && as_patch)
         r = commit_one(&j, PULSE_RECORD_SYNC_PATCH, last_state, &w, &s);

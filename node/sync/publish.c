@@ -475,16 +475,31 @@ static int head_is_own_progress(const pulse_record *rec, int have_last, uint64_t
  * A head that is missing, unreadable as a key or names no record of this node is no evidence
  * of anything (anyone may write it) and is overwritten by this publish. Costs one GET of the
  * head, and one of the record it names when that is not in the index. */
-int publisher_check_head(pulse_publisher *p, int have_last, uint64_t last_step, const uint8_t last_state[32],
-                              uint64_t step, const uint8_t state[32])
+int publisher_head_key(const pulse_publisher *p, char key[SYNC_KEY_MAX])
 {
-    char head_rel[SYNC_KEY_MAX], head[SYNC_KEY_MAX], rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX];
+    char head_rel[SYNC_KEY_MAX];
     sync_head_rel(p->node, head_rel);
-    int r = sync_run_key(p->run, head_rel, head);
+    return sync_run_key(p->run, head_rel, key);
+}
+
+int publisher_check_head(pulse_publisher *p, int have_last, uint64_t last_step, const uint8_t last_state[32],
+                         uint64_t step, const uint8_t state[32])
+{
+    char head[SYNC_KEY_MAX];
+    int r = publisher_head_key(p, head);
     void *data = NULL;
     size_t len = 0;
     if (!r)
         r = pulse_store_get(p->st, head, 0, PULSE_TO_END, PULSE_LAYOUT_HEAD_MAX, &data, &len, NULL);
+    return publisher_check_head_got(p, r, data, len, have_last, last_step, last_state, step, state);
+}
+
+int publisher_check_head_got(pulse_publisher *p, int r, void *data, size_t len, int have_last, uint64_t last_step,
+                             const uint8_t last_state[32], uint64_t step, const uint8_t state[32])
+{
+    char rel[SYNC_KEY_MAX], key[SYNC_KEY_MAX];
+    if (r)
+        pulse_store_free(data);
     if (r == PULSE_ERR_NOTFOUND || r == PULSE_ERR_LIMIT) {
         pulse_clear_error();
         return 0;

@@ -33,8 +33,13 @@ struct pulse_publisher {
 int publisher_move_head(pulse_publisher *p, const char *rel, const uint8_t *bytes, size_t len);
 
 /* Before publishing STEP (STATE): the node's head in the store must name this publisher's last
- * record or this very step's (publish.c, check_head_is_ours). */
+ * record or this very step's (publish.c). */
 int publisher_check_head(pulse_publisher *p, int have_last, uint64_t last_step, const uint8_t last_state[32],
                          uint64_t step, const uint8_t state[32]);
+/* The same judged on a GET of the head made already (publisher_head_key): R its result, DATA and
+ * LEN its bytes (taken, freed here); a committer fetches it beside the parts' records. */
+int publisher_check_head_got(pulse_publisher *p, int r, void *data, size_t len, int have_last, uint64_t last_step,
+                             const uint8_t last_state[32], uint64_t step, const uint8_t state[32]);
+int publisher_head_key(const pulse_publisher *p, char key[SYNC_KEY_MAX]);
 
 #endif

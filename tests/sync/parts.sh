@@ -111,6 +111,15 @@ commit b 2 0 >/dev/null
 for s in 1 2; do for i in 0 1; do pub b "$s" "$i" 2 "b$s/model-0000$((i + 1))-of-00002.safetensors" >/dev/null; done; done
 check "! commit b 2 2 5 >out 2>err && grep -q 'built on another base' err" "a part on another base is refused by name"; said
 check "commit b 2 1 >/dev/null && commit b 2 2 >/dev/null && pull b fb wb.safetensors >/dev/null && [ \"\$(id wb.safetensors)\" = \"\$(id b2)\" ]" "committing step 1 then 2 mends it"
+# A second committer with the same key (another state directory) while the first goes on: its head
+# check, made beside the parts' records, refuses it; nothing committed.
+python3 "$here/shard.py" syn/step-000003.safetensors 2 b3
+for i in 0 1; do
+  P publish --store "$S" --run b --key tr.key --state "st-b-$i" --part "$i/2" --step 3 --keyframe \
+    "b3/model-0000$((i + 1))-of-00002.safetensors" >/dev/null
+done
+check "! P commit --store '$S' --run b --key tr.key --state cst-b2 --parts 2 --step 3 --wait 5 >out 2>err && grep -q 'another publisher with the same key' err && ! P store ls '$S/b/records/sync-patch/000000000003/' | grep -q ." "a second committer with the same key is refused, nothing committed"; said
+check "commit b 2 3 >/dev/null" "the first committer goes on"
 
 # 6. kill -9 of a part publisher and of the committer at random moments, then re-run: each step
 #    completes once, bit-identical.
