@@ -467,6 +467,13 @@ static int head_is_own_progress(const pulse_record *rec, int have_last, uint64_t
            (rec->kind == PULSE_RECORD_SYNC_PATCH && have_last && !memcmp(rec->base, last_state, 32));
 }
 
+int publisher_head_key(const pulse_publisher *p, char key[SYNC_KEY_MAX])
+{
+    char head_rel[SYNC_KEY_MAX];
+    sync_head_rel(p->node, head_rel);
+    return sync_run_key(p->run, head_rel, key);
+}
+
 /* The store's record chain is the single truth: before publishing STEP (STATE), the node's head
  * must name this publisher's last record (what its index says it published last), or the record
  * of this very step. A head naming another record of this node that verifies under its key
@@ -475,13 +482,6 @@ static int head_is_own_progress(const pulse_record *rec, int have_last, uint64_t
  * A head that is missing, unreadable as a key or names no record of this node is no evidence
  * of anything (anyone may write it) and is overwritten by this publish. Costs one GET of the
  * head, and one of the record it names when that is not in the index. */
-int publisher_head_key(const pulse_publisher *p, char key[SYNC_KEY_MAX])
-{
-    char head_rel[SYNC_KEY_MAX];
-    sync_head_rel(p->node, head_rel);
-    return sync_run_key(p->run, head_rel, key);
-}
-
 int publisher_check_head(pulse_publisher *p, int have_last, uint64_t last_step, const uint8_t last_state[32],
                          uint64_t step, const uint8_t state[32])
 {

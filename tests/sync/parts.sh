@@ -3,8 +3,10 @@
 # A trainer in parts, against file:// ('file') or the test RGW ('s3'): three part publishers, each a
 # separate process holding only its shard, publish a run; a committer writes each step; a whole
 # follower, a slice follower and a part follower end bit-identical. Then the faults: a missing part,
-# a forged part record, parts that overlap, a part on another base, kill -9 of a part publisher and
-# of the committer: each refused by name with nothing committed, or completed once on a re-run.
+# a forged part record, parts that overlap, a part on another base, a second committer with the same
+# key, kill -9 of a part publisher and of the committer: each refused by name with nothing committed,
+# or completed once on a re-run. Last the nodes, one committing, and its retention over the run and
+# its part runs.
 #
 # usage: parts.sh file|s3 [slice|noslice]   (noslice: no slice follower, which loads the library into
 #        python: not in a sanitizer build)
