@@ -260,6 +260,16 @@ static void free_entries(rec_list *l)
     l->n = l->cap = 0;
 }
 
+/* Member I of RUN's family into OUT: 0 the run itself, I in 1..PARTS its part run I - 1. */
+static int family_run(char out[PULSE_RECORD_MAX_RUN + 1], const char *run, uint32_t i, uint32_t parts)
+{
+    if (i == 0) {
+        snprintf(out, PULSE_RECORD_MAX_RUN + 1, "%s", run);
+        return 0;
+    }
+    return pulse_layout_part_run(out, PULSE_RECORD_MAX_RUN + 1, run, i - 1, parts);
+}
+
 /* Deletes the records of L (of run RUN) that retention drops with OLDEST the oldest kept
  * keyframe's step, each only once it verifies as this node's, adding the objects each named to
  * FREED. */
@@ -352,11 +362,11 @@ int node_retention_run(pulse_store *st, const char *run, uint32_t parts, const u
      *    reader that still lists a record must still find everything it names); the run's, then
      *    each part run's, whose objects lie under the run's. */
     r = drop_records(st, run, trust, &l, oldest, &freed, out);
-    for (uint32_t i = 0; !r && i < parts; i++) {
+    for (uint32_t i = 1; !r && i <= parts; i++) {
         char part_run[PULSE_RECORD_MAX_RUN + 1];
         rec_list pl = { .run = part_run };
         memcpy(pl.node_hex, l.node_hex, sizeof pl.node_hex);
-        r = pulse_layout_part_run(part_run, sizeof part_run, run, i, parts);
+        r = family_run(part_run, run, i, parts);
         if (!r)
             r = list_records(st, part_run, &pl);
         if (!r)
@@ -371,15 +381,12 @@ int node_retention_run(pulse_store *st, const char *run, uint32_t parts, const u
     /* 2. Everything still named, by any node: listed again, after the deletions, so records
      *    written meanwhile count too. */
     for (uint32_t i = 0; !r && i <= parts; i++) {
-        char family_run[PULSE_RECORD_MAX_RUN + 1];
+        char name[PULSE_RECORD_MAX_RUN + 1];
         free_entries(&l);
-        l.run = family_run;
-        if (i == 0)
-            snprintf(family_run, sizeof family_run, "%s", run);
-        else
-            r = pulse_layout_part_run(family_run, sizeof family_run, run, i - 1, parts);
+        l.run = name;
+        r = family_run(name, run, i, parts);
         if (!r)
-            r = list_records(st, family_run, &l);
+            r = list_records(st, name, &l);
         for (size_t k = 0; !r && k < l.n; k++) {
             int g = record_digests(st, l.e[k].key, &named);
             if (g && g != PULSE_ERR_NOTFOUND)

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Keyframes: a checkpoint as one safetensors file (or, from a trainer publishing in parts, one file a shard) cut into zstd-compressed, content-addressed ranges. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -506,27 +505,6 @@ void sync_keyframe_sweep(const char *path)
     const char *base = slash ? slash + 1 : path;
     snprintf(stem[0], sizeof stem[0], "%s.keyframe.", base);
     snprintf(stem[1], sizeof stem[1], "%s.tmp.", base);
-    DIR *d = opendir(dirname);
-    if (!d)
-        return;
-    int fd = dirfd(d);
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (strncmp(e->d_name, stem[0], strlen(stem[0])) && strncmp(e->d_name, stem[1], strlen(stem[1])))
-            continue;
-        if (unlinkat(fd, e->d_name, 0) == 0 || (errno != EISDIR && errno != EPERM))
-            continue;
-        int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
-        if (!sd) {
-            if (sub >= 0)
-                close(sub);
-            continue;
-        }
-        for (struct dirent *f; (f = readdir(sd)) != NULL;)
-            if (strcmp(f->d_name, ".") && strcmp(f->d_name, ".."))
-                (void)unlinkat(sub, f->d_name, 0);   /* shard files and the index: no deeper */
-        closedir(sd);
-        (void)unlinkat(fd, e->d_name, AT_REMOVEDIR);
-    }
-    closedir(d);
+    const char *const stems[2] = { stem[0], stem[1] };
+    state_dir_sweep(dirname, stems, 2);   /* a sharded restore's directory goes with its files */
 }

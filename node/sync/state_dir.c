@@ -138,6 +138,23 @@ void state_dir_close(state_dir *d)
     d->fd = -1;
 }
 
+/* Directory FD's entry NAME, a directory: its entries (files: no deeper), then itself. */
+static void remove_flat_dir(int fd, const char *name)
+{
+    int sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
+    if (!sd) {
+        if (sub >= 0)
+            close(sub);
+        return;
+    }
+    for (struct dirent *f; (f = readdir(sd)) != NULL;)
+        if (strcmp(f->d_name, ".") && strcmp(f->d_name, ".."))
+            (void)unlinkat(sub, f->d_name, 0);
+    closedir(sd);
+    (void)unlinkat(fd, name, AT_REMOVEDIR);
+}
+
 void state_dir_sweep(const char *dir, const char *const *stems, size_t n)
 {
     DIR *d = opendir(dir);
@@ -147,7 +164,8 @@ void state_dir_sweep(const char *dir, const char *const *stems, size_t n)
     for (struct dirent *e; (e = readdir(d)) != NULL;)
         for (size_t i = 0; i < n; i++)
             if (!strncmp(e->d_name, stems[i], strlen(stems[i]))) {
-                (void)unlinkat(fd, e->d_name, 0);
+                if (unlinkat(fd, e->d_name, 0) != 0 && (errno == EISDIR || errno == EPERM))
+                    remove_flat_dir(fd, e->d_name);
                 break;
             }
     closedir(d);

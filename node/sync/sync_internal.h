@@ -112,8 +112,9 @@ int state_dir_open(const char *dir, state_dir *out);
 /* The owner and mode checks of state_dir_open alone (loco's state directory). */
 int state_dir_check(const char *dir);
 void state_dir_close(state_dir *d);
-/* Removes the files of DIR whose names start with one of the n stems: what a process that
- * stopped in DIR mid-write left (call with the lock held). Best effort: nothing to report. */
+/* Removes the entries of DIR whose names start with one of the n stems (a directory with the
+ * files in it): what a process that stopped in DIR mid-write left (call with the lock held).
+ * Best effort: nothing to report. */
 void state_dir_sweep(const char *dir, const char *const *stems, size_t n);
 
 #endif
