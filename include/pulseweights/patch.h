@@ -297,6 +297,21 @@ PULSE_API uint64_t pulse_patch_tensor_changes(const pulse_patch *p, size_t i);
 PULSE_API int pulse_patch_tensor_updates(const pulse_patch *p, size_t i, const pulse_ckpt *base, int threads,
                                          int64_t *index, void *values, void *deltas);
 
+/* The other way round: one tensor's changes as a publisher that never held the whole model
+ * gives them (pulse_publisher_publish_changes; pulse_changes_find finds them on the host or a
+ * GPU). The layout of the tensor, its hash now, and its changed elements in the arrays of
+ * pulse_patch_tensor_updates: index strictly ascending, values the new bits, deltas new - old
+ * modulo 2^(8w), each nonzero. Element-wise dtypes only; an OPAQUE tensor can only be
+ * unchanged (count 0). Arrays are borrowed. */
+typedef struct pulse_tensor_changes {
+    pulse_mem_tensor tensor;     /* name, dtype, shape, nbytes; data is not read (may be NULL) */
+    uint8_t hash[32];            /* its hash now (pulse_tensor_hash) */
+    uint64_t count;              /* changed elements */
+    const int64_t *index;
+    const void *values;          /* needed by an abs patch (may be NULL for ulp) */
+    const void *deltas;          /* needed by a ulp patch (may be NULL for abs) */
+} pulse_tensor_changes;
+
 /* Writes one tensor's sparse updates (as pulse_patch_tensor_updates gives them) into a tensor
  * the caller holds in CPU memory, in place: for k < count, element index[k] of dst (nelems
  * elements of `width` bytes: 1, 2 or 4) becomes dst[index[k]] + src[k] with wraparound on the

@@ -99,6 +99,48 @@ PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt, int6
 PULSE_API int pulse_publisher_publish_ckpt(pulse_publisher *p, const pulse_ckpt *c, int64_t step,
                                            unsigned flags, pulse_sync_step *out);
 
+/* Publishes step STEP (as pulse_publisher_publish_ckpt) from its changes alone: T[0..n), one
+ * entry a tensor of the whole layout in bytewise name order, each with the tensor's hash now
+ * and its changed elements since the state this publisher last published (pulse_changes_find
+ * gives exactly this, from tensors on the host or a GPU). No tensor is read: the patch is made of
+ * the lists (byte for byte the patch a diff of the tensors gives), the new state id of the
+ * hashes. The lists are checked (order, bounds, a zero delta, the arrays the value code needs:
+ * PULSE_ERR_INVALID naming the tensor) but cannot be checked against the tensors this publisher
+ * never holds: a list that is not the change from the last published state makes a patch every
+ * follower refuses (its result is not the record's state). Needs a step published before from
+ * the tensors (the first one, a keyframe); a keyframe is published from the tensors too
+ * (pulse_publisher_publish_ckpt with PULSE_PUBLISH_KEYFRAME after this call, same step). No
+ * copy of the state is kept, and one left by an earlier publish is removed: a later publish from
+ * the tensors is a keyframe. Not with opts.context. */
+PULSE_API int pulse_publisher_publish_changes(pulse_publisher *p, const pulse_tensor_changes *t, size_t n,
+                                              int64_t step, pulse_sync_step *out);
+
+/* A part's changes step by step where its tensors live: a copy of the state last published is
+ * kept beside them (host memory, or the GPU's), each step is compared with it there, and only
+ * the changes and the tensors' hashes (1 MiB chunks hashed where the data is) cross to the
+ * caller. PULSE_MEM_CUDA needs a build with CUDA and a device (PULSE_ERR_UNSUPPORTED
+ * otherwise); PULSE_MEM_HOST is the same path on the CPU. */
+typedef struct pulse_changes pulse_changes;
+#define PULSE_MEM_HOST 0
+#define PULSE_MEM_CUDA 1
+
+/* Keeps a copy of TENSORS (n of them, their data in host memory, or in device memory of the
+ * current CUDA device for PULSE_MEM_CUDA) as the base: the state published last (from these
+ * tensors: pulse_publisher_publish_ckpt). Element-wise dtypes only (PULSE_ERR_INVALID naming
+ * another); on a device each tensor below 2^32 elements. */
+PULSE_API int pulse_changes_open(pulse_changes **out, const pulse_mem_tensor *tensors, size_t n, int where);
+PULSE_API void pulse_changes_close(pulse_changes **c);
+
+/* The changes from the base to NOW (the same tensors: names, dtypes, shapes, and memory kind,
+ * else PULSE_ERR_MISMATCH), with NOW's tensor hashes, into *out (n entries in name order, with
+ * index, values and deltas; owned by C, valid until the next find or close). The base stays. */
+PULSE_API int pulse_changes_find(pulse_changes *c, const pulse_mem_tensor *now, size_t n,
+                                 const pulse_tensor_changes **out);
+
+/* The changes last found become the base (call it once their publish succeeded): only the
+ * changed elements are written. */
+PULSE_API int pulse_changes_accept(pulse_changes *c);
+
 /* Commits step STEP (-1: one more than the last committed, 0 for the first) of a model published
  * in PARTS parts (pulse_publish_opts.part) as one record of P's run, signed by P's key (the key
  * the parts signed with): waits up to WAIT_S seconds for every part's record of the step, checks

@@ -37,6 +37,12 @@ struct pulse_ckpt {
     char *tmp_dir;       /* sharded: the temporary directory holding files and index */
 };
 
+/* A checkpoint of tensors' names, dtypes and shapes only (pulse_ckpt_wrap's checks, data NULL):
+ * a patch's layout where the data is elsewhere (a GPU) or never whole (change lists). Nothing
+ * may read its tensors. */
+#define CKPT_LAYOUT_ONLY 0x100
+int ckpt_wrap_layout(pulse_ckpt **out, const pulse_mem_tensor *t, size_t n);
+
 /* Dtype facts: element-typed or opaque, and the width in bits. */
 typedef struct dtype_info {
     const char *name;
@@ -83,6 +89,10 @@ void ckpt_chunk_ids_hash_run(ckpt_chunk_ids *ids, uint64_t g, size_t n);
 /* The state id (and, when tensor_hashes is not NULL, each tensor's hash in canonical order) from
  * the slots, every one of which the caller filled. */
 void ckpt_chunk_ids_state(const ckpt_chunk_ids *ids, uint8_t out[PULSE_STATE_ID_BYTES], uint8_t *tensor_hashes);
+
+/* T's hash (pulse_tensor_hash) from the SHA-256 of each PULSE_STATE_CHUNK-byte chunk of its data
+ * (ceil(nbytes / PULSE_STATE_CHUNK) x 32 bytes), hashed wherever the data is (a GPU). */
+void ckpt_tensor_hash_from(const pulse_tensor *t, const uint8_t *chunk_hashes, uint8_t out[32]);
 
 /* The state id of tensors whose hashes (canonical order) are HASHES[0..n): what a committer
  * computes for the whole model from its parts' tensor hashes. */

@@ -48,8 +48,7 @@ static void chunk_hash(const pulse_tensor *t, uint64_t k, uint8_t out[32])
     pulse_sha256(d, len, out);
 }
 
-/* The tensor hash from its chunk hashes (nchunks * 32 bytes). */
-static void tensor_hash_from(const pulse_tensor *t, const uint8_t *chunk_hashes, uint8_t out[32])
+void ckpt_tensor_hash_from(const pulse_tensor *t, const uint8_t *chunk_hashes, uint8_t out[32])
 {
     pulse_sha256_ctx h;
     pulse_sha256_init(&h);
@@ -77,7 +76,7 @@ int pulse_tensor_hash(const pulse_tensor *t, uint8_t out[32])
         return pulse_fail(PULSE_ERR_NOMEM, "tensor %s: chunk hashes", t->name);
     for (uint64_t k = 0; k < n; k++)
         chunk_hash(t, k, ch + k * 32);
-    tensor_hash_from(t, ch, out);
+    ckpt_tensor_hash_from(t, ch, out);
     free(ch);
     return 0;
 }
@@ -152,7 +151,7 @@ void ckpt_chunk_ids_state(const ckpt_chunk_ids *ids, uint8_t out[PULSE_STATE_ID_
     put_u64(&h, c->n);
     for (size_t i = 0; i < c->n; i++) {
         uint8_t th[32];
-        tensor_hash_from(&c->t[i], ids->hash[ids->first[i]], th);
+        ckpt_tensor_hash_from(&c->t[i], ids->hash[ids->first[i]], th);
         pulse_sha256_update(&h, th, 32);
         if (tensor_hashes)
             memcpy(tensor_hashes + i * 32, th, 32);

@@ -42,7 +42,7 @@ static int check_disjoint(pulse_tensor *t, size_t n)
 }
 
 /* One tensor's facts from its description; the name is set by the caller. */
-static int describe(const pulse_mem_tensor *m, size_t i, pulse_tensor *t)
+static int describe(const pulse_mem_tensor *m, size_t i, pulse_tensor *t, int layout_only)
 {
     if (!m->name || !m->dtype_name)
         return pulse_fail(PULSE_ERR_INVALID, "tensor %zu: no name or dtype", i);
@@ -73,16 +73,17 @@ static int describe(const pulse_mem_tensor *m, size_t i, pulse_tensor *t)
     if (m->nbytes != t->nbytes)
         return pulse_fail(PULSE_ERR_INVALID, "tensor %s: %llu bytes given, but %s shape needs %llu", m->name,
                           (unsigned long long)m->nbytes, info->name, (unsigned long long)t->nbytes);
-    if (t->nbytes && !m->data)
+    if (t->nbytes && !m->data && !layout_only)
         return pulse_fail(PULSE_ERR_INVALID, "tensor %s: no data", m->name);
-    t->data = m->data;
+    t->data = layout_only ? NULL : m->data;
     t->file = 0;
     return 0;
 }
 
-int pulse_ckpt_wrap(pulse_ckpt **out, const pulse_mem_tensor *mt, size_t n, int flags)
+/* flags: PULSE_CKPT_READ or PULSE_CKPT_WRITE, or CKPT_LAYOUT_ONLY. */
+static int wrap(pulse_ckpt **out, const pulse_mem_tensor *mt, size_t n, int flags)
 {
-    if (!out || (n && !mt) || (flags & ~PULSE_CKPT_WRITE))
+    if (!out || (n && !mt) || (flags & ~(PULSE_CKPT_WRITE | CKPT_LAYOUT_ONLY)))
         return pulse_fail(PULSE_ERR_INVALID, "pulse_ckpt_wrap: bad arguments");
     *out = NULL;
     if (n > PULSE_ST_MAX_TENSORS)
@@ -115,7 +116,7 @@ int pulse_ckpt_wrap(pulse_ckpt **out, const pulse_mem_tensor *mt, size_t n, int 
         memcpy(at, mt[i].name, len);
         t[i].name = at;
         at += len;
-        r = describe(&mt[i], i, &t[i]);
+        r = describe(&mt[i], i, &t[i], flags & CKPT_LAYOUT_ONLY);
     }
     if (!r && n > 1)
         qsort(t, n, sizeof *t, cmp_by_name);
@@ -130,4 +131,16 @@ int pulse_ckpt_wrap(pulse_ckpt **out, const pulse_mem_tensor *mt, size_t n, int 
     }
     *out = c;
     return 0;
+}
+
+int pulse_ckpt_wrap(pulse_ckpt **out, const pulse_mem_tensor *t, size_t n, int flags)
+{
+    if (flags & CKPT_LAYOUT_ONLY)   /* internal: a caller's checkpoint holds its data */
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_ckpt_wrap: bad arguments");
+    return wrap(out, t, n, flags);
+}
+
+int ckpt_wrap_layout(pulse_ckpt **out, const pulse_mem_tensor *t, size_t n)
+{
+    return wrap(out, t, n, CKPT_LAYOUT_ONLY);
 }

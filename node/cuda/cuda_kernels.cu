@@ -54,6 +54,15 @@ __global__ void ulp_apply_kernel(T *dst, uint32_t limit, const uint32_t *idx, si
     }
 }
 
+template <typename T>
+__global__ void delta_kernel(const T *base, uint32_t limit, const uint32_t *idx, size_t k, const T *v, T *delta)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < k; j += (size_t)gridDim.x * blockDim.x) {
+        uint32_t i = idx[j];
+        delta[j] = i < limit ? (T)(v[j] - base[i]) : (T)0;
+    }
+}
+
 __global__ void scatter_add_kernel(float *acc, uint32_t limit, const uint32_t *idx, size_t k, const float *v)
 {
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < k; j += (size_t)gridDim.x * blockDim.x) {
@@ -325,6 +334,22 @@ extern "C" int pulse_cu_ulp_apply(unsigned width, void *dst, uint32_t limit, con
     case 1: ulp_apply_kernel<uint8_t><<<g, kThreads, 0, st>>>((uint8_t *)dst, limit, idx, k, (const uint8_t *)z); break;
     case 2: ulp_apply_kernel<uint16_t><<<g, kThreads, 0, st>>>((uint16_t *)dst, limit, idx, k, (const uint16_t *)z); break;
     case 4: ulp_apply_kernel<uint32_t><<<g, kThreads, 0, st>>>((uint32_t *)dst, limit, idx, k, (const uint32_t *)z); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int pulse_cu_delta(unsigned width, const void *base, uint32_t limit, const uint32_t *idx, size_t k,
+                              const void *v, void *delta, void *stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    if (k == 0)
+        return 0;
+    unsigned g = grid_for(k);
+    switch (width) {
+    case 1: delta_kernel<uint8_t><<<g, kThreads, 0, st>>>((const uint8_t *)base, limit, idx, k, (const uint8_t *)v, (uint8_t *)delta); break;
+    case 2: delta_kernel<uint16_t><<<g, kThreads, 0, st>>>((const uint16_t *)base, limit, idx, k, (const uint16_t *)v, (uint16_t *)delta); break;
+    case 4: delta_kernel<uint32_t><<<g, kThreads, 0, st>>>((const uint32_t *)base, limit, idx, k, (const uint32_t *)v, (uint32_t *)delta); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();

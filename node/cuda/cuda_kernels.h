@@ -23,6 +23,15 @@ int pulse_cu_scatter(unsigned width, void *dst, uint32_t limit, const uint32_t *
 int pulse_cu_ulp_apply(unsigned width, void *dst, uint32_t limit, const uint32_t *idx, size_t k,
                        const void *z, void *stream);
 
+/* delta[j] = v[j] - base[idx[j]] modulo 2^width for j < k (the bit difference a ulp patch
+ * carries, pulse_tensor_changes.deltas); positions below limit as for the scatter. */
+int pulse_cu_delta(unsigned width, const void *base, uint32_t limit, const uint32_t *idx, size_t k, const void *v,
+                   void *delta, void *stream);
+
+/* SHA-256 of n messages at once, message t the len[t] bytes at data[t] (data and len in device
+ * memory), its digest to digests + 32 t (cuda_sha256.cu): a tensor's state chunks. */
+int pulse_cu_sha256_many(const uint8_t *const *data, const uint64_t *len, size_t n, uint8_t *digests, void *stream);
+
 /* Device scratch bytes that pulse_cu_diff and pulse_cu_gate need for n elements. */
 size_t pulse_cu_scratch_bytes(size_t n);
 

@@ -6,11 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/env_bytes.h"
 #include "base/fail.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
-#include "node/parallel.h"
 #include "node/patch/patch_ctxcode.h"
 #include "node/patch/patch_internal.h"
 
@@ -44,28 +42,18 @@ static int same_layout(const pulse_ckpt *a, const pulse_ckpt *b)
     return 0;
 }
 
-/* The most coded bytes kept waiting for their turn in the output (patch_order;
- * PULSE_DIFF_PARK=<bytes>[K|M|G] lowers it). */
-#define DIFF_PARKED_MAX ((size_t)64 << 20)
-
 typedef struct diff_job {
     const pulse_ckpt *a, *b;
     const pulse_diff_opts *o;
-    patch_out_tensor *out;
-    uint64_t *chunk_start;   /* ntensors + 1 prefix sums of chunk counts */
-    size_t ntensors;
-    patch_pool *pool;        /* kept between diffs (patch_pool_take_kept) */
-    patch_order order;       /* job j: global chunks 2j and 2j + 1 */
+    patch_build build;
     ckpt_chunk_ids *new_ids; /* NEW's state id hashed as it is scanned; NULL: given */
 } diff_job;
 
-/* Global chunk `job`: its tensor, its entry, and the spans of OLD and NEW it covers. */
-static patch_out_chunk *chunk_span(const diff_job *d, size_t job, size_t *tensor, const uint8_t **pa,
-                                   const uint8_t **pb, size_t *len, unsigned *unit)
+/* Chunk c of tensor t: the spans of OLD and NEW it covers. */
+static void chunk_span(const diff_job *d, size_t t, uint64_t c, const uint8_t **pa, const uint8_t **pb, size_t *len,
+                       unsigned *unit)
 {
-    size_t lo = patch_chunk_tensor(d->chunk_start, d->ntensors, job);
-    const pulse_tensor *ta = pulse_ckpt_tensor(d->a, lo), *tb = pulse_ckpt_tensor(d->b, lo);
-    uint64_t c = job - d->chunk_start[lo];
+    const pulse_tensor *ta = pulse_ckpt_tensor(d->a, t), *tb = pulse_ckpt_tensor(d->b, t);
     unsigned u = patch_dtype_unit(ta->dtype);
     uint64_t units = ta->nbytes / (u ? u : 1);
     uint64_t first = c * d->o->chunk_elems;
@@ -73,34 +61,21 @@ static patch_out_chunk *chunk_span(const diff_job *d, size_t job, size_t *tensor
     *pa = ta->data + first * (u ? u : 1);
     *pb = tb->data + first * (u ? u : 1);
     *unit = u;
-    *tensor = lo;
-    return &d->out[lo].chunks[c];
 }
 
 /* The plan: which chunks differ at all. A changed chunk usually differs in its first bytes, so
  * this costs a few cache lines per changed chunk and one compare of each unchanged one (which
  * the diff then skips); it fixes the table's length before any chunk is coded. */
-static int plan_chunk(void *ctx, size_t job)
+static int plan_chunk(void *ctx, size_t g)
 {
     const diff_job *d = ctx;
-    size_t tensor, len;
+    size_t t = patch_chunk_tensor(d->build.chunk_start, d->build.ntensors, g), len;
+    const uint64_t c = g - d->build.chunk_start[t];
     const uint8_t *pa, *pb;
     unsigned unit;
-    patch_out_chunk *oc = chunk_span(d, job, &tensor, &pa, &pb, &len, &unit);
-    oc->planned = memcmp(pa, pb, len * (unit ? unit : 1)) != 0;
+    chunk_span(d, t, c, &pa, &pb, &len, &unit);
+    d->build.out[t].chunks[c].planned = memcmp(pa, pb, len * (unit ? unit : 1)) != 0;
     return 0;
-}
-
-/* Job j's chunks: global chunks 2j and 2j + 1 (when there is one). */
-static void pair_chunks(void *ctx, size_t j, patch_out_chunk **oc, size_t *n)
-{
-    const diff_job *d = ctx;
-    size_t first = 2 * j, tensor, len;
-    const uint8_t *pa, *pb;
-    unsigned unit;
-    *n = first + 1 < (size_t)d->chunk_start[d->ntensors] ? 2 : 1;
-    for (size_t i = 0; i < *n; i++)
-        oc[i] = chunk_span(d, first + i, &tensor, &pa, &pb, &len, &unit);
 }
 
 /* Below this many changes a chunk is coded both ways and the smaller kept: the context coder's
@@ -149,22 +124,18 @@ static int encode_context(diff_job *d, patch_scratch *s, pulse_dtype dt, const u
     return 0;
 }
 
-/* Encodes global chunk `job` with slot s; its bytes are left staged in s->planes, its
- * digest to the caller (s->defer_digest). Sets *out to the chunk's entry. */
-static int encode_chunk(diff_job *d, size_t job, patch_scratch *s, patch_out_chunk **out)
+/* Encodes chunk c of tensor `tensor` (a planned one) with slot s into oc; its bytes are left
+ * staged in s->planes, its digest to the driver (s->defer_digest). */
+static int encode_chunk(void *ctx, size_t tensor, uint64_t c, patch_scratch *s, patch_out_chunk *oc)
 {
-    size_t tensor, len;
+    diff_job *d = ctx;
+    size_t len;
     const uint8_t *pa, *pb;
     unsigned unit;
-    patch_out_chunk *oc = chunk_span(d, job, &tensor, &pa, &pb, &len, &unit);
+    chunk_span(d, tensor, c, &pa, &pb, &len, &unit);
     int opaque = unit == 0;
     if (opaque)
         unit = 1;
-    *out = oc;
-    if (!oc->planned) {   /* no byte differs: nothing to find */
-        oc->count = 0;
-        return 0;
-    }
 
     int err = 0;
     if (patch_misaligned(pa, unit) || patch_misaligned(pb, unit)) {
@@ -245,10 +216,10 @@ coded:
  * numbering. */
 static void new_chunks_of(const diff_job *d, size_t job, uint64_t *g0, uint64_t *g1)
 {
-    size_t tensor, len;
+    size_t tensor = patch_chunk_tensor(d->build.chunk_start, d->build.ntensors, job), len;
     const uint8_t *pa, *pb;
     unsigned unit;
-    chunk_span(d, job, &tensor, &pa, &pb, &len, &unit);
+    chunk_span(d, tensor, job - d->build.chunk_start[tensor], &pa, &pb, &len, &unit);
     const uint64_t u = unit ? unit : 1, first = (uint64_t)(pb - pulse_ckpt_tensor(d->b, tensor)->data);
     const uint64_t k0 = (first + PULSE_STATE_CHUNK - 1) / PULSE_STATE_CHUNK;
     const uint64_t k1 = (first + len * u + PULSE_STATE_CHUNK - 1) / PULSE_STATE_CHUNK;
@@ -261,8 +232,9 @@ static void new_chunks_of(const diff_job *d, size_t job, uint64_t *g0, uint64_t 
  * reads on into NEW, which nothing writes): NEW's state id costs no pass of its own. The
  * chunks' state chunks go in one run where they follow each other, so that four of them share
  * the four-message kernel. */
-static void hash_new_chunks(const diff_job *d, size_t first, size_t n)
+static void hash_new_chunks(void *ctx, size_t first, size_t n)
 {
+    const diff_job *d = ctx;
     uint64_t g0, g1, h0, h1;
     new_chunks_of(d, first, &g0, &g1);
     if (n == 2) {
@@ -274,48 +246,6 @@ static void hash_new_chunks(const diff_job *d, size_t first, size_t n)
     }
     if (g1 > g0)
         ckpt_chunk_ids_hash_run(d->new_ids, g0, (size_t)(g1 - g0));
-}
-
-/* Job j: global chunks 2j and 2j + 1 (when there is one), the second coded into the slot's
- * other output buffer, so that both are staged at once and their digests computed in one
- * interleaved pass (pulse_sha256_x2); then both go to the file (or are kept for their turn)
- * before the slot is given back. */
-static int diff_pair(void *ctx, size_t j)
-{
-    diff_job *d = ctx;
-    size_t first = 2 * j, n = first + 1 < (size_t)d->chunk_start[d->ntensors] ? 2 : 1;
-    int err = 0;
-    patch_scratch *s = patch_pool_take(d->pool, &err);
-    if (!s) {
-        patch_order_fail(&d->order);
-        return err;
-    }
-    patch_out_chunk *oc[2] = { NULL, NULL };
-    uint8_t *home = s->planes, *other = n == 2 ? patch_scratch_planes2(s, d->o->chunk_elems) : NULL;
-    s->defer_digest = 1;
-    if (n == 2 && !other)
-        err = PULSE_ERR_NOMEM;
-    for (size_t i = 0; i < n && !err; i++) {
-        s->planes = i ? other : home;
-        err = encode_chunk(d, first + i, s, &oc[i]);
-    }
-    s->planes = home;
-    s->defer_digest = 0;
-    if (!err) {
-        patch_out_chunk *a = oc[0]->staged ? oc[0] : oc[1], *b = oc[0]->staged ? oc[1] : NULL;
-        if (a && b && b->staged)
-            pulse_sha256_x2(a->staged, (size_t)a->pos_len + a->val_len, b->staged, (size_t)b->pos_len + b->val_len,
-                            a->digest, b->digest);
-        else if (a && a->staged)
-            pulse_sha256(a->staged, (size_t)a->pos_len + a->val_len, a->digest);
-        err = patch_order_commit(&d->order, j, oc, n);   /* before the slot (where they are staged) is given back */
-    }
-    if (!err && d->new_ids)
-        hash_new_chunks(d, first, n);
-    if (err)
-        patch_order_fail(&d->order);
-    patch_pool_give(d->pool, s);
-    return err;
 }
 
 int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
@@ -354,74 +284,21 @@ int pulse_patch_diff(const pulse_ckpt *old_ckpt, const pulse_ckpt *new_ckpt,
     else if ((err = ckpt_chunk_ids_open(&new_ids, new_ckpt)) != 0)
         return err;
 
-    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .order = { .file = { .fd = -1 } },
-                   .new_ids = o.new_id ? NULL : &new_ids };
-    d.ntensors = pulse_ckpt_count(old_ckpt);
-    d.out = calloc(d.ntensors ? d.ntensors : 1, sizeof *d.out);
-    d.chunk_start = calloc(d.ntensors + 1, sizeof *d.chunk_start);
-    if (!d.out || !d.chunk_start) {
-        err = pulse_fail(PULSE_ERR_NOMEM, "diff tables");
-        goto done;
-    }
-    for (size_t i = 0; i < d.ntensors; i++) {
-        const pulse_tensor *t = pulse_ckpt_tensor(old_ckpt, i);
-        unsigned unit = patch_dtype_unit(t->dtype);
-        uint64_t units = unit ? t->nelems : t->nbytes;
-        patch_out_tensor *ot = &d.out[i];
-        ot->name = t->name;
-        ot->dtype_name = t->dtype_name;
-        ot->dtype = unit ? t->dtype : PULSE_DT_OPAQUE;
-        ot->elem_size = t->elem_size;
-        ot->ndim = t->ndim;
-        ot->shape = t->shape;
-        ot->nchunks = (units + o.chunk_elems - 1) / o.chunk_elems;
-        ot->chunks = calloc(ot->nchunks ? ot->nchunks : 1, sizeof *ot->chunks);
-        if (!ot->chunks) {
-            err = pulse_fail(PULSE_ERR_NOMEM, "tensor %s: chunk table", t->name);
-            goto done;
-        }
-        d.chunk_start[i + 1] = d.chunk_start[i] + ot->nchunks;
-    }
-    size_t njobs = (size_t)((d.chunk_start[d.ntensors] + 1) / 2);
-    if ((err = patch_order_init(&d.order, njobs, pulse_env_bytes("PULSE_DIFF_PARK", DIFF_PARKED_MAX, DIFF_PARKED_MAX),
-                                pair_chunks, &d)) != 0)
-        goto done;
-    d.order.on_prefix = o.on_data;
-    d.order.on_progress = o.on_data_progress;
-    d.order.prefix_ctx = o.data_ctx;
-    uint64_t table_len = 0;
     const uint32_t version = o.context && o.values == PULSE_VALUES_ULP ? PULSE_PATCH_VERSION_CONTEXT
                                                                         : PULSE_PATCH_VERSION;
-    if ((err = pulse_parallel_for((size_t)d.chunk_start[d.ntensors], o.threads, plan_chunk, &d)) != 0
-        || (err = patch_table_len(d.out, d.ntensors, 1, pulse_ckpt_metadata(new_ckpt), version, &table_len)) != 0
-        || (err = patch_file_create(&d.order.file, out_path, table_len, !o.scratch)) != 0)
-        goto done;
-    d.order.file.version = version;
-    patch_pool own;
-    if (!(d.pool = patch_pool_take_kept(PATCH_KEPT_DIFF, o.threads, o.chunk_elems, &own, &err)))
-        goto done;
-    err = pulse_parallel_for(njobs, o.threads, diff_pair, &d);
-    uint64_t most = 0;
-    for (size_t i = 0; i < d.ntensors; i++)
-        for (uint64_t c = 0; c < d.out[i].nchunks; c++) {
-            d.out[i].changes += d.out[i].chunks[c].count;
-            most = d.out[i].chunks[c].count > most ? d.out[i].chunks[c].count : most;
-        }
-    patch_pool_give_kept(d.pool, &own, most);
-    if (err)
+    diff_job d = { .a = old_ckpt, .b = new_ckpt, .o = &o, .new_ids = o.new_id ? NULL : &new_ids };
+    d.build = (patch_build){ .o = &o, .version = version, .metadata = pulse_ckpt_metadata(new_ckpt),
+                             .encode = encode_chunk, .coded = d.new_ids ? hash_new_chunks : NULL, .ctx = &d };
+    if ((err = patch_build_layout(&d.build, old_ckpt)) != 0 || (err = patch_build_chunks(&d.build, out_path, plan_chunk)) != 0)
         goto done;
     if (d.new_ids) {
         ckpt_chunk_ids_state(d.new_ids, result_id, o.new_tensor_hashes_out);
         if (o.new_id_out)
             memcpy(o.new_id_out, result_id, 32);
     }
-    err = patch_file_commit(&d.order.file, o.values, o.chunk_elems, base_id, result_id, d.out, d.ntensors,
-                            pulse_ckpt_metadata(new_ckpt));
+    err = patch_build_commit(&d.build, base_id, result_id);
 done:
-    patch_file_abort(&d.order.file);   /* nothing left to do after a commit */
-    patch_order_free(&d.order);
-    patch_out_free(d.out, d.ntensors);
-    free(d.chunk_start);
+    patch_build_free(&d.build);
     ckpt_chunk_ids_close(&new_ids);
     return err;
 }

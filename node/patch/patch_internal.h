@@ -585,6 +585,38 @@ void patch_order_fail(patch_order *o);
 /* Frees what init took (not the file); safe after a failed init. */
 void patch_order_free(patch_order *o);
 
+/* A patch coded two chunks a job on all cores, each job's chunks reaching the file in table order
+ * (patch_build.c): the driver under the diff and the patch of change lists. The caller fills the
+ * first fields; out[i].chunks[c].planned says which chunks have changes (set by the caller, or
+ * by plan, called once per global chunk on all cores before the table's length is fixed). */
+typedef struct patch_build {
+    const pulse_diff_opts *o;      /* values, chunk_elems, threads, scratch, on_data and its company */
+    patch_out_tensor *out;         /* ntensors tensors (patch_build_layout) */
+    size_t ntensors;
+    uint64_t *chunk_start;         /* ntensors + 1 prefix sums of the tensors' chunk counts */
+    uint32_t version;
+    const char *metadata;
+    /* Codes chunk c of tensor t, a planned one, with slot s into oc (staged, digest deferred). */
+    int (*encode)(void *ctx, size_t t, uint64_t c, patch_scratch *s, patch_out_chunk *oc);
+    /* May be NULL: after global chunks first .. first + n - 1 are coded and placed. */
+    void (*coded)(void *ctx, size_t first, size_t n);
+    void *ctx;
+    /* the driver's */
+    patch_order order;
+    patch_pool *pool;
+    int ordered;
+} patch_build;
+/* b->out, b->ntensors and b->chunk_start for the tensors of LAYOUT (only their names, dtypes and
+ * shapes are read), every chunk unplanned; b->o must be set. */
+int patch_build_layout(patch_build *b, const pulse_ckpt *layout);
+/* Plans (when plan is not NULL) and codes every chunk into a temporary beside out_path; the
+ * tensors' change counts are summed. Then patch_build_commit once the ids are known, and
+ * patch_build_free either way (it removes the temporary when there was no commit, and frees the
+ * tables). */
+int patch_build_chunks(patch_build *b, const char *out_path, int (*plan)(void *ctx, size_t g));
+int patch_build_commit(patch_build *b, const uint8_t base_id[32], const uint8_t result_id[32]);
+void patch_build_free(patch_build *b);
+
 /* Frees t[0..n) (each chunk's kept bytes and its chunk array) and t itself; t may be NULL. */
 void patch_out_free(patch_out_tensor *t, size_t n);
 

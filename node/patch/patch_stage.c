@@ -312,6 +312,8 @@ static int stage_span(patch_stage *st, const patch_chunk *c, patch_scratch *s, c
             bits[s->idx[j] / 64] |= (uint64_t)1 << (s->idx[j] % 64);
     }
     size_t n = gather_bits(bits, words, res, unit, vals);
+    if (n == c->count)   /* the part's padding to 8 bytes goes to the journal too: no stale heap bytes */
+        memset(vals + n * unit, 0, (size_t)(align8((uint64_t)n * unit) - (uint64_t)n * unit));
     if (n != c->count)
         return pulse_fail(PULSE_ERR_MISMATCH, "tensor %s chunk %llu: changes %zu units of the checkpoint, the patch "
                           "says %u (the checkpoint is not the patch's base, or a position repeats)",

@@ -18,6 +18,7 @@
 #include "manifest/patch_objects.h"
 #include "crypto/sha256.h"
 #include "node/checkpoint/ckpt_internal.h"
+#include "node/patch/patch_changes.h"
 #include "node/patch/patch_spans.h"
 #include "node/sync/copy_link.h"
 #include "node/sync/part_hashes.h"
@@ -272,10 +273,16 @@ static void step_patch_free(step_patch *sp)
     memset(sp, 0, sizeof *sp);
 }
 
-/* The patch from last (state BASE) to c, into *sp. NEW's state id is RESULT when known, else
- * hashed by the diff in its own scan. */
-static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c, const uint8_t base[32],
-                       const uint8_t *result, step_patch *sp)
+/* The step's changes handed in (pulse_publisher_publish_changes), C then only their layout. */
+typedef struct step_changes {
+    const pulse_tensor_changes *t;
+    size_t n;
+} step_changes;
+
+/* The patch from last (state BASE) to c, into *sp: their diff, or made of CHG's lists (LAST
+ * NULL). NEW's state id is RESULT when known, else hashed by the diff in its own scan. */
+static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_ckpt *c, const step_changes *chg,
+                       const uint8_t base[32], const uint8_t *result, step_patch *sp)
 {
     /* The file is mapped, uploaded and deleted: the uploaded object is the durable copy, and
      * a publisher that stops before the record is written diffs again, so no fsync. */
@@ -302,7 +309,7 @@ static int diff_mapped(pulse_publisher *p, const pulse_ckpt *last, const pulse_c
     d.on_data = stream_upload_on_data;
     d.on_data_progress = stream_upload_on_progress;
     d.data_ctx = sp->up;
-    r = pulse_patch_diff(last, c, &d, path);
+    r = chg ? patch_from_changes(c, chg->t, chg->n, &d, base, result, path) : pulse_patch_diff(last, c, &d, path);
     if (!r && result)
         memcpy(sp->result, result, 32);
     pulse_patch *patch = NULL;
@@ -684,6 +691,18 @@ static int keep_last(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, 
     return r;
 }
 
+/* After a step published from its changes, a copy of an earlier state (a keyframe's) is no
+ * longer the head's: removed, so that a later publish from the tensors makes a keyframe rather
+ * than diff against it. */
+static void drop_copy(pulse_publisher *p, const uint8_t state[32])
+{
+    char path[4096];
+    last_path(p, state, path);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/last.link", p->state_dir);
+    unlink(path);
+}
+
 /* Tensors in memory are first copied into one file in the state directory (uncommitted, so a
  * failure leaves nothing): the keyframe is cut from a file, and the copy becomes the next
  * diff's base, so memory is read once and the state published is the one copied even if the
@@ -704,8 +723,8 @@ const publish_phases *publisher_phases(const pulse_publisher *p)
  * With a copy of the last published state to diff against, C is read once: the diff hashes it for
  * its state id as it compares it, and the copy is brought up to it afterwards from the spans the
  * diff found changed. Without one, C is hashed first (the keyframe reads it again anyway). */
-static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, int64_t step,
-                         unsigned flags, pulse_sync_step *out)
+static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, const step_changes *chg,
+                         int64_t step, unsigned flags, pulse_sync_step *out)
 {
     pulse_sync_step s = { 0 };
     pulse_ckpt *last = NULL;
@@ -718,12 +737,12 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
     memset(&p->phases, 0, sizeof p->phases);
 
     int r = 0;
-    if (p->o.parts) {
+    if (p->o.parts || chg) {
         uint8_t (*hs)[32] = realloc(p->hashes, (pulse_ckpt_count(c) ? pulse_ckpt_count(c) : 1) * 32);
         if (!hs)
             return pulse_fail(PULSE_ERR_NOMEM, "tensor hashes");
         p->hashes = hs;
-        if (step < 0)
+        if (p->o.parts && step < 0)
             return pulse_fail(PULSE_ERR_INVALID, "a part publishes a given step (the committer's), not the next one");
     }
     int h = pulse_index_head(p->ix, p->run, &last_step, last_state);
@@ -731,7 +750,26 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
         have_last = 1;
     else if (h != PULSE_ERR_NOTFOUND)
         r = h;
-    if (!r && have_last) {
+    /* A part whose tensors did not change still publishes its step (a patch of no changes): the
+     * committer needs every part's record of every step. */
+    const int part_moves_on = p->o.parts && have_last && (uint64_t)step > last_step;
+    if (!r && chg) {   /* changes against the head: no copy of it is read, none kept */
+        if (!have_last)
+            r = pulse_fail(PULSE_ERR_INVALID, "%s has published nothing to %s: its first step is published from "
+                           "the tensors (a keyframe)", p->state_dir, p->run);
+        else if (flags & PULSE_PUBLISH_KEYFRAME)
+            r = pulse_fail(PULSE_ERR_INVALID, "a keyframe is cut from the tensors, not from their changes");
+        for (size_t i = 0; !r && i < chg->n; i++)
+            memcpy(p->hashes[i], chg->t[i].hash, 32);
+        if (!r)
+            ckpt_state_of_hashes(chg->n, (const uint8_t(*)[32])p->hashes, state);
+        double t0 = pulse_monotonic_s();
+        if (!r && (memcmp(state, last_state, 32) || part_moves_on))
+            r = diff_mapped(p, NULL, c, chg, last_state, state, &sp);
+        p->phases.diff = ms_since(t0);
+        diffed = !r;
+    }
+    if (!r && have_last && !chg) {
         last_path(p, last_state, lpath);
         if (access(lpath, F_OK) == 0) {
             r = pulse_ckpt_open(&last, lpath, PULSE_CKPT_READ);
@@ -751,7 +789,7 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
         if (!r && last) {
             double t0 = pulse_monotonic_s();
             if (!r)
-                r = diff_mapped(p, last, c, last_state, NULL, &sp);
+                r = diff_mapped(p, last, c, NULL, last_state, NULL, &sp);
             p->phases.diff = ms_since(t0);
             if (!r) {
                 diffed = 1;
@@ -764,9 +802,6 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
         r = ckpt_state_id_tensors(c, p->o.threads, state, p->o.parts ? (uint8_t *)p->hashes : NULL);
         p->phases.state_id = ms_since(t0);
     }
-    /* A part whose tensors did not change still publishes its step (a patch of no changes): the
-     * committer needs every part's record of every step. */
-    const int part_moves_on = p->o.parts && (uint64_t)step > last_step;
     if (!r && have_last && !memcmp(state, last_state, 32) && !part_moves_on) {
         /* Already published: make sure the head says so (a crash may have come before it),
          * unless another publisher of this key has gone on from there. */
@@ -799,7 +834,7 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
                 s.already = 0;
             }
         }
-        if (!r)
+        if (!r && !chg)
             r = keep_last(p, c, snap, state, NULL, NULL);
         goto done;
     }
@@ -829,7 +864,9 @@ static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *sn
             s.moved_bytes = k.moved_bytes;
     }
     pulse_ckpt_close(&last);
-    if (!r) {
+    if (!r && chg) {
+        drop_copy(p, last_state);
+    } else if (!r) {
         double t0 = pulse_monotonic_s();
         r = keep_last(p, c, snap, state, lpath[0] ? lpath : NULL, diffed ? &sp : NULL);
         p->phases.keep = ms_since(t0);
@@ -860,12 +897,12 @@ PULSE_API int pulse_publisher_publish_ckpt(pulse_publisher *p, const pulse_ckpt 
                  (!(flags & PULSE_PUBLISH_KEYFRAME) && head_copy(p, lpath, head_state) == 1);
     pulse_clear_error();
     if (direct) {
-        r = publish_files(p, c, NULL, step, flags, out);
+        r = publish_files(p, c, NULL, NULL, step, flags, out);
     } else {
         pulse_ckpt *snap = NULL;
         r = snapshot(p, c, &snap);
         if (!r)
-            r = publish_files(p, snap, snap, step, flags, out);
+            r = publish_files(p, snap, snap, NULL, step, flags, out);
         pulse_ckpt_close(&snap);   /* removes the copy when it was not kept */
     }
     sync_progress_end();
@@ -883,5 +920,23 @@ PULSE_API int pulse_publisher_publish(pulse_publisher *p, const char *ckpt_path,
     if (!r)
         r = pulse_publisher_publish_ckpt(p, c, step, flags, out);
     pulse_ckpt_close(&c);
+    return r;
+}
+
+PULSE_API int pulse_publisher_publish_changes(pulse_publisher *p, const pulse_tensor_changes *t, size_t n, int64_t step,
+                                              pulse_sync_step *out)
+{
+    pulse_clear_error();
+    if (!p || (n && !t))
+        return pulse_fail(PULSE_ERR_INVALID, "pulse_publisher_publish_changes: no publisher or no changes");
+    pulse_ckpt *layout = NULL;
+    int r = patch_changes_layout(t, n, &layout);
+    if (!r) {
+        step_changes chg = { .t = t, .n = n };
+        sync_progress_begin(p->o.on_progress, p->o.progress_ctx, 0);
+        r = publish_files(p, layout, NULL, &chg, step, 0, out);
+        sync_progress_end();
+    }
+    pulse_ckpt_close(&layout);
     return r;
 }

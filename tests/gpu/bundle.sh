@@ -5,7 +5,7 @@
 #
 #   tests/gpu/bundle.sh [DIR]        # default build-gpu-bundle in the source tree
 #
-# Builds build-gpu with CUDA (nvcc is needed here, a GPU is not), then copies gpu_check, the
+# Builds build-gpu with CUDA (nvcc is needed here, a GPU is not), then copies gpu_check, gpu_changes, the
 # shared library and every shared library they load but glibc's own into DIR (DIR/libs).
 # There: PULSE_GPU_BUILD=DIR tests/gpu/run.sh, which takes from DIR/libs only the libraries
 # that machine lacks. Exit 0, or 1 with the step that failed.
@@ -23,10 +23,10 @@ lib=$(readlink -f "$build/libpulseweights.so")
 
 rm -rf "$out"
 mkdir -p "$out/tests/gpu" "$out/libs"
-cp "$build/tests/gpu/gpu_check" "$out/tests/gpu/"
+cp "$build/tests/gpu/gpu_check" "$build/tests/gpu/gpu_changes" "$out/tests/gpu/"
 cp "$lib" "$out/libpulseweights.so"
 # ldd's resolved paths; glibc's libraries come with every system and must match its loader
-ldd "$build/tests/gpu/gpu_check" "$lib" | awk '/=> \//{print $3}' | sort -u | while read -r so; do
+ldd "$build/tests/gpu/gpu_check" "$build/tests/gpu/gpu_changes" "$lib" | awk '/=> \//{print $3}' | sort -u | while read -r so; do
     case $(basename "$so") in
     libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|libresolv.so.*|ld-linux*) continue ;;
     esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds pulse with CUDA and runs every CUDA kernel against the scalar reference, the device
-# apply of real patches, then the apply-vs-copy benchmark (100M BF16 elements, 1% and 5% changed).
+# apply of real patches, the apply-vs-copy benchmark (100M BF16 elements, 1% and 5% changed), then
+# the device path of a part published from its changes against its CPU twin (gpu_changes).
 #
 #   tests/gpu/run.sh [--no-bench]
 #
@@ -17,7 +18,7 @@ bench=--bench
 py=${PULSE_PYTHON:-/usr/bin/python3}
 [[ ${1:-} == --no-bench ]] && bench=
 
-if [[ ! -x $build/tests/gpu/gpu_check ]]; then
+if [[ ! -x $build/tests/gpu/gpu_check || ! -x $build/tests/gpu/gpu_changes ]]; then
     if ! command -v meson >/dev/null || ! command -v ninja >/dev/null; then
         echo "run.sh: no build at $build and no meson/ninja to make one" >&2
         exit 1
@@ -25,7 +26,7 @@ if [[ ! -x $build/tests/gpu/gpu_check ]]; then
     if [[ ! -f $build/build.ninja ]]; then
         PATH=$PATH:/usr/local/cuda/bin meson setup "$build" "$src" -Dcuda=enabled -Dbuildtype=release >/dev/null
     fi
-    ninja -C "$build" tests/gpu/gpu_check >/dev/null
+    ninja -C "$build" tests/gpu/gpu_check tests/gpu/gpu_changes >/dev/null
 fi
 
 # A bundle (tests/gpu/bundle.sh) brings the libraries it was built with: only those this machine
@@ -44,6 +45,10 @@ fi
 # The whole run is sized for under 5 minutes on one H100/H200; a hang is a failure.
 rc=0
 timeout 600 "$build/tests/gpu/gpu_check" $bench || rc=$?
+# gpu_check's failures are counted already; this one runs either way so one run says both
+crc=0
+timeout 300 "$build/tests/gpu/gpu_changes" || crc=$?
+[[ $rc != 0 ]] || rc=$crc
 # Python tensors on the GPU (pulseweights.device: patches applied with torch ops on the device),
 # where torch sees one; the library itself is host code.
 if [[ $rc == 0 ]] && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
