@@ -9,12 +9,14 @@
 #include "node/checkpoint/ckpt_internal.h"
 #include "node/cuda/cuda_changes.h"
 #include "node/cuda/cuda_kernels.h"
+#include "pulseweights/cuda.h"
 
 /* Elements one diff call compares: bounds the device buffers (12 bytes an element at most)
  * whatever the largest tensor. */
 #define RANGE ((uint64_t)1 << 26)
 
 struct cuda_changes {
+    int device;                  /* the tensors' device: every call works there */
     size_t n;
     void **base;                 /* the copies */
     uint32_t *nelems;            /* their elements */
@@ -30,6 +32,24 @@ struct cuda_changes {
 static int cuda_fail(cudaError_t e, const char *what)
 {
     return pulse_fail(PULSE_ERR_IO, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+/* Whether T's data is memory of DEVICE (-1: any device, set to it); an error naming T if not. */
+static int on_device(const pulse_tensor *t, int *device)
+{
+    struct cudaPointerAttributes a;
+    if (!t->nbytes)
+        return 0;
+    cudaError_t e = cudaPointerGetAttributes(&a, t->data);
+    if (e != cudaSuccess || (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)) {
+        cudaGetLastError();   /* a host pointer is an answer here, not a sticky error */
+        return pulse_fail(PULSE_ERR_INVALID, "tensor %s: its data is not CUDA device memory", t->name);
+    }
+    if (*device >= 0 && a.device != *device)
+        return pulse_fail(PULSE_ERR_INVALID, "tensor %s: on device %d, the others on device %d", t->name, a.device,
+                          *device);
+    *device = a.device;
+    return 0;
 }
 
 void cuda_changes_close(cuda_changes **dp)
@@ -56,6 +76,9 @@ void cuda_changes_close(cuda_changes **dp)
 int cuda_changes_open(cuda_changes **out, const pulse_ckpt *base)
 {
     *out = NULL;
+    int devices = 0, r = pulse_cuda_device_count(&devices);   /* no driver or no device: UNSUPPORTED, said so */
+    if (r)
+        return r;
     cuda_changes *d = calloc(1, sizeof *d);
     const size_t n = pulse_ckpt_count(base);
     if (!d || !(d->base = calloc(n ? n : 1, sizeof *d->base)) || !(d->nelems = calloc(n ? n : 1, sizeof *d->nelems))) {
@@ -65,7 +88,14 @@ int cuda_changes_open(cuda_changes **out, const pulse_ckpt *base)
         return pulse_fail(PULSE_ERR_NOMEM, "device changes");
     }
     d->n = n;
-    int r = 0;
+    d->device = -1;
+    for (size_t i = 0; !r && i < n; i++)
+        r = on_device(pulse_ckpt_tensor(base, i), &d->device);
+    if (d->device < 0)
+        d->device = 0;
+    cudaError_t se = r ? cudaSuccess : cudaSetDevice(d->device);
+    if (se != cudaSuccess)
+        r = cuda_fail(se, "selecting the tensors' device");
     uint64_t most = 1;
     for (size_t i = 0; !r && i < n; i++) {
         const pulse_tensor *t = pulse_ckpt_tensor(base, i);
@@ -76,7 +106,7 @@ int cuda_changes_open(cuda_changes **out, const pulse_ckpt *base)
         else if ((e = cudaMalloc(&d->base[i], t->nbytes ? t->nbytes : 1)) != cudaSuccess)
             r = cuda_fail(e, "a copy of a tensor");
         else if ((e = cudaMemcpy(d->base[i], t->data, t->nbytes, cudaMemcpyDeviceToDevice)) != cudaSuccess)
-            r = cuda_fail(e, "copying a tensor (are its data device pointers?)");
+            r = cuda_fail(e, "copying a tensor");
         d->nelems[i] = (uint32_t)t->nelems;
         most = t->nelems > most ? t->nelems : most;
     }
@@ -100,7 +130,12 @@ int cuda_changes_tensor(cuda_changes *d, size_t i, const pulse_tensor *now, chan
 {
     const unsigned w = now->elem_size;
     uint64_t total = 0;
-    cudaError_t e = cudaSuccess;
+    int r = on_device(now, &d->device);
+    if (r)
+        return r;
+    cudaError_t e = cudaSetDevice(d->device);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "selecting the tensors' device");
     for (uint64_t off = 0; off < now->nelems; off += d->range) {
         const uint64_t len = now->nelems - off < d->range ? now->nelems - off : d->range;
         const uint8_t *a = (const uint8_t *)d->base[i] + off * w, *b = now->data + off * w;
@@ -111,7 +146,7 @@ int cuda_changes_tensor(cuda_changes *d, size_t i, const pulse_tensor *now, chan
             return cuda_fail(e, "diff");
         if (!k)
             continue;
-        int r = changes_lists_reserve(l, total + k, w);
+        r = changes_lists_reserve(l, total + k, w);
         if (r)
             return r;
         if ((e = (cudaError_t)pulse_cu_delta(w, a, (uint32_t)len, d->d_idx, k, d->d_val, d->d_delta, NULL))
@@ -147,7 +182,9 @@ int cuda_changes_hash(cuda_changes *d, const pulse_ckpt *now, uint8_t (*hashes)[
             lens[c] = t->nbytes - off < PULSE_STATE_CHUNK ? t->nbytes - off : PULSE_STATE_CHUNK;
         }
     }
-    cudaError_t e = cudaSuccess;
+    cudaError_t e = cudaSetDevice(d->device);
+    if (e != cudaSuccess)
+        r = cuda_fail(e, "selecting the tensors' device");
     if (!r && chunks > d->hash_cap) {
         cudaFree(d->d_ptrs);
         cudaFree(d->d_lens);
@@ -179,7 +216,9 @@ int cuda_changes_hash(cuda_changes *d, const pulse_ckpt *now, uint8_t (*hashes)[
 
 int cuda_changes_accept(cuda_changes *d, size_t i, const changes_lists *l, uint64_t count)
 {
-    cudaError_t e = cudaSuccess;
+    cudaError_t e = cudaSetDevice(d->device);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "selecting the tensors' device");
     for (uint64_t at = 0; at < count; at += d->range) {
         const uint64_t k = count - at < d->range ? count - at : d->range;
         const unsigned w = l->width;

@@ -9,13 +9,13 @@ import os
 from ._lib import PulseError, PulseNotFound, lib_path
 from ._version import VERSION as __version__
 from .loco import loco_init, loco_round
-from .sync import Follower, Publisher, StepInfo, keygen
+from .sync import Changes, Follower, Publisher, StepInfo, keygen
 from .tensors import Tensor, as_tensors, state_id
 from .updates import Patch, TensorUpdate, apply_updates
 from .engine import EngineFollower
 
 __all__ = ["PulseError", "PulseNotFound", "__version__", "version", "keygen", "Tensor", "as_tensors", "state_id",
-           "Publisher", "Follower", "StepInfo", "loco_init", "loco_round", "lib_path", "Patch", "TensorUpdate",
+           "Publisher", "Changes", "Follower", "StepInfo", "loco_init", "loco_round", "lib_path", "Patch", "TensorUpdate",
            "apply_updates", "EngineFollower"]
 
 

@@ -264,6 +264,13 @@ publisher_publish = _proto("pulse_publisher_publish", c_int, c_void, c_str, ctyp
                            P(SyncStep))
 publisher_publish_ckpt = _proto("pulse_publisher_publish_ckpt", c_int, c_void, c_void, ctypes.c_int64,
                                 ctypes.c_uint, P(SyncStep))
+publisher_publish_changes = _proto("pulse_publisher_publish_changes", c_int, c_void, c_void, c_size, ctypes.c_int64,
+                                   P(SyncStep))
+MEM_HOST, MEM_CUDA = 0, 1
+changes_open = _proto("pulse_changes_open", c_int, P(c_void), P(MemTensor), c_size, c_int)
+changes_close = _proto("pulse_changes_close", None, P(c_void))
+changes_find = _proto("pulse_changes_find", c_int, c_void, P(MemTensor), c_size, P(c_void))
+changes_accept = _proto("pulse_changes_accept", c_int, c_void)
 publisher_commit = _proto("pulse_publisher_commit", c_int, c_void, ctypes.c_uint32, ctypes.c_int64, ctypes.c_double,
                           P(SyncStep))
 follow_opts_default = _proto("pulse_follow_opts_default", None, P(FollowOpts))

@@ -8,7 +8,7 @@ import os
 from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 from . import _lib
-from .tensors import Tensors, Wrapped, as_tensors
+from .tensors import Tensors, Wrapped, as_tensors, mem_tensors, resident_tensors
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 
@@ -117,6 +117,26 @@ def _check_step(step, what) -> Optional[int]:
     return v
 
 
+class Changes(_lib.Closeable):
+    """A part's changes step by step where its tensors live (pulse_changes, docs/sync.md "From
+    device memory"): a copy of TENSORS (a mapping name -> tensor, or an nn.Module), the state last
+    published, is kept beside them, in host memory for numpy arrays and CPU torch tensors, on the
+    GPU for torch tensors on one CUDA device; Publisher.publish_changes compares each step with it
+    there and hashes it there, so only the changes cross to the host. Element-wise dtypes only
+    (BF16, F16, F32, F8). Open it over the tensors just published from (their first publish, a
+    keyframe, goes through publish or publish_part); on a GPU it holds a second copy of them."""
+
+    def __init__(self, tensors: Tensors) -> None:
+        self._p = ctypes.c_void_p()
+        ts, self.where = resident_tensors(tensors)
+        arr, n, keep = mem_tensors(ts)
+        _lib.check(_lib.changes_open(ctypes.byref(self._p), arr, n, self.where))
+
+    def close(self) -> None:
+        if self._p:
+            _lib.changes_close(ctypes.byref(self._p))
+
+
 class Publisher(_lib.Closeable):
     """Signs and publishes checkpoints of a run (docs/sync.md). One publisher per run and key;
     STATE_DIR keeps its index and the last published state (the next diff's base), synced to disk
@@ -200,6 +220,32 @@ class Publisher(_lib.Closeable):
             raise ValueError("publish_part needs the step (an int >= 0): every part publishes the step the "
                              "committer commits")
         return self.publish(tensors, step=step, keyframe=keyframe)
+
+    def publish_changes(self, changes: Changes, tensors: Tensors, step: Optional[int] = None) -> StepInfo:
+        """Publishes TENSORS (the tensors CHANGES was opened over, updated in place by training, on
+        the same device) as STEP from their changes alone (pulse_publisher_publish_changes): found
+        by CHANGES where the tensors are, the patch made of them byte for byte as publish would
+        make it, no copy of the model read or kept on the host. A part Publisher needs STEP. Once
+        the step is published, CHANGES takes it as its base; on an error it keeps the old one, so
+        the call can be repeated. A keyframe is cut from the tensors: publish(..., keyframe=True)
+        of the same step after this. Returns a StepInfo."""
+        if not isinstance(changes, Changes) or not changes._p:
+            raise ValueError("publish_changes needs an open pulseweights.Changes")
+        step = _check_step(step, "publish_changes")
+        if self._part is not None and step is None:
+            raise ValueError("publish_changes of a part needs the step (an int >= 0) the committer commits")
+        ts, where = resident_tensors(tensors)
+        if where != changes.where:
+            raise ValueError("tensors on %s, their Changes on %s" % tuple("cuda" if w == _lib.MEM_CUDA else "cpu"
+                                                                         for w in (where, changes.where)))
+        arr, n, keep = mem_tensors(ts)
+        found = ctypes.c_void_p()
+        _lib.check(_lib.changes_find(changes._p, arr, n, ctypes.byref(found)))
+        s = _lib.SyncStep()
+        _lib.check(_lib.publisher_publish_changes(self._handle(), found, n, -1 if step is None else step,
+                                                  ctypes.byref(s)))
+        _lib.check(_lib.changes_accept(changes._p))
+        return _step_info(s)
 
     def commit(self, step: Optional[int] = None, parts: Optional[int] = None, wait: float = 600.0) -> StepInfo:
         """Commits STEP (None: one more than the last committed, 0 for the first) of the model

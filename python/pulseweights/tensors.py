@@ -135,6 +135,57 @@ def as_tensors(mapping: Tensors, copy: bool = False) -> List[Tensor]:
     return [to_tensor(name, value, copy) for name, value in mapping.items()]
 
 
+def mem_tensors(tensors: Sequence[Tensor]):
+    """The pulse_mem_tensor array of TENSORS, with what keeps its strings alive: (array, n, keep)."""
+    n = len(tensors)
+    arr = (_lib.MemTensor * max(n, 1))()
+    keep = []
+    for i, t in enumerate(tensors):
+        if len(t.shape) > _lib.MAX_DIMS:
+            raise ValueError("tensor %s: %d dimensions (at most %d)" % (t.name, len(t.shape), _lib.MAX_DIMS))
+        name = t.name.encode("utf-8")
+        keep.append(name)
+        m = arr[i]
+        m.name = name
+        m.dtype_name = t.dtype.encode("ascii")
+        m.ndim = len(t.shape)
+        for k, d in enumerate(t.shape):
+            m.shape[k] = d
+        m.data = t.ptr or None
+        m.nbytes = t.nbytes
+    return arr, n, keep
+
+
+def resident_tensors(mapping: Tensors) -> Tuple[List[Tensor], int]:
+    """The tensors where they are, never copied, and where that is: host memory (numpy arrays,
+    CPU torch tensors) or one CUDA device (torch tensors on it, contiguous): (tensors,
+    _lib.MEM_HOST or _lib.MEM_CUDA). Tensors on more than one kind of memory are a ValueError."""
+    if not hasattr(mapping, "items") and callable(getattr(mapping, "state_dict", None)):
+        mapping = mapping.state_dict()
+    if not hasattr(mapping, "items"):
+        raise TypeError("tensors: %s is not a mapping name -> tensor or an nn.Module" % type(mapping).__name__)
+    out, where = [], set()
+    for name, value in mapping.items():
+        dev = getattr(value, "device", None)
+        if getattr(dev, "type", "cpu") == "cuda":
+            import torch
+            if not value.is_contiguous():
+                raise ValueError("tensor %s: not contiguous on %s" % (name, dev))
+            dtype = _torch_dtypes(torch).get(value.dtype)
+            if dtype is None:
+                raise ValueError("tensor %s: torch dtype %s has no safetensors name here" % (name, value.dtype))
+            out.append(Tensor(name, value.data_ptr(), dtype, tuple(value.shape), value.numel() * value.element_size(),
+                              owner=value, writable=False))
+            where.add((_lib.MEM_CUDA, dev.index))
+        else:
+            out.append(to_tensor(name, value))
+            where.add((_lib.MEM_HOST, None))
+    if len(where) > 1:
+        raise ValueError("tensors on %s: a part's changes are found where all of its tensors are, on one device"
+                         % ", ".join(sorted("cpu" if w == _lib.MEM_HOST else "cuda:%s" % d for w, d in where)))
+    return out, (where.pop()[0] if where else _lib.MEM_HOST)
+
+
 class Wrapped(_lib.Closeable):
     """A pulse_ckpt over the tensors' own buffers (pulse_ckpt_wrap). Keeps the tensors (and so
     their buffers) referenced until closed."""
@@ -145,22 +196,7 @@ class Wrapped(_lib.Closeable):
             for t in self.tensors:
                 if not t.writable:
                     raise ValueError("tensor %s: the buffer is read-only and would be written" % t.name)
-        n = len(self.tensors)
-        self._arr = (_lib.MemTensor * max(n, 1))()
-        self._names = []
-        for i, t in enumerate(self.tensors):
-            if len(t.shape) > _lib.MAX_DIMS:
-                raise ValueError("tensor %s: %d dimensions (at most %d)" % (t.name, len(t.shape), _lib.MAX_DIMS))
-            name = t.name.encode("utf-8")
-            self._names.append(name)
-            m = self._arr[i]
-            m.name = name
-            m.dtype_name = t.dtype.encode("ascii")
-            m.ndim = len(t.shape)
-            for k, d in enumerate(t.shape):
-                m.shape[k] = d
-            m.data = t.ptr or None
-            m.nbytes = t.nbytes
+        self._arr, n, self._names = mem_tensors(self.tensors)
         self.ptr = ctypes.c_void_p()
         _lib.check(_lib.ckpt_wrap(ctypes.byref(self.ptr), self._arr, n,
                                   _lib.CKPT_WRITE if writable else _lib.CKPT_READ))

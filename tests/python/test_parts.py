@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# A trainer in parts through Python: three Publishers(part=(i, 3)) each publish_part a disjoint set of whole tensors, a fourth commits each step; a Follower of the run holds the union of the parts bit for bit, at the state id of the whole model; a missing part, a part mismatch and publish_part on a whole Publisher are refused.
+# A trainer in parts through Python: three Publishers(part=(i, 3)) each publish_part a disjoint set of whole tensors (and, later, publish_changes of a pw.Changes), a fourth commits each step; a Follower of the run holds the union of the parts bit for bit, at the state id of the whole model; a missing part, a part mismatch and publish_part on a whole Publisher are refused.
 import json
 import os
 import shutil
@@ -175,6 +175,33 @@ check(raises(lambda: committer.commit(step=3), ValueError, "commit without parts
 for bad in [(3, 3), (-1, 3), (0, 0), (0, 4097), (1,), "ab", (0.0, 3)]:
     check(raises(lambda: pw.Publisher(store, "r", key, os.path.join(tmp, "bad"), part=bad), ValueError,
                  "part=%r" % (bad,)) is not None, "Publisher(part=%r) is refused" % (bad,))
+
+# Steps 3-4 from the parts' changes (pw.Changes on the host, the GPU path's CPU twin): no part
+# reads a copy of its last state; the commit and the follower are as before.
+changes = [pw.Changes(part_of(i)) for i in range(3)]   # over step 2's tensors, the last published
+for step in (3, 4):
+    for nm in names:
+        w[nm] = w[nm].copy()
+        flat = w[nm].reshape(-1)
+        flat[step::7] = flat[step::7] + (1 if w[nm].dtype == np.uint16 else np.float32(0.25))
+    got = [p.publish_changes(changes[i], part_of(i), step=step) for i, p in enumerate(parts)]
+    check(all(g.step == step and g.kind == "patch" for g in got), "step %d: every part published from its changes"
+          % step)
+    c = committer.commit(step=step, parts=3)
+    check(c.result == pw.state_id(tensors(names)), "step %d: the commit of the parts' changes is the whole model's "
+          "state" % step)
+    n, held = fol.pull()
+    fol.sync()
+    check(n == 1 and held.step == step, "step %d: the follower applies it" % step)
+    follower_holds_union(wpath, "step %d (from changes)" % step)
+msg = raises(lambda: parts[0].publish_changes(changes[0], part_of(0)), ValueError, "publish_changes of a part, no step")
+check(msg is not None and "step" in msg, "publish_changes of a part without a step is refused: %s" % msg)
+msg = raises(lambda: parts[0].publish_changes(None, part_of(0), step=5), ValueError, "no Changes")
+check(msg is not None and "Changes" in msg, "publish_changes without a Changes is refused: %s" % msg)
+msg = raises(lambda: parts[0].publish_changes(changes[0], part_of(1), step=5), pw.PulseError, "other tensors")
+check(msg is not None, "publish_changes of tensors that are not its Changes' is refused: %s" % msg)
+for ch in changes:
+    ch.close()
 
 fol.close()
 for p in parts + [committer, whole]:
