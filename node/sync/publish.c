@@ -722,7 +722,8 @@ const publish_phases *publisher_phases(const pulse_publisher *p)
 /* One publish of C, a checkpoint with files (SNAP: C is the uncommitted copy of tensors in memory).
  * With a copy of the last published state to diff against, C is read once: the diff hashes it for
  * its state id as it compares it, and the copy is brought up to it afterwards from the spans the
- * diff found changed. Without one, C is hashed first (the keyframe reads it again anyway). */
+ * diff found changed. Without one, C is hashed first (the keyframe reads it again anyway). With
+ * CHG, C is only the layout of the changes handed in: no tensor is read, no copy kept. */
 static int publish_files(pulse_publisher *p, const pulse_ckpt *c, pulse_ckpt *snap, const step_changes *chg,
                          int64_t step, unsigned flags, pulse_sync_step *out)
 {
