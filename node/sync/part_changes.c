@@ -175,7 +175,8 @@ static int find_job(void *ctx, size_t g)
     case 2: n = k->diff16((const uint16_t *)(const void *)a, (const uint16_t *)(const void *)b, len, pos); break;
     default: n = k->diff32((const uint32_t *)(const void *)a, (const uint32_t *)(const void *)b, len, pos); break;
     }
-    h->job_pos[g] = pos;
+    uint32_t *kept = realloc(pos, (n ? n : 1) * sizeof *pos);   /* held until laid out: the changes' size only */
+    h->job_pos[g] = kept ? kept : pos;
     h->job_count[g] = n;
     return 0;
 }
