@@ -379,7 +379,7 @@ static void test_publish(void)
 }
 
 /* A run in two parts, each published from its changes after its keyframe, committed step by
- * step and followed whole. */
+ * step and followed whole; a part restarted without its base. */
 static void test_parts(void)
 {
     model m;
@@ -411,6 +411,42 @@ static void test_parts(void)
         CHECK_EQ_INT(s.kind, PULSE_RECORD_SYNC_PATCH);
     }
     follow_holds("split", at("fol-split"), &m, 3);
+
+    /* Part 1's process dies and its copy on the device with it: restarted, it has no base to find
+     * changes against, and its next step from the tensors is a keyframe only. The commit says what
+     * to do (a keyframe in every part); part 0 adds one, the step commits, and both go on from
+     * changes opened over that step. */
+    pulse_changes_close(&ch[1]);
+    pulse_publisher_close(&part[1]);
+    part[1] = publisher("split", at("part1"), 1, 2);
+    train(&m);
+    const pulse_tensor_changes *out0 = NULL;
+    CHECK_OK(pulse_changes_find(ch[0], t[0], n[0], &out0));
+    CHECK_OK(pulse_publisher_publish_changes(part[0], out0, n[0], 4, &s));
+    CHECK_OK(pulse_changes_accept(ch[0]));
+    pulse_ckpt *c1 = NULL, *c0 = NULL;
+    CHECK_OK(pulse_ckpt_wrap(&c1, t[1], n[1], PULSE_CKPT_READ));
+    CHECK_OK(pulse_ckpt_wrap(&c0, t[0], n[0], PULSE_CKPT_READ));
+    CHECK_OK(pulse_publisher_publish_ckpt(part[1], c1, 4, 0, &s));
+    CHECK_EQ_INT(s.kind, PULSE_RECORD_KEYFRAME);
+    CHECK_ERR(pulse_publisher_commit(committer, 2, 4, 1, &s), PULSE_ERR_MISMATCH);
+    CHECK(strstr(pulse_last_error(), "keyframe in every part") != NULL);
+    CHECK_OK(pulse_publisher_publish_ckpt(part[0], c0, 4, PULSE_PUBLISH_KEYFRAME, &s));
+    CHECK_OK(pulse_publisher_commit(committer, 2, 4, 10, &s));
+    CHECK_EQ_INT(s.kind, PULSE_RECORD_KEYFRAME);
+    CHECK_OK(pulse_changes_open(&ch[1], t[1], n[1], PULSE_MEM_HOST));
+    train(&m);
+    for (int i = 0; i < 2; i++) {
+        const pulse_tensor_changes *out = NULL;
+        CHECK_OK(pulse_changes_find(ch[i], t[i], n[i], &out));
+        CHECK_OK(pulse_publisher_publish_changes(part[i], out, n[i], 5, &s));
+        CHECK_OK(pulse_changes_accept(ch[i]));
+    }
+    CHECK_OK(pulse_publisher_commit(committer, 2, 5, 10, &s));
+    CHECK_EQ_INT(s.kind, PULSE_RECORD_SYNC_PATCH);
+    follow_holds("split", at("fol-split"), &m, 5);
+    pulse_ckpt_close(&c0);
+    pulse_ckpt_close(&c1);
     for (int i = 0; i < 2; i++) {
         pulse_changes_close(&ch[i]);
         pulse_publisher_close(&part[i]);
