@@ -49,8 +49,8 @@ timeout 600 "$build/tests/gpu/gpu_check" $bench || rc=$?
 crc=0
 timeout 300 "$build/tests/gpu/gpu_changes" || crc=$?
 [[ $rc != 0 ]] || rc=$crc
-# Python tensors on the GPU (pulseweights.device: patches applied with torch ops on the device),
-# where torch sees one; the library itself is host code.
+# Python tensors on the GPU (pulseweights.device: patches applied with torch ops on the device; a
+# run published from changes found there, pw.Changes), where torch sees one.
 if [[ $rc == 0 ]] && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     [[ -f $build/libpulseweights.so ]] || ninja -C "$build" >/dev/null
     PYTHONPATH=$src/python PULSE_LIB=$build/libpulseweights.so timeout 300 "$py" \
