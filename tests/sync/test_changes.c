@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A step published from its changes (pulse_changes on the host, the GPU path's CPU twin): the patch byte for byte the diff's, a whole run and a run in parts followed bit-identically, bad lists refused with nothing published. */
+/* A step published from its changes (pulse_changes on the host, the GPU path's CPU twin): the patch byte for byte the diff's, a whole run and a run in parts followed bit-identically, bad lists refused with nothing published; on file://, or the test RGW with $PULSE_TEST_STORE. */
 #include <dirent.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -217,10 +217,18 @@ static void test_same_patch(void)
     model_free(&m1);
 }
 
+/* The store: $PULSE_TEST_STORE (the test RGW, tests/sync/changes_rgw.sh), else file:// in the test's directory. */
+static const char *store_url(void)
+{
+    static char url[512];
+    const char *env = getenv("PULSE_TEST_STORE");
+    snprintf(url, sizeof url, "%s%s", env && *env ? "" : "file://", env && *env ? env : at("store"));
+    return url;
+}
+
 static pulse_publisher *publisher(const char *run, const char *state, uint32_t part, uint32_t parts)
 {
-    static char url[128];
-    snprintf(url, sizeof url, "file://%s", at("store"));
+    const char *url = store_url();
     pulse_publish_opts po;
     pulse_publish_opts_default(&po);
     po.store_url = url;
@@ -238,8 +246,7 @@ static pulse_publisher *publisher(const char *run, const char *state, uint32_t p
 /* A follower of RUN into tensors in memory holds M's state after a pull. */
 static void follow_holds(const char *run, const char *state, const model *m, uint64_t step)
 {
-    char url[128];
-    snprintf(url, sizeof url, "file://%s", at("store"));
+    const char *url = store_url();
     pulse_trust *trust = NULL;
     CHECK_OK(pulse_key_load_trust_dir(at("trainer.pub"), &trust));
     model f;
