@@ -124,8 +124,9 @@ static int open_head(fetch_job *j)
         j->next[i] = lo;
         j->end[i] = k;
     }
-    if (r) {
+    if (r) {   /* closed here: another worker, or the caller, may try the head again after this */
         patch_stage_close(&st);
+        pulse_patch_close(&j->head);
         return r;
     }
     atomic_store(&j->st, st);
