@@ -77,6 +77,14 @@ void pulse_changes_close(pulse_changes **cp)
     *cp = NULL;
 }
 
+/* T's name, dtype and shape as a pulse_tensor_changes entry names them (its strings T's). */
+static pulse_mem_tensor layout_entry(const pulse_tensor *t)
+{
+    pulse_mem_tensor m = { .name = t->name, .dtype_name = t->dtype_name, .ndim = t->ndim, .nbytes = t->nbytes };
+    memcpy(m.shape, t->shape, sizeof m.shape);
+    return m;
+}
+
 /* NOW's tensors (n, in any order) as a checkpoint in name order, their data where they are. */
 static int wrap_now(const pulse_mem_tensor *t, size_t n, pulse_ckpt **w)
 {
@@ -96,31 +104,21 @@ PULSE_API int pulse_changes_open(pulse_changes **out, const pulse_mem_tensor *te
     if (r)
         return r;
     pulse_changes *c = calloc(1, sizeof *c);
-    pulse_tensor_changes *lt = calloc(n ? n : 1, sizeof *lt);
-    if (!c || !lt)
+    if (!c || !(c->lists = calloc(n ? n : 1, sizeof *c->lists)) || !(c->out = calloc(n ? n : 1, sizeof *c->out)))
         r = pulse_fail(PULSE_ERR_NOMEM, "changes");
     for (size_t i = 0; !r && i < n; i++) {
         const pulse_tensor *t = pulse_ckpt_tensor(w, i);
         if (t->dtype == PULSE_DT_OPAQUE)
             r = pulse_fail(PULSE_ERR_INVALID, "tensor %s: %s is not element-wise: a part found by its changes holds "
                            "BF16, F16, F32 or F8 tensors", t->name, t->dtype_name);
-        lt[i].tensor = (pulse_mem_tensor){ .name = t->name, .dtype_name = t->dtype_name, .ndim = t->ndim,
-                                           .nbytes = t->nbytes };
-        memcpy(lt[i].tensor.shape, t->shape, sizeof t->shape);
+        c->out[i].tensor = layout_entry(t);
     }
     if (!r) {
         c->where = where;
-        r = patch_changes_layout(lt, n, &c->layout);
+        r = patch_changes_layout(c->out, n, &c->layout);
     }
-    free(lt);
-    if (!r && (!(c->lists = calloc(n ? n : 1, sizeof *c->lists)) || !(c->out = calloc(n ? n : 1, sizeof *c->out))))
-        r = pulse_fail(PULSE_ERR_NOMEM, "changes");
-    for (size_t i = 0; !r && i < n; i++) {   /* the entries name the layout's strings, which stay */
-        const pulse_tensor *t = pulse_ckpt_tensor(c->layout, i);
-        c->out[i].tensor = (pulse_mem_tensor){ .name = t->name, .dtype_name = t->dtype_name, .ndim = t->ndim,
-                                               .nbytes = t->nbytes };
-        memcpy(c->out[i].tensor.shape, t->shape, sizeof t->shape);
-    }
+    for (size_t i = 0; !r && i < n; i++)   /* the entries name the layout's strings, which outlive W */
+        c->out[i].tensor = layout_entry(pulse_ckpt_tensor(c->layout, i));
     if (!r && where == PULSE_MEM_CUDA) {
         r = cuda_changes_open(&c->dev, w);
     } else if (!r) {
@@ -153,6 +151,7 @@ typedef struct host_find {
     uint32_t **job_pos;          /* its changed positions, relative to job_first */
     uint64_t *job_count;         /* its count */
     uint64_t *job_start;         /* where its changes start in its tensor's lists */
+    ckpt_chunk_ids ids;          /* NOW's state chunks, hashed by the job that compares them */
 } host_find;
 
 static int find_job(void *ctx, size_t g)
@@ -178,6 +177,10 @@ static int find_job(void *ctx, size_t g)
     uint32_t *kept = realloc(pos, (n ? n : 1) * sizeof *pos);   /* held until laid out: the changes' size only */
     h->job_pos[g] = kept ? kept : pos;
     h->job_count[g] = n;
+    /* a job is a whole number of state chunks (FIND_CHUNK elements are FIND_CHUNK * w bytes, a
+     * multiple of PULSE_STATE_CHUNK): hashed while the diff left them in cache */
+    const uint64_t k0 = first * w / PULSE_STATE_CHUNK, k1 = ((first + len) * w + PULSE_STATE_CHUNK - 1) / PULSE_STATE_CHUNK;
+    ckpt_chunk_ids_hash_run(&h->ids, h->ids.first[i] + k0, (size_t)(k1 - k0));
     return 0;
 }
 
@@ -218,6 +221,8 @@ static int host_find_all(pulse_changes *c, const pulse_ckpt *now)
     h.job_start = malloc((jobs ? jobs : 1) * sizeof *h.job_start);
     int r = h.job_tensor && h.job_first && h.job_pos && h.job_count && h.job_start ? 0
             : pulse_fail(PULSE_ERR_NOMEM, "find jobs");
+    if (!r)
+        r = ckpt_chunk_ids_open(&h.ids, now);
     for (size_t i = 0, g = 0; !r && i < n; i++)
         for (uint64_t e = 0; e < pulse_ckpt_tensor(now, i)->nelems; e += FIND_CHUNK, g++) {
             h.job_tensor[g] = i;
@@ -243,16 +248,16 @@ static int host_find_all(pulse_changes *c, const pulse_ckpt *now)
     free(h.job_pos);
     free(h.job_count);
     free(h.job_start);
-    if (r)
-        return r;
     uint8_t state[32];
-    uint8_t (*hashes)[32] = malloc((n ? n : 1) * 32);
-    if (!hashes)
-        return pulse_fail(PULSE_ERR_NOMEM, "tensor hashes");
-    r = ckpt_state_id_tensors(now, 0, state, (uint8_t *)hashes);
+    uint8_t (*hashes)[32] = r ? NULL : malloc((n ? n : 1) * 32);
+    if (!r && !hashes)
+        r = pulse_fail(PULSE_ERR_NOMEM, "tensor hashes");
+    if (!r)
+        ckpt_chunk_ids_state(&h.ids, state, (uint8_t *)hashes);
     for (size_t i = 0; !r && i < n; i++)
         memcpy(c->out[i].hash, hashes[i], 32);
     free(hashes);
+    ckpt_chunk_ids_close(&h.ids);
     return r;
 }
 
